@@ -1,0 +1,1 @@
+"""voxgate.engine: speech engines behind one small streaming interface (see base.py)."""

@@ -1,0 +1,108 @@
+"""The engine interface: the only thing the gateway knows about speech synthesis.
+
+A `SynthesisRequest` opens an `AudioStream`, an async iterator of 24 kHz mono PCM16 chunks. The stream can be
+cancelled at any point; cancel frees the engine's resources for it at once (a GPU row, a slot, a thread job) and
+ends the iteration. Engines are created by name through `voxgate.engine.registry.create_engine`.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SAMPLE_RATE = 24_000  # every engine speaks 24 kHz mono PCM16
+
+_request_ids = itertools.count(1)
+
+
+class EngineError(Exception):
+    """A request the engine cannot serve (unknown voice, bad language, ...). The message is shown to the client."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(slots=True)
+class SynthesisRequest:
+    text: str
+    voice: str | None = None  # None: the engine's default voice
+    language: str | None = None  # None or "auto": the engine decides
+    instruct: str | None = None  # style instruction, for engines that take one
+    max_audio_ms: int | None = None  # length budget: the stream ends after this much audio (runaway guard)
+    request_id: int = field(default_factory=lambda: next(_request_ids))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise TypeError("text must be a str")
+        if self.max_audio_ms is not None and self.max_audio_ms <= 0:
+            raise ValueError("max_audio_ms must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceInfo:
+    id: str
+    name: str
+    languages: tuple[str, ...] = ()
+    gender: str | None = None
+    description: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "languages": list(self.languages),
+            "gender": self.gender,
+            "description": self.description,
+        }
+
+
+class AudioStream(abc.ABC):
+    """Audio of one request: `async for chunk in stream` yields 1-D int16 arrays at `SAMPLE_RATE`."""
+
+    request: SynthesisRequest
+
+    @abc.abstractmethod
+    def __aiter__(self) -> AsyncIterator[np.ndarray]: ...
+
+    @abc.abstractmethod
+    def cancel(self) -> None:
+        """Stop now and free the request's resources. Idempotent; safe from any point of the iteration."""
+
+
+class Engine(abc.ABC):
+    """A speech engine. `start()` loads and warms it; `ready` turns true only after warm-up."""
+
+    name: str = "engine"
+    sample_rate: int = SAMPLE_RATE
+
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def stop(self) -> None: ...
+
+    @property
+    @abc.abstractmethod
+    def ready(self) -> bool: ...
+
+    @abc.abstractmethod
+    def voices(self) -> list[VoiceInfo]: ...
+
+    @abc.abstractmethod
+    def open_stream(self, request: SynthesisRequest) -> AudioStream:
+        """Start synthesis. Raises `EngineError` for a request it cannot serve (e.g. voice_not_found)."""
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests admitted but not yet producing audio (for /metrics)."""
+        return 0
+
+    def default_voice(self) -> str | None:
+        voices = self.voices()
+        return voices[0].id if voices else None

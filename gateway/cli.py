@@ -1,0 +1,44 @@
+"""The `voxgate` command. Each subcommand lives in its own module with `add_arguments(parser)` and `run(args)`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (subcommand, module, help). Modules must not import torch at import time: `voxgate --help` stays fast.
+SUBCOMMANDS: list[tuple[str, str, str]] = [
+    ("serve", "voxgate.gateway.serve_cli", "start the gateway (WebSocket, HTTP, demo)"),
+    ("say", "voxgate.gateway.say_cli", "speak text through a running gateway into a WAV file"),
+    ("synth", "voxgate.engine.qwen3tts.synth_cli", "offline Qwen3-TTS generation to a WAV file"),
+    ("checkpoint", "voxgate.engine.qwen3tts.checkpoint_cli", "Qwen3-TTS checkpoint tools (synthetic checkpoints)"),
+    ("bench", "voxgate.gateway.bench.cli", "benchmark a gateway: closed loop, open-loop SLO capacity"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="voxgate", description="voxgate: real-time voice gateway")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, module_name, help_text in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:  # an optional part (e.g. the qwen3tts extra) is not installed
+            p = sub.add_parser(name, help=f"{help_text} (unavailable: {exc})")
+            p.set_defaults(_unavailable=f"voxgate {name} is unavailable: {exc}")
+            continue
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "_unavailable", None):
+        print(args._unavailable, file=sys.stderr)
+        return 2
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
