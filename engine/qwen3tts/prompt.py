@@ -1,0 +1,133 @@
+"""Prefill assembly for every mode and both text layouts (design §3, §4).
+
+Strings are built and tokenized whole, as the reference does, then sliced: target `[3:-5]` is the content,
+instruct is used whole, the ICL transcript is `[3:-2]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .config import Qwen3TTSConfig
+from .talker import Talker
+
+
+def target_text(text: str) -> str:
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def instruct_text(instruct: str) -> str:
+    return f"<|im_start|>user\n{instruct}<|im_end|>\n"
+
+
+def ref_text(text: str) -> str:
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n"
+
+
+class PromptError(ValueError):
+    """A request the checkpoint cannot serve (unknown speaker or language, missing instruct, ...)."""
+
+
+@dataclass(slots=True)
+class PromptInputs:
+    """Token ids and conditioning for one utterance. `text_ids` tokenizes `target_text(...)` whole."""
+
+    text_ids: list[int]
+    language: str = "auto"
+    speaker: str | None = None  # CustomVoice speaker name
+    instruct_ids: list[int] | None = None  # tokenizes `instruct_text(...)` whole
+    x_vector: torch.Tensor | None = None  # Base: [H] speaker-encoder output
+    ref_ids: list[int] | None = None  # Base ICL: tokenizes `ref_text(...)` whole
+    ref_codes: torch.Tensor | None = None  # Base ICL: [T_ref, 16]
+    non_streaming: bool = True  # True: all text up front; False: one text token per frame
+
+
+@dataclass(slots=True)
+class Prompt:
+    embeds: torch.Tensor  # [T, H] prefill rows
+    trailing: torch.Tensor  # [R, H] text rows added to decode steps 0..R-1; tts_pad after
+    tts_pad: torch.Tensor  # [H]
+    ref_codes: torch.Tensor | None  # ICL: decoder context frames [T_ref, 16]
+
+
+def language_id(cfg: Qwen3TTSConfig, language: str, speaker: str | None) -> int | None:
+    lang = (language or "auto").lower()
+    table = cfg.talker.codec_language_id
+    if lang == "auto":
+        lid = None
+    elif lang in table:
+        lid = table[lang]
+    else:
+        raise PromptError(f"language {language!r} is not supported; choose one of {cfg.languages}")
+    if speaker and lang in ("chinese", "auto"):
+        # Dialect speakers (eric, dylan) replace a Chinese or auto language with their dialect's id.
+        dialect = cfg.talker.spk_is_dialect.get(speaker.lower(), False)
+        if dialect is not False:
+            lid = table[str(dialect)]
+    return lid
+
+
+@torch.inference_mode()
+def build_prompt(talker: Talker, cfg: Qwen3TTSConfig, inp: PromptInputs) -> Prompt:
+    tc = cfg.talker
+    p = next(talker.parameters())
+    ids = lambda xs: torch.tensor(xs, dtype=torch.long, device=p.device)  # noqa: E731
+    T, C = talker.text_embed, talker.codec_embed
+    tts_bos, tts_eos, tts_pad = T(ids([cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id]))
+
+    if len(inp.text_ids) < 9:
+        raise PromptError("text_ids must tokenize the whole target string (role, content, tail)")
+    if inp.speaker:
+        if inp.x_vector is not None:
+            raise PromptError("give either a speaker or an x-vector, not both")
+        if inp.speaker.lower() not in tc.spk_id:
+            raise PromptError(f"speaker {inp.speaker!r} is not supported; choose one of {cfg.speakers}")
+        speaker_rows = [C(ids(tc.spk_id[inp.speaker.lower()]))]
+    elif inp.x_vector is not None:
+        speaker_rows = [inp.x_vector.to(device=p.device, dtype=p.dtype)]
+    else:
+        speaker_rows = []
+
+    lid = language_id(cfg, inp.language, inp.speaker)
+    prefix = ([tc.codec_nothink_id, tc.codec_think_bos_id, tc.codec_think_eos_id] if lid is None
+              else [tc.codec_think_id, tc.codec_think_bos_id, lid, tc.codec_think_eos_id])
+    tail = C(ids([tc.codec_pad_id, tc.codec_bos_id]))
+    codec_rows = torch.cat([C(ids(prefix)), *(r[None] for r in speaker_rows), tail])
+    n = codec_rows.shape[0]
+    # Control block: n-1 rows, tts_pad on all but the last, which carries tts_bos (its codec row is codec_pad).
+    text_side = torch.cat([tts_pad[None].expand(n - 2, -1), tts_bos[None]])
+    segments = []
+    if inp.instruct_ids is not None:
+        segments.append(T(ids(inp.instruct_ids)))
+    text = inp.text_ids
+    segments += [T(ids(text[:3])), text_side + codec_rows[:-1]]
+
+    content = text[3:-5]
+    empty = tts_pad[:0]
+    ref_codes = None
+    if inp.ref_codes is not None:
+        if inp.ref_ids is None:
+            raise PromptError("in-context cloning needs the reference transcript")
+        ref_codes = inp.ref_codes.to(device=p.device, dtype=torch.long)
+        x_rows = torch.cat([T(ids(inp.ref_ids[3:-2] + content)), tts_eos[None]])
+        y_rows = torch.cat([C(ids([tc.codec_bos_id])), talker.frame_embed(ref_codes)])
+        if inp.non_streaming:
+            segments += [x_rows + C(ids([tc.codec_pad_id] * len(x_rows))), y_rows + tts_pad]
+            trailing = empty
+        elif len(x_rows) > len(y_rows):
+            segments.append(x_rows[: len(y_rows)] + y_rows)
+            trailing = x_rows[len(y_rows):]
+        else:
+            pad = tts_pad[None].expand(len(y_rows) - len(x_rows), -1)
+            segments.append(torch.cat([x_rows, pad]) + y_rows)
+            trailing = empty
+    elif inp.non_streaming:
+        rows = torch.cat([T(ids(content)), tts_eos[None]])
+        segments += [rows + C(ids([tc.codec_pad_id] * len(rows))), (tts_pad + codec_rows[-1])[None]]
+        trailing = empty
+    else:
+        segments.append(T(ids(text[3:4])) + codec_rows[-1])
+        trailing = torch.cat([T(ids(text[4:-5])), tts_eos[None]])
+    return Prompt(embeds=torch.cat(segments), trailing=trailing, tts_pad=tts_pad, ref_codes=ref_codes)

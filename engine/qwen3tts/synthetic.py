@@ -1,0 +1,171 @@
+"""Synthetic checkpoints: the real config and tokenizer files from shared/ plus random weights in the official
+layout (key names, dtypes, file names), so they load through the real loader.
+
+Weights are scaled so activations stay finite over long generations: unit-variance embeddings, 1/sqrt(fan_in)
+projections, residual outputs further divided by sqrt(2 * layers), unit norms. `tiny=True` shrinks layers and
+widths for CPU tests but keeps every structural feature: GQA with q/k-norm, a Talker wider than the code predictor
+(so the 2048->1024-style projection exists), 16 code groups, the full text and codec vocabularies and special ids,
+the codec's 1920-sample frame, sliding window 72, and the ECAPA block structure.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from .checkpoint import CODEC_DIR, INDEX, WEIGHTS, expected_shapes
+from .config import parse_config
+
+TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
+CONFIG_FILES = ("config.json", "generation_config.json", "preprocessor_config.json",
+                f"{CODEC_DIR}/config.json", f"{CODEC_DIR}/preprocessor_config.json")
+
+TINY_TALKER = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=16, text_hidden_size=48)
+TINY_PREDICTOR = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16)
+TINY_SPEAKER = dict(enc_channels=[16, 16, 16, 16, 48], enc_attention_channels=8, enc_se_channels=8)
+TINY_CODEC = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=4, head_dim=8, latent_dim=32, codebook_dim=16, decoder_dim=48)
+TINY_ENCODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                    num_key_value_heads=2, head_dim=16, num_filters=4, codebook_dim=16, upsample_groups=32)
+
+
+def default_shared() -> Path:
+    """$VOXGATE_SHARED, else `<repo>/../shared` (this file lives at <repo>/engine/qwen3tts/)."""
+    env = os.environ.get("VOXGATE_SHARED")
+    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared"
+
+
+def source_dirs(like: str, shared: Path | None = None) -> tuple[Path, Path]:
+    root = (shared or default_shared()) / "qwen3-tts"
+    ckpt, tok = root / "checkpoints" / like, root / "text-tokenizer"
+    if not ckpt.is_dir():
+        known = sorted(p.name for p in (root / "checkpoints").glob("*")) if (root / "checkpoints").is_dir() else []
+        raise FileNotFoundError(f"{ckpt}: no such checkpoint config; known: {known or 'none (is --shared right?)'}")
+    return ckpt, tok
+
+
+def tiny_configs(config: dict[str, Any], codec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    config, codec = copy.deepcopy(config), copy.deepcopy(codec)
+    talker = config["talker_config"]
+    talker.update(TINY_TALKER)
+    talker["code_predictor_config"].update(TINY_PREDICTOR)
+    if config.get("speaker_encoder_config") is not None:
+        # The x-vector is a speaker row of the Talker's width.
+        config["speaker_encoder_config"].update(TINY_SPEAKER, enc_dim=talker["hidden_size"])
+    codec["decoder_config"].update(TINY_CODEC)
+    codec["encoder_config"].update(TINY_ENCODER)
+    return config, codec
+
+
+def _init(name: str, shape: tuple[int, ...], layers: int, gen: torch.Generator, device: torch.device,
+          layer_scale: float) -> torch.Tensor:
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf in ("alpha", "beta"):
+        return torch.zeros(shape, device=device)  # SnakeBeta log-space parameters: e^0 = 1
+    if leaf == "cluster_usage" or ("norm" in name and leaf == "weight" and len(shape) == 1):
+        return torch.ones(shape, device=device)
+    if leaf == "scale":
+        return torch.full(shape, layer_scale, device=device)
+    if leaf == "gamma":
+        return torch.full(shape, 0.1, device=device)
+    if len(shape) == 1:
+        return torch.zeros(shape, device=device)  # biases
+    x = torch.randn(shape, generator=gen, device=device)
+    if "embedding" in name:  # codec/text tables and codebooks: unit variance
+        return x
+    std = (shape[1] * (shape[2] if len(shape) > 2 else 1)) ** -0.5
+    if leaf == "weight" and any(s in name for s in ("o_proj", "down_proj", "conv2.conv")):
+        std /= (2 * layers) ** 0.5  # residual branch outputs
+    return x * std
+
+
+def random_state(shapes: dict[str, tuple[int, ...]], dtype: torch.dtype, gen: torch.Generator,
+                 device: torch.device, layers: int, layer_scale: float = 0.01,
+                 progress: Callable[[str], None] | None = None) -> dict[str, torch.Tensor]:
+    out = {}
+    for name in sorted(shapes):
+        out[name] = _init(name, shapes[name], layers, gen, device, layer_scale).to(dtype).cpu().contiguous()
+        if progress is not None:
+            progress(name)
+    return out
+
+
+def encoder_shapes(codec_config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """`encoder.*` of the official speech_tokenizer file: HF Mimi's encoder half, shapes only (meta device)."""
+    from transformers import MimiConfig, MimiModel
+
+    cfg = MimiConfig(**{k: v for k, v in codec_config["encoder_config"].items() if k != "transformers_version"})
+    with torch.device("meta"):
+        mimi = MimiModel(cfg)
+    skip = ("upsample.", "decoder_transformer.", "decoder.")
+    return {f"encoder.{k}": tuple(v.shape) for k, v in mimi.state_dict().items() if not k.startswith(skip)}
+
+
+def save_sharded(state: dict[str, torch.Tensor], directory: Path, shard_bytes: int | None) -> None:
+    meta = {"format": "pt"}
+    if not shard_bytes:
+        save_file(state, str(directory / WEIGHTS), metadata=meta)
+        return
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for k, v in state.items():
+        nbytes = v.numel() * v.element_size()
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][k] = v
+        size += nbytes
+    weight_map = {}
+    for i, shard in enumerate(shards, start=1):
+        fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(directory / fname), metadata=meta)
+        weight_map.update(dict.fromkeys(shard, fname))
+    total = sum(v.numel() * v.element_size() for v in state.values())
+    (directory / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+
+
+def write_synthetic(like: str, out: str | Path, seed: int = 0, tiny: bool = False, shared: Path | None = None,
+                    device: str | torch.device = "cpu", talker_dtype: torch.dtype = torch.bfloat16,
+                    shard_bytes: int | None = None, with_encoder: bool = True,
+                    progress: Callable[[str], None] | None = None) -> Path:
+    """Write a checkpoint directory shaped like shared/qwen3-tts/checkpoints/<like> with random weights."""
+    src, tok = source_dirs(like, shared)
+    out = Path(out)
+    (out / CODEC_DIR).mkdir(parents=True, exist_ok=True)
+    for rel in CONFIG_FILES:
+        if (src / rel).is_file():
+            shutil.copyfile(src / rel, out / rel)
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(tok / name, out / name)
+    config = json.loads((src / "config.json").read_text())
+    codec_config = json.loads((src / CODEC_DIR / "config.json").read_text())
+    if tiny:
+        config, codec_config = tiny_configs(config, codec_config)
+        (out / "config.json").write_text(json.dumps(config, indent=2))
+        (out / CODEC_DIR / "config.json").write_text(json.dumps(codec_config, indent=2))
+    gen_cfg = json.loads((src / "generation_config.json").read_text())
+    cfg = parse_config(config, codec_config, gen_cfg)
+    model_shapes, codec_shapes = expected_shapes(cfg)
+    device = torch.device(device)
+    gen = torch.Generator(device).manual_seed(seed)
+    layers = cfg.talker.layers.num_hidden_layers
+    state = random_state(model_shapes, talker_dtype, gen, device, layers, progress=progress)
+    save_sharded(state, out, shard_bytes)
+    del state
+    codec_shapes = {f"decoder.{k.removeprefix('decoder.')}": s for k, s in codec_shapes.items()}
+    if with_encoder:
+        codec_shapes.update(encoder_shapes(codec_config))
+    codec_state = random_state(codec_shapes, torch.float32, gen, device, cfg.codec.num_hidden_layers,
+                               cfg.codec.layer_scale_initial_scale, progress=progress)
+    save_file(codec_state, str(out / CODEC_DIR / WEIGHTS), metadata={"format": "pt"})
+    return out

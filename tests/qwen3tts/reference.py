@@ -1,0 +1,103 @@
+"""Import and build the reference implementation (`qwen-tts==0.1.1`) on a machine without its audio deps.
+
+qwen_tts imports torchaudio, sox, librosa, soundfile, onnxruntime and einops at package import, for code paths the
+parity tests never run (file I/O, resampling, the 25 Hz tokenizer). Those modules are stubbed in sys.modules before
+the import. The one function the speaker encoder needs, `librosa.filters.mel`, is backed by transformers' own
+slaney mel filter bank, an implementation independent of ours.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+STUBBED = ("torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi", "sox", "librosa", "librosa.filters",
+           "soundfile", "onnxruntime", "einops")
+
+
+def _librosa_mel(*, sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: float | None = None) -> np.ndarray:
+    from transformers.audio_utils import mel_filter_bank
+
+    bank = mel_filter_bank(num_frequency_bins=n_fft // 2 + 1, num_mel_filters=n_mels, min_frequency=fmin,
+                           max_frequency=fmax if fmax is not None else sr / 2, sampling_rate=sr, norm="slaney",
+                           mel_scale="slaney")
+    return bank.T.astype(np.float32)
+
+
+def _stub(name: str) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__dict__["__voxgate_stub__"] = True
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+
+    def missing(attr: str) -> Any:
+        raise AttributeError(f"{name}.{attr} is stubbed out for the parity tests")
+
+    mod.__getattr__ = missing  # type: ignore[method-assign]
+    return mod
+
+
+def install_stubs() -> None:
+    # transformers probes optional packages with find_spec when first imported: import it before any stub exists
+    # so it records them as absent.
+    import transformers
+    import transformers.audio_utils  # noqa: F401
+
+    absent = {n.split(".")[0] for n in STUBBED if n.split(".")[0] not in sys.modules
+              and importlib.util.find_spec(n.split(".")[0]) is None}
+    for name in STUBBED:
+        if name.split(".")[0] in absent:  # a real installed module is used as is
+            sys.modules.setdefault(name, _stub(name))
+    librosa = sys.modules.get("librosa")
+    if getattr(librosa, "__voxgate_stub__", False):
+        filters = sys.modules["librosa.filters"]
+        filters.__dict__["mel"] = _librosa_mel
+        librosa.__dict__["filters"] = filters
+    einops = sys.modules.get("einops")
+    if getattr(einops, "__voxgate_stub__", False):
+        einops.__dict__.update(rearrange=None, repeat=None)  # imported by name only (25 Hz tokenizer)
+    if "torchaudio" in absent:
+        sys.modules["torchaudio"].__dict__["compliance"] = sys.modules["torchaudio.compliance"]
+        sys.modules["torchaudio.compliance"].__dict__["kaldi"] = sys.modules["torchaudio.compliance.kaldi"]
+
+
+def import_reference() -> types.ModuleType:
+    install_stubs()
+    import qwen_tts.core.models.modeling_qwen3_tts as modeling
+
+    return modeling
+
+
+def reference_model(ckpt: Path, dtype: torch.dtype = torch.float32) -> Any:
+    """Reference Qwen3TTSForConditionalGeneration with our checkpoint's tensors (strict load)."""
+    modeling = import_reference()
+    from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig
+
+    cfg = Qwen3TTSConfig(**json.loads((ckpt / "config.json").read_text()))
+    cfg._attn_implementation = "eager"
+    model = modeling.Qwen3TTSForConditionalGeneration(cfg)
+    model.load_state_dict(load_file(str(ckpt / "model.safetensors")), strict=True)
+    return model.to(dtype).eval()
+
+
+def reference_codec(ckpt: Path, dtype: torch.dtype = torch.float32) -> Any:
+    import_reference()
+    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2DecoderConfig
+    from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Decoder
+
+    raw = json.loads((ckpt / "speech_tokenizer" / "config.json").read_text())["decoder_config"]
+    cfg = Qwen3TTSTokenizerV2DecoderConfig(**raw)
+    cfg._attn_implementation = "eager"
+    decoder = Qwen3TTSTokenizerV2Decoder._from_config(cfg)
+    state = load_file(str(ckpt / "speech_tokenizer" / "model.safetensors"))
+    decoder.load_state_dict({k.removeprefix("decoder."): v for k, v in state.items() if k.startswith("decoder.")},
+                            strict=True)
+    return decoder.to(dtype).eval()
