@@ -89,5 +89,7 @@ class Workload:
             "words_min": min(words),
             "words_max": max(words),
             "length_rule": LENGTH_RULE if self.length_rule else None,
-            "budget_s_mean": sum(budget_ms(t) for t in self.texts) / len(self.texts) / 1000 if self.length_rule else None,
+            "budget_s_mean": (
+                sum(budget_ms(t) for t in self.texts) / len(self.texts) / 1000 if self.length_rule else None
+            ),
         }

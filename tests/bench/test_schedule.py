@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from voxgate.gateway.bench import workload
 from voxgate.gateway.bench.arrivals import poisson_arrivals
 from voxgate.gateway.bench.capacity import in_slo, search_doubling, search_rates
@@ -26,7 +25,7 @@ def test_workloads_load_with_expected_sizes() -> None:
     assert len(sentences.texts) == 720 and len(passages.texts) == 102
     info = sentences.describe()
     assert 7.5 < info["words_mean"] < 8.5 and info["words_min"] == 5 and info["words_max"] == 12
-    assert 45 <= passages.describe()["words_min"] and passages.describe()["words_max"] <= 65
+    assert passages.describe()["words_min"] >= 45 and passages.describe()["words_max"] <= 65
     assert sentences.max_audio_ms(0) == workload.budget_ms(sentences.texts[0])
     assert workload.Workload.load("sentences", length_rule=False).max_audio_ms(0) is None
     order = sentences.order(seed=3)

@@ -1,0 +1,118 @@
+"""`voxgate bench`: `run` (against a running gateway or one it starts), `baseline` (qwen-tts reference arm),
+`gpu-suite` (everything in one GPU call) and `replot` (re-render a report.json). No torch or matplotlib here."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _pairs(items: list[str] | None) -> dict[str, Any]:
+    """`key=value` flags; values that parse as JSON become numbers, lists or objects."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"expected key=value, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    where = p.add_argument_group("gateway under test")
+    where.add_argument("--url", help="a running gateway, e.g. http://127.0.0.1:8000")
+    where.add_argument("--engine", help="start `voxgate serve --engine ENGINE` on a free port instead")
+    where.add_argument("--engine-option", action="append", metavar="KEY=VALUE", help="passed to voxgate serve")
+    where.add_argument("--serve-arg", action="append", default=[], metavar="ARG", help="extra voxgate serve argument")
+    where.add_argument("--model-dir", help="checkpoint folder: its config.json shapes go into the report")
+    load = p.add_argument_group("load")
+    load.add_argument("--workload", action="append", help="sentences, passages or a file (repeatable)")
+    load.add_argument("--transport", choices=["ws", "http"], default="ws")
+    load.add_argument("--concurrency", type=_ints, default=[1, 8, 32, 64, 128], help="closed loop c list, '' for none")
+    load.add_argument("--closed-warmup", type=float, default=5.0, help="s, per closed-loop phase")
+    load.add_argument("--closed-duration", type=float, default=30.0, help="s, per closed-loop phase")
+    load.add_argument("--rates", type=_floats, default=[], help="open-loop rates to measure, e.g. 1,2,4")
+    load.add_argument("--rate-search", metavar="START:MAX", help="open loop: double from START to a failure, bisect")
+    load.add_argument("--refine", type=int, default=2, help="bisection steps after the doubling")
+    load.add_argument("--seeds", type=_ints, default=[1, 2], help="arrival seeds per rate")
+    load.add_argument("--warmup", type=float, default=10.0, help="s, open-loop warm-up per rate and seed")
+    load.add_argument("--duration", type=float, default=60.0, help="s, open-loop measurement per rate and seed")
+    load.add_argument("--drain", type=float, default=60.0, help="s to wait for requests in flight at a phase end")
+    load.add_argument("--warmup-requests", type=int, default=4, help="sequential requests before any phase")
+    load.add_argument("--no-length-rule", action="store_true", help="natural length: no max_audio_ms per request")
+    load.add_argument("--frame-ms", type=int, default=20, choices=[10, 20, 40, 60])
+    load.add_argument("--voice")
+    out = p.add_argument_group("report")
+    out.add_argument("--name", help="report name (default ENGINE-TRANSPORT-UTCDATE)")
+    out.add_argument("--out", help="output folder (default docs/benchmarks/NAME)")
+    out.add_argument("--meta", action="append", metavar="KEY=VALUE", help="setup facts: precision, chunk_schedule")
+    out.add_argument("--keep-traces", action="store_true", help="keep every frame's arrival in report.json")
+    out.add_argument("--no-plots", action="store_true")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="bench_command", required=True)
+    add_run_arguments(sub.add_parser("run", help="closed loop and open-loop SLO capacity against a gateway"))
+    b = sub.add_parser("baseline", help="the reference implementation (qwen-tts 0.1.1) at batch 1, GPU")
+    b.add_argument("--checkpoint", required=True, help="Qwen3-TTS checkpoint folder (synthetic weights)")
+    b.add_argument("--workload", action="append", help="sentences, passages or a file (repeatable)")
+    b.add_argument("--runs", type=int, default=5, help="timed utterances per workload after the warm-up")
+    b.add_argument("--device", default="cuda:0")
+    b.add_argument("--dtype", default="bfloat16")
+    b.add_argument("--out", required=True, help="write baseline.json here (a folder)")
+    s = sub.add_parser("gpu-suite", help="one GPU call: baseline arm, gateway start, warm-up, runs, reports")
+    s.add_argument("--checkpoint", required=True, help="Qwen3-TTS checkpoint folder (synthetic weights)")
+    s.add_argument("--out", required=True, help="output folder ($OUT on the GPU machine)")
+    s.add_argument("--profile", choices=["quick", "eager", "full"], default="eager")
+    s.add_argument("--engine-option", action="append", metavar="KEY=VALUE", help="extra qwen3tts engine options")
+    s.add_argument("--serve-arg", action="append", default=[], metavar="ARG")
+    s.add_argument("--name", help="report name (default qwen3tts-PROFILE-UTCDATE)")
+    s.add_argument("--meta", action="append", metavar="KEY=VALUE")
+    s.add_argument("--skip-baseline", action="store_true")
+    s.add_argument("--budget-s", type=float, default=540.0, help="stop starting phases after this many seconds")
+    r = sub.add_parser("replot", help="re-render report.md and plots from a report.json")
+    r.add_argument("report", help="path to report.json")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.bench_command == "run":
+        from .main import bench_run
+
+        return bench_run(args)
+    if args.bench_command == "baseline":
+        from .baseline import baseline_main
+
+        return baseline_main(args)
+    if args.bench_command == "gpu-suite":
+        from .suite import suite_main
+
+        return suite_main(args)
+    if args.bench_command == "replot":
+        from .report import write
+
+        path = Path(args.report)
+        report = json.loads(path.read_text())
+        for f in write(report, path.parent):
+            print(f)
+        return 0
+    print(f"unknown bench command {args.bench_command!r}", file=sys.stderr)
+    return 2
+
+
+def default_name(engine: str | None, transport: str) -> str:
+    return f"{engine or 'gateway'}-{transport}-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}"

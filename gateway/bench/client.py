@@ -1,0 +1,181 @@
+"""One request through the gateway, timed the listener's way: over the WebSocket (`/v1/tts/ws`, pacing `asap`)
+or over `POST /v1/audio/speech`. Each request fills a `Trace` as frames arrive, so a cancelled request keeps
+what it had received."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+FRAME_HEADER = struct.Struct("<BBHIIHHQ")  # version, codec, flags, ctx, seq, track, samples, pts (docs/protocol.md)
+HTTP_SAMPLE_RATE = 24_000  # POST /v1/audio/speech streams PCM16 mono 24 kHz
+DEFAULT_VOICE_BODY = "default"
+
+
+class ServerError(Exception):
+    """A fatal error from the server or a broken connection: the client must be replaced."""
+
+
+@dataclass(slots=True)
+class Trace:
+    """The client's view of one request. Times are `time.perf_counter()` seconds."""
+
+    text_index: int
+    words: int
+    max_audio_ms: int | None
+    scheduled: float  # when the load shape wanted the request sent
+    sent: float | None = None  # when the text that made it speakable was written
+    first_audio: float | None = None
+    done: float | None = None
+    chunks: list[tuple[float, float]] = field(default_factory=list)  # (arrival, duration_s) per frame or body chunk
+    error: str | None = None
+    server_first_audio_ms: float | None = None  # context.done.timing.first_audio_ms (WebSocket only)
+    server_stalls: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.done is not None
+
+    @property
+    def ttfa_s(self) -> float | None:
+        if self.sent is None or self.first_audio is None:
+            return None
+        return self.first_audio - self.sent
+
+
+class Client(Protocol):
+    async def speak(self, trace: Trace, text: str) -> None: ...
+    async def close(self) -> None: ...
+
+
+class WsClient:
+    """One WebSocket session; one context at a time (a user who waits for the reply before the next)."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, ws: Any, started: dict[str, Any]) -> None:
+        self.ws = ws
+        self.started = started
+        self.rate = int(started["audio"]["sample_rate"])
+
+    @classmethod
+    async def connect(cls, url: str, frame_ms: int = 20, voice: str | None = None) -> WsClient:
+        from websockets.asyncio.client import connect
+
+        ws = await connect(url, subprotocols=["voxgate.v1"], max_size=None, ping_interval=None, open_timeout=30)
+        start: dict[str, Any] = {
+            "type": "session.start",
+            "protocol": "voxgate.v1",
+            "audio": {"codec": "pcm_s16le", "sample_rate": 24_000, "frame_ms": frame_ms},
+            "pacing": {"mode": "asap"},
+        }
+        if voice:
+            start["defaults"] = {"voice": voice}
+        await ws.send(json.dumps(start))
+        while True:
+            msg = await ws.recv()
+            if isinstance(msg, bytes):
+                continue
+            data = json.loads(msg)
+            if data.get("type") == "session.started":
+                return cls(ws, data)
+            if data.get("type") == "error":
+                await ws.close()
+                raise ServerError(f"session.start refused: {data.get('code')}: {data.get('message')}")
+
+    async def speak(self, trace: Trace, text: str) -> None:
+        ws = self.ws
+        cid = f"b{next(self._ids)}"
+        opening: dict[str, Any] = {"type": "context.open", "context_id": cid}
+        if trace.max_audio_ms is not None:
+            opening["max_audio_ms"] = trace.max_audio_ms
+        try:
+            await ws.send(json.dumps(opening))
+            append = json.dumps({"type": "text.append", "context_id": cid, "text": text})
+            end = json.dumps({"type": "context.end", "context_id": cid})
+            trace.sent = time.perf_counter()
+            await ws.send(append)
+            await ws.send(end)
+            while True:
+                msg = await ws.recv()
+                now = time.perf_counter()
+                if isinstance(msg, bytes):
+                    samples = FRAME_HEADER.unpack_from(msg, 0)[6]
+                    if trace.first_audio is None:
+                        trace.first_audio = now
+                    trace.chunks.append((now, samples / self.rate))
+                    continue
+                data = json.loads(msg)
+                kind = data.get("type")
+                if kind == "context.done" and data.get("context_id") == cid:
+                    trace.done = now
+                    trace.server_first_audio_ms = (data.get("timing") or {}).get("first_audio_ms")
+                    trace.server_stalls = data.get("stalls")
+                    return
+                if kind == "context.cancelled" and data.get("context_id") == cid:
+                    trace.error = "cancelled"
+                    return
+                if kind == "error":
+                    if data.get("fatal"):
+                        raise ServerError(f"fatal {data.get('code')}: {data.get('message')}")
+                    if data.get("context_id") in (cid, None):
+                        trace.error = f"{data.get('code')}: {data.get('message')}"
+                        if data.get("code") != "synthesis_failed":  # synthesis_failed is followed by context.done
+                            return
+        except ServerError as exc:
+            trace.error = str(exc)
+            raise
+        except Exception as exc:  # a closed connection: this client is gone
+            trace.error = f"{type(exc).__name__}: {exc}"
+            raise ServerError(trace.error) from exc
+
+    async def close(self) -> None:
+        try:
+            await self.ws.close()
+        except Exception:
+            pass
+
+
+class HttpClient:
+    """`POST /v1/audio/speech` with `stream: true`, `response_format: pcm`; first audio = first body byte."""
+
+    def __init__(self, http: Any, voice: str | None = None) -> None:
+        self.http = http
+        self.voice = voice
+
+    async def speak(self, trace: Trace, text: str) -> None:
+        body: dict[str, Any] = {
+            "model": "voxgate",
+            "input": text,
+            "voice": self.voice or DEFAULT_VOICE_BODY,
+            "response_format": "pcm",
+            "stream": True,
+        }
+        if trace.max_audio_ms is not None:
+            body["max_audio_ms"] = trace.max_audio_ms
+        received = 0  # bytes; a chunk may end mid-sample
+        try:
+            trace.sent = time.perf_counter()
+            async with self.http.stream("POST", "/v1/audio/speech", json=body) as resp:
+                if resp.status_code != 200:
+                    trace.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
+                    return
+                async for chunk in resp.aiter_raw():
+                    now = time.perf_counter()
+                    if not chunk:
+                        continue
+                    if trace.first_audio is None:
+                        trace.first_audio = now
+                    before = received // 2
+                    received += len(chunk)
+                    trace.chunks.append((now, (received // 2 - before) / HTTP_SAMPLE_RATE))
+            trace.done = time.perf_counter()
+        except Exception as exc:
+            trace.error = f"{type(exc).__name__}: {exc}"
+
+    async def close(self) -> None:  # the shared httpx client is closed by its owner
+        return None

@@ -1,0 +1,239 @@
+"""Load shapes (shared/design/benchmarks.md): closed loop at concurrency c, open loop with Poisson arrivals.
+
+A phase runs `warmup_s` then `duration_s`. Requests sent (closed) or scheduled (open) during the warm-up are kept
+but marked and left out of every statistic; audio-s/s counts audio that arrived inside the measured window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .arrivals import poisson_arrivals
+from .client import Client, HttpClient, ServerError, Trace, WsClient
+from .stats import to_sample
+from .workload import Workload
+
+
+@dataclass(slots=True)
+class Target:
+    """Where and how to send requests."""
+
+    base_url: str  # http://127.0.0.1:PORT
+    transport: str = "ws"  # "ws" or "http"
+    frame_ms: int = 20
+    voice: str | None = None
+    http: Any = None  # a shared httpx.AsyncClient, opened by `open()`
+
+    @property
+    def ws_url(self) -> str:
+        return self.base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/v1/tts/ws"
+
+    async def open(self) -> None:
+        if self.transport == "http" and self.http is None:
+            import httpx
+
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+            self.http = httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=httpx.Timeout(120.0))
+
+    async def aclose(self) -> None:
+        if self.http is not None:
+            await self.http.aclose()
+            self.http = None
+
+    async def client(self) -> Client:
+        if self.transport == "ws":
+            return await WsClient.connect(self.ws_url, self.frame_ms, self.voice)
+        if self.transport == "http":
+            return HttpClient(self.http, self.voice)
+        raise ValueError(f"unknown transport {self.transport!r}")
+
+
+@dataclass(slots=True)
+class PhaseResult:
+    """One phase: its parameters, every request's sample, and what the client itself saw of its own health."""
+
+    params: dict[str, Any]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    window_s: float = 0.0
+    window_audio_s: float = 0.0  # audio that arrived inside the measured window
+    peak_in_flight: int = 0
+    loop_lag_ms: dict[str, float] = field(default_factory=dict)
+
+
+class LagMonitor:
+    """Measures the client's own event-loop lag: if the load generator is late, its numbers are suspect."""
+
+    def __init__(self, interval_s: float = 0.005) -> None:
+        self.interval_s = interval_s
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(self.interval_s)
+            self.lags.append(max(0.0, time.perf_counter() - t - self.interval_s))
+
+    def __enter__(self) -> LagMonitor:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def summary(self) -> dict[str, float]:
+        if not self.lags:
+            return {}
+        lags = sorted(self.lags)
+        return {"p50": lags[len(lags) // 2] * 1e3, "p99": lags[int(len(lags) * 0.99)] * 1e3, "max": lags[-1] * 1e3}
+
+
+class _Flight:
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+
+    @contextlib.contextmanager
+    def request(self):  # type: ignore[no-untyped-def]
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        try:
+            yield
+        finally:
+            self.now -= 1
+
+
+def _collect(result: PhaseResult, traces: list[Trace], t0: float, warmup_s: float, duration_s: float) -> None:
+    start, end = t0 + warmup_s, t0 + warmup_s + duration_s
+    result.window_s = duration_s
+    result.window_audio_s = sum(d for tr in traces for (t, d) in tr.chunks if start <= t < end)
+    for tr in traces:
+        # warm-up: sent (closed) or scheduled (open) before the window; the caller sets `scheduled` accordingly
+        result.samples.append(to_sample(tr, t0, warmup=tr.scheduled < start))
+
+
+async def _drain(tasks: list[asyncio.Task[Any]], drain_s: float) -> None:
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=drain_s)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def run_closed(
+    target: Target,
+    workload: Workload,
+    concurrency: int,
+    warmup_s: float,
+    duration_s: float,
+    seed: int = 1,
+    drain_s: float = 60.0,
+) -> PhaseResult:
+    """`concurrency` clients, each sending its next request when the previous one finishes."""
+    params = {
+        "shape": "closed",
+        "transport": target.transport,
+        "workload": workload.name,
+        "concurrency": concurrency,
+        "warmup_s": warmup_s,
+        "duration_s": duration_s,
+        "seed": seed,
+    }
+    result = PhaseResult(params)
+    clients = await asyncio.gather(*(target.client() for _ in range(concurrency)))
+    order = workload.order(seed)
+    counter = iter(range(1 << 62))
+    traces: list[Trace] = []
+    flight = _Flight()
+    t0 = time.perf_counter()
+    stop = t0 + warmup_s + duration_s
+
+    async def worker(client: Client) -> None:
+        while time.perf_counter() < stop:
+            i = order[next(counter) % len(order)]
+            text = workload.texts[i]
+            trace = Trace(i, len(text.split()), workload.max_audio_ms(i), scheduled=time.perf_counter())
+            traces.append(trace)
+            with flight.request():
+                try:
+                    await client.speak(trace, text)
+                except ServerError:
+                    client = await target.client()
+
+    with LagMonitor() as lag:
+        tasks = [asyncio.create_task(worker(c)) for c in clients]
+        await asyncio.sleep(max(0.0, stop - time.perf_counter()))
+        await _drain(tasks, drain_s)
+    await asyncio.gather(*(c.close() for c in clients))
+    result.peak_in_flight = flight.peak
+    result.loop_lag_ms = lag.summary()
+    _collect(result, traces, t0, warmup_s, duration_s)
+    return result
+
+
+async def run_open(
+    target: Target,
+    workload: Workload,
+    rate: float,
+    warmup_s: float,
+    duration_s: float,
+    seed: int = 1,
+    drain_s: float = 60.0,
+    pool: int = 0,
+) -> PhaseResult:
+    """Poisson arrivals at `rate`/s for warm-up + duration; each arrival takes an idle session (or opens one)."""
+    params = {
+        "shape": "open",
+        "transport": target.transport,
+        "workload": workload.name,
+        "rate": rate,
+        "warmup_s": warmup_s,
+        "duration_s": duration_s,
+        "seed": seed,
+    }
+    result = PhaseResult(params)
+    schedule = poisson_arrivals(rate, warmup_s + duration_s, seed)
+    order = workload.order(seed)
+    idle: list[Client] = list(await asyncio.gather(*(target.client() for _ in range(pool))))
+    traces: list[Trace] = []
+    flight = _Flight()
+    tasks: list[asyncio.Task[None]] = []
+
+    async def one(k: int, scheduled: float) -> None:
+        i = order[k % len(order)]
+        text = workload.texts[i]
+        trace = Trace(i, len(text.split()), workload.max_audio_ms(i), scheduled=scheduled)
+        traces.append(trace)
+        with flight.request():
+            try:
+                client = idle.pop() if idle else await target.client()
+            except Exception as exc:
+                trace.error = f"connect: {type(exc).__name__}: {exc}"
+                return
+            try:
+                await client.speak(trace, text)
+            except ServerError:
+                await client.close()
+                return
+            idle.append(client)
+
+    with LagMonitor() as lag:
+        t0 = time.perf_counter()
+        for k, at in enumerate(schedule):
+            delay = t0 + at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(k, t0 + at)))
+        await asyncio.sleep(max(0.0, t0 + warmup_s + duration_s - time.perf_counter()))
+        await _drain(tasks, drain_s)
+    await asyncio.gather(*(c.close() for c in idle))
+    result.peak_in_flight = flight.peak
+    result.loop_lag_ms = lag.summary()
+    _collect(result, traces, t0, warmup_s, duration_s)
+    return result

@@ -1,0 +1,191 @@
+"""The report: `report.json` (every sample), `report.md` (tables) and PNG plots, in one output folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from . import metrics
+from .capacity import SLO_SHARE, SLO_TOTAL_PAUSE_S, SLO_TTFA_S
+
+SCHEMA = "voxgate.bench/1"
+SLO = {
+    "ttfa_ms_max": SLO_TTFA_S * 1e3,
+    "total_pause_ms_below": SLO_TOTAL_PAUSE_S * 1e3,
+    "capacity_share": SLO_SHARE,
+    "pause_rule": "playback starts at the first chunk; each chunk adds its duration to a running deadline; a chunk "
+    "arriving after the deadline is a pause of (arrival - deadline) and the deadline restarts at its arrival",
+}
+
+
+def absent_metrics(report: dict[str, Any]) -> list[str]:
+    """Expected engine families that no phase's server metrics contained."""
+    seen: set[str] = set()
+    for phase in phases(report):
+        seen.update(phase.get("server") or {})
+    return metrics.absent({name: True for name in seen})
+
+
+def phases(report: dict[str, Any]) -> list[dict[str, Any]]:
+    out = list(report.get("closed_loop", []))
+    for search in report.get("open_loop", []):
+        for rate in search["rates"]:
+            out += rate["seeds"]
+    return out
+
+
+def write(report: dict[str, Any], out_dir: Path, plots: bool = True) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report.setdefault("schema", SCHEMA)
+    report["server_metrics_absent"] = absent_metrics(report)
+    files = [out_dir / "report.json", out_dir / "report.md"]
+    files[0].write_text(json.dumps(report, indent=1, allow_nan=False, default=str) + "\n")
+    if plots:
+        from .plots import write_plots  # matplotlib only when plotting
+
+        report["plots"] = [p.name for p in write_plots(report, out_dir)]
+        files[0].write_text(json.dumps(report, indent=1, allow_nan=False, default=str) + "\n")
+        files += [out_dir / name for name in report["plots"]]
+    files[1].write_text(markdown(report))
+    return files
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f} %"
+
+
+def _f(v: float | None, nd: int = 2) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [f"# voxgate bench: {report.get('name', '')}", ""]
+    gpus = ", ".join(f"{g['name']} ({g['memory']})" for g in report.get("gpus") or []) or "none (CPU only)"
+    sha = (report.get("commit") or {}).get("sha")
+    dirty = " (uncommitted changes)" if (report.get("commit") or {}).get("dirty") else ""
+    server = report.get("server") or {}
+    lines += [
+        f"- Command: `{report.get('command', '')}`",
+        f"- Commit: `{sha}`{dirty}; created {report.get('created_utc', '')}",
+        f"- GPU: {gpus}; host: {(report.get('host') or {}).get('cpus')} CPUs",
+        f"- Engine: `{server.get('engine')}` options `{json.dumps(server.get('engine_options') or {})}`; "
+        f"cold start (process to /health 200, outside every number): {_f(server.get('cold_start_s'), 1)} s",
+    ]
+    for key, value in (report.get("setup") or {}).items():
+        lines.append(f"- {key.replace('_', ' ').capitalize()}: `{json.dumps(value)}`")
+    rule = report.get("length_rule")
+    lines.append(f"- Length rule: {'`' + rule + '` (sent as `max_audio_ms`)' if rule else 'none (natural length)'}")
+    plan = report.get("plan") or {}
+    lines.append(f"- Transport: {plan.get('transport')}; frame {plan.get('frame_ms')} ms; pacing asap")
+    lines += [
+        f"- SLO: first audio <= {SLO['ttfa_ms_max']:.0f} ms and total pause < "
+        f"{SLO['total_pause_ms_below']:.0f} ms (listener's pause rule); capacity at >= "
+        f"{SLO['capacity_share']:.0%} in SLO",
+        "",
+    ]
+    if report.get("closed_loop"):
+        lines += [
+            "## Closed loop",
+            "",
+            "| workload | c | requests | audio-s/s | TTFA p50 / p90 / p99 ms | in SLO | "
+            "pauses (requests) | pause total ms | max pause ms | peak in flight | client lag p99 ms |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for p in report["closed_loop"]:
+            s, t = p["summary"], p["summary"]["ttfa_ms"]
+            lines.append(
+                f"| {p['params']['workload']} | {p['params']['concurrency']} | {s['requests']} | "
+                f"{_f(p['audio_s_per_s'])} | {_ms(t['p50'])} / {_ms(t['p90'])} / {_ms(t['p99'])} | "
+                f"{_pct(s['in_slo_share'])} | {s['underruns']} ({s['requests_paused']}) | "
+                f"{_ms(s['underrun_total_ms'])} | {_ms(s['max_pause_ms'])} | {p['peak_in_flight']} | "
+                f"{_f((p.get('client_loop_lag_ms') or {}).get('p99'), 1)} |"
+            )
+        lines.append("")
+    for search in report.get("open_loop", []):
+        lines += [
+            f"## Open loop, {search['workload']} ({search['transport']}): capacity "
+            f"{search['capacity_rps'] if search['capacity_rps'] is not None else 'below the lowest rate'} req/s",
+            "",
+            "| rate /s | requests | in SLO (per seed) | TTFA p50 / p90 / p99 ms | underruns | underrun "
+            "total ms | errors | peak in flight | audio-s/s |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in search["rates"]:
+            s, t = r["summary"], r["summary"]["ttfa_ms"]
+            lines.append(
+                f"| {r['rate']:g} | {s['requests']} | {_pct(s['in_slo_share'])} "
+                f"({', '.join(_pct(x) for x in r['seed_shares'])}) | {_ms(t['p50'])} / {_ms(t['p90'])} / "
+                f"{_ms(t['p99'])} | {s['underruns']} | {_ms(s['underrun_total_ms'])} | {s['errors']} | "
+                f"{r['peak_in_flight']} | {_f(r['audio_s_per_s'])} |"
+            )
+        lines.append("")
+    lines += _server_section(report)
+    if report.get("baseline"):
+        lines += _baseline_section(report["baseline"])
+    for note in report.get("notes", []):
+        lines.append(f"- Note: {note}")
+    if report.get("plots"):
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
+    return "\n".join(lines) + "\n"
+
+
+def _server_section(report: dict[str, Any]) -> list[str]:
+    lines = ["## Server side", ""]
+    absent = report.get("server_metrics_absent") or []
+    if absent:
+        lines.append(
+            "Absent from `/metrics` (left empty): "
+            + ", ".join(f"`{n}` ({metrics.EXPECTED_ENGINE[n]})" for n in absent)
+            + "."
+        )
+        lines.append("")
+    rows = []
+    for p in phases(report):
+        label = _phase_label(p["params"])
+        for family, entry in (p.get("server") or {}).items():
+            if entry["type"] != "histogram":
+                continue
+            for labels, h in entry["series"].items():
+                rows.append(
+                    f"| {label} | `{family}` | {labels} | {h['count']:.0f} | {_f(h['mean'] * 1e3, 2)} | "
+                    f"{_f(_x1e3(h['p50']))} | {_f(_x1e3(h['p99']))} |"
+                )
+    if rows:
+        lines += ["| phase | histogram | labels | count | mean ms | p50 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
+        lines += rows
+    else:
+        lines.append("No server histograms were exposed.")
+    return [*lines, ""]
+
+
+def _x1e3(v: float | None) -> float | None:
+    return None if v is None else v * 1e3
+
+
+def _phase_label(params: dict[str, Any]) -> str:
+    if params["shape"] == "closed":
+        return f"closed {params['workload']} c={params['concurrency']}"
+    return f"open {params['workload']} r={params['rate']:g} seed={params['seed']}"
+
+
+def _baseline_section(baseline: dict[str, Any]) -> list[str]:
+    lines = ["## Baseline: reference implementation (qwen-tts generate, batch 1)", ""]
+    if baseline.get("error"):
+        return [*lines, f"Not run: {baseline['error']}", ""]
+    lines += [f"- {k}: `{json.dumps(v)}`" for k, v in baseline.items() if k not in ("runs", "summary")]
+    s = baseline.get("summary") or {}
+    lines += [
+        "",
+        "| workload | runs | audio s (median) | time to whole utterance s (median) | audio-s/s (median) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in s.items():
+        lines.append(
+            f"| {name} | {row['runs']} | {_f(row['audio_s'])} | {_f(row['wall_s'], 3)} | {_f(row['audio_s_per_s'])} |"
+        )
+    return [*lines, ""]

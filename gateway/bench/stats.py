@@ -1,0 +1,78 @@
+"""Per-request samples (what the JSON report keeps) and the per-phase summary computed from them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .capacity import in_slo
+from .client import Trace
+from .playback import listen
+
+KEEP_TRACES = False  # set by the CLI's --keep-traces: adds every frame's (arrival, duration) to each sample
+
+
+def to_sample(trace: Trace, t0: float, warmup: bool) -> dict[str, Any]:
+    """A JSON-ready record of one request; times are seconds from the phase start."""
+    heard = listen(trace.chunks)
+    ttfa = trace.ttfa_s
+    sample: dict[str, Any] = {
+        "text_index": trace.text_index,
+        "words": trace.words,
+        "max_audio_ms": trace.max_audio_ms,
+        "scheduled_s": _rel(trace.scheduled, t0),
+        "sent_s": _rel(trace.sent, t0),
+        "ttfa_ms": None if ttfa is None else ttfa * 1e3,
+        "done_s": _rel(trace.done, t0),
+        "audio_s": heard.audio_s,
+        "chunks": len(trace.chunks),
+        "pauses_ms": [p * 1e3 for p in heard.pauses],
+        "total_pause_ms": heard.total_pause_s * 1e3,
+        "max_pause_ms": heard.max_pause_s * 1e3,
+        "in_slo": in_slo(ttfa, heard.total_pause_s, trace.ok),
+        "ok": trace.ok,
+        "error": trace.error,
+        "warmup": warmup,
+        "server_first_audio_ms": trace.server_first_audio_ms,
+    }
+    if trace.server_stalls is not None:
+        sample["server_stalls"] = trace.server_stalls
+    if KEEP_TRACES:
+        sample["trace"] = [[round(t - t0, 6), d] for t, d in trace.chunks]
+    return sample
+
+
+def _rel(t: float | None, t0: float) -> float | None:
+    return None if t is None else round(t - t0, 6)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Statistics over the measured (non-warm-up) samples."""
+    measured = [s for s in samples if not s["warmup"]]
+    ttfa = [s["ttfa_ms"] for s in measured if s["ttfa_ms"] is not None]
+    pauses = [p for s in measured for p in s["pauses_ms"]]
+    n = len(measured)
+    return {
+        "requests": n,
+        "errors": sum(1 for s in measured if not s["ok"]),
+        "in_slo": sum(1 for s in measured if s["in_slo"]),
+        "in_slo_share": (sum(1 for s in measured if s["in_slo"]) / n) if n else None,
+        "ttfa_ms": {f"p{q}": percentile(ttfa, q) for q in (50, 90, 99)} | {"max": max(ttfa, default=None)},
+        "requests_paused": sum(1 for s in measured if s["pauses_ms"]),
+        "underruns": len(pauses),
+        "underrun_total_ms": sum(pauses),
+        "max_pause_ms": max(pauses, default=0.0),
+        "total_pause_ms_p99": percentile([s["total_pause_ms"] for s in measured], 99),
+        "audio_s": sum(s["audio_s"] for s in measured),
+    }
