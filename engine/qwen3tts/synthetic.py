@@ -57,8 +57,12 @@ def source_dirs(like: str, shared: Path | None = None) -> tuple[Path, Path]:
 def tiny_configs(config: dict[str, Any], codec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     config, codec = copy.deepcopy(config), copy.deepcopy(codec)
     talker = config["talker_config"]
+    predictor = talker["code_predictor_config"]
+    equal_widths = predictor["hidden_size"] == talker["hidden_size"]  # 0.6B: no projection tensor at all
     talker.update(TINY_TALKER)
-    talker["code_predictor_config"].update(TINY_PREDICTOR)
+    predictor.update(TINY_PREDICTOR)
+    if equal_widths:
+        predictor["hidden_size"] = talker["hidden_size"]
     if config.get("speaker_encoder_config") is not None:
         # The x-vector is a speaker row of the Talker's width.
         config["speaker_encoder_config"].update(TINY_SPEAKER, enc_dim=talker["hidden_size"])
