@@ -1,0 +1,147 @@
+"""Fixtures for the browser tests: Debian chromium through Playwright, a static server, a real gateway."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+WEB = ROOT / "web"
+PAGES = Path(__file__).resolve().parent / "pages"
+CHROMIUM = os.environ.get("VOXGATE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--autoplay-policy=no-user-gesture-required",
+    # Headless tabs are never hidden, but keep timers and audio at full rate regardless.
+    "--disable-background-timer-throttling",
+    "--disable-renderer-backgrounding",
+    "--disable-backgrounding-occluded-windows",
+]
+ARTIFACTS = Path(os.environ.get("VOXGATE_E2E_ARTIFACTS", ROOT / "out" / "e2e"))
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CHROMIUM} is missing; CI must install Debian chromium (apt-get install chromium)")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium); browser tests skipped")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def browser(chromium: str) -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        # Never a Playwright-downloaded browser: the system chromium only.
+        b = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: object) -> Iterator[object]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})  # type: ignore[attr-defined]
+    pg = context.new_page()
+    pg.errors = []  # type: ignore[attr-defined]
+    pg.on("pageerror", lambda exc: pg.errors.append(str(exc)))  # type: ignore[attr-defined]
+    pg.on("console", lambda msg: msg.type == "error" and pg.errors.append(msg.text))  # type: ignore[attr-defined]
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _StaticHandler(http.server.SimpleHTTPRequestHandler):
+    """web/ at /, e2e/pages/ at /e2e/."""
+
+    def translate_path(self, path: str) -> str:
+        path = path.split("?", 1)[0]
+        if path.startswith("/e2e/"):
+            return str(PAGES / path.removeprefix("/e2e/"))
+        return str(WEB / path.lstrip("/"))
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+_StaticHandler.extensions_map = {**_StaticHandler.extensions_map, ".js": "text/javascript"}
+
+
+@pytest.fixture(scope="session")
+def static_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_StaticHandler))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _voxgate() -> list[str]:
+    exe = Path(sys.executable).parent / "voxgate"
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("voxgate")
+    return [found] if found else [sys.executable, "-m", "voxgate.gateway.cli"]
+
+
+@pytest.fixture(scope="session")
+def gateway() -> Iterator[str]:
+    """A real gateway process with the embedded espeak engine on a free port."""
+    port = free_port()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log = open(ARTIFACTS / "gateway.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [*_voxgate(), "serve", "--engine", "espeak", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"gateway exited with {proc.returncode}; see {ARTIFACTS / 'gateway.log'}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                pytest.fail("gateway did not become healthy in 60 s")
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()

@@ -1,0 +1,315 @@
+// The demo page: controls, the session lifecycle, streaming text in, and the live panel.
+// URL parameters (for tests and debugging): ws=<WebSocket URL>, tap=<seconds of output to record>, record=1
+// (keep every frame and message the worker received), and codec, pacing, target, mode, wps, voice to preset
+// the controls.
+import { BufferPlot } from "./plot.js";
+import { Player } from "./player.js";
+import { C, PROTOCOL, S, WS_PATH } from "./protocol.js";
+
+const SAMPLES = {
+  Greeting: "Hello! This is voxgate, streaming speech to your browser while the words are still arriving.",
+  Passage:
+    "The lighthouse keeper climbed the spiral stairs every evening at dusk. From the top he could see the " +
+    "fishing boats returning, their lamps swaying like fireflies over the dark water. He wrote the weather in " +
+    "a small notebook, the wind, the clouds, the colour of the sea, and he never missed a single day. In " +
+    "forty years the light had not gone out once.",
+  Numbers: "Your order 4417 ships on Friday at 3.30 pm; the total is 28 dollars and 15 cents. Anything else?",
+};
+
+const params = new URLSearchParams(location.search);
+const $ = (id) => document.getElementById(id);
+const now = () => performance.timeOrigin + performance.now();
+const canOpus = typeof AudioDecoder !== "undefined";
+
+/** Everything the page knows, exposed as window.voxgate.state for tests and curious people. */
+const state = {
+  connected: false,
+  session: null,
+  contexts: {}, // id -> {speakAt, started, done, cancelled, firstAudioMs}
+  current: null,
+  events: [], // worklet events: {kind, pts, tap_index, t}
+  serverStalls: [],
+  cancels: [], // worklet cancel acks {played_pts, cancel_pts}
+  errors: [],
+  report: null,
+  stats: null,
+  targetMs: 150,
+  firstAudioMs: null,
+  counts: {},
+};
+
+const plot = new BufferPlot($("plot"));
+const player = new Player(onWorker);
+let sessionKey = null;
+let sessionWait = null;
+let t0 = now();
+let nextId = 0;
+let streamTimer = null;
+let requestSeq = 0;
+const requests = new Map();
+
+function log(text) {
+  const li = document.createElement("li");
+  li.textContent = `${((now() - t0) / 1000).toFixed(2)}s  ${text}`;
+  const ol = $("log");
+  ol.prepend(li);
+  while (ol.children.length > 200) ol.lastChild.remove();
+}
+
+async function loadVoices() {
+  const res = await fetch("/v1/voices");
+  const body = await res.json();
+  const sel = $("voice");
+  sel.replaceChildren();
+  for (const v of body.voices) {
+    const opt = new Option(v.name && v.name !== v.id ? `${v.name} (${v.id})` : v.id, v.id);
+    opt.dataset.languages = JSON.stringify(v.languages || []);
+    if (v.description) opt.title = v.description;
+    sel.append(opt);
+  }
+  sel.value = params.get("voice") || body.default || (body.voices[0] && body.voices[0].id);
+  fillLanguages();
+}
+
+function fillLanguages() {
+  const opt = $("voice").selectedOptions[0];
+  const langs = opt ? JSON.parse(opt.dataset.languages) : [];
+  $("language").replaceChildren(new Option("auto", "auto"), ...langs.map((l) => new Option(l, l)));
+}
+
+function controls() {
+  return {
+    codec: $("codec").value,
+    pacing: $("pacing").value,
+    target: Number($("target").value) || 150,
+    mode: $("mode").value,
+    wps: Math.max(1, Number($("wps").value) || 20),
+    voice: $("voice").value,
+    language: $("language").value,
+    instruct: $("instruct").value.trim(),
+    text: $("text").value,
+  };
+}
+
+function wsUrl() {
+  if (params.get("ws")) return params.get("ws");
+  return `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${WS_PATH}`;
+}
+
+function ensureSession(cfg, sampleRate) {
+  const key = `${cfg.codec}|${cfg.pacing}|${cfg.target}`;
+  if (state.connected && sessionKey === key && sessionWait) return sessionWait;
+  sessionKey = key;
+  state.connected = false;
+  sessionWait = new Promise((resolve, reject) => {
+    state.onStarted = resolve;
+    state.onFailed = reject;
+  });
+  const start = {
+    type: C.SESSION_START,
+    protocol: PROTOCOL,
+    audio: cfg.codec === "opus" ? { codec: "opus" } : { codec: cfg.codec, sample_rate: sampleRate },
+    pacing: { mode: cfg.pacing, target_buffer_ms: cfg.target },
+    feedback_interval_ms: 50,
+    metrics_interval_ms: 250,
+  };
+  t0 = now();
+  plot.clear();
+  player.post({ type: "connect", url: wsUrl(), start, tapSeconds: Number(params.get("tap")) || 0,
+                record: params.get("record") === "1" });
+  return sessionWait;
+}
+
+async function speak() {
+  const cfg = controls();
+  if (!cfg.text.trim()) return;
+  const sampleRate = cfg.codec === "opus" ? 48000 : 24000;
+  const audioReady = player.ensureAudio(sampleRate); // synchronously, inside the click: the gesture unlocks audio
+  const speakAt = now();
+  const id = `ctx-${++nextId}`;
+  state.current = id;
+  state.contexts[id] = { speakAt, firstAudioMs: null };
+  state.firstAudioMs = null;
+  $("stop").disabled = false;
+  try {
+    await audioReady;
+    await ensureSession(cfg, sampleRate);
+  } catch (err) {
+    $("note").textContent = String(err.message || err);
+    return;
+  }
+  const open = { type: C.CONTEXT_OPEN, context_id: id, voice: cfg.voice || undefined };
+  if (cfg.language && cfg.language !== "auto") open.language = cfg.language;
+  if (cfg.instruct) open.instruct = cfg.instruct;
+  send(open);
+  plot.mark((now() - t0) / 1000, "start");
+  log(`speak ${id}: ${cfg.mode === "words" ? `${cfg.wps} words/s` : "all at once"}, ${cfg.codec}, ${cfg.pacing}`);
+  if (cfg.mode === "all") {
+    send({ type: C.TEXT_APPEND, context_id: id, text: cfg.text });
+    send({ type: C.CONTEXT_END, context_id: id });
+    return;
+  }
+  const words = cfg.text.match(/\S+\s*/g) || [];
+  let i = 0;
+  const step = () => {
+    if (state.current !== id) return;
+    send({ type: C.TEXT_APPEND, context_id: id, text: words[i++] });
+    if (i < words.length) streamTimer = setTimeout(step, 1000 / cfg.wps);
+    else send({ type: C.CONTEXT_END, context_id: id });
+  };
+  step();
+}
+
+function stop() {
+  clearTimeout(streamTimer);
+  state.current = null;
+  player.post({ type: "stop" });
+  plot.mark((now() - t0) / 1000, "cancel", { label: "stop" });
+  log("stop (barge-in)");
+}
+
+function send(msg) {
+  player.post({ type: "send", msg });
+}
+
+function onWorker(m) {
+  if (m.type === "report") onReport(m.report, m.stats);
+  else if (m.type === "server") onServer(m.msg);
+  else if (m.type === "event") onEvent(m.event, m.t);
+  else if (m.type === "cancelled") state.cancels.push(m);
+  else if (m.type === "closed" || m.type === "socket-error") {
+    state.connected = false;
+    sessionKey = null;
+    $("conn").textContent = m.type === "closed" ? `closed ${m.code}` : "socket error";
+    $("conn").classList.remove("on");
+    if (state.onFailed) state.onFailed(new Error(`connection ${m.type} ${m.code || ""} ${m.reason || ""}`));
+    log(`${m.type} ${m.code || ""} ${m.reason || ""}`);
+  } else if (m.type === "decoder-error") {
+    state.errors.push(m);
+    log(`decoder error: ${m.message}`);
+  } else if (m.type === "tap" || m.type === "record") {
+    const resolve = requests.get(m.id);
+    requests.delete(m.id);
+    if (resolve) resolve(m);
+  }
+}
+
+function onServer(msg) {
+  state.counts[msg.type] = (state.counts[msg.type] || 0) + 1;
+  const c = state.contexts[msg.context_id];
+  if (msg.type === S.SESSION_STARTED) {
+    state.session = msg;
+    state.connected = true;
+    state.targetMs = msg.pacing.target_buffer_ms;
+    $("conn").textContent = `${msg.engine} · ${msg.audio.codec} ${msg.audio.sample_rate / 1000} kHz`;
+    $("conn").classList.add("on");
+    log(`session ${msg.session_id} (${msg.engine}, ${msg.pacing.mode}, target ${msg.pacing.target_buffer_ms} ms)`);
+    state.onFailed = null;
+    state.onStarted(msg);
+  } else if (msg.type === S.CONTEXT_STARTED && c) {
+    c.started = msg;
+  } else if (msg.type === S.CONTEXT_DONE && c) {
+    c.done = msg;
+    $("s-first-server").textContent = `${Math.round(msg.timing.first_audio_ms)} ms`;
+    log(`done ${msg.context_id}: ${(msg.usage.audio_ms / 1000).toFixed(1)} s audio, stalls ${msg.stalls.events}`);
+    if (state.current === msg.context_id) $("stop").disabled = true;
+  } else if (msg.type === S.CONTEXT_CANCELLED && c) {
+    c.cancelled = msg;
+    log(`cancelled ${msg.context_id} at pts ${msg.cancel_pts}, dropped ${msg.dropped_samples} samples`);
+  } else if (msg.type === S.STALL) {
+    state.serverStalls.push(msg);
+    plot.mark((now() - t0) / 1000, "stall", { label: msg.cause });
+    log(`stall ${Math.round(msg.duration_ms)} ms in ${msg.context_id}: ${msg.cause}`);
+  } else if (msg.type === S.METRICS) {
+    state.targetMs = msg.target_ms;
+  } else if (msg.type === S.ERROR || msg.type === S.WARNING) {
+    state.errors.push(msg);
+    log(`${msg.type} ${msg.code}: ${msg.message}`);
+    if (msg.type === S.ERROR && state.onFailed && !state.connected) state.onFailed(new Error(msg.message));
+  }
+}
+
+function onEvent(ev, t) {
+  state.events.push({ ...ev, t });
+  const c = state.current && state.contexts[state.current];
+  if (ev.kind === "start" && c && c.firstAudioMs === null) {
+    c.firstAudioMs = t - c.speakAt;
+    state.firstAudioMs = c.firstAudioMs;
+    $("s-first").textContent = `${Math.round(c.firstAudioMs)} ms`;
+  }
+  if (ev.kind === "stall") plot.mark((t - t0) / 1000, "stall");
+}
+
+function onReport(r, stats) {
+  state.report = r;
+  state.stats = stats;
+  const rate = state.session ? state.session.audio.sample_rate : 24000;
+  const bufferMs = (r.buffered_samples / rate) * 1000;
+  plot.add((now() - t0) / 1000, bufferMs, state.targetMs);
+  $("s-buffer").textContent = `${Math.round(bufferMs)} / ${Math.round(state.targetMs)} ms`;
+  $("s-state").textContent = r.state;
+  $("s-played").textContent = `${(r.played_pts / rate).toFixed(1)} s`;
+  const u = r.underruns;
+  $("s-stalls").textContent = `${u.events} · max ${Math.round(u.max_gap_ms)} ms`;
+  const causes = {};
+  for (const s of state.serverStalls) causes[s.cause] = (causes[s.cause] || 0) + 1;
+  $("s-causes").textContent = Object.entries(causes).map(([k, v]) => `${k} ${v}`).join(", ") || "none";
+  $("s-bytes").textContent = `${(stats.bytes / 1024).toFixed(0)} KiB · ${stats.frames} frames`;
+}
+
+function request(type) {
+  const id = ++requestSeq;
+  return new Promise((resolve) => {
+    requests.set(id, resolve);
+    player.post({ type, id });
+  });
+}
+
+function b64(bytes) {
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+
+function init() {
+  for (const [name, text] of Object.entries(SAMPLES)) {
+    const b = document.createElement("button");
+    b.textContent = name;
+    b.onclick = () => ($("text").value = text);
+    $("samples").append(b);
+  }
+  $("text").value = SAMPLES.Greeting;
+  if (!canOpus) {
+    $("codec").querySelector('option[value="opus"]').disabled = true;
+    $("note").textContent = "WebCodecs AudioDecoder is missing here: PCM only.";
+  }
+  for (const k of ["codec", "pacing", "target", "mode", "wps"]) if (params.get(k)) $(k).value = params.get(k);
+  if ($("codec").value === "opus" && !canOpus) $("codec").value = "pcm_s16le";
+  $("voice").onchange = fillLanguages;
+  $("speak").onclick = speak;
+  $("stop").onclick = stop;
+  plot.render();
+  return loadVoices().catch((err) => {
+    $("note").textContent = `could not load voices: ${err}`;
+  });
+}
+
+window.voxgate = {
+  state,
+  ready: init(),
+  samples: SAMPLES,
+  /** The worklet's tap: exactly what it output, as base64 float32 LE, plus its events. */
+  async tap() {
+    const m = await request("tap");
+    return { b64: b64(new Uint8Array(m.samples.buffer)), sampleRate: m.sampleRate, events: state.events };
+  },
+  /** What the worker received (with ?record=1): frame headers, payloads (base64) and server messages. */
+  async record() {
+    const m = await request("record");
+    return {
+      frames: m.record.frames.map((f) => ({ ...f.hdr, payload: b64(f.payload) })),
+      messages: m.record.messages,
+      stats: m.stats,
+    };
+  },
+};
