@@ -87,7 +87,7 @@ class _StaticHandler(http.server.SimpleHTTPRequestHandler):
             return str(PAGES / path.removeprefix("/e2e/"))
         return str(WEB / path.lstrip("/"))
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -122,7 +122,9 @@ def gateway() -> Iterator[str]:
     log = open(ARTIFACTS / "gateway.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [*_voxgate(), "serve", "--engine", "espeak", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
     )
     base = f"http://127.0.0.1:{port}"
     try:
