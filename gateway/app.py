@@ -1,0 +1,49 @@
+"""The Starlette app: routes, and a lifespan that starts and stops the engine."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from voxgate.engine.base import Engine
+
+from . import http_api
+from .config import GatewayConfig
+from .state import GatewayState
+from .ws import tts_websocket
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+log = logging.getLogger("voxgate")
+
+
+def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette:
+    config = config or GatewayConfig()
+    state = GatewayState(engine, config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        log.info("starting engine %s", engine.name)
+        await engine.start()
+        log.info("engine %s ready", engine.name)
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    routes = [
+        WebSocketRoute("/v1/tts/ws", tts_websocket),
+        Route("/v1/audio/speech", http_api.speech, methods=["POST"]),
+        Route("/v1/voices", http_api.voices),
+        Route("/health", http_api.health),
+        Route("/metrics", http_api.metrics),
+    ]
+    if config.serve_demo and WEB_DIR.is_dir():
+        routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"))
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.voxgate = state
+    return app

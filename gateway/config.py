@@ -1,0 +1,107 @@
+"""Gateway configuration: typed, validated dataclasses loaded from TOML presets in configs/."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+@dataclass(slots=True)
+class Limits:
+    """Per-session limits, announced in `session.started.limits` and enforced."""
+
+    max_contexts: int = 8
+    max_message_bytes: int = 65_536
+    max_text_chars: int = 10_000
+    max_buffered_text_chars: int = 50_000
+    max_context_audio_s: float = 600.0
+    max_messages_per_s: float = 200.0
+    idle_timeout_s: float = 60.0
+    max_session_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) <= 0:
+                raise ValueError(f"limits.{f.name} must be positive")
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(slots=True)
+class PacingDefaults:
+    mode: str = "client_clock"
+    target_buffer_ms: int = 150
+    max_buffer_ms: int = 1000
+    feedback_interval_ms: int = 50
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("client_clock", "asap", "realtime"):
+            raise ValueError(f"pacing.mode must be client_clock, asap or realtime, not {self.mode!r}")
+        if not 0 < self.target_buffer_ms <= self.max_buffer_ms <= 10_000:
+            raise ValueError("pacing needs 0 < target_buffer_ms <= max_buffer_ms <= 10000")
+
+
+@dataclass(slots=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    engine: str = "espeak"
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    max_sessions: int = 256
+    auth_tokens: list[str] = field(default_factory=list)  # empty: no auth
+    writer_queue_frames: int = 64  # per socket; the brake for slow readers
+    serve_demo: bool = True
+    limits: Limits = field(default_factory=Limits)
+    pacing: PacingDefaults = field(default_factory=PacingDefaults)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError("port must be within 0..65535")
+        if self.max_sessions <= 0 or self.writer_queue_frames <= 0:
+            raise ValueError("max_sessions and writer_queue_frames must be positive")
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValueError(f"unknown key(s) in {where}: {', '.join(unknown)}")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        nested = {"limits": Limits, "pacing": PacingDefaults}.get(name) if cls is GatewayConfig else None
+        if nested is not None:
+            if not isinstance(value, dict):
+                raise ValueError(f"{where}.{name} must be a table")
+            value = _build(nested, value, f"{where}.{name}")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict[str, Any], where: str = "config") -> GatewayConfig:
+    return _build(GatewayConfig, data, where)
+
+
+def load_config(path_or_preset: str | Path | None = None, **overrides: Any) -> GatewayConfig:
+    """Load a TOML file, or a preset by exact name from configs/ (`default`, `dev`, ...), then apply overrides."""
+    data: dict[str, Any] = {}
+    if path_or_preset is not None:
+        path = Path(path_or_preset)
+        if not path.exists():
+            preset = CONFIG_DIR / f"{path_or_preset}.toml"
+            if not preset.exists():
+                names = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+                raise FileNotFoundError(f"no config file {str(path)!r} and no preset of that name (presets: {names})")
+            path = preset
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+        where = str(path)
+    else:
+        where = "config"
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return config_from_dict(data, where)

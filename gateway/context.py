@@ -1,0 +1,179 @@
+"""One context (a turn): its text segments, the producer task that synthesizes them, and its ready frames."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from voxgate.engine.base import SAMPLE_RATE, Engine, EngineError, SynthesisRequest
+
+from .audio import EncodedFrame, FrameEncoder
+from .stalls import StallStats
+from .textsplit import TextSegmenter
+
+log = logging.getLogger("voxgate.context")
+
+
+class ContextState(enum.Enum):
+    OPEN = "open"  # text may still arrive
+    ENDING = "ending"  # context.end received; speaking what is left
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+@dataclass(slots=True)
+class ReadyFrame:
+    frame: EncodedFrame
+    ready_at: float
+
+
+@dataclass(slots=True)
+class FlushMark:
+    flush_id: str | int
+
+
+@dataclass(slots=True)
+class _Segment:
+    text: str
+
+
+@dataclass(slots=True)
+class _Cut:
+    flush_id: str | int | None  # None: the context's end
+
+
+@dataclass
+class Context:
+    context_id: str
+    ctx: int  # the numeric handle in binary frames
+    track: int
+    voice: str | None
+    language: str | None
+    instruct: str | None
+    budget_samples: int  # 24 kHz samples this context may produce (the runaway guard)
+    budget_from_client: bool
+    encoder: FrameEncoder
+    state: ContextState = ContextState.OPEN
+    segmenter: TextSegmenter = field(default_factory=TextSegmenter)
+    frames: deque[ReadyFrame | FlushMark] = field(default_factory=deque)
+    produced_all: bool = False  # the producer has queued the final frame (or was stopped)
+    started: bool = False  # context.started was queued; start_pts is set
+    start_pts: int = 0
+    sent_samples: int = 0  # samples handed to the writer (timeline samples)
+    produced_samples: int = 0  # 24 kHz samples synthesized
+    chars: int = 0
+    speakable_at: float | None = None
+    first_written_at: float | None = None
+    stalls: StallStats = field(default_factory=StallStats)
+    failed_segments: int = 0
+    _segments: asyncio.Queue = field(default_factory=asyncio.Queue)
+    producer: asyncio.Task | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.state is ContextState.CANCELLED
+
+    @property
+    def active(self) -> bool:
+        return self.state in (ContextState.OPEN, ContextState.ENDING)
+
+    @property
+    def end_pts(self) -> int:
+        return self.start_pts + self.sent_samples
+
+    @property
+    def ready_samples(self) -> int:
+        return sum(f.frame.samples for f in self.frames if isinstance(f, ReadyFrame))
+
+    def first_audio_ms(self) -> float | None:
+        if self.first_written_at is None or self.speakable_at is None:
+            return None
+        return round((self.first_written_at - self.speakable_at) * 1000, 3)
+
+    # ---- text in (called by the session, synchronously) -----------------------------------------------------
+
+    def _enqueue(self, segments: list[str]) -> None:
+        for text in segments:
+            if self.speakable_at is None:
+                self.speakable_at = time.monotonic()
+            self._segments.put_nowait(_Segment(text))
+
+    def append_text(self, text: str) -> None:
+        self.chars += len(text)
+        self._enqueue(self.segmenter.append(text))
+
+    def flush(self, flush_id: str | int) -> None:
+        self._enqueue(self.segmenter.flush())
+        if self.speakable_at is None:
+            self.speakable_at = time.monotonic()
+        self._segments.put_nowait(_Cut(flush_id))
+
+    def end(self) -> None:
+        self._enqueue(self.segmenter.flush())
+        if self.speakable_at is None:
+            self.speakable_at = time.monotonic()
+        self.state = ContextState.ENDING
+        self._segments.put_nowait(_Cut(None))
+
+    # ---- synthesis (the producer task) ------------------------------------------------------------------------
+
+    async def produce(self, engine: Engine, wake: Callable[[], None],
+                      report: Callable[[str, str, str], None]) -> None:
+        """Synthesize segments in order until the end mark; push frames and wake the track's sender.
+
+        `report(kind, code, message)` sends a warning or error about this context to the client.
+        """
+        while True:
+            item = await self._segments.get()
+            if isinstance(item, _Cut):
+                self._push(self.encoder.cut())
+                if item.flush_id is not None:
+                    self.frames.append(FlushMark(item.flush_id))
+                    wake()
+                    continue
+                self.produced_all = True
+                wake()
+                return
+            remaining = self.budget_samples - self.produced_samples
+            if remaining <= 0:
+                continue  # budget spent: the rest is dropped (reported once, when it ran out)
+            request = SynthesisRequest(item.text, self.voice, self.language, self.instruct,
+                                       max_audio_ms=max(1, remaining * 1000 // SAMPLE_RATE))
+            try:
+                stream = engine.open_stream(request)
+            except EngineError as exc:
+                self.failed_segments += 1
+                report("error", exc.code, exc.message)
+                continue
+            try:
+                async for chunk in stream:
+                    chunk = chunk[: self.budget_samples - self.produced_samples]
+                    self.produced_samples += len(chunk)
+                    self._push(self.encoder.push(np.ascontiguousarray(chunk, dtype=np.int16)))
+                    wake()
+                    if self.produced_samples >= self.budget_samples:
+                        if not self.budget_from_client:
+                            report("warning", "audio_limit",
+                                   "context reached limits.max_context_audio_s; the rest of its text is dropped")
+                        break
+            except EngineError as exc:
+                self.failed_segments += 1
+                report("error", exc.code, exc.message)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # an engine bug must not take the session down
+                log.exception("engine failed on context %s", self.context_id)
+                self.failed_segments += 1
+                report("error", "synthesis_failed", f"synthesis failed: {type(exc).__name__}")
+            finally:
+                stream.cancel()
+
+    def _push(self, frames: list[EncodedFrame]) -> None:
+        now = time.monotonic()
+        self.frames.extend(ReadyFrame(f, now) for f in frames)

@@ -1,0 +1,38 @@
+"""Prometheus metrics, one registry per app (so several apps in one process, as in tests, stay separate)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
+_STALL_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+class GatewayMetrics:
+    def __init__(self, queue_depth: Callable[[], float]) -> None:
+        r = self.registry = CollectorRegistry()
+        self.sessions = Gauge("voxgate_sessions_open", "WebSocket sessions open now", registry=r)
+        self.sessions_total = Counter("voxgate_sessions_accepted", "WebSocket sessions accepted", registry=r)
+        self.contexts_active = Gauge("voxgate_contexts_active", "Contexts speaking or waiting to speak", registry=r)
+        self.contexts_total = Counter("voxgate_contexts_total", "Contexts finished, by outcome", ["outcome"],
+                                      registry=r)
+        self.first_audio = Histogram("voxgate_first_audio_seconds", "Time from speakable text to first audio",
+                                     ["endpoint"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.stall_events = Counter("voxgate_stall_events_total", "Stalls reported by clients, by cause", ["cause"],
+                                    registry=r)
+        self.stall_seconds = Histogram("voxgate_stall_seconds", "Duration of reported stalls", ["cause"],
+                                       buckets=_STALL_BUCKETS, registry=r)
+        self.bytes_out = Counter("voxgate_audio_bytes_out_total", "Audio bytes sent", ["endpoint"], registry=r)
+        self.audio_seconds = Counter("voxgate_audio_seconds_out_total", "Audio seconds sent", ["endpoint"],
+                                     registry=r)
+        self.errors = Counter("voxgate_errors_total", "Errors sent to clients, by code", ["code"], registry=r)
+        self.http_requests = Counter("voxgate_speech_requests_total", "POST /v1/audio/speech requests, by status",
+                                     ["status"], registry=r)
+        depth = Gauge("voxgate_engine_queue_depth", "Requests admitted by the engine, not yet producing audio",
+                      registry=r)
+        depth.set_function(queue_depth)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

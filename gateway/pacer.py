@@ -1,0 +1,93 @@
+"""Pacing of one track: how much audio may be sent now, from the client's reported playback position."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+STALE_REPORTS = 4  # reports missed before the estimate runs on the wall clock alone
+TARGET_STEP_MS = 50  # target growth after a stall the server could have prevented
+
+
+@dataclass(slots=True)
+class PlaybackReport:
+    played_pts: int
+    buffered_samples: int
+    received_at: float
+
+
+class Pacer:
+    """Estimates the listener's position; `allowance()` says how many samples may be sent now.
+
+    `client_clock`: played = last report + elapsed x rate while the player is advancing, never past sent.
+    `realtime`: the same with no reports: a 1x clock from the first frame, paused while nothing was sent.
+    `asap`: no limit.
+    """
+
+    def __init__(self, mode: str, rate: int, target_ms: float, max_ms: float, feedback_interval_ms: float,
+                 clock=time.monotonic) -> None:
+        self.mode = mode
+        self.rate = rate
+        self.target_ms = float(target_ms)
+        self.max_ms = float(max_ms)
+        self.feedback_interval_s = feedback_interval_ms / 1000
+        self.clock = clock
+        self.sent_pts = 0
+        self._last: PlaybackReport | None = None
+        self._advancing = False
+        self._anchor_pts = 0  # realtime mode: the pts and time the wall clock runs from
+        self._anchor_t: float | None = None
+
+    @property
+    def target_samples(self) -> int:
+        return int(self.target_ms * self.rate / 1000)
+
+    def on_report(self, played_pts: int, buffered_samples: int) -> None:
+        played_pts = min(played_pts, self.sent_pts)
+        prev = self._last
+        self._advancing = buffered_samples > 0 or (prev is not None and played_pts > prev.played_pts)
+        self._last = PlaybackReport(played_pts, buffered_samples, self.clock())
+
+    def on_sent(self, samples: int) -> None:
+        if self.mode == "realtime" and (self._anchor_t is None or self.estimated_played() >= self.sent_pts):
+            # The listener ran dry (or this is the first frame): the clock restarts at this frame.
+            self._anchor_pts, self._anchor_t = self.sent_pts, self.clock()
+        self.sent_pts += samples
+
+    def grow_target(self) -> None:
+        self.target_ms = min(self.max_ms, self.target_ms + TARGET_STEP_MS)
+
+    def estimated_played(self) -> int:
+        now = self.clock()
+        if self.mode == "realtime":
+            if self._anchor_t is None:
+                return self.sent_pts
+            return min(self.sent_pts, self._anchor_pts + int((now - self._anchor_t) * self.rate))
+        last = self._last
+        if last is None:
+            return 0 if self.sent_pts == 0 else self._wall_clock_estimate(now)
+        elapsed = now - last.received_at
+        stale = elapsed > STALE_REPORTS * self.feedback_interval_s
+        if not (self._advancing or stale):
+            return last.played_pts
+        return min(self.sent_pts, last.played_pts + int(elapsed * self.rate))
+
+    def _wall_clock_estimate(self, now: float) -> int:
+        # Before the first report: assume playback began when the first frame went out.
+        if self._anchor_t is None:
+            self._anchor_t = now
+        return min(self.sent_pts, int((now - self._anchor_t) * self.rate))
+
+    def buffered(self) -> int:
+        return self.sent_pts - self.estimated_played()
+
+    def allowance(self) -> int | None:
+        """Samples that may be sent now (None: unlimited)."""
+        if self.mode == "asap":
+            return None
+        return max(0, self.target_samples - self.buffered())
+
+    def seconds_until_allowed(self, samples: int) -> float:
+        """How long until `samples` more may be sent, assuming playback continues at 1x."""
+        missing = samples - (self.allowance() or 0)
+        return max(0.001, missing / self.rate) if missing > 0 else 0.0

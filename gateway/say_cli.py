@@ -1,0 +1,64 @@
+"""`voxgate say "text" -o out.wav`: speak through a running gateway, like a listener would, and report."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import wave
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("text", help="what to say ('-' reads standard input)")
+    parser.add_argument("-o", "--output", default="out.wav", help="WAV file to write (default out.wav)")
+    parser.add_argument("--url", default="ws://127.0.0.1:8000/v1/tts/ws", help="the gateway's WebSocket URL")
+    parser.add_argument("--voice", help="voice id (GET /v1/voices)")
+    parser.add_argument("--language", help="language, e.g. english (engine-specific)")
+    parser.add_argument("--instruct", help="style instruction (engines that take one)")
+    parser.add_argument("--codec", default="pcm_s16le", choices=["pcm_s16le", "opus", "mulaw"])
+    parser.add_argument("--pacing", default="client_clock", choices=["client_clock", "asap", "realtime"])
+    parser.add_argument("--target-buffer-ms", type=int, default=150)
+    parser.add_argument("--stream-words", type=int, default=0,
+                        help="send the text N words a message, as an LLM would (0: all at once)")
+    parser.add_argument("--token", help="auth token, if the server requires one")
+
+
+def run(args: argparse.Namespace) -> int:
+
+    text = sys.stdin.read() if args.text == "-" else args.text
+    try:
+        return asyncio.run(_say(args, text))
+    except OSError as exc:
+        print(f"voxgate say: cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _say(args: argparse.Namespace, text: str) -> int:
+    from .client import VoxgateClient
+
+    async with VoxgateClient(args.url, codec=args.codec, pacing=args.pacing, target_buffer_ms=args.target_buffer_ms,
+                             voice=args.voice, language=args.language, token=args.token) as client:
+        fields = {"instruct": args.instruct} if args.instruct else {}
+        result = await client.speak("say", text, words_per_message=args.stream_words or None, **fields)
+        # Let the simulated player finish what is buffered so stalls at the tail are counted too.
+        await asyncio.sleep(client.player.buffered() / client.rate + 0.1)
+        errors = list(client.errors)
+    for err in errors:
+        print(f"{err['type']}: {err['code']}: {err['message']}", file=sys.stderr)
+    done = result.event("context.done")
+    if done is None:
+        print("no context.done received", file=sys.stderr)
+        return 1
+    audio = result.audio
+    with wave.open(args.output, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(client.rate)
+        out.writeframes(audio.astype("<i2").tobytes())
+    stalls = client.player.stalls
+    over = [s for s in stalls if s.duration_s > 0.010]
+    print(f"wrote {args.output}: {len(audio) / client.rate:.2f} s of audio at {client.rate} Hz")
+    print(f"first audio: {result.first_audio_ms:.1f} ms (client), {done['timing']['first_audio_ms']} ms (server)")
+    print(f"stalls: {len(stalls)} ({len(over)} over 10 ms, longest "
+          f"{max((s.duration_s for s in stalls), default=0) * 1000:.1f} ms); server saw {done['stalls']['events']}")
+    return 0

@@ -1,0 +1,34 @@
+"""What the app holds for all sessions: the engine, the config, the metrics, the session count."""
+
+from __future__ import annotations
+
+import hmac
+
+from voxgate.engine.base import Engine
+
+from .config import GatewayConfig
+from .metrics import GatewayMetrics
+
+
+class GatewayState:
+    def __init__(self, engine: Engine, config: GatewayConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.metrics = GatewayMetrics(lambda: float(engine.queue_depth))
+        self.sessions = 0
+
+    def authorized(self, token: str | None) -> bool:
+        if not self.config.auth_tokens:
+            return True
+        if token is None:
+            return False
+        return any(hmac.compare_digest(token, allowed) for allowed in self.config.auth_tokens)
+
+    def session_opened(self) -> None:
+        self.sessions += 1
+        self.metrics.sessions.set(self.sessions)
+        self.metrics.sessions_total.inc()
+
+    def session_closed(self) -> None:
+        self.sessions -= 1
+        self.metrics.sessions.set(self.sessions)
