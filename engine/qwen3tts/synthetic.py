@@ -90,6 +90,8 @@ def _init(name: str, shape: tuple[int, ...], layers: int, gen: torch.Generator, 
     std = (shape[1] * (shape[2] if len(shape) > 2 else 1)) ** -0.5
     if leaf == "weight" and any(s in name for s in ("o_proj", "down_proj", "conv2.conv")):
         std /= (2 * layers) ** 0.5  # residual branch outputs
+    if len(shape) == 3 and shape[0] == 1:
+        std *= 0.2  # the codec's last conv: keep most samples inside the final [-1, 1] clamp
     return x * std
 
 
