@@ -131,7 +131,7 @@ class SessionStart(Message):
         if self.protocol != PROTOCOL:
             raise invalid(f"protocol must be {PROTOCOL!r}")
         _check_keys(self.audio, "audio", {"codec": (str,), "sample_rate": (int,), "frame_ms": (int,),
-                                          "channels": (int,)})
+                                          "channels": (int,), "bitrate": (int,)})
         _check_keys(self.pacing, "pacing", {"mode": (str,), "target_buffer_ms": (int, float),
                                             "max_buffer_ms": (int, float)})
         _check_keys(self.defaults, "defaults", {"voice": (str, type(None)), "language": (str, type(None)),

@@ -254,21 +254,22 @@ class Session:
     def _cancel(self, context: Context, played_pts: int | None) -> None:
         track = self.tracks[context.track]
         dropped = context.ready_samples + context.encoder.pending_samples
+        visible = context.started
         if context.started:
             # Frames still queued in the writer are withdrawn, so the timeline stays contiguous.
-            withdrawn = self.writer.withdraw(context)
+            withdrawn, started_withdrawn = self.writer.withdraw(context)
             if track.inflight is not None and track.inflight.owner is context:
                 withdrawn += track.inflight.header.samples  # the sender is waiting to queue it; it never will
             dropped += withdrawn
             context.sent_samples -= withdrawn
-            if track.queue and track.queue[0] is context:
-                track.pts -= withdrawn
-                track.pacer.sent_pts -= withdrawn
-                track.log.rewind(track.pts)
-        cancel_pts = context.end_pts if context.started else None
+            track.pts -= withdrawn
+            track.pacer.sent_pts -= withdrawn
+            track.log.rewind(track.pts)
+            visible = not started_withdrawn
         self._stop(context, ContextState.CANCELLED, outcome="cancelled")
-        if played_pts is None:
-            played_pts = min(track.pacer.estimated_played(), context.end_pts) if context.started else None
+        cancel_pts = context.end_pts if visible else None
+        if played_pts is None and visible:
+            played_pts = min(track.pacer.estimated_played(), context.end_pts)
         self.writer.put_urgent({"type": "context.cancelled", "context_id": context.context_id, "ctx": context.ctx,
                                 "cancel_pts": cancel_pts, "played_pts": played_pts, "dropped_samples": dropped})
 
@@ -308,11 +309,12 @@ class Session:
                 context.started, context.start_pts = True, track.pts
                 track.played.append(context)
                 self.writer.put_event({"type": "context.started", "context_id": context.context_id,
-                                       "ctx": context.ctx, "track": track.number, "start_pts": context.start_pts})
+                                       "ctx": context.ctx, "track": track.number, "start_pts": context.start_pts},
+                                      context)
             if context.frames and isinstance(context.frames[0], FlushMark):
                 mark = context.frames.popleft()
                 self.writer.put_event({"type": "flushed", "context_id": context.context_id,
-                                       "flush_id": mark.flush_id, "end_pts": context.end_pts})
+                                       "flush_id": mark.flush_id, "end_pts": context.end_pts}, context)
                 continue
             if context.frames:
                 allowance = track.pacer.allowance()

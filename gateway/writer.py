@@ -25,13 +25,19 @@ class OutFrame:
 JsonItem = dict[str, Any] | Callable[[], dict[str, Any] | None]  # a callable is evaluated at write time
 
 
+@dataclass(slots=True)
+class OutEvent:
+    owner: Any  # the Context the event belongs to (withdrawn with its frames on cancel), or None
+    item: JsonItem
+
+
 class SocketWriter:
     def __init__(self, send_bytes: Callable[[bytes], Awaitable[None]], send_text: Callable[[str], Awaitable[None]],
                  max_frames: int, on_frame_written: Callable[[OutFrame, float], None]) -> None:
         self._send_bytes = send_bytes
         self._send_text = send_text
         self._max = max_frames
-        self._ordered: deque[OutFrame | JsonItem] = deque()
+        self._ordered: deque[OutFrame | OutEvent] = deque()
         self._urgent: deque[JsonItem] = deque()
         self._ready = asyncio.Event()
         self._space = asyncio.Event()
@@ -51,27 +57,34 @@ class SocketWriter:
         self._ready.set()
         return True
 
-    def put_event(self, item: JsonItem) -> None:
+    def put_event(self, item: JsonItem, owner: Any = None) -> None:
         """An event ordered after everything queued before it (context.started, flushed, context.done)."""
-        self._ordered.append(item)
+        self._ordered.append(OutEvent(owner, item))
         self._ready.set()
 
     def put_urgent(self, item: JsonItem) -> None:
         self._urgent.append(item)
         self._ready.set()
 
-    def withdraw(self, owner: Any) -> int:
-        """Remove the queued frames of a cancelled context; returns their samples."""
-        kept: deque[OutFrame | JsonItem] = deque()
+    def withdraw(self, owner: Any) -> tuple[int, bool]:
+        """Remove the queued frames and events of a cancelled context.
+
+        Returns the withdrawn frames' samples, and whether its `context.started` was among them (then the
+        client never learned that the context started).
+        """
+        kept: deque[OutFrame | OutEvent] = deque()
         samples = 0
+        started_withdrawn = False
         for item in self._ordered:
-            if isinstance(item, OutFrame) and item.owner is owner:
-                samples += item.header.samples
-            else:
+            if item.owner is not owner:
                 kept.append(item)
+            elif isinstance(item, OutFrame):
+                samples += item.header.samples
+            elif isinstance(item.item, dict) and item.item.get("type") == "context.started":
+                started_withdrawn = True
         self._ordered = kept
         self._space.set()
-        return samples
+        return samples, started_withdrawn
 
     @property
     def queued_frames(self) -> int:
@@ -98,6 +111,8 @@ class SocketWriter:
                 self.bytes_out += len(data)
                 self._on_frame_written(item, written_at)
                 continue
+            if isinstance(item, OutEvent):
+                item = item.item
             message = item() if callable(item) else item
             if message is not None:
                 await self._send_text(json.dumps(message, separators=(",", ":")))

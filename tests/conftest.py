@@ -1,0 +1,34 @@
+"""Shared fixtures: a real uvicorn gateway on 127.0.0.1 (free port) around a chosen engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from support import RecordingEngine, running_gateway
+from voxgate.engine.espeak import EspeakEngine
+from voxgate.engine.fake import FakeEngine
+from voxgate.gateway.config import GatewayConfig
+from voxgate.gateway.server import BackgroundServer
+
+
+@pytest.fixture
+def gateway() -> Iterator[Callable[..., BackgroundServer]]:
+    """`gateway(engine=None, **config)`: start a server (espeak by default, recorded); stopped after the test."""
+    stack: list = []
+
+    def start(engine=None, config: GatewayConfig | None = None, **fields) -> BackgroundServer:
+        engine = engine if engine is not None else RecordingEngine(EspeakEngine())
+        cm = running_gateway(engine, config or GatewayConfig(**fields))
+        server = cm.__enter__()
+        stack.append(cm)
+        return server
+
+    yield start
+    for cm in reversed(stack):
+        cm.__exit__(None, None, None)
+
+
+@pytest.fixture
+def fake_engine() -> Callable[..., RecordingEngine]:
+    return lambda **options: RecordingEngine(FakeEngine(**options))

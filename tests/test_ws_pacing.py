@@ -1,0 +1,74 @@
+"""Pacing against a simulated player on the real clock (client_clock), and the asap and realtime modes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from voxgate.gateway.client import VoxgateClient
+
+# Harvard sentences (IEEE 1969, public domain), list 1: a ~20 s passage at espeak's default rate.
+PASSAGE = ("The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
+           "It's easy to tell the depth of a well. These days a chicken leg is a rare dish. "
+           "Rice is often served in round bowls. The juice of lemons makes fine punch. "
+           "The box was thrown beside the parked truck. The hogs were fed chopped corn and garbage. "
+           "Four hours of steady work faced us. A large size in stockings is hard to sell.")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream_words", [None, 3])
+async def test_client_clock_keeps_the_buffer_bounded_and_never_gaps(gateway, stream_words):
+    server = gateway()
+    async with VoxgateClient(server.ws_url, pacing="client_clock", target_buffer_ms=150,
+                             max_buffer_ms=1000) as client:
+        t0 = time.monotonic()
+        result = await client.speak("p", PASSAGE, words_per_message=stream_words, delay_s=0.02)
+        player = client.player
+        await asyncio.sleep(player.buffered() / client.rate + 0.2)  # let playback finish
+        duration = len(result.audio) / client.rate
+        elapsed = time.monotonic() - t0
+    assert duration > 18, f"the passage should be ~20 s, got {duration:.1f} s"
+    assert player.position() == player.received_end  # everything was played
+    assert not player.gaps_over(0.010), f"gaps over 10 ms: {player.gaps_over(0.010)}"
+    # The buffer stayed within [0, max_buffer]: paced to the target, not dumped.
+    max_buffer = client.rate * 1.0
+    assert 0 <= player.max_buffered <= max_buffer
+    assert player.max_buffered <= client.rate * (0.150 + 0.040 + 0.030)  # target + a frame + timer slack
+    assert elapsed > duration - 0.5  # delivered over the playback time, not ahead of it
+    done = result.event("context.done")
+    assert done["stalls"]["events"] == 0
+
+
+async def test_asap_delivers_as_fast_as_produced(gateway, fake_engine):
+    engine = fake_engine(device_rtf=10, chunk_ms=200)
+    server = gateway(engine=engine)
+    async with VoxgateClient(server.ws_url, pacing="asap") as client:
+        t0 = time.monotonic()
+        result = await client.speak("a", "word " * 16)  # 16 words x 0.37 s = 5.92 s of audio
+        elapsed = time.monotonic() - t0
+    duration = len(result.audio) / client.rate
+    assert duration == pytest.approx(5.92, abs=0.01)
+    production = duration / 10
+    assert production - 0.05 < elapsed < production + 0.4, (elapsed, production)
+    # Each chunk is forwarded the moment it exists: arrivals follow the engine's 20 ms-per-chunk pace.
+    arrivals = [t for _, _, t in result.frames]
+    assert arrivals[-1] - arrivals[0] > production * 0.7
+
+
+async def test_realtime_sends_at_one_x_with_a_fixed_lead(gateway, fake_engine):
+    server = gateway(engine=fake_engine(device_rtf=50, chunk_ms=400))
+    async with VoxgateClient(server.ws_url, pacing="realtime", target_buffer_ms=200) as client:
+        result = await client.speak("r", "word " * 8)  # 2.96 s
+    rate = client.rate
+    t_first = result.frames[0][2]
+    received = 0
+    for header, _, arrival in result.frames:
+        received += header.samples
+        lead = received / rate - (arrival - t_first)
+        # Never more than the lead (plus a frame and timer slack) ahead of a 1x clock started at the first frame,
+        # and never behind it (the listener would starve).
+        assert lead <= 0.200 + 0.020 + 0.025, lead
+        assert lead >= 0.0, lead
+    total = result.frames[-1][2] - t_first
+    assert total == pytest.approx(received / rate - 0.2, abs=0.1)
