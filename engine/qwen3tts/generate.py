@@ -69,6 +69,8 @@ class Qwen3TTS:
         kind = self.cfg.tts_model_type
         if kind == "custom_voice" and not v.speaker:
             raise PromptError(f"a speaker is required; choose one of {self.cfg.speakers}")
+        if v.speaker and v.speaker.lower() not in self.cfg.talker.spk_id and kind == "custom_voice":
+            raise PromptError(f"speaker {v.speaker!r} is not supported; choose one of {self.cfg.speakers}")
         if kind != "custom_voice" and v.speaker:
             raise PromptError(f"this {kind} checkpoint has no named speakers")
         if kind == "voice_design" and not instruct:
