@@ -1,13 +1,13 @@
 """SLO capacity: the highest arrival rate at which at least 90 % of requests are in SLO.
 
-The search is pure (it calls `measure(rate) -> share in SLO`), so it is tested without a server. With a rate list it
-measures every rate; with `start`/`max` it doubles until a rate fails, then bisects between the last pass and the
-first failure `refine` times.
+A search plan is a pure generator (it yields a rate, receives that rate's share in SLO), so it is tested without a
+server and driven by the async runner without threads. With a rate list it measures every rate; with `start`/`max`
+it doubles until a rate fails, then bisects between the last pass and the first failure `refine` times.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
 SLO_TTFA_S = 0.200
@@ -33,46 +33,59 @@ class Search:
         return max(passing, default=None)
 
 
-def search_rates(measure: Callable[[float], float], rates: Sequence[float], threshold: float = SLO_SHARE) -> Search:
-    """Measure every rate in `rates` (ascending); capacity is the highest that passes."""
-    result = Search(threshold=threshold)
-    for rate in sorted(rates):
-        result.shares[rate] = measure(rate)
-    return result
+Plan = Generator[float, float, None]  # yields the next rate to measure, receives its share in SLO
 
 
-def search_doubling(
-    measure: Callable[[float], float],
-    start: float,
-    max_rate: float,
-    refine: int = 2,
-    threshold: float = SLO_SHARE,
-) -> Search:
+def rates_plan(rates: Sequence[float]) -> Plan:
+    """Every rate in `rates`, ascending."""
+    for rate in sorted(rates):  # noqa: UP028 (`yield from` a list iterator cannot receive `send`)
+        yield rate
+
+
+def doubling_plan(start: float, max_rate: float, refine: int = 2, threshold: float = SLO_SHARE) -> Plan:
     """Double from `start` until a rate fails (or `max_rate` passes), then bisect `refine` times."""
     if start <= 0 or max_rate < start:
         raise ValueError("need 0 < start <= max_rate")
-    result = Search(threshold=threshold)
     good: float | None = None
-    bad: float | None = None
     rate = start
     while True:
-        share = result.shares[rate] = measure(rate)
-        if share >= threshold:
-            good = rate
-            if rate >= max_rate:
-                return result
-            rate = min(rate * 2, max_rate)
-        else:
+        share = yield rate
+        if share < threshold:
             bad = rate
             break
+        good = rate
+        if rate >= max_rate:
+            return
+        rate = min(rate * 2, max_rate)
     low = good if good is not None else 0.0
     for _ in range(refine):
         mid = round((low + bad) / 2, 3)
-        if mid <= low or mid >= bad or mid <= 0:
-            break
-        share = result.shares[mid] = measure(mid)
+        if mid <= low or mid >= bad:
+            return
+        share = yield mid
         if share >= threshold:
             low = mid
         else:
             bad = mid
-    return result
+
+
+def drive(plan: Plan, measure: Callable[[float], float], threshold: float = SLO_SHARE) -> Search:
+    """Run a plan with a synchronous `measure`; the async runner drives plans the same way with `await`."""
+    result = Search(threshold=threshold)
+    try:
+        rate = next(plan)
+        while True:
+            result.shares[rate] = measure(rate)
+            rate = plan.send(result.shares[rate])
+    except StopIteration:
+        return result
+
+
+def search_rates(measure: Callable[[float], float], rates: Sequence[float], threshold: float = SLO_SHARE) -> Search:
+    return drive(rates_plan(rates), measure, threshold)
+
+
+def search_doubling(
+    measure: Callable[[float], float], start: float, max_rate: float, refine: int = 2, threshold: float = SLO_SHARE
+) -> Search:
+    return drive(doubling_plan(start, max_rate, refine, threshold), measure, threshold)

@@ -113,6 +113,8 @@ def _collect(result: PhaseResult, traces: list[Trace], t0: float, warmup_s: floa
     result.window_s = duration_s
     result.window_audio_s = sum(d for tr in traces for (t, d) in tr.chunks if start <= t < end)
     for tr in traces:
+        if tr.done is None and tr.error is None:
+            tr.error = "unfinished when the phase drained"
         # warm-up: sent (closed) or scheduled (open) before the window; the caller sets `scheduled` accordingly
         result.samples.append(to_sample(tr, t0, warmup=tr.scheduled < start))
 

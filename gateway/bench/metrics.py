@@ -55,7 +55,7 @@ def diff(before: str | None, after: str | None) -> dict[str, Any]:
     b, _ = parse(before) if before else ({}, {})
     out: dict[str, Any] = {}
     for family, kind in sorted(types.items()):
-        if not family.startswith("voxgate_"):
+        if not family.startswith("voxgate_") or family.endswith("_created"):
             continue
         if kind == "histogram":
             out[family] = {"type": kind, "series": _histograms(family, a, b)}

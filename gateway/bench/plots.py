@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -103,8 +104,10 @@ def _throughput_by_concurrency(report: dict[str, Any], path: Path) -> Path:
     ax2.axhline(SLO_TTFA_S * 1e3, color="red", lw=1, label="SLO 200 ms")
     ax2.set(xlabel="concurrency c", ylabel="first audio (ms)", title="Closed-loop first audio")
     if by_workload:
+        ax.set_ylim(bottom=0)
         for a in (ax, ax2):
             a.set_xscale("log", base=2)
+            a.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
             a.legend(fontsize=7)
     else:
         _empty(ax, "no closed-loop phases")

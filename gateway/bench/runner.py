@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import metrics
-from .capacity import SLO_SHARE, search_doubling, search_rates
+from .capacity import SLO_SHARE, Search, doubling_plan, rates_plan
 from .loads import PhaseResult, Target, run_closed, run_open
 from .server import get_text
 from .stats import summarize
@@ -92,7 +92,6 @@ async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print
 
 async def _search(base_url: str, target: Target, workload: Workload, plan: Plan, log: Callable[[str], None]) -> Any:
     rates: dict[float, dict[str, Any]] = {}
-    loop = asyncio.get_running_loop()
 
     async def measure_async(rate: float) -> float:
         seeds = []
@@ -124,16 +123,19 @@ async def _search(base_url: str, target: Target, workload: Workload, plan: Plan,
         )
         return pooled["in_slo_share"] or 0.0
 
-    # the search is synchronous by design (pure, unit-tested); it drives the async measurement from a worker thread
-    def measure(rate: float) -> float:
-        return asyncio.run_coroutine_threadsafe(measure_async(rate), loop).result()
-
-    if plan.rates:
-        search = await asyncio.to_thread(search_rates, measure, plan.rates)
-    else:
-        assert plan.rate_start is not None
-        rate_max = plan.rate_max or plan.rate_start * 64
-        search = await asyncio.to_thread(search_doubling, measure, plan.rate_start, rate_max, plan.refine)
+    plan_rates = (
+        rates_plan(plan.rates)
+        if plan.rates
+        else doubling_plan(plan.rate_start or 1.0, plan.rate_max or (plan.rate_start or 1.0) * 64, plan.refine)
+    )
+    search = Search()
+    try:
+        rate = next(plan_rates)
+        while True:
+            search.shares[rate] = await measure_async(rate)
+            rate = plan_rates.send(search.shares[rate])
+    except StopIteration:
+        pass
     log(f"capacity {workload.name} ({plan.transport}): {search.capacity} req/s at >= {SLO_SHARE:.0%} in SLO")
     return {
         "workload": workload.name,

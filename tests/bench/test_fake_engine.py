@@ -1,0 +1,51 @@
+"""End to end on CPU against a real gateway process with the fake engine (engine/fake.py), whose audio comes at a
+set real-time factor: the pause accounting has a known answer and the capacity search finds a knee."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from voxgate.gateway.bench.runner import Plan, run_plan
+from voxgate.gateway.bench.server import GatewayProcess
+
+
+def test_pause_accounting_on_a_slower_than_real_time_stream(tmp_path) -> None:
+    # 100 ms chunks made at 0.5x real time: each chunk arrives 200 ms after the one before, so after the first
+    # every full chunk is a pause of 100 ms. "four words" texts: budget 18 frames = 1440 ms = 14 full chunks + 40 ms,
+    # and the short last chunk (made in 80 ms) is on time: 13 pauses of about 100 ms.
+    texts = tmp_path / "four.txt"
+    texts.write_text("one two three four\n")
+    options = {"device_rtf": "0.5", "chunk_ms": "100", "first_chunk_ms": "0"}
+    plan = Plan(workloads=[str(texts)], concurrencies=[1], closed_warmup_s=0.0, closed_duration_s=0.5, drain_s=10)
+    with GatewayProcess("fake", options, log_path=tmp_path / "server.log") as gw:
+        results = asyncio.run(run_plan(gw.base_url, plan, log=lambda _: None))
+    (sample,) = [s for s in results["closed_loop"][0]["samples"] if not s["warmup"]]
+    assert sample["ok"] and sample["audio_s"] == pytest.approx(1.44)
+    assert len(sample["pauses_ms"]) == 13
+    assert all(85 < p < 140 for p in sample["pauses_ms"]), sample["pauses_ms"]
+    assert sample["total_pause_ms"] == pytest.approx(sum(sample["pauses_ms"]))
+    assert not sample["in_slo"]
+
+
+def test_capacity_search_finds_the_knee_of_a_shared_device(tmp_path) -> None:
+    # device_rtf=20 serves 20 audio-s/s in all; sentences carry about 3 s each (length rule), so about 6.7 req/s
+    # saturates it. 2/s is comfortably in SLO; 16/s is more than twice the device and must fail.
+    plan = Plan(
+        workloads=["sentences"],
+        concurrencies=[],
+        rates=[2.0, 16.0],
+        seeds=[1],
+        warmup_s=1.0,
+        duration_s=4.0,
+        drain_s=4.0,
+    )
+    with GatewayProcess("fake", {"device_rtf": "20"}, log_path=tmp_path / "server.log") as gw:
+        results = asyncio.run(run_plan(gw.base_url, plan, log=lambda _: None))
+    (search,) = results["open_loop"]
+    low, high = search["rates"]
+    assert low["summary"]["in_slo_share"] >= 0.9
+    assert high["summary"]["in_slo_share"] < 0.5
+    assert high["peak_in_flight"] > low["peak_in_flight"]
+    assert high["summary"]["underruns"] > 0 and high["summary"]["ttfa_ms"]["p90"] > 200
+    assert search["capacity_rps"] == 2.0
