@@ -114,5 +114,28 @@ def run(args: argparse.Namespace) -> int:
     return 2
 
 
+REPEATED = {"engine_option", "serve_arg", "meta", "workload"}
+NUMBER_LISTS = {"concurrency", "rates", "seeds"}
+
+
+def command_line(args: argparse.Namespace, prefix: tuple[str, ...] = ("voxgate", "bench", "run")) -> list[str]:
+    """The full command that reproduces `args`, every option explicit (defaults included)."""
+    parts = list(prefix)
+    for key, value in vars(args).items():
+        if key.startswith("_") or key in ("command", "bench_command") or value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+        elif key in NUMBER_LISTS:
+            parts += [flag, ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)]
+        elif key in REPEATED:
+            for item in value:
+                parts += [flag, str(item)]
+        else:
+            parts += [flag, str(value)]
+    return parts
+
+
 def default_name(engine: str | None, transport: str) -> str:
     return f"{engine or 'gateway'}-{transport}-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}"

@@ -43,11 +43,12 @@ def gpus() -> list[dict[str, str]]:
     return rows
 
 
-def describe(argv: list[str] | None = None) -> dict[str, Any]:
-    argv = sys.argv if argv is None else argv
-    cmd = ["voxgate", *argv[1:]] if argv and argv[0].endswith("voxgate") else argv
+def describe(command: list[str] | None = None) -> dict[str, Any]:
+    """`command`: the reproducing command line (every option explicit); `argv` is what was actually typed."""
+    argv = ["voxgate", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("voxgate") else sys.argv
     return {
-        "command": shlex.join(cmd),
+        "command": shlex.join(command or argv),
+        "argv": shlex.join(argv),
         "cwd": os.getcwd(),
         "created_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": commit(),

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import environment, stats
-from .cli import _pairs, default_name
+from .cli import _pairs, command_line, default_name
 from .client import Trace, WsClient
 from .loads import Target
 from .report import SLO, write
@@ -79,9 +79,14 @@ async def measure(base_url: str, plan: Plan, warmup_requests: int) -> tuple[dict
 
 
 def build_report(
-    name: str, plan: Plan, server: dict[str, Any], results: dict[str, Any], setup: dict[str, Any]
+    name: str,
+    plan: Plan,
+    server: dict[str, Any],
+    results: dict[str, Any],
+    setup: dict[str, Any],
+    command: list[str] | None = None,
 ) -> dict[str, Any]:
-    report: dict[str, Any] = {"name": name, **environment.describe()}
+    report: dict[str, Any] = {"name": name, **environment.describe(command)}
     report["server"] = server
     report["setup"] = setup
     report["plan"] = plan.to_json()
@@ -148,7 +153,8 @@ def bench_run(args: argparse.Namespace) -> int:
     else:
         info, results = asyncio.run(measure(args.url, plan, args.warmup_requests))
         server = {"engine": (info.get("health") or {}).get("engine"), "url": args.url, **info}
-    report = build_report(name, plan, server, results, setup)
+    args.name, args.out = name, str(out_dir)  # so that the recorded command writes the same report again
+    report = build_report(name, plan, server, results, setup, command_line(args))
     files = write(report, out_dir, plots=not args.no_plots)
     for line in headline(report):
         print(line)

@@ -124,7 +124,7 @@ def test_cli_run_against_a_url(texts: Path, tmp_path: Path, capsys: pytest.Captu
         )
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
-    assert report["command"].startswith("voxgate bench run") or "bench" in report["command"]
+    assert report["command"].startswith("voxgate bench run --url ")
     assert report["setup"] == {"precision": "bf16"}
     assert report["server"]["session"]["engine"] == "mock"
     assert len(report["server"]["warmup_requests"]) == 1
