@@ -76,19 +76,23 @@ def import_reference() -> types.ModuleType:
     return modeling
 
 
-def reference_model(ckpt: Path, dtype: torch.dtype = torch.float32) -> Any:
+def reference_model(ckpt: Path, dtype: torch.dtype = torch.float32, device: str = "cpu",
+                    attn: str = "eager") -> Any:
     """Reference Qwen3TTSForConditionalGeneration with our checkpoint's tensors (strict load)."""
     modeling = import_reference()
     from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig
 
     cfg = Qwen3TTSConfig(**json.loads((ckpt / "config.json").read_text()))
-    cfg._attn_implementation = "eager"
-    model = modeling.Qwen3TTSForConditionalGeneration(cfg)
-    model.load_state_dict(load_file(str(ckpt / "model.safetensors")), strict=True)
+    cfg._attn_implementation = attn
+    cfg.talker_config._attn_implementation = attn
+    cfg.talker_config.code_predictor_config._attn_implementation = attn
+    with torch.device(device):  # random init on the target device is fast; the checkpoint overwrites it
+        model = modeling.Qwen3TTSForConditionalGeneration(cfg)
+    model.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=device), strict=True)
     return model.to(dtype).eval()
 
 
-def reference_codec(ckpt: Path, dtype: torch.dtype = torch.float32) -> Any:
+def reference_codec(ckpt: Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Any:
     import_reference()
     from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2DecoderConfig
     from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Decoder
@@ -96,8 +100,9 @@ def reference_codec(ckpt: Path, dtype: torch.dtype = torch.float32) -> Any:
     raw = json.loads((ckpt / "speech_tokenizer" / "config.json").read_text())["decoder_config"]
     cfg = Qwen3TTSTokenizerV2DecoderConfig(**raw)
     cfg._attn_implementation = "eager"
-    decoder = Qwen3TTSTokenizerV2Decoder._from_config(cfg)
-    state = load_file(str(ckpt / "speech_tokenizer" / "model.safetensors"))
+    with torch.device(device):
+        decoder = Qwen3TTSTokenizerV2Decoder._from_config(cfg)
+    state = load_file(str(ckpt / "speech_tokenizer" / "model.safetensors"), device=device)
     decoder.load_state_dict({k.removeprefix("decoder."): v for k, v in state.items() if k.startswith("decoder.")},
                             strict=True)
     return decoder.to(dtype).eval()
