@@ -116,7 +116,11 @@ def _voxgate() -> list[str]:
 
 @pytest.fixture(scope="session")
 def gateway() -> Iterator[str]:
-    """A real gateway process with the embedded espeak engine on a free port."""
+    """A real gateway process with the embedded espeak engine on a free port (or, with VOXGATE_E2E_GATEWAY set to
+    its base URL, a gateway that is already running)."""
+    if os.environ.get("VOXGATE_E2E_GATEWAY"):
+        yield os.environ["VOXGATE_E2E_GATEWAY"].rstrip("/")
+        return
     port = free_port()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     log = open(ARTIFACTS / "gateway.log", "wb")  # noqa: SIM115 - closed below

@@ -136,6 +136,7 @@ def test_cancel_fades_out_then_a_new_context_plays_after_the_hole(page, static_s
     schedule = [
         {"at": 0, "msgs": frames},
         {"at": cancel_at, "msgs": [{"type": "cancel"}]},
+        {"at": at(RATE * 0.6), "msgs": [{"type": "skip", "pts": 30_000}]},  # the server's cancel_pts
         {"at": at(RATE * 0.7), "msgs": new},
     ]
     r = run(page, static_server, schedule)
@@ -148,5 +149,8 @@ def test_cancel_fades_out_then_a_new_context_plays_after_the_hole(page, static_s
     (ack,) = [m for m in r["messages"] if m["type"] == "cancelled"]
     assert ack["played_pts"] == cancel_at and ack["cancel_pts"] == cancel_at + FADE
     np.testing.assert_array_equal(out[restart : restart + 10 * FRAME], signal(30_000, 10 * FRAME))
+    # While idle after the cancel, the played position is the server's cancel point once it is known.
+    idle = [m["played_pts"] for m in r["reports"] if cancel_at + FADE < m["frame"] < restart]
+    assert idle[0] == cancel_at + FADE and idle[-1] == 30_000
     assert r["reports"][-1]["played_pts"] == 30_000 + 10 * FRAME
     assert r["reports"][-1]["underruns"]["events"] == 0

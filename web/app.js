@@ -161,6 +161,8 @@ async function speak() {
 }
 
 function stop() {
+  // The render clock at the click, so tests can measure how fast the tap goes silent.
+  state.stopFrame = player.ac ? Math.round(player.ac.currentTime * player.ac.sampleRate) : null;
   clearTimeout(streamTimer);
   state.current = null;
   player.post({ type: "stop" });
@@ -218,7 +220,7 @@ function onServer(msg) {
     log(`cancelled ${msg.context_id} at pts ${msg.cancel_pts}, dropped ${msg.dropped_samples} samples`);
   } else if (msg.type === S.STALL) {
     state.serverStalls.push(msg);
-    plot.mark((now() - t0) / 1000, "stall", { label: msg.cause });
+    plot.label(msg.cause);
     log(`stall ${Math.round(msg.duration_ms)} ms in ${msg.context_id}: ${msg.cause}`);
   } else if (msg.type === S.METRICS) {
     state.targetMs = msg.target_ms;
@@ -238,6 +240,7 @@ function onEvent(ev, t) {
     $("s-first").textContent = `${Math.round(c.firstAudioMs)} ms`;
   }
   if (ev.kind === "stall") plot.mark((t - t0) / 1000, "stall");
+  else if (ev.kind === "resume" || ev.kind === "cancel") plot.endStall((t - t0) / 1000);
 }
 
 function onReport(r, stats) {

@@ -26,7 +26,7 @@ class Player extends AudioWorkletProcessor {
   onFeed(m) {
     if (m.type === P.CONFIG) {
       this.jb = new JitterBuffer(m, (kind, pts) =>
-        this.post({ type: P.EVENT, kind, pts, tap_index: this.tapLen, t_ms: currentTime * 1000 }),
+        this.post({ type: P.EVENT, kind, pts, tap_index: this.tapLen, frame: currentFrame, t_ms: currentTime * 1000 }),
       );
       this.interval = Math.round(((m.intervalMs || 50) * sampleRate) / 1000);
       this.nextReport = currentFrame + this.interval;
@@ -47,6 +47,8 @@ class Player extends AudioWorkletProcessor {
       const playedPts = this.jb.playedPts;
       const cancelPts = this.jb.cancel();
       this.post({ type: P.CANCELLED, id: m.id, played_pts: playedPts, cancel_pts: cancelPts });
+    } else if (m.type === P.SKIP) {
+      this.jb.skip(m.pts);
     } else if (m.type === P.SYNC) {
       this.post({ type: P.SYNC, id: m.id }); // a barrier: every message before it has been applied
     } else if (m.type === P.TAP_GET) {
@@ -71,6 +73,7 @@ class Player extends AudioWorkletProcessor {
       this.post({
         type: P.REPORT, played_pts: jb.playedPts, buffered_samples: jb.buffered, underruns: jb.underrunReport,
         output_latency_ms: this.latencyMs, t_ms: currentTime * 1000, state: jb.state, tap_len: this.tapLen,
+        frame: currentFrame,
       });
     }
     return true;

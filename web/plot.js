@@ -28,6 +28,20 @@ export class BufferPlot {
     this.draw();
   }
 
+  /** A stall drawn by mark(t, "stall") ends at t: it becomes a band. */
+  endStall(t) {
+    const m = this.marks.findLast((x) => x.kind === "stall");
+    if (m && m.end === undefined) m.end = t;
+    this.draw();
+  }
+
+  /** The server's attribution of the latest stall. */
+  label(text) {
+    const m = this.marks.findLast((x) => x.kind === "stall");
+    if (m) m.label = m.label ? `${m.label}, ${text}` : text;
+    this.draw();
+  }
+
   draw() {
     if (this.pending) return;
     this.pending = true;
@@ -69,12 +83,18 @@ export class BufferPlot {
       g.moveTo(pad.l, y(ms) + 0.5);
       g.lineTo(w - pad.r, y(ms) + 0.5);
       g.stroke();
-      g.fillText(`${Math.round(ms)}`, 4, y(ms) + 4);
+      g.fillText(i === 4 ? "ms" : `${Math.round(ms)}`, 4, y(ms) + 4);
     }
     for (let s = Math.ceil(t0); s <= t1; s += t1 - t0 > 12 ? 5 : 1) g.fillText(`${s}s`, x(s) - 6, h - 6);
 
     for (const m of this.marks) {
-      if (m.t < t0) continue;
+      if ((m.end ?? m.t) < t0) continue;
+      if (m.kind === "stall") {
+        g.fillStyle = color("--stall");
+        g.globalAlpha = 0.18;
+        g.fillRect(x(m.t), pad.t, Math.max(2, x(m.end ?? last) - x(m.t)), h - pad.t - pad.b);
+        g.globalAlpha = 1;
+      }
       g.strokeStyle = color(m.kind === "stall" ? "--stall" : "--start");
       g.lineWidth = m.kind === "stall" ? 2 : 1;
       g.beginPath();
@@ -101,7 +121,5 @@ export class BufferPlot {
     };
     line("targetMs", "--target", 1.5);
     line("bufferMs", "--buf", 2);
-    g.fillStyle = color("--mute");
-    g.fillText("ms", 4, pad.t + 2);
   }
 }

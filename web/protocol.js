@@ -93,6 +93,7 @@ export function mulawToFloat(bytes) {
  *                    {type: P.END, pts}        a flush point: audio up to pts is complete for now
  *                    {type: P.TARGET, targetMs}
  *                    {type: P.CANCEL, id}      fade out and drop everything buffered
+ *                    {type: P.SKIP, pts}       after a cancel: the server's cancel_pts, where the next context starts
  *                    {type: P.TAP_GET, id}     send back the tap
  *                    {type: P.LATENCY, ms}
  *                    {type: P.SYNC, id}        answered by the same message once everything before it is applied
@@ -110,6 +111,7 @@ export const P = Object.freeze({
   TAP_GET: "tap.get",
   LATENCY: "latency",
   SYNC: "sync",
+  SKIP: "skip",
   REPORT: "report",
   CANCELLED: "cancelled",
   EVENT: "event",

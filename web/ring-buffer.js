@@ -132,6 +132,12 @@ export class JitterBuffer {
     return cancelPts;
   }
 
+  /** After a cancel, before the next write: the server's cancel point. The hole up to it will never be played,
+   * so the played position moves there (the server paces on it; left behind, it would hold the next context). */
+  skip(pts) {
+    if (this.#resync && pts > this.#ptsAt(this.#writeTotal)) this.#segments.push({ total: this.#writeTotal, pts });
+  }
+
   /** Fill `out` with the next samples (zeros where there is nothing to play). Returns the audio samples written. */
   read(out) {
     const n = out.length;

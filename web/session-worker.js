@@ -81,6 +81,7 @@ function onServer(msg, tapSeconds) {
     if (c) c.acked = true;
     if (msg.type === S.CONTEXT_CANCELLED) {
       dropContext(msg.ctx);
+      if (c && c.cancelled) toWorklet({ type: P.SKIP, pts: msg.cancel_pts });
     }
   } else if (msg.type === S.METRICS && msg.target_ms) {
     toWorklet({ type: P.TARGET, targetMs: msg.target_ms });

@@ -1,0 +1,223 @@
+"""The demo page end to end: a real gateway process (espeak), Debian chromium, real-time audio, the tap.
+
+Each test drives the page as a person would (sample text, controls, Speak, Stop) and then compares what the
+worklet output (its tap) with what the server sent (the worker's record of every frame).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import os
+import shutil
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+import numpy as np
+import opuslib
+import pytest
+
+from .conftest import ARTIFACTS, ROOT
+from .proxy import PausingProxy
+
+pytestmark = pytest.mark.e2e
+
+VIOLATION_MS = 10  # a stall longer than this is a violation (docs/protocol.md, Stalls)
+
+
+def open_demo(page, base: str, **params: object) -> None:
+    query = urlencode({"tap": 60, "record": 1, **params})
+    page.goto(f"{base}/?{query}")
+    page.evaluate("window.voxgate.ready")
+    page.wait_for_function("document.querySelectorAll('#voice option').length > 0")
+
+
+def speak(page, sample: str, mode: str = "words") -> str:
+    page.click(f"#samples >> text={sample}")
+    page.select_option("#mode", mode)
+    page.click("#speak")
+    page.wait_for_function("window.voxgate.state.current !== null")
+    return page.evaluate("window.voxgate.state.current")
+
+
+def wait_played(page, context_id: str, seconds: float, timeout_s: float = 30) -> None:
+    """Until the context has played `seconds` of audio past its start."""
+    page.wait_for_function(
+        """([id, s]) => { const st = window.voxgate.state, c = st.contexts[id];
+             return c && c.started && st.report &&
+               st.report.played_pts - c.started.start_pts >= s * st.session.audio.sample_rate; }""",
+        arg=[context_id, seconds],
+        timeout=timeout_s * 1000,
+    )
+
+
+def wait_done(page, context_id: str, timeout_s: float = 60) -> dict:
+    page.wait_for_function(
+        """(id) => { const st = window.voxgate.state;
+             return st.contexts[id] && st.contexts[id].done && st.report && st.report.state === 'idle'; }""",
+        arg=context_id,
+        timeout=timeout_s * 1000,
+    )
+    return page.evaluate("(id) => window.voxgate.state.contexts[id]", context_id)
+
+
+def tap(page) -> tuple[np.ndarray, list[dict]]:
+    t = page.evaluate("window.voxgate.tap()")
+    return np.frombuffer(base64.b64decode(t["b64"]), dtype=np.float32), t["events"]
+
+
+def record(page) -> dict:
+    return page.evaluate("window.voxgate.record()")
+
+
+def frames_of(rec: dict, ctx: int) -> list[dict]:
+    frames = sorted((f for f in rec["frames"] if f["ctx"] == ctx), key=lambda f: f["seq"])
+    pts = [f["pts"] for f in frames]
+    assert pts == sorted(pts) and all(a["pts"] + a["samples"] == b["pts"] for a, b in itertools.pairwise(frames))
+    return frames
+
+
+def pcm_sent(frames: list[dict]) -> np.ndarray:
+    data = b"".join(base64.b64decode(f["payload"]) for f in frames)
+    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768
+
+
+def opus_reference(frames: list[dict], frame_ms: int) -> np.ndarray:
+    """The server's own libopus (through opuslib) decoding the packets the page received, at 48 kHz, with the
+    pre-skip trimmed the way the frame headers count it."""
+    out = []
+    decoder = None
+    for f in frames:
+        if decoder is None or f["flags"] & 8:  # CODEC_RESET
+            decoder = opuslib.Decoder(48_000, 1)
+        pcm = np.frombuffer(decoder.decode_float(base64.b64decode(f["payload"]), 48 * frame_ms), dtype=np.float32)
+        out.append(pcm[len(pcm) - f["samples"] :])
+    return np.concatenate(out)
+
+
+def start_index(events: list[dict], start_pts: int) -> int:
+    (idx,) = [e["tap_index"] for e in events if e["kind"] == "start" and e["pts"] == start_pts][:1]
+    return idx
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path))
+    if name == "demo-pcm.png" and os.environ.get("VOXGATE_UPDATE_DEMO_PNG") == "1":
+        shutil.copyfile(path, ROOT / "docs" / "demo.png")
+    return path
+
+
+def assert_no_violation(page, context: dict) -> None:
+    st = page.evaluate("({report: window.voxgate.state.report, stalls: window.voxgate.state.serverStalls})")
+    assert st["report"]["underruns"]["max_gap_ms"] <= VIOLATION_MS, st["report"]["underruns"]
+    assert context["done"]["stalls"]["max_ms"] <= VIOLATION_MS, context["done"]["stalls"]
+    assert all(s["duration_ms"] <= VIOLATION_MS for s in st["stalls"]), st["stalls"]
+
+
+@pytest.mark.slow
+def test_passage_over_pcm_plays_exactly_what_the_server_sent(page, gateway: str) -> None:
+    open_demo(page, gateway, codec="pcm_s16le")
+    cid = speak(page, "Passage", mode="words")
+    wait_played(page, cid, 6)
+    shot = screenshot(page, "demo-pcm.png")
+    assert shot.stat().st_size > 10_000
+    ctx = wait_done(page, cid)
+    assert_no_violation(page, ctx)
+    audio_s = ctx["done"]["usage"]["audio_ms"] / 1000
+    assert 15 <= audio_s <= 30, audio_s
+    samples, events = tap(page)
+    sent = pcm_sent(frames_of(record(page), ctx["started"]["ctx"]))
+    assert len(sent) == ctx["done"]["end_pts"] - ctx["started"]["start_pts"]
+    i = start_index(events, ctx["started"]["start_pts"])
+    np.testing.assert_array_equal(samples[i : i + len(sent)], sent)  # sample for sample
+    assert page.errors == []
+
+
+@pytest.mark.slow
+def test_passage_over_opus_matches_libopus(page, gateway: str) -> None:
+    open_demo(page, gateway, codec="opus")
+    cid = speak(page, "Passage", mode="words")
+    ctx = wait_done(page, cid)
+    assert_no_violation(page, ctx)
+    st = page.evaluate("({session: window.voxgate.state.session, stats: window.voxgate.state.stats})")
+    assert st["session"]["audio"]["codec"] == "opus" and st["session"]["audio"]["sample_rate"] == 48_000
+    samples, events = tap(page)
+    frames = frames_of(record(page), ctx["started"]["ctx"])
+    assert frames[0]["flags"] & 9 == 9  # FIRST | CODEC_RESET
+    ref = opus_reference(frames, st["session"]["audio"]["frame_ms"])
+    assert len(ref) == ctx["done"]["end_pts"] - ctx["started"]["start_pts"]
+    i = start_index(events, ctx["started"]["start_pts"])
+    got = samples[i : i + len(ref)]
+    # Chromium's libopus and the system's may differ in float rounding; the audio itself must be the same.
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4)
+    assert np.sqrt(np.mean(ref**2)) > 0.01  # it is speech, not silence compared with silence
+    assert page.errors == []
+
+
+def test_barge_in_is_silent_within_20ms_and_the_next_context_plays(page, gateway: str) -> None:
+    open_demo(page, gateway, codec="pcm_s16le")
+    first = speak(page, "Passage", mode="all")
+    wait_played(page, first, 1.5)
+    page.click("#stop")
+    page.wait_for_function(
+        "(id) => window.voxgate.state.contexts[id].cancelled && window.voxgate.state.cancels.length === 1",
+        arg=first,
+        timeout=5000,
+    )
+    st = page.evaluate("window.voxgate.state")
+    rate = st["session"]["audio"]["sample_rate"]
+    samples, events = tap(page)
+    (cancel,) = [e for e in events if e["kind"] == "cancel"]
+    # The click's render-clock position, in tap indices (tap index and render frame advance together).
+    stop_index = cancel["tap_index"] - (cancel["frame"] - st["stopFrame"])
+    silent_from = cancel["tap_index"] + 5 * rate // 1000  # after the 5 ms fade
+    assert (silent_from - stop_index) * 1000 / rate <= 20
+    assert not samples[silent_from:].any()
+    acked = st["contexts"][first]["cancelled"]
+    assert acked["context_id"] == first
+    # No frame of the cancelled context after its ack.
+    rec = record(page)
+    assert rec["stats"]["frames_after_ack"] == 0
+    (msg,) = [m for m in rec["messages"] if m["msg"]["type"] == "context.cancelled"]
+    assert not [f for f in rec["frames"][msg["seq"] :] if f["ctx"] == acked["ctx"]]
+
+    second = speak(page, "Greeting", mode="all")
+    ctx = wait_done(page, second)
+    assert_no_violation(page, ctx)
+    samples, events = tap(page)
+    sent = pcm_sent(frames_of(record(page), ctx["started"]["ctx"]))
+    i = start_index(events, ctx["started"]["start_pts"])
+    np.testing.assert_array_equal(samples[i : i + len(sent)], sent)
+    assert page.errors == []
+
+
+@pytest.mark.parametrize(("pause_ms", "stalls"), [(100, 0), (300, 1)])
+def test_delivery_pause(page, gateway: str, pause_ms: int, stalls: int) -> None:
+    """Target 150 ms: a 100 ms hole in delivery is absorbed; a 300 ms one is exactly one stall, which the page
+    reports and the server attributes."""
+    port = int(gateway.rsplit(":", 1)[1])
+    with PausingProxy(port) as proxy:
+        open_demo(page, gateway, codec="pcm_s16le", target=150, ws=f"ws://127.0.0.1:{proxy.port}/v1/tts/ws")
+        cid = speak(page, "Passage", mode="all")
+        wait_played(page, cid, 2)
+        proxy.pause(pause_ms)
+        time.sleep(pause_ms / 1000 + 1.5)
+        if stalls:
+            page.wait_for_function("window.voxgate.state.serverStalls.length >= 1", timeout=5000)
+            screenshot(page, f"pause-{pause_ms}ms.png")
+        st = page.evaluate("window.voxgate.state")
+    u = st["report"]["underruns"]
+    if stalls == 0:
+        assert u["max_gap_ms"] <= VIOLATION_MS, u
+        assert [s for s in st["serverStalls"] if s["duration_ms"] > VIOLATION_MS] == []
+    else:
+        assert u["events"] == 1, u
+        assert pause_ms - 150 - 60 <= u["max_gap_ms"] <= pause_ms, u
+        (stall,) = st["serverStalls"]
+        assert stall["context_id"] == cid
+        assert stall["cause"] in ("network", "pacing"), stall
+        assert abs(stall["duration_ms"] - u["max_gap_ms"]) <= 1
+    assert page.errors == []
