@@ -257,7 +257,8 @@ function onReport(r, stats) {
   const causes = {};
   for (const s of state.serverStalls) causes[s.cause] = (causes[s.cause] || 0) + 1;
   $("s-causes").textContent = Object.entries(causes).map(([k, v]) => `${k} ${v}`).join(", ") || "none";
-  $("s-bytes").textContent = `${(stats.bytes / 1024).toFixed(0)} KiB · ${stats.frames} frames`;
+  $("s-bytes").textContent = `${(stats.bytes / 1024).toFixed(0)} KiB`;
+  $("s-bytes").title = `${stats.frames} frames`;
 }
 
 function request(type) {

@@ -34,7 +34,8 @@ export class JitterBuffer {
   /**
    * @param {{sampleRate: number, targetMs?: number, fadeMs?: number, resumeMs?: number,
    *          prerollTimeoutMs?: number, maxSeconds?: number}} opts
-   * @param {(kind: string, pts: number) => void} [onEvent] called on start, stall, resume, idle, cancel
+   * @param {(kind: string, pts: number, offset: number) => void} [onEvent] called on start, stall, resume, idle
+   *   and cancel, with the event's offset in the current read() call's output (0 outside read())
    */
   constructor(opts, onEvent = () => {}) {
     const { sampleRate, targetMs = 150, fadeMs = 5, resumeMs = 0, prerollTimeoutMs = 250, maxSeconds = 120 } = opts;
@@ -128,7 +129,7 @@ export class JitterBuffer {
     this.#ends = [];
     this.#resync = true;
     this.#state = IDLE;
-    this.onEvent("cancel", cancelPts);
+    this.onEvent("cancel", cancelPts, 0);
     return cancelPts;
   }
 
@@ -157,7 +158,7 @@ export class JitterBuffer {
       if (this.#state === IDLE) {
         if (avail > 0 && (avail >= this.target || this.#endWritten() || this.#sinceWrite >= this.prerollTimeout)) {
           this.#state = PLAYING;
-          this.onEvent("start", this.playedPts);
+          this.onEvent("start", this.playedPts, i);
         } else {
           if (avail > 0) this.#sinceWrite += n - i;
           break;
@@ -167,7 +168,7 @@ export class JitterBuffer {
           this.#endStall();
           this.#state = PLAYING;
           this.#fadeIn = this.fade;
-          this.onEvent("resume", this.playedPts);
+          this.onEvent("resume", this.playedPts, i);
         } else {
           this.#gap += n - i;
           break;
@@ -192,11 +193,11 @@ export class JitterBuffer {
       if (i < n) {
         if (this.#atEnd()) {
           this.#state = IDLE;
-          this.onEvent("idle", this.playedPts);
+          this.onEvent("idle", this.playedPts, i);
         } else {
           this.#state = STALLED;
           this.#gap = 0;
-          this.onEvent("stall", this.playedPts);
+          this.onEvent("stall", this.playedPts, i);
         }
       }
     }
