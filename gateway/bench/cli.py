@@ -84,9 +84,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--name", help="report name (default qwen3tts-PROFILE-UTCDATE)")
     s.add_argument("--meta", action="append", metavar="KEY=VALUE")
     s.add_argument("--skip-baseline", action="store_true")
+    s.add_argument("--make-like", help="write a synthetic checkpoint like this official one if --checkpoint is empty")
+    s.add_argument("--reference-path", help="PYTHONPATH prefix for the baseline (qwen-tts, transformers 4.57.3)")
+    s.add_argument("--rate-start", type=float, help="first open-loop rate of the profile's search")
     s.add_argument("--budget-s", type=float, default=540.0, help="stop starting phases after this many seconds")
     r = sub.add_parser("replot", help="re-render report.md and plots from a report.json")
     r.add_argument("report", help="path to report.json")
+    m = sub.add_parser("merge", help="join reports (e.g. the parts of a full GPU run) into one folder")
+    m.add_argument("out", help="output folder")
+    m.add_argument("reports", nargs="+", help="report.json or report.json.gz files")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,12 +108,16 @@ def run(args: argparse.Namespace) -> int:
         from .suite import suite_main
 
         return suite_main(args)
-    if args.bench_command == "replot":
-        from .report import write
+    if args.bench_command == "merge":
+        from .report import merge
 
-        path = Path(args.report)
-        report = json.loads(path.read_text())
-        for f in write(report, path.parent):
+        for f in merge(args.reports, Path(args.out)):
+            print(f)
+        return 0
+    if args.bench_command == "replot":
+        from .report import load, write
+
+        for f in write(load(args.report), Path(args.report).parent):
             print(f)
         return 0
     print(f"unknown bench command {args.bench_command!r}", file=sys.stderr)

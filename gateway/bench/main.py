@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +74,11 @@ async def probe(base_url: str, plan: Plan, warmup_requests: int) -> dict[str, An
     return info
 
 
-async def measure(base_url: str, plan: Plan, warmup_requests: int) -> tuple[dict[str, Any], dict[str, Any]]:
+async def measure(
+    base_url: str, plan: Plan, warmup_requests: int, log: Callable[[str], None] = print
+) -> tuple[dict[str, Any], dict[str, Any]]:
     info = await probe(base_url, plan, warmup_requests)
-    return info, await run_plan(base_url, plan)
+    return info, await run_plan(base_url, plan, log)
 
 
 def build_report(
@@ -95,6 +98,8 @@ def build_report(
     report["workloads"] = {w: Workload.load(w, plan.length_rule).describe() for w in plan.workloads}
     report |= results
     report.setdefault("notes", [])
+    if plan.skipped:
+        report["notes"].append("left out for want of time: " + ", ".join(plan.skipped))
     for phase in results.get("closed_loop", []):
         lag = (phase.get("client_loop_lag_ms") or {}).get("p99") or 0
         if lag > 20:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,24 @@ def write(report: dict[str, Any], out_dir: Path, plots: bool = True) -> list[Pat
     return files
 
 
+def load(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return json.loads(data)
+
+
+def merge(paths: list[str], out_dir: Path) -> list[Path]:
+    """One report from several runs of one setup: the first's metadata, every part's phases and its command."""
+    reports = [load(p) for p in paths]
+    merged = dict(reports[0])
+    merged["parts"] = [{k: r.get(k) for k in ("name", "command", "created_utc", "commit", "profile")} for r in reports]
+    merged["closed_loop"] = [p for r in reports for p in r.get("closed_loop", [])]
+    merged["open_loop"] = [s for r in reports for s in r.get("open_loop", [])]
+    merged["baseline"] = next((r["baseline"] for r in reports if r.get("baseline")), None)
+    merged["notes"] = [n for r in reports for n in r.get("notes", [])]
+    return write(merged, out_dir)
+
+
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}"
 
@@ -65,6 +84,8 @@ def _f(v: float | None, nd: int = 2) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"# voxgate bench: {report.get('name', '')}", ""]
+    for part in report.get("parts") or []:
+        lines.append(f"- Part `{part.get('name')}`: `{part.get('command')}` ({part.get('created_utc')})")
     gpus = ", ".join(f"{g['name']} ({g['memory']})" for g in report.get("gpus") or []) or "none (CPU only)"
     sha = (report.get("commit") or {}).get("sha")
     dirty = " (uncommitted changes)" if (report.get("commit") or {}).get("dirty") else ""
@@ -109,7 +130,7 @@ def markdown(report: dict[str, Any]) -> str:
     for search in report.get("open_loop", []):
         lines += [
             f"## Open loop, {search['workload']} ({search['transport']}): capacity "
-            f"{search['capacity_rps'] if search['capacity_rps'] is not None else 'below the lowest rate'} req/s",
+            + (f"{search['capacity_rps']:g} req/s" if search["capacity_rps"] is not None else "below the lowest rate"),
             "",
             "| rate /s | requests | in SLO (per seed) | TTFA p50 / p90 / p99 ms | underruns | underrun "
             "total ms | errors | peak in flight | audio-s/s |",

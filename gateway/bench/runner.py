@@ -4,6 +4,7 @@ Each phase is joined to the server's metrics increments over it."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -34,9 +35,17 @@ class Plan:
     length_rule: bool = True
     frame_ms: int = 20
     voice: str | None = None
+    stop_at: float | None = None  # time.monotonic() after which no phase starts that would not end in time
+    skipped: list[str] = field(default_factory=list)  # phases left out for want of time
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "stop_at"}
+
+    def fits(self, seconds: float, what: str) -> bool:
+        if self.stop_at is None or time.monotonic() + seconds <= self.stop_at:
+            return True
+        self.skipped.append(what)
+        return False
 
 
 def phase_json(result: PhaseResult, server: dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +78,8 @@ async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print
         for name in plan.workloads:
             workload = Workload.load(name, plan.length_rule)
             for c in plan.concurrencies:
+                if not plan.fits(plan.closed_warmup_s + plan.closed_duration_s + 5, f"closed {workload.name} c={c}"):
+                    continue
                 result, server = await _scraped(
                     base_url,
                     lambda c=c, w=workload: run_closed(
@@ -93,7 +104,9 @@ async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print
 async def _search(base_url: str, target: Target, workload: Workload, plan: Plan, log: Callable[[str], None]) -> Any:
     rates: dict[float, dict[str, Any]] = {}
 
-    async def measure_async(rate: float) -> float:
+    async def measure_async(rate: float) -> float | None:
+        if not plan.fits(len(plan.seeds) * (plan.warmup_s + plan.duration_s + 5), f"open {workload.name} r={rate:g}"):
+            return None
         seeds = []
         for seed in plan.seeds:
             pool = min(256, int(rate * 4) + 2)  # idle sessions opened before the clock starts
@@ -132,8 +145,11 @@ async def _search(base_url: str, target: Target, workload: Workload, plan: Plan,
     try:
         rate = next(plan_rates)
         while True:
-            search.shares[rate] = await measure_async(rate)
-            rate = plan_rates.send(search.shares[rate])
+            share = await measure_async(rate)
+            if share is None:  # out of time: the search ends here, with what it has
+                break
+            search.shares[rate] = share
+            rate = plan_rates.send(share)
     except StopIteration:
         pass
     log(f"capacity {workload.name} ({plan.transport}): {search.capacity} req/s at >= {SLO_SHARE:.0%} in SLO")
