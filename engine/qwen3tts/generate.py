@@ -104,8 +104,11 @@ class Qwen3TTS:
     @torch.inference_mode()
     def frames(self, prompt: Prompt, gen: GenerationConfig | None = None, max_frames: int | None = None,
                generator: torch.Generator | None = None, cancel: threading.Event | None = None,
-               ) -> Iterator[torch.Tensor]:
+               min_frames: int = 2) -> Iterator[torch.Tensor]:
         """Yield frames [16] (int64, on the model device) until EOS, `max_frames`, or `cancel` is set.
+
+        EOS is blocked for the first `min_frames` frames (the reference's min_new_tokens=2; benchmarks raise it
+        to get a fixed length).
 
         RNG order equals the reference's: the c0 draw of frame s, then its 15 predictor draws, then frame s+1.
         """
@@ -116,6 +119,7 @@ class Qwen3TTS:
         psub = SamplingParams(gen.subtalker_dosample, gen.subtalker_temperature, gen.subtalker_top_k,
                               gen.subtalker_top_p)
         self.rules.penalty = gen.repetition_penalty
+        self.rules.min_new_tokens = min_frames
         eos = self.cfg.talker.codec_eos_token_id
         embeds = prompt.embeds[None]  # [1, T, H]
         cache = talker.new_cache(1, embeds.shape[1] + max(budget, 0) + 1, embeds.dtype, embeds.device)
@@ -140,9 +144,9 @@ class Qwen3TTS:
             previous = torch.cat([previous, c0[:, None]], dim=1)
 
     def generate_codes(self, prompt: Prompt, gen: GenerationConfig | None = None, max_frames: int | None = None,
-                       generator: torch.Generator | None = None) -> torch.Tensor:
+                       generator: torch.Generator | None = None, min_frames: int = 2) -> torch.Tensor:
         """All frames of one utterance: [N, 16] int64 on the model device."""
-        out = list(self.frames(prompt, gen, max_frames, generator))
+        out = list(self.frames(prompt, gen, max_frames, generator, min_frames=min_frames))
         return torch.stack(out) if out else torch.empty((0, 16), dtype=torch.long, device=self.device)
 
     def decode(self, codes: torch.Tensor, ref_codes: torch.Tensor | None = None) -> np.ndarray:

@@ -154,6 +154,16 @@ class DecoderStack(nn.Module):
             for _ in range(cfg.num_hidden_layers)
         )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None  # cos/sin for positions 0..len-1
+
+    def rope(self, start: int, end: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """Rows start..end-1 of cached tables (elementwise, so slicing equals computing them per call)."""
+        cached = self._rope
+        if cached is None or cached[0].shape[0] < end or cached[0].device != device or cached[0].dtype != dtype:
+            size = max(end, 2 * cached[0].shape[0] if cached is not None else 256)
+            cached = rope_tables(torch.arange(size, device=device), self.cfg.head_dim, self.cfg.rope_theta, dtype)
+            self._rope = (cached[0], cached[1])
+        return cached[0][start:end], cached[1][start:end]
 
     def new_cache(self, batch: int, capacity: int, dtype: torch.dtype, device: torch.device) -> KVCache:
         c = self.cfg
@@ -163,8 +173,7 @@ class DecoderStack(nn.Module):
         """x [B, T, H] appended after the cache's positions; returns post-norm hidden [B, T, H]."""
         t, past = x.shape[1], cache.length
         # Positions are 0-based and contiguous per stream, so MRoPE with three equal streams is plain RoPE.
-        positions = torch.arange(past, past + t, device=x.device)
-        cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        cos, sin = self.rope(past, past + t, x.device, x.dtype)
         mask = causal_mask(t, past + t, x.device)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, mask, cache, i)

@@ -57,7 +57,9 @@ def bench_ours(ckpt: Path, frames: int, seed: int = 0, dtype: str = "bf16") -> d
     tts.decode(tts.generate_codes(tts.build(inputs), gen, 8, torch.Generator(DEVICE).manual_seed(seed)))  # warm-up
     _sync()
     t0 = time.perf_counter()
-    codes = tts.generate_codes(tts.build(inputs), gen, frames, torch.Generator(DEVICE).manual_seed(seed))
+    # EOS blocked: random weights may sample it early; the benchmark needs a fixed length.
+    codes = tts.generate_codes(tts.build(inputs), gen, frames, torch.Generator(DEVICE).manual_seed(seed),
+                               min_frames=frames)
     _sync()
     t1 = time.perf_counter()
     audio = tts.decode(codes)

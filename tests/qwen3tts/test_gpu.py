@@ -58,6 +58,9 @@ def test_bf16_generation(ckpt17: Path) -> None:
 
 
 def test_fp32_parity_at_real_shapes(ckpt17: Path) -> None:
+    from .reference import install_stubs
+
+    install_stubs()  # qwen_tts imports librosa & co. at package import
     pytest.importorskip("qwen_tts")
     res = gpu_bench.parity_fp32(ckpt17, frames=64)
     _record("test_fp32_parity", res)
