@@ -28,7 +28,7 @@ _BUFFER_MS = 60  # espeak's callback granularity: small enough for a quick first
 _SENTENCE_END = re.compile(r"(?<=[.!?;:。！？；])\s+|\n+")
 _DEFAULT_VOICE = "en-us"
 _LANGUAGE_VOICES = {"english": "en-us", "chinese": "cmn", "german": "de", "italian": "it", "portuguese": "pt",
-                    "spanish": "es", "japanese": "ja", "korean": "ko", "french": "fr", "russian": "ru"}
+                    "spanish": "es", "japanese": "ja", "korean": "ko", "french": "fr-fr", "russian": "ru"}
 
 
 class _EspeakVoice(ctypes.Structure):
@@ -116,6 +116,7 @@ class _EspeakWorker:
         started.set()
         while (job := self._jobs.get()) is not None:
             if job.cancelled.is_set():
+                job.on_audio(None, None)  # nobody may wait forever on a skipped job
                 continue
             self._job = job
             try:
@@ -185,10 +186,15 @@ class EspeakStream(AudioStream):
         produced = 0
         try:
             for sentence in split_sentences(self.request.text):
+                if self._cancelled.is_set():
+                    return
                 pieces: asyncio.Queue[tuple[np.ndarray | None, BaseException | None]] = asyncio.Queue()
 
                 def on_audio(samples: np.ndarray | None, error: BaseException | None, q=pieces) -> None:
-                    loop.call_soon_threadsafe(q.put_nowait, (samples, error))
+                    try:
+                        loop.call_soon_threadsafe(q.put_nowait, (samples, error))
+                    except RuntimeError:  # the consumer's event loop is gone: nobody is listening
+                        self._cancelled.set()
 
                 job = _Job(sentence, self._voice_name, self._engine.rate_wpm, on_audio, self._cancelled)
                 self._engine._pending += 1
@@ -198,7 +204,7 @@ class EspeakStream(AudioStream):
                         samples, error = await pieces.get()
                         if error is not None:
                             raise EngineError("synthesis_failed", f"espeak-ng failed: {error}")
-                        if samples is None:
+                        if samples is None or self._cancelled.is_set():
                             break
                         out = resampler.resample_chunk(samples)
                         if budget is not None and produced + len(out) >= budget:
@@ -209,6 +215,8 @@ class EspeakStream(AudioStream):
                             yield out
                 finally:
                     self._engine._pending -= 1
+            if self._cancelled.is_set():
+                return
             tail = resampler.resample_chunk(np.zeros(0, np.int16), last=True)
             if budget is not None:
                 tail = tail[: max(0, budget - produced)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,7 +19,17 @@ from .state import GatewayState
 from .ws import tts_websocket
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_SUFFIXES = {".html", ".js", ".css", ".svg", ".png", ".ico", ".json"}
 log = logging.getLogger("voxgate")
+
+
+class WebAssets(StaticFiles):
+    """The demo's files, and nothing else of the package directory (no .py, no __pycache__)."""
+
+    def lookup_path(self, path: str) -> tuple[str, os.stat_result | None]:
+        if path not in ("", ".") and Path(path).suffix not in WEB_SUFFIXES:
+            return "", None
+        return super().lookup_path(path)
 
 
 def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette:
@@ -43,7 +54,7 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
         Route("/metrics", http_api.metrics),
     ]
     if config.serve_demo and WEB_DIR.is_dir():
-        routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"))
+        routes.append(Mount("/", WebAssets(directory=WEB_DIR, html=True), name="web"))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.voxgate = state
     return app

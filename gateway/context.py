@@ -72,6 +72,7 @@ class Context:
     first_written_at: float | None = None
     stalls: StallStats = field(default_factory=StallStats)
     failed_segments: int = 0
+    queued_chars: int = 0  # text cut into segments but not yet taken up by the producer
     _segments: asyncio.Queue = field(default_factory=asyncio.Queue)
     producer: asyncio.Task | None = None
 
@@ -88,6 +89,10 @@ class Context:
         return self.start_pts + self.sent_samples
 
     @property
+    def unspoken_chars(self) -> int:
+        return self.segmenter.buffered_chars + self.queued_chars
+
+    @property
     def ready_samples(self) -> int:
         return sum(f.frame.samples for f in self.frames if isinstance(f, ReadyFrame))
 
@@ -102,6 +107,7 @@ class Context:
         for text in segments:
             if self.speakable_at is None:
                 self.speakable_at = time.monotonic()
+            self.queued_chars += len(text)
             self._segments.put_nowait(_Segment(text))
 
     def append_text(self, text: str) -> None:
@@ -131,6 +137,8 @@ class Context:
         """
         while True:
             item = await self._segments.get()
+            if isinstance(item, _Segment):
+                self.queued_chars -= len(item.text)
             if isinstance(item, _Cut):
                 self._push(self.encoder.cut())
                 if item.flush_id is not None:

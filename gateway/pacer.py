@@ -62,7 +62,7 @@ class Pacer:
         if self.mode == "realtime":
             if self._anchor_t is None:
                 return self.sent_pts
-            return min(self.sent_pts, self._anchor_pts + int((now - self._anchor_t) * self.rate))
+            return min(self.sent_pts, self._anchor_pts + round((now - self._anchor_t) * self.rate))
         last = self._last
         if last is None:
             return 0 if self.sent_pts == 0 else self._wall_clock_estimate(now)
@@ -70,13 +70,13 @@ class Pacer:
         stale = elapsed > STALE_REPORTS * self.feedback_interval_s
         if not (self._advancing or stale):
             return last.played_pts
-        return min(self.sent_pts, last.played_pts + int(elapsed * self.rate))
+        return min(self.sent_pts, last.played_pts + round(elapsed * self.rate))
 
     def _wall_clock_estimate(self, now: float) -> int:
         # Before the first report: assume playback began when the first frame went out.
         if self._anchor_t is None:
             self._anchor_t = now
-        return min(self.sent_pts, int((now - self._anchor_t) * self.rate))
+        return min(self.sent_pts, round((now - self._anchor_t) * self.rate))
 
     def buffered(self) -> int:
         return self.sent_pts - self.estimated_played()

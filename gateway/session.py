@@ -207,7 +207,7 @@ class Session:
         elif context.state is not ContextState.OPEN:
             raise ProtocolError("unknown_context", f"context {msg.context_id!r} has ended; open a new one",
                                 context_id=msg.context_id)
-        if context.segmenter.buffered_chars + len(msg.text) > self.limits.max_buffered_text_chars:
+        if context.unspoken_chars + len(msg.text) > self.limits.max_buffered_text_chars:
             raise ProtocolError("text_too_long", "unspoken text over limits.max_buffered_text_chars "
                                 f"({self.limits.max_buffered_text_chars})", context_id=msg.context_id)
         context.append_text(msg.text)

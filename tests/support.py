@@ -95,3 +95,11 @@ async def next_json(ws: Any, timeout: float = 5.0, skip_binary: bool = True) -> 
                 continue
             raise AssertionError("unexpected binary frame")
         return json.loads(raw)
+
+
+async def next_error(ws: Any, timeout: float = 5.0) -> dict[str, Any]:
+    """The next `error` or `warning` message (everything else skipped)."""
+    while True:
+        message = await next_json(ws, timeout)
+        if message["type"] in ("error", "warning"):
+            return message

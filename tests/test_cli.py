@@ -1,0 +1,91 @@
+"""`voxgate serve` as a real process, spoken to by `voxgate say` and by curl, as a new user would."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import wave
+from pathlib import Path
+
+import httpx
+import pytest
+
+VOXGATE = str(Path(sys.executable).with_name("voxgate"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def served(tmp_path):
+    port = free_port()
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen([VOXGATE, "serve", "--port", str(port), "--log-level", "warning"], stdout=log,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+        assert time.monotonic() < deadline, "voxgate serve did not become healthy in 30 s"
+        time.sleep(0.1)
+    yield port
+    proc.terminate()
+    assert proc.wait(timeout=10) == 0, (tmp_path / "serve.log").read_text()
+
+
+@pytest.mark.slow
+def test_serve_say_and_curl(served, tmp_path):
+    out = tmp_path / "out.wav"
+    said = subprocess.run([VOXGATE, "say", "Hello from voxgate. The gateway speaks.", "-o", str(out), "--url",
+                           f"ws://127.0.0.1:{served}/v1/tts/ws"], capture_output=True, text=True, timeout=60)
+    assert said.returncode == 0, said.stderr
+    assert "first audio:" in said.stdout and "stalls: 0 (0 over 10 ms" in said.stdout, said.stdout
+    with wave.open(str(out)) as w:
+        assert w.getframerate() == 24000 and w.getnframes() > 24000
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("curl is not installed")
+    pcm = tmp_path / "out.pcm"
+    done = subprocess.run([curl, "-sS", "-f", "-X", "POST", f"http://127.0.0.1:{served}/v1/audio/speech", "-H",
+                           "Content-Type: application/json", "-d",
+                           '{"model":"voxgate","input":"Hello from curl.","voice":"en-us","response_format":"pcm"}',
+                           "-o", str(pcm)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert pcm.stat().st_size > 24000  # more than half a second of PCM16
+
+
+def test_serve_refuses_a_bad_config_clearly(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("engin = 'espeak'\n")
+    done = subprocess.run([VOXGATE, "serve", "--config", str(bad)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "unknown key(s)" in done.stderr and "engin" in done.stderr
+
+
+def test_say_reports_an_unreachable_server():
+    done = subprocess.run([VOXGATE, "say", "hi", "--url", f"ws://127.0.0.1:{free_port()}/v1/tts/ws"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "cannot reach" in done.stderr
+
+
+def test_generic_package_names_are_not_shadowed(tmp_path):
+    # `kernels` is a Hugging Face package that transformers probes for; ours must live under `voxgate.` only.
+    code = ("import importlib.util as u, sys; "
+            "assert all(u.find_spec(n) is None for n in ('kernels', 'engine', 'gateway')), sys.path; "
+            "import voxgate.kernels, voxgate.engine, voxgate.gateway")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    assert subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env).returncode == 0
+    import importlib.util
+
+    assert importlib.util.find_spec("kernels") is None, "the test run itself must not put the repo root on sys.path"

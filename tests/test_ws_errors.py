@@ -1,0 +1,216 @@
+"""Bad input: each case gets the specified error, and a second session running in parallel is not affected."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import websockets
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import connect, next_error, next_json
+from voxgate.gateway.client import VoxgateClient
+from voxgate.gateway.config import GatewayConfig, Limits
+from voxgate.gateway.protocol import MESSAGE_TYPES, PROTOCOL, ProtocolError, parse_message
+
+LIMITS = Limits(max_contexts=2, max_message_bytes=2048, max_text_chars=500, max_buffered_text_chars=800,
+                idle_timeout_s=1.0, max_messages_per_s=1000)
+
+# (what we send, expected error code, fatal close code or None)
+NON_FATAL = [
+    ("{not json", "invalid_message"),
+    ("[1, 2]", "invalid_message"),
+    (json.dumps({"type": "shout", "context_id": "a"}), "invalid_message"),
+    (json.dumps({"type": "text.append", "context_id": "a"}), "invalid_message"),  # missing text
+    (json.dumps({"type": "text.append", "context_id": "a", "text": 5}), "invalid_message"),  # wrong type
+    (json.dumps({"type": "text.append", "context_id": 7, "text": "hi"}), "invalid_message"),
+    (json.dumps({"type": "context.open", "context_id": "bad id!"}), "invalid_message"),
+    (json.dumps({"type": "context.open", "context_id": "t", "track": True}), "invalid_message"),
+    (json.dumps({"type": "context.open", "context_id": "t", "placement": "sideways"}), "invalid_message"),
+    (json.dumps({"type": "text.append", "context_id": "a", "text": "x" * 501}), "text_too_long"),
+    (json.dumps({"type": "text.append", "context_id": "a", "text": "y" * 3000}), "message_too_large"),
+    (json.dumps({"type": "context.flush", "context_id": "nobody"}), "unknown_context"),
+    (json.dumps({"type": "context.cancel", "context_id": "nobody"}), "unknown_context"),
+    (json.dumps({"type": "context.open", "context_id": "v", "voice": "no-such-voice"}), "voice_not_found"),
+    (json.dumps({"type": "session.start"}), "invalid_message"),  # a second one
+    (json.dumps({"type": "playback", "played_pts": -5}), "invalid_message"),
+]
+
+
+async def run_bystander(url: str) -> VoxgateClient:
+    """A session that speaks while another misbehaves; it must finish normally."""
+    async with VoxgateClient(url, pacing="asap") as client:
+        result = await client.speak("ok", "A second session speaks undisturbed.")
+        assert result.event("context.done") is not None
+        assert not client.errors
+        return client
+
+
+@pytest.mark.parametrize("raw,code", NON_FATAL, ids=[c for _, c in NON_FATAL])
+async def test_non_fatal_errors_keep_the_session(gateway, raw, code):
+    server = gateway(limits=LIMITS)
+    bystander = asyncio.create_task(run_bystander(server.ws_url))
+    ws, _ = await connect(server.ws_url)
+    await ws.send(raw)
+    error = await next_json(ws)
+    assert error["type"] == "error" and error["code"] == code and error["fatal"] is False, error
+    # The session still works.
+    await ws.send(json.dumps({"type": "ping", "t_ms": 1}))
+    assert (await next_json(ws))["type"] == "pong"
+    await ws.close()
+    await bystander
+
+
+async def test_too_many_contexts_and_buffered_text(gateway, fake_engine):
+    server = gateway(engine=fake_engine(device_rtf=0.5), limits=LIMITS)
+    ws, _ = await connect(server.ws_url)
+    for cid in ("a", "b"):
+        await ws.send(json.dumps({"type": "text.append", "context_id": cid, "text": "word " * 10}))
+    await ws.send(json.dumps({"type": "text.append", "context_id": "c", "text": "one too many"}))
+    error = await next_error(ws)
+    assert error["code"] == "context_limit" and error["context_id"] == "c"
+    for _ in range(3):  # unspoken text (buffered or queued for synthesis) passes 800: that append is refused whole
+        await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": "z" * 400}))
+    error = await next_error(ws)
+    assert error["code"] == "text_too_long"
+    await ws.close()
+
+
+@pytest.mark.parametrize("case", ["binary", "before_start"])
+async def test_protocol_violations_close_with_4400(gateway, case):
+    server = gateway(limits=LIMITS)
+    bystander = asyncio.create_task(run_bystander(server.ws_url))
+    ws = await websockets.connect(server.ws_url, subprotocols=[PROTOCOL])
+    assert ws.subprotocol == PROTOCOL
+    if case == "binary":
+        await ws.send(json.dumps({"type": "session.start"}))
+        assert (await next_json(ws))["type"] == "session.started"
+        await ws.send(b"\x00\x01")
+    else:
+        await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": "hi"}))
+    error = await next_json(ws)
+    assert error == {"type": "error", "code": "protocol_violation", "message": error["message"], "fatal": True}
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await ws.recv()
+    assert closed.value.rcvd.code == 4400
+    await bystander
+
+
+async def test_idle_timeout_closes_with_4008(gateway):
+    server = gateway(limits=LIMITS)
+    bystander = asyncio.create_task(run_bystander(server.ws_url))
+    ws, started = await connect(server.ws_url)
+    assert started["limits"]["idle_timeout_s"] == 1.0
+    error = await next_json(ws, timeout=3)
+    assert error["code"] == "idle_timeout" and error["fatal"] is True
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await ws.recv()
+    assert closed.value.rcvd.code == 4008
+    await bystander
+
+
+async def test_oversized_frame_beyond_the_hard_cap_closes_1009(gateway):
+    server = gateway(limits=LIMITS)
+    ws, _ = await connect(server.ws_url)
+    await ws.send("x" * (4 * LIMITS.max_message_bytes + 1))
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        while True:
+            await ws.recv()
+    assert closed.value.rcvd.code == 1009
+
+
+async def test_too_many_sessions_closes_4029(gateway):
+    server = gateway(config=GatewayConfig(max_sessions=1, limits=LIMITS))
+    first, _ = await connect(server.ws_url)
+    ws = await websockets.connect(server.ws_url, subprotocols=[PROTOCOL])
+    error = await next_json(ws)
+    assert error["code"] == "too_many_sessions"
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await ws.recv()
+    assert closed.value.rcvd.code == 4029
+    await first.close()
+
+
+async def test_auth_tokens(gateway):
+    server = gateway(config=GatewayConfig(auth_tokens=["s3cret"]))
+    ws = await websockets.connect(server.ws_url, subprotocols=[PROTOCOL])
+    assert (await next_json(ws))["code"] == "unauthorized"
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await ws.recv()
+    assert closed.value.rcvd.code == 4001
+    async with VoxgateClient(server.ws_url, token="s3cret", pacing="asap") as client:  # subprotocol token
+        assert (await client.speak("t", "Authorized.")).event("context.done")
+    ws = await websockets.connect(server.ws_url + "?token=s3cret")
+    await ws.send(json.dumps({"type": "session.start"}))
+    assert (await next_json(ws))["type"] == "session.started"
+    await ws.close()
+
+
+async def test_rate_limit(gateway):
+    server = gateway(limits=Limits(max_messages_per_s=5))
+    ws, _ = await connect(server.ws_url)
+    for i in range(20):
+        await ws.send(json.dumps({"type": "ping", "t_ms": i}))
+    kinds = [(await next_json(ws)) for _ in range(20)]
+    assert any(m.get("code") == "rate_limited" for m in kinds)
+    await ws.close()
+
+
+# ---- the schema, fuzzed ------------------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+    max_leaves=8)
+field_names = st.sampled_from(["context_id", "text", "flush_id", "track", "placement", "voice", "played_pts",
+                               "audio", "pacing", "underruns", "buffered_samples", "t_ms", "max_audio_ms", "x"])
+messages = st.builds(
+    lambda kind, extra: {"type": kind, **extra},
+    st.sampled_from([*MESSAGE_TYPES, "nope"]),
+    st.dictionaries(field_names, json_values | st.sampled_from(["a", "ctx-1", 0, 3, "queue"]), max_size=5))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages)
+def test_parser_accepts_or_names_the_problem(message):
+    raw = json.dumps(message)
+    try:
+        parsed = parse_message(raw)
+    except ProtocolError as exc:
+        assert exc.code == "invalid_message" and exc.message and not exc.fatal
+        return
+    assert message["type"] == parsed.TYPE
+    for key, value in message.items():  # what was accepted is exactly what was sent
+        if key != "type":
+            assert getattr(parsed, key) == value
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.lists(messages, min_size=1, max_size=6))
+def test_fuzzed_sessions_never_break_the_server(gateway_for_fuzz, batch):
+    url = gateway_for_fuzz
+
+    async def run() -> None:
+        ws, _ = await connect(url, pacing={"mode": "asap"})
+        for message in batch:
+            await ws.send(json.dumps(message))
+        await ws.send(json.dumps({"type": "ping", "t_ms": 42}))
+        while True:  # every message is answered or absorbed; the session stays alive to answer the ping
+            m = await next_json(ws, timeout=5)
+            assert m["type"] != "error" or not m["fatal"], m
+            if m["type"] == "pong" and m["t_ms"] == 42:
+                break
+        await ws.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def gateway_for_fuzz():
+    from support import RecordingEngine, running_gateway
+    from voxgate.engine.fake import FakeEngine
+
+    with running_gateway(RecordingEngine(FakeEngine(device_rtf=200)), GatewayConfig(limits=LIMITS)) as server:
+        yield server.ws_url
