@@ -17,6 +17,8 @@ from .client import Client, HttpClient, ServerError, Trace, WsClient
 from .stats import to_sample
 from .workload import Workload
 
+MAX_IDLE_S = 30.0  # the gateway closes a session idle for limits.idle_timeout_s (60 s by default)
+
 
 @dataclass(slots=True)
 class Target:
@@ -202,10 +204,21 @@ async def run_open(
     result = PhaseResult(params)
     schedule = poisson_arrivals(rate, warmup_s + duration_s, seed)
     order = workload.order(seed)
-    idle: list[Client] = list(await asyncio.gather(*(target.client() for _ in range(pool))))
+    now = time.monotonic()
+    # idle sessions with the time each was last used: one idle longer than MAX_IDLE_S is closed rather than reused,
+    # so that the server's idle timeout never turns into a request error that the gateway did not cause
+    idle: list[tuple[Client, float]] = [(c, now) for c in await asyncio.gather(*(target.client() for _ in range(pool)))]
     traces: list[Trace] = []
     flight = _Flight()
     tasks: list[asyncio.Task[None]] = []
+
+    async def session() -> Client:
+        while idle:
+            client, used = idle.pop()
+            if time.monotonic() - used < MAX_IDLE_S:
+                return client
+            await client.close()
+        return await target.client()
 
     async def one(k: int, scheduled: float) -> None:
         i = order[k % len(order)]
@@ -214,7 +227,7 @@ async def run_open(
         traces.append(trace)
         with flight.request():
             try:
-                client = idle.pop() if idle else await target.client()
+                client = await session()
             except Exception as exc:
                 trace.error = f"connect: {type(exc).__name__}: {exc}"
                 return
@@ -223,7 +236,7 @@ async def run_open(
             except ServerError:
                 await client.close()
                 return
-            idle.append(client)
+            idle.append((client, time.monotonic()))
 
     with LagMonitor() as lag:
         t0 = time.perf_counter()
@@ -234,7 +247,7 @@ async def run_open(
             tasks.append(asyncio.create_task(one(k, t0 + at)))
         await asyncio.sleep(max(0.0, t0 + warmup_s + duration_s - time.perf_counter()))
         await _drain(tasks, drain_s)
-    await asyncio.gather(*(c.close() for c in idle))
+    await asyncio.gather(*(c.close() for c, _ in idle))
     result.peak_in_flight = flight.peak
     result.loop_lag_ms = lag.summary()
     _collect(result, traces, t0, warmup_s, duration_s)
