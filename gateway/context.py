@@ -19,6 +19,10 @@ from .textsplit import TextSegmenter
 
 log = logging.getLogger("voxgate.context")
 
+# Synthesis runs at most this far ahead of sending: a reader that stops reading stops the engine too, so memory
+# per context stays bounded and engine time goes to streams whose listeners need it.
+MAX_AHEAD_S = 20.0
+
 
 class ContextState(enum.Enum):
     OPEN = "open"  # text may still arrive
@@ -73,6 +77,9 @@ class Context:
     stalls: StallStats = field(default_factory=StallStats)
     failed_segments: int = 0
     queued_chars: int = 0  # text cut into segments but not yet taken up by the producer
+    ready_samples: int = 0  # timeline samples in `frames`
+    max_ahead_samples: int = 0  # set by the session from the timeline rate
+    _drained: asyncio.Event = field(default_factory=asyncio.Event)
     _segments: asyncio.Queue = field(default_factory=asyncio.Queue)
     producer: asyncio.Task | None = None
 
@@ -92,9 +99,17 @@ class Context:
     def unspoken_chars(self) -> int:
         return self.segmenter.buffered_chars + self.queued_chars
 
-    @property
-    def ready_samples(self) -> int:
-        return sum(f.frame.samples for f in self.frames if isinstance(f, ReadyFrame))
+    def pop(self) -> ReadyFrame | FlushMark:
+        item = self.frames.popleft()
+        if isinstance(item, ReadyFrame):
+            self.ready_samples -= item.frame.samples
+            self._drained.set()
+        return item
+
+    def drop_ready(self) -> None:
+        self.frames.clear()
+        self.ready_samples = 0
+        self._drained.set()
 
     def first_audio_ms(self) -> float | None:
         if self.first_written_at is None or self.speakable_at is None:
@@ -165,6 +180,9 @@ class Context:
                     self.produced_samples += len(chunk)
                     self._push(self.encoder.push(np.ascontiguousarray(chunk, dtype=np.int16)))
                     wake()
+                    while self.max_ahead_samples and self.ready_samples > self.max_ahead_samples:
+                        self._drained.clear()
+                        await self._drained.wait()
                     if self.produced_samples >= self.budget_samples:
                         if not self.budget_from_client:
                             report("warning", "audio_limit",
@@ -185,3 +203,4 @@ class Context:
     def _push(self, frames: list[EncodedFrame]) -> None:
         now = time.monotonic()
         self.frames.extend(ReadyFrame(f, now) for f in frames)
+        self.ready_samples += sum(f.samples for f in frames)

@@ -20,7 +20,7 @@ from voxgate.engine.base import SAMPLE_RATE, Engine
 
 from .audio import AudioFormat, make_encoder
 from .config import GatewayConfig
-from .context import Context, ContextState, FlushMark, ReadyFrame
+from .context import MAX_AHEAD_S, Context, ContextState, FlushMark, ReadyFrame
 from .metrics import GatewayMetrics
 from .pacer import Pacer
 from .protocol import (
@@ -175,6 +175,7 @@ class Session:
                           make_encoder(self.fmt))
         if context.instruct and self.engine.name == "espeak":
             self._report(context, "warning", "unsupported", "the espeak engine ignores instruct")
+        context.max_ahead_samples = int(MAX_AHEAD_S * self.fmt.sample_rate)
         self.used_ids.add(context_id)
         self.contexts[context_id] = context
         track.queue.append(context)
@@ -275,7 +276,7 @@ class Session:
 
     def _stop(self, context: Context, state: ContextState, outcome: str) -> None:
         context.state = state
-        context.frames.clear()
+        context.drop_ready()
         if context.producer is not None:
             context.producer.cancel()
         track = self.tracks.get(context.track)
@@ -312,7 +313,7 @@ class Session:
                                        "ctx": context.ctx, "track": track.number, "start_pts": context.start_pts},
                                       context)
             if context.frames and isinstance(context.frames[0], FlushMark):
-                mark = context.frames.popleft()
+                mark = context.pop()
                 self.writer.put_event({"type": "flushed", "context_id": context.context_id,
                                        "flush_id": mark.flush_id, "end_pts": context.end_pts}, context)
                 continue
@@ -333,7 +334,7 @@ class Session:
             await track.wake.wait()
 
     async def _send_frame(self, track: Track, context: Context) -> None:
-        ready = context.frames.popleft()
+        ready = context.pop()
         assert isinstance(ready, ReadyFrame)
         frame = ready.frame
         flags = 0

@@ -87,6 +87,10 @@ class SocketWriter:
         return samples, started_withdrawn
 
     @property
+    def urgent_backlog(self) -> int:
+        return len(self._urgent)
+
+    @property
     def queued_frames(self) -> int:
         return sum(isinstance(i, OutFrame) for i in self._ordered)
 

@@ -12,6 +12,7 @@ from .auth import token_from_websocket
 from .protocol import (
     PROTOCOL,
     WS_1000_NORMAL_CLOSURE,
+    WS_1008_POLICY_VIOLATION,
     WS_1011_INTERNAL_ERROR,
     WS_4001_UNAUTHORIZED,
     WS_4008_TIMEOUT,
@@ -25,6 +26,7 @@ from .state import GatewayState
 from .writer import SocketWriter
 
 log = logging.getLogger("voxgate.ws")
+MAX_URGENT_BACKLOG = 1024  # control messages waiting for a client that stopped reading
 
 
 class RateLimiter:
@@ -130,6 +132,9 @@ async def _read_loop(websocket: WebSocket, session: Session, writer: SocketWrite
                                 close_code=WS_4008_TIMEOUT) from None
         if writer_task.done():
             writer_task.result()  # the socket broke while writing: surface it
+        if writer.urgent_backlog > MAX_URGENT_BACKLOG:
+            raise ProtocolError("slow_consumer", "the client does not read its messages; closing",
+                                close_code=WS_1008_POLICY_VIOLATION)
         if message["type"] == "websocket.disconnect":
             raise WebSocketDisconnect(message.get("code", 1000))
         if message.get("bytes") is not None:

@@ -42,7 +42,8 @@ def served(tmp_path):
         time.sleep(0.1)
     yield port
     proc.terminate()
-    assert proc.wait(timeout=10) == 0, (tmp_path / "serve.log").read_text()
+    # uvicorn shuts down gracefully, then re-raises the captured SIGTERM (exit -15).
+    assert proc.wait(timeout=10) in (0, -15), (tmp_path / "serve.log").read_text()
 
 
 @pytest.mark.slow

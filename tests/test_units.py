@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from voxgate.engine.fake import FakeEngine
 from voxgate.gateway.audio import AudioFormat, make_encoder, mulaw_decode, mulaw_encode
 from voxgate.gateway.config import GatewayConfig, load_config
+from voxgate.gateway.context import Context
 from voxgate.gateway.pacer import Pacer
 from voxgate.gateway.player import SimulatedPlayer
 from voxgate.gateway.protocol import FLAG_FIRST, FLAG_LAST, FrameHeader, ProtocolError
@@ -167,5 +171,23 @@ def test_config_presets_and_unknown_keys(tmp_path):
         load_config(bad)
     with pytest.raises(FileNotFoundError, match="presets"):
         load_config("no-such-preset")
-    with pytest.raises(ValueError, match="pacing.mode"):
+    with pytest.raises(ValueError, match=r"pacing\.mode"):
         load_config("default", pacing={"mode": "warp"})
+
+
+async def test_synthesis_stops_when_nobody_sends():
+    engine = FakeEngine(device_rtf=1000, chunk_ms=100)
+    await engine.start()
+    context = Context("c", 1, 0, None, None, None, 24000 * 600, False, make_encoder(AudioFormat()))
+    context.max_ahead_samples = 24000 * 2
+    task = asyncio.create_task(context.produce(engine, lambda: None, lambda *a: None))
+    context.append_text("word " * 100 + ".")  # 37 s of audio
+    context.end()
+    await asyncio.sleep(0.3)
+    assert 24000 * 2 <= context.ready_samples <= 24000 * 2 + 2400  # paused at the cap (plus one chunk)
+    while not context.produced_all or context.frames:  # a sender drains: production resumes to the end
+        if context.frames:
+            context.pop()
+        await asyncio.sleep(0.0005)
+    await asyncio.wait_for(task, 5)
+    assert context.produced_samples == round(101 * 0.37 * 24000)
