@@ -21,9 +21,10 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Reduce in fp32, cast back, then scale: the reference's rounding order (matters for bf16 parity).
-        xf = x.float()
+        # The dtype checks only skip no-op casts (eager dispatch cost), never change a value.
+        xf = x if x.dtype == torch.float32 else x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        return self.weight * (xf if x.dtype == torch.float32 else xf.to(x.dtype))
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -67,12 +68,8 @@ class KVCache:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """q [B, Hq, Tq, D], k/v [B, Hkv, Tk, D]; GQA by repeating kv heads; mask: bool [Tq, Tk] (True = attend)."""
-    rep = q.shape[1] // k.shape[1]
-    if rep > 1:
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    """q [B, Hq, Tq, D], k/v [B, Hkv, Tk, D]; GQA (query head h reads kv head h // rep); mask: bool [Tq, Tk]."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
 
 
 def causal_mask(tq: int, tk: int, device: torch.device, window: int | None = None) -> torch.Tensor | None:

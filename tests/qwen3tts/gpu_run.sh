@@ -13,7 +13,7 @@ $B write --out /tmp/ck17 --json "$OUT/write.json" 2>&1 | tail -8
 $B ours --ckpt /tmp/ck17 --frames 128 --json "$OUT/ours.json" 2>&1 | tail -20
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:/tmp/vx
-VOXGATE_GPU_CKPT=/tmp/ck17 VOXGATE_GPU_RESULTS=$OUT timeout 330 python3 -m pytest tests/qwen3tts/test_gpu.py \
+[ -n "$SKIP_TESTS" ] || VOXGATE_GPU_CKPT=/tmp/ck17 VOXGATE_GPU_RESULTS=$OUT timeout 330 python3 -m pytest tests/qwen3tts/test_gpu.py \
   -c /dev/null --confcutdir=tests/qwen3tts -p no:cacheprovider -q -rs -W ignore::pytest.PytestUnknownMarkWarning \
   2>&1 | tail -30 | tee "$OUT/pytest.log"
 [ -n "$SKIP_REF" ] || timeout 150 $B reference --ckpt /tmp/ck17 --frames 128 --json "$OUT/ref.json" 2>&1 | grep -v pad_token_id | tail -22
