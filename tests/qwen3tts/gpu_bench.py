@@ -66,9 +66,11 @@ def bench_ours(ckpt: Path, frames: int, seed: int = 0, dtype: str = "bf16") -> d
     _sync()
     t2 = time.perf_counter()
     n = codes.shape[0]
+    parts = _part_times(tts)
     import transformers
 
     return {
+        **parts,
         "impl": "voxgate", "dtype": dtype, "codec_dtype": "fp32", "frames": n, "audio_s": n * FRAME_S,
         "load_s": load_s, "generate_s": t1 - t0, "decode_s": t2 - t1, "ms_per_frame": 1000 * (t1 - t0) / n,
         "audio_s_per_s_generate": n * FRAME_S / (t1 - t0), "audio_s_per_s_total": n * FRAME_S / (t2 - t0),
@@ -76,6 +78,26 @@ def bench_ours(ckpt: Path, frames: int, seed: int = 0, dtype: str = "bf16") -> d
         "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else 0.0,
         "transformers": transformers.__version__, "torch": torch.__version__,
     }
+
+
+@torch.inference_mode()
+def _part_times(tts: Any, steps: int = 32) -> dict[str, float]:
+    """Where a frame's time goes: one Talker step (28 layers, 1 token) and one predictor call (15 steps)."""
+    talker = tts.talker
+    h = talker.model.codec_embedding.weight[:1]  # [1, H]
+    cache = talker.new_cache(1, steps + 1, h.dtype, h.device)
+    fns = {"talker_step_ms": lambda: talker(h[:, None], cache),
+           "predictor_frame_ms": lambda: talker.code_predictor.predict(h, h, lambda lg: lg.argmax(-1))}
+    out = {}
+    for name, fn in fns.items():
+        fn()
+        _sync()
+        t0 = time.perf_counter()
+        for _ in range(steps - 1):
+            fn()
+        _sync()
+        out[name] = 1000 * (time.perf_counter() - t0) / (steps - 1)
+    return out
 
 
 def bench_reference(ckpt: Path, frames: int, seed: int = 0) -> dict[str, Any]:
