@@ -10,7 +10,6 @@ import base64
 import itertools
 import os
 import shutil
-import time
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -112,7 +111,8 @@ def screenshot(page, name: str) -> Path:
 
 def assert_no_violation(page, context: dict) -> None:
     st = page.evaluate("({report: window.voxgate.state.report, stalls: window.voxgate.state.serverStalls})")
-    assert st["report"]["underruns"]["max_gap_ms"] <= VIOLATION_MS, st["report"]["underruns"]
+    causes = [(s["cause"], s["duration_ms"], s["pts"]) for s in st["stalls"]]
+    assert st["report"]["underruns"]["max_gap_ms"] <= VIOLATION_MS, (st["report"]["underruns"], causes)
     assert context["done"]["stalls"]["max_ms"] <= VIOLATION_MS, context["done"]["stalls"]
     assert all(s["duration_ms"] <= VIOLATION_MS for s in st["stalls"]), st["stalls"]
 
@@ -197,27 +197,29 @@ def test_barge_in_is_silent_within_20ms_and_the_next_context_plays(page, gateway
 @pytest.mark.parametrize(("pause_ms", "stalls"), [(100, 0), (300, 1)])
 def test_delivery_pause(page, gateway: str, pause_ms: int, stalls: int) -> None:
     """Target 150 ms: a 100 ms hole in delivery is absorbed; a 300 ms one is exactly one stall, which the page
-    reports and the server attributes."""
+    reports and the server attributes (a `stall` message and the context's `context.done.stalls`)."""
     port = int(gateway.rsplit(":", 1)[1])
     with PausingProxy(port) as proxy:
         open_demo(page, gateway, codec="pcm_s16le", target=150, ws=f"ws://127.0.0.1:{proxy.port}/v1/tts/ws")
-        cid = speak(page, "Passage", mode="all")
+        cid = speak(page, "Greeting", mode="all")
         wait_played(page, cid, 2)
         proxy.pause(pause_ms)
-        time.sleep(pause_ms / 1000 + 1.5)
         if stalls:
             page.wait_for_function("window.voxgate.state.serverStalls.length >= 1", timeout=5000)
             screenshot(page, f"pause-{pause_ms}ms.png")
+        ctx = wait_done(page, cid)
         st = page.evaluate("window.voxgate.state")
     u = st["report"]["underruns"]
     if stalls == 0:
-        assert u["max_gap_ms"] <= VIOLATION_MS, u
-        assert [s for s in st["serverStalls"] if s["duration_ms"] > VIOLATION_MS] == []
+        assert_no_violation(page, ctx)
     else:
         assert u["events"] == 1, u
         assert pause_ms - 150 - 60 <= u["max_gap_ms"] <= pause_ms, u
         (stall,) = st["serverStalls"]
         assert stall["context_id"] == cid
-        assert stall["cause"] in ("network", "pacing"), stall
         assert abs(stall["duration_ms"] - u["max_gap_ms"]) <= 1
+        # Delivery was held after the server sent in time: the network's fault, not the generator's or client's.
+        assert stall["cause"] in ("network", "pacing"), stall
+        assert ctx["done"]["stalls"]["events"] == 1
+        assert ctx["done"]["stalls"]["by_cause"][stall["cause"]] == 1
     assert page.errors == []

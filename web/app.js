@@ -125,6 +125,8 @@ async function speak() {
   if (!cfg.text.trim()) return;
   const sampleRate = cfg.codec === "opus" ? 48000 : 24000;
   const audioReady = player.ensureAudio(sampleRate); // synchronously, inside the click: the gesture unlocks audio
+  // Speaking over an utterance is a barge-in: the old one stops (and is cancelled at the server) first.
+  if (Object.values(state.contexts).some((c) => !c.done && !c.cancelled)) stop();
   const speakAt = now();
   const id = `ctx-${++nextId}`;
   state.current = id;

@@ -47,7 +47,7 @@ export class JitterBuffer {
     this.resume = Math.max(1, Math.round((resumeMs * sampleRate) / 1000));
     this.prerollTimeout = Math.round((prerollTimeoutMs * sampleRate) / 1000);
     this.#maxCapacity = 2 ** Math.ceil(Math.log2(maxSeconds * sampleRate));
-    this.#buf = new Float32Array(2 ** Math.ceil(Math.log2(sampleRate * 2)));
+    this.#buf = new Float32Array(Math.min(2 ** Math.ceil(Math.log2(sampleRate * 2)), this.#maxCapacity));
     this.onEvent = onEvent;
     this.underruns = { events: 0, samples: 0, maxGapSamples: 0 };
     this.overflowSamples = 0;
