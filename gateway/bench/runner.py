@@ -109,7 +109,7 @@ async def _search(base_url: str, target: Target, workload: Workload, plan: Plan,
             return None
         seeds = []
         for seed in plan.seeds:
-            pool = min(256, int(rate * 4) + 2)  # idle sessions opened before the clock starts
+            pool = min(64, int(rate * 2) + 2)  # idle sessions opened before the clock starts (more open on demand)
             result, server = await _scraped(
                 base_url,
                 lambda seed=seed, pool=pool: run_open(
