@@ -76,6 +76,7 @@ class Qwen3TTSStream(AudioStream):
         if self._cancel.is_set():
             return
         self._engine._waiting += 1
+        self._engine._streams.add(self)
         self._engine._executor.submit(self._run)
         try:
             while True:
@@ -87,6 +88,7 @@ class Qwen3TTSStream(AudioStream):
                 yield item
         finally:
             self.cancel()  # the consumer left early: stop the worker at the next frame
+            self._engine._streams.discard(self)
 
 
 class Qwen3TTSEngine(Engine):
@@ -111,6 +113,7 @@ class Qwen3TTSEngine(Engine):
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3tts")
         self._ready = False
         self._waiting = 0
+        self._streams: set[Qwen3TTSStream] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -139,6 +142,8 @@ class Qwen3TTSEngine(Engine):
 
     async def stop(self) -> None:
         self._ready = False
+        for stream in list(self._streams):
+            stream.cancel()  # the running job stops at its next frame; queued ones never start
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     @property

@@ -98,3 +98,14 @@ def test_registry_creates_it(tiny_ckpt: Callable[[str], Path]) -> None:
     engine = by_name("qwen3tts", model=str(tiny_ckpt("cv06")), device="cpu")
     assert engine.name == "qwen3tts" and not engine.ready
     assert torch.cuda.is_available() or engine.device == "cpu"
+
+
+async def test_stop_cancels_open_streams(tiny_ckpt: Callable[[str], Path]) -> None:
+    engine = await _engine(tiny_ckpt("cv06"), max_frames=100_000, chunk_frames=1)
+    stream = engine.open_stream(SynthesisRequest(text="Endless.", voice="ryan"))
+    got = 0
+    async for _chunk in stream:
+        got += 1
+        if got == 1:
+            await engine.stop()
+    assert got == 1 and not engine.ready
