@@ -186,7 +186,9 @@ def run_baseline(
 
 
 def baseline_main(args: argparse.Namespace) -> int:
-    result = run_baseline(args.checkpoint, args.workload or ["sentences"], args.runs, args.device, args.dtype)
+    result = run_baseline(
+        args.checkpoint, args.workload or ["sentences"], args.runs, args.device, args.dtype, args.warmup
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "baseline.json").write_text(json.dumps(result, indent=1) + "\n")

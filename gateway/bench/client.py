@@ -63,10 +63,19 @@ class WsClient:
         self.rate = int(started["audio"]["sample_rate"])
 
     @classmethod
-    async def connect(cls, url: str, frame_ms: int = 20, voice: str | None = None) -> WsClient:
+    async def connect(cls, url: str, frame_ms: int = 20, voice: str | None = None, deflate: bool = False) -> WsClient:
+        """`deflate`: offer permessage-deflate (off by default: compressing PCM costs both sides CPU and no audio
+        client needs it)."""
         from websockets.asyncio.client import connect
 
-        ws = await connect(url, subprotocols=["voxgate.v1"], max_size=None, ping_interval=None, open_timeout=30)
+        ws = await connect(
+            url,
+            subprotocols=["voxgate.v1"],
+            max_size=None,
+            ping_interval=None,
+            open_timeout=30,
+            compression="deflate" if deflate else None,
+        )
         start: dict[str, Any] = {
             "type": "session.start",
             "protocol": "voxgate.v1",

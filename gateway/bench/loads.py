@@ -28,6 +28,7 @@ class Target:
     transport: str = "ws"  # "ws" or "http"
     frame_ms: int = 20
     voice: str | None = None
+    deflate: bool = False  # WebSocket permessage-deflate
     http: Any = None  # a shared httpx.AsyncClient, opened by `open()`
 
     @property
@@ -48,7 +49,7 @@ class Target:
 
     async def client(self) -> Client:
         if self.transport == "ws":
-            return await WsClient.connect(self.ws_url, self.frame_ms, self.voice)
+            return await WsClient.connect(self.ws_url, self.frame_ms, self.voice, self.deflate)
         if self.transport == "http":
             return HttpClient(self.http, self.voice)
         raise ValueError(f"unknown transport {self.transport!r}")

@@ -102,7 +102,16 @@ def markdown(report: dict[str, Any]) -> str:
     rule = report.get("length_rule")
     lines.append(f"- Length rule: {'`' + rule + '` (sent as `max_audio_ms`)' if rule else 'none (natural length)'}")
     plan = report.get("plan") or {}
-    lines.append(f"- Transport: {plan.get('transport')}; frame {plan.get('frame_ms')} ms; pacing asap")
+    deflate = "on" if plan.get("deflate") else "off"
+    lines.append(
+        f"- Transport: {plan.get('transport')}; frame {plan.get('frame_ms')} ms; pacing asap; deflate {deflate}"
+    )
+    warm = [s["ttfa_ms"] for s in server.get("warmup_requests") or [] if s.get("ttfa_ms") is not None]
+    if warm:
+        lines.append(
+            "- Warm-up requests before any phase (kept out of the numbers), first audio ms: "
+            + ", ".join(f"{t:.0f}" for t in warm)
+        )
     lines += [
         f"- SLO: first audio <= {SLO['ttfa_ms_max']:.0f} ms and total pause < "
         f"{SLO['total_pause_ms_below']:.0f} ms (listener's pause rule); capacity at >= "

@@ -1,7 +1,8 @@
 """A stand-in gateway for the harness's own tests: the subset of docs/protocol.md that `voxgate bench` uses.
 
-Audio is produced `speed` times faster than real time after `first_ms`; a text containing "STALL" stops for
-`stall_ms` after its first frame, so the pause rule sees a known pause end to end.
+After `first_ms`, the first `burst_ms` of audio come at once (a cushion, so that scheduling hiccups of a loaded CI
+machine are not pauses), then audio comes `speed` times faster than real time. A text containing "STALL" stops for
+`stall_ms` after the burst, so the pause rule sees a known pause (stall_ms - burst_ms) end to end.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ HEADER = struct.Struct("<BBHIIHHQ")
 class MockConfig:
     speed: float = 20.0
     first_ms: float = 5.0
-    stall_ms: float = 120.0
+    stall_ms: float = 400.0
+    burst_ms: int = 200
     requests: list[dict] = field(default_factory=list)  # what the clients sent, for assertions
     frames: int = 0  # exposed as a step histogram on /metrics
 
@@ -44,14 +46,16 @@ async def _frames(cfg: MockConfig, text: str, max_audio_ms: int | None, frame_ms
     per = RATE * frame_ms // 1000
     await asyncio.sleep(cfg.first_ms / 1000)
     sent = 0
+    burst = RATE * cfg.burst_ms // 1000
     while sent < total:
         n = min(per, total - sent)
         cfg.frames += 1
         yield sent, n
-        if sent == 0 and "STALL" in text:
-            await asyncio.sleep(cfg.stall_ms / 1000)
         sent += n
-        await asyncio.sleep(n / RATE / cfg.speed)
+        if sent == burst and "STALL" in text:
+            await asyncio.sleep(cfg.stall_ms / 1000)
+        if sent >= burst:
+            await asyncio.sleep(n / RATE / cfg.speed)
 
 
 def build_app(cfg: MockConfig) -> Starlette:

@@ -21,6 +21,7 @@ from voxgate.gateway.bench.suite import PROFILES, collect
 CLI = [sys.executable, "-m", "voxgate.gateway.cli"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("qwen_tts") is None, reason="qwen-tts (the reference) not installed")
 def test_baseline_arm_on_a_tiny_checkpoint(tmp_path: Path) -> None:
     ckpt = tmp_path / "tiny"
@@ -54,6 +55,8 @@ def test_baseline_arm_on_a_tiny_checkpoint(tmp_path: Path) -> None:
             "float32",
             "--runs",
             "2",
+            "--warmup",
+            "1",
             "--out",
             str(tmp_path / "b"),
         ],
