@@ -30,6 +30,16 @@ def _no_tf32() -> Iterator[None]:
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Tiny shapes gain nothing from intra-op threads, and on a busy 2-core runner OpenMP's spinning barriers made
+    this file 10x slower (186 s vs 16 s measured at load 7)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 @pytest.fixture(scope="module")
 def codec(tiny_ckpt: Callable[[str], Path]) -> CodecDecoder:
     from voxgate.engine.qwen3tts.codec_stream import load_codec
