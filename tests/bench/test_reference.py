@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,7 @@ def test_baseline_arm_on_a_tiny_checkpoint(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},  # torch's thread pool collapses on a shared 2-core machine
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     result = json.loads((tmp_path / "b" / "baseline.json").read_text())
