@@ -17,10 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from browser_paths import ARTIFACTS, PAGES, ROOT, WEB
 
-ROOT = Path(__file__).resolve().parent.parent
-WEB = ROOT / "web"
-PAGES = Path(__file__).resolve().parent / "pages"
 CHROMIUM = os.environ.get("VOXGATE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -34,7 +32,6 @@ CHROMIUM_ARGS = [
     "--disable-renderer-backgrounding",
     "--disable-backgrounding-occluded-windows",
 ]
-ARTIFACTS = Path(os.environ.get("VOXGATE_E2E_ARTIFACTS", ROOT / "out" / "e2e"))
 
 
 @pytest.fixture(scope="session")

@@ -16,9 +16,8 @@ from urllib.parse import urlencode
 import numpy as np
 import opuslib
 import pytest
-
-from .conftest import ARTIFACTS, ROOT
-from .proxy import PausingProxy
+from browser_paths import ARTIFACTS, ROOT
+from pausing_proxy import PausingProxy
 
 pytestmark = pytest.mark.e2e
 

@@ -124,7 +124,13 @@ async function speak() {
   const cfg = controls();
   if (!cfg.text.trim()) return;
   const sampleRate = cfg.codec === "opus" ? 48000 : 24000;
-  const audioReady = player.ensureAudio(sampleRate); // synchronously, inside the click: the gesture unlocks audio
+  let audioReady;
+  try {
+    audioReady = player.ensureAudio(sampleRate); // synchronously, inside the click: the gesture unlocks audio
+  } catch (err) {
+    $("note").textContent = `no audio: ${err.message || err}`;
+    return;
+  }
   // Speaking over an utterance is a barge-in: the old one stops (and is cancelled at the server) first.
   if (Object.values(state.contexts).some((c) => !c.done && !c.cancelled)) stop();
   const speakAt = now();
@@ -134,10 +140,15 @@ async function speak() {
   state.firstAudioMs = null;
   $("stop").disabled = false;
   try {
-    await audioReady;
+    const ac = await audioReady;
+    if (ac.sampleRate !== sampleRate) {
+      // The page never resamples: the session must run at the rate the browser gave the AudioContext.
+      throw new Error(`this browser runs audio at ${ac.sampleRate} Hz, not ${sampleRate} Hz`);
+    }
     await ensureSession(cfg, sampleRate);
   } catch (err) {
     $("note").textContent = String(err.message || err);
+    state.errors.push({ message: String(err.message || err) });
     return;
   }
   const open = { type: C.CONTEXT_OPEN, context_id: id, voice: cfg.voice || undefined };
@@ -285,9 +296,16 @@ function init() {
     $("samples").append(b);
   }
   $("text").value = SAMPLES.Greeting;
-  if (!canOpus) {
+  const noOpus = (why) => {
     $("codec").querySelector('option[value="opus"]').disabled = true;
-    $("note").textContent = "WebCodecs AudioDecoder is missing here: PCM only.";
+    if ($("codec").value === "opus") $("codec").value = "pcm_s16le";
+    $("note").textContent = `${why}: PCM only.`;
+  };
+  if (!canOpus) noOpus("WebCodecs AudioDecoder is missing here");
+  else {
+    AudioDecoder.isConfigSupported({ codec: "opus", sampleRate: 48000, numberOfChannels: 1 })
+      .then((r) => r.supported || noOpus("this browser's AudioDecoder has no Opus"))
+      .catch(() => noOpus("this browser's AudioDecoder has no Opus"));
   }
   for (const k of ["codec", "pacing", "target", "mode", "wps"]) if (params.get(k)) $(k).value = params.get(k);
   if ($("codec").value === "opus" && !canOpus) $("codec").value = "pcm_s16le";

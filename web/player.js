@@ -23,13 +23,14 @@ export class Player {
 
   /** Call synchronously inside a click handler: creates (or re-creates, for another rate) the AudioContext. */
   ensureAudio(sampleRate) {
-    if (this.ac && this.ac.sampleRate === sampleRate && this.ac.state !== "closed") {
+    if (this.ac && this.wantRate === sampleRate && this.ac.state !== "closed") {
       if (this.ac.state !== "running") this.ac.resume().catch(() => {});
       return this.ready;
     }
     if (this.ac) this.ac.close().catch(() => {});
     const ac = new AudioContext({ sampleRate, latencyHint: "interactive" });
     this.ac = ac;
+    this.wantRate = sampleRate;
     unlockOnGesture(ac);
     this.ready = ac.audioWorklet.addModule(new URL("./player-worklet.js", import.meta.url)).then(() => {
       const node = new AudioWorkletNode(ac, "voxgate-player", { numberOfInputs: 0, outputChannelCount: [1] });

@@ -8,12 +8,15 @@ let feed = null; // MessagePort to the worklet
 let session = null; // session.started of the current socket
 let recording = false;
 let record = { frames: [], messages: [] };
-const contexts = new Map(); // context_id -> {ctx, cancelled, cancelledAt, acked}
+const contexts = new Map(); // context_id -> {ctx, cancelled, acked}
 const byCtx = new Map(); // ctx -> context_id
-const queue = []; // audio and end marks in arrival order: {hdr?, pts, last, samples, ready, dropped, end}
+const queue = []; // audio and end marks in arrival order: {ctx, pts, last, samples, ready, dropped, end}
 const decoders = new Map(); // ctx -> {decoder, pending: [entry]}
 const pendingCancels = new Map(); // request id -> context ids
-const stats = { frames: 0, bytes: 0, dropped_frames: 0, frames_after_ack: 0, preskip_trimmed_by_decoder: null };
+const stats = {};
+const resetStats = () =>
+  Object.assign(stats, { frames: 0, bytes: 0, dropped_frames: 0, frames_after_ack: 0, preskip_trimmed_by_decoder: null });
+resetStats();
 let requestId = 0;
 
 const toPage = (msg, transfer) => self.postMessage(msg, transfer || []);
@@ -39,6 +42,7 @@ self.onmessage = (e) => {
 function connect({ url, start, tapSeconds, record: rec }) {
   if (ws) ws.close(1000);
   session = null;
+  resetStats();
   recording = !!rec;
   record = { frames: [], messages: [] };
   contexts.clear();
@@ -102,10 +106,11 @@ function onFrame(buf) {
     return;
   }
   const last = (hdr.flags & FLAG.LAST) !== 0;
+  const entry = { ctx: hdr.ctx, pts: hdr.pts, last, ready: true };
   if (hdr.codec === CODEC_ID.pcm_s16le) {
-    enqueue({ ctx: hdr.ctx, pts: hdr.pts, last, samples: pcm16ToFloat(buf, HEADER_BYTES, hdr.samples), ready: true });
+    enqueue({ ...entry, samples: pcm16ToFloat(buf, HEADER_BYTES, hdr.samples) });
   } else if (hdr.codec === CODEC_ID.mulaw) {
-    enqueue({ ctx: hdr.ctx, pts: hdr.pts, last, samples: mulawToFloat(new Uint8Array(buf, HEADER_BYTES)), ready: true });
+    enqueue({ ...entry, samples: mulawToFloat(new Uint8Array(buf, HEADER_BYTES)) });
   } else if (hdr.codec === CODEC_ID.opus) {
     decodeOpus(hdr, new Uint8Array(buf, HEADER_BYTES), last);
   }
@@ -113,17 +118,22 @@ function onFrame(buf) {
 
 function decodeOpus(hdr, packet, last) {
   let d = decoders.get(hdr.ctx);
-  if (!d || hdr.flags & FLAG.CODEC_RESET) {
+  if (!d || hdr.flags & FLAG.CODEC_RESET || d.decoder.state === "closed") {
     if (d) closeDecoder(d);
     d = openDecoder(hdr.ctx);
     decoders.set(hdr.ctx, d);
   }
-  const entry = { pts: hdr.pts, last, expected: hdr.samples, ready: false, ctx: hdr.ctx, first: !!(hdr.flags & FLAG.FIRST) };
+  const first = (hdr.flags & FLAG.FIRST) !== 0;
+  const entry = { ctx: hdr.ctx, pts: hdr.pts, last, expected: hdr.samples, ready: false, first };
   d.pending.push(entry);
   enqueue(entry);
   const timestamp = Math.round((hdr.pts * 1e6) / session.audio.sample_rate);
   d.decoder.decode(new EncodedAudioChunk({ type: "key", timestamp, data: packet }));
-  if (last) d.decoder.flush().catch(() => {});
+  if (last) {
+    // The context's last packet: let its output out, then free the decoder.
+    d.decoder.flush().then(() => closeDecoder(d), () => {});
+    decoders.delete(hdr.ctx);
+  }
 }
 
 function openDecoder(ctx) {
@@ -143,6 +153,8 @@ function openDecoder(ctx) {
 }
 
 function closeDecoder(d) {
+  for (const entry of d.pending) Object.assign(entry, { ready: true, dropped: true }); // never decoded
+  d.pending.length = 0;
   if (d.decoder.state !== "closed") d.decoder.close();
 }
 
