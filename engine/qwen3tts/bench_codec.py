@@ -1,0 +1,238 @@
+"""Benchmark of the incremental codec (codec_stream.py): exactness at real shapes, bf16 SNR, step speed.
+
+    python -m voxgate.engine.qwen3tts.bench_codec --out DIR                       # CUDA, real shapes
+    python -m voxgate.engine.qwen3tts.bench_codec --out DIR --device cpu --tiny   # dry run
+
+Self-contained: it writes a synthetic checkpoint (random weights at the real shapes, through synthetic.py) into a
+temporary directory, loads only the codec, and writes DIR/codec_bench.json and DIR/codec_bench.md:
+1. exactness: a > 300-frame utterance streamed in chunks vs one whole decode, fp32, TF32 off (PCM16 LSBs);
+2. bf16 (SnakeBeta and the clamp in fp32) vs the fp32 whole decode: SNR over random utterances (median, worst);
+3. speed of one step, rows x new frames in (128 x 1, 32 x 4, 8 x 16), bf16 and fp32, dilated convs as-is or as
+   undilated convs over interleaved subsequences; eager, and CUDA-graph replay on CUDA.
+Without shared data (no real configs to copy), the codec alone is drawn in memory with the same initialiser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .codec import CodecDecoder
+from .codec_stream import CodecStream, load_codec, snr_db
+
+LIKE = "Qwen3-TTS-12Hz-0.6B-CustomVoice"  # the smallest Talker to write; the codec is the same in every model
+SHAPES = ((128, 1), (32, 4), (8, 16))
+FRAME_S = 0.08
+# design §9 (speech_tokenizer/config.json decoder_config): used only when the shared configs are absent
+REAL_CODEC = dict(codebook_size=2048, codebook_dim=512, num_quantizers=16, latent_dim=1024, hidden_size=512,
+                  intermediate_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16,
+                  head_dim=64, sliding_window=72, rope_theta=10000.0, rms_norm_eps=1e-5, layer_scale_initial_scale=0.01,
+                  decoder_dim=1536, upsampling_ratios=[2, 2], upsample_rates=[8, 5, 4, 3])
+
+
+def make_codec(device: str, tiny: bool, shared: str | None, seed: int = 0) -> tuple[CodecDecoder, dict[str, Any]]:
+    from .synthetic import TINY_CODEC, random_state, write_synthetic
+
+    start = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="codec-bench-") as tmp:
+            write_synthetic(LIKE, tmp, seed=seed, tiny=tiny, shared=Path(shared) if shared else None,
+                            device=device, with_encoder=False)
+            codec = load_codec(tmp, device=device, dtype=torch.float32)
+        info = {"checkpoint": f"synthetic {LIKE}{' (tiny)' if tiny else ''}, written and loaded"}
+    except FileNotFoundError as exc:
+        from .config import CodecDecoderConfig
+
+        cfg = CodecDecoderConfig.from_dict({**REAL_CODEC, **(TINY_CODEC if tiny else {})})
+        with torch.device("meta"):
+            codec = CodecDecoder(cfg)
+        shapes = {f"decoder.{k}": tuple(v.shape) for k, v in codec.state_dict().items()}
+        gen = torch.Generator(device).manual_seed(seed)
+        state = random_state(shapes, torch.float32, gen, torch.device(device), cfg.num_hidden_layers,
+                             cfg.layer_scale_initial_scale)
+        codec.load_state_dict({k.removeprefix("decoder."): v.to(device) for k, v in state.items()}, assign=True)
+        codec.eval()
+        info = {"checkpoint": f"codec only, drawn in memory (no shared configs: {exc})"}
+    info["checkpoint_s"] = round(time.perf_counter() - start, 1)
+    return codec, info
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _codes(frames: int, seed: int, device: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 2048, (frames, 16), generator=g).to(device)
+
+
+def _pcm(x: torch.Tensor) -> torch.Tensor:
+    return (x.clamp(-1, 1) * 32767).round().to(torch.int32)
+
+
+def exactness(codec: CodecDecoder, device: str, frames: int) -> dict[str, Any]:
+    codes = _codes(frames, 1, device)
+    whole = codec.decode(codes)
+    cs = CodecStream(codec, num_slots=2)
+    out: dict[str, Any] = {"frames": frames}
+    for name, schedule in (("4,8,16", [4, 8, 16]), ("1,3,8,16", [1, 3, 8, 16])):
+        got = cs.decode_chunks(codes, schedule)
+        out[name] = {"max_lsb": int((_pcm(got) - _pcm(whole)).abs().max()),
+                     "max_abs": float((got - whole).abs().max())}
+    out["pass"] = all(v["max_lsb"] <= 1 for k, v in out.items() if isinstance(v, dict))
+    return out
+
+
+def bf16_snr(codec: CodecDecoder, device: str, utterances: int) -> dict[str, Any]:
+    cs = CodecStream(codec, num_slots=2, dtype=torch.bfloat16)
+    lengths = torch.randint(20, 121, (utterances,), generator=torch.Generator().manual_seed(7)).tolist()
+    snrs = []
+    for i, n in enumerate(lengths):
+        codes = _codes(n, 100 + i, device)
+        snrs.append(snr_db(cs.decode_chunks(codes, [4, 8, 16]), codec.decode(codes)))
+    return {"utterances": utterances, "frames": f"{min(lengths)}-{max(lengths)}", "schedule": "4,8,16",
+            "median_db": round(statistics.median(snrs), 2), "worst_db": round(min(snrs), 2)}
+
+
+def _time(fn: Any, device: str, iters: int) -> float:
+    """Median of `iters` timed calls, seconds (each call synced)."""
+    times = []
+    for _ in range(iters):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def speed(cs: CodecStream, rows: int, frames: int, device: str, iters: int) -> dict[str, Any]:
+    """One step of `rows` streams x `frames` new frames, state warmed past the window."""
+    cs.pool.reset(range(cs.pool.num_slots))
+    slots = torch.arange(1, rows + 1, device=device)
+    codes = torch.randint(0, 2048, (rows, frames, 16), device=device)
+    num = torch.full((rows,), frames, device=device)
+    warm_codes = torch.randint(0, 2048, (rows, 16, 16), device=device)
+    for _ in range(5):  # 80 frames: the attention window is full
+        cs.step(slots, warm_codes, torch.full((rows,), 16, device=device))
+    eager = _time(lambda: cs.step(slots, codes, num), device, iters)
+    res: dict[str, Any] = {"rows": rows, "frames": frames, "eager_ms": round(eager * 1e3, 3)}
+    if device.startswith("cuda"):
+        try:
+            res.update(_graph(cs, slots, codes, num, iters))
+        except Exception:
+            res["graph_error"] = traceback.format_exc(limit=4)
+    best = res.get("graph_ms", res["eager_ms"]) / 1e3
+    res["x_realtime_per_stream"] = round(frames * FRAME_S / best, 1)
+    res["audio_s_per_s"] = round(rows * frames * FRAME_S / best, 1)
+    return res
+
+
+def _graph(cs: CodecStream, slots: torch.Tensor, codes: torch.Tensor, num: torch.Tensor,
+           iters: int) -> dict[str, Any]:
+    """Capture one step in a CUDA graph; check one replay against eager from the same state; time replays."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            cs.step(slots, codes, num)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        audio = cs.step(slots, codes, num)
+    before = cs.pool.data.clone()
+    want = cs.step(slots, codes, num).clone()
+    cs.pool.data.copy_(before)
+    graph.replay()
+    torch.cuda.synchronize()
+    diff = float((audio - want).abs().max())
+    replay = _time(lambda: [graph.replay() for _ in range(10)], "cuda", max(3, iters // 10)) / 10
+    return {"graph_ms": round(replay * 1e3, 3), "graph_vs_eager_max_abs": diff}
+
+
+def render_md(r: dict[str, Any]) -> str:
+    lines = [f"# Incremental codec benchmark ({r['device_name']})", "",
+             f"- checkpoint: {r['checkpoint']} ({r['checkpoint_s']} s)",
+             f"- state per stream: {r['state_values']:,} values; pool slot {r['slot_bytes_bf16']:,} B in bf16, "
+             f"{r['slot_bytes_fp32']:,} B in fp32",
+             f"- exactness (fp32, TF32 off, {r['exactness']['frames']} frames, streamed vs whole): "
+             + ", ".join(f"chunks {k}: {v['max_lsb']} LSB (max abs {v['max_abs']:.2e})"
+                         for k, v in r["exactness"].items() if isinstance(v, dict)),
+             f"- bf16 vs fp32 SNR over {r['snr']['utterances']} utterances ({r['snr']['frames']} frames): "
+             f"median {r['snr']['median_db']} dB, worst {r['snr']['worst_db']} dB", "",
+             "| dtype | undilate | rows x frames | eager ms | graph ms | x real time / stream | audio-s/s |",
+             "|---|---|---|---|---|---|---|"]
+    for s in r["speed"]:
+        graph = s.get("graph_ms", "error" if "graph_error" in s else "-")
+        lines.append(f"| {s['dtype']} | {s['undilate']} | {s['rows']} x {s['frames']} | {s['eager_ms']} | {graph} "
+                     f"| {s['x_realtime_per_stream']} | {s['audio_s_per_s']} |")
+    errors = [s["graph_error"] for s in r["speed"] if "graph_error" in s]
+    if errors:
+        lines += ["", "Graph capture failed (first error):", "```", errors[0], "```"]
+    lines += ["", f"Total {r['total_s']} s."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--tiny", action="store_true", help="tiny codec widths (CPU dry run)")
+    p.add_argument("--shared", default=None, help="shared data root (default: $VOXGATE_SHARED or <repo>/../shared)")
+    p.add_argument("--frames", type=int, default=310, help="exactness utterance length (> 300)")
+    p.add_argument("--utterances", type=int, default=32, help="bf16 SNR utterances")
+    p.add_argument("--iters", type=int, default=30)
+    args = p.parse_args(argv)
+    start = time.perf_counter()
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = args.device
+    report: dict[str, Any] = {"device": dev, "torch": torch.__version__,
+                              "device_name": torch.cuda.get_device_name() if dev.startswith("cuda") else "cpu"}
+    codec, info = make_codec(dev, args.tiny, args.shared)
+    report.update(info)
+    print(info, flush=True)
+
+    def save() -> None:
+        report["total_s"] = round(time.perf_counter() - start, 1)
+        (out / "codec_bench.json").write_text(json.dumps(report, indent=2))
+
+    report["exactness"] = exactness(codec, dev, args.frames)
+    print("exactness", report["exactness"], flush=True)
+    save()
+    report["snr"] = bf16_snr(codec, dev, args.utterances)
+    print("snr", report["snr"], flush=True)
+    save()
+    report["speed"] = []
+    max_rows = max(r for r, _ in SHAPES)
+    for dtype in (torch.bfloat16, torch.float32):
+        cs = CodecStream(codec, num_slots=max_rows + 1, dtype=dtype)
+        report[f"slot_bytes_{'bf16' if dtype == torch.bfloat16 else 'fp32'}"] = cs.pool.slot_bytes
+        report["state_values"] = cs.state_values()
+        for undilate in (False, True):
+            cs.undilate = undilate
+            for rows, frames in SHAPES:
+                s = speed(cs, rows, frames, dev, args.iters)
+                s.update(dtype=str(dtype).removeprefix("torch."), undilate=undilate)
+                print(s, flush=True)
+                report["speed"].append(s)
+                save()
+        del cs
+    save()
+    (out / "codec_bench.md").write_text(render_md(report))
+    print(render_md(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
