@@ -160,24 +160,31 @@ def _graph(cs: CodecStream, slots: torch.Tensor, codes: torch.Tensor, num: torch
 
 
 def render_md(r: dict[str, Any]) -> str:
-    lines = [f"# Incremental codec benchmark ({r['device_name']})", "",
+    ex, snr = r["exactness"], r["snr"]
+    lines = [f"# Incremental codec benchmark ({r['device_name']}, torch {r['torch']})", "",
              f"- checkpoint: {r['checkpoint']} ({r['checkpoint_s']} s)",
              f"- state per stream: {r['state_values']:,} values; pool slot {r['slot_bytes_bf16']:,} B in bf16, "
              f"{r['slot_bytes_fp32']:,} B in fp32",
-             f"- exactness (fp32, TF32 off, {r['exactness']['frames']} frames, streamed vs whole): "
-             + ", ".join(f"chunks {k}: {v['max_lsb']} LSB (max abs {v['max_abs']:.2e})"
-                         for k, v in r["exactness"].items() if isinstance(v, dict)),
-             f"- bf16 vs fp32 SNR over {r['snr']['utterances']} utterances ({r['snr']['frames']} frames): "
-             f"median {r['snr']['median_db']} dB, worst {r['snr']['worst_db']} dB", "",
+             "- exactness (fp32, TF32 off, streamed vs whole): " + (
+                 f"ERROR\n```\n{ex['error']}```" if "error" in ex else f"{ex['frames']} frames, " + ", ".join(
+                     f"chunks {k}: {v['max_lsb']} LSB (max abs {v['max_abs']:.2e})"
+                     for k, v in ex.items() if isinstance(v, dict))),
+             "- bf16 vs fp32 SNR: " + (
+                 f"ERROR\n```\n{snr['error']}```" if "error" in snr else
+                 f"{snr['utterances']} utterances ({snr['frames']} frames, chunks {snr['schedule']}): "
+                 f"median {snr['median_db']} dB, worst {snr['worst_db']} dB"), "",
              "| dtype | undilate | rows x frames | eager ms | graph ms | x real time / stream | audio-s/s |",
              "|---|---|---|---|---|---|---|"]
     for s in r["speed"]:
+        if "error" in s:
+            lines.append(f"| {s['dtype']} | {s['undilate']} | {s['rows']} x {s['frames']} | error | | | |")
+            continue
         graph = s.get("graph_ms", "error" if "graph_error" in s else "-")
         lines.append(f"| {s['dtype']} | {s['undilate']} | {s['rows']} x {s['frames']} | {s['eager_ms']} | {graph} "
                      f"| {s['x_realtime_per_stream']} | {s['audio_s_per_s']} |")
-    errors = [s["graph_error"] for s in r["speed"] if "graph_error" in s]
+    errors = [s.get("graph_error") or s["error"] for s in r["speed"] if "graph_error" in s or "error" in s]
     if errors:
-        lines += ["", "Graph capture failed (first error):", "```", errors[0], "```"]
+        lines += ["", f"{len(errors)} speed errors; the first:", "```", errors[0], "```"]
     lines += ["", f"Total {r['total_s']} s."]
     return "\n".join(lines) + "\n"
 
@@ -207,27 +214,34 @@ def main(argv: list[str] | None = None) -> int:
         report["total_s"] = round(time.perf_counter() - start, 1)
         (out / "codec_bench.json").write_text(json.dumps(report, indent=2))
 
-    report["exactness"] = exactness(codec, dev, args.frames)
-    print("exactness", report["exactness"], flush=True)
-    save()
-    report["snr"] = bf16_snr(codec, dev, args.utterances)
-    print("snr", report["snr"], flush=True)
-    save()
+    def section(name: str, fn: Any, *fn_args: Any) -> Any:
+        """Run one part; a failure is recorded in the report (and the .md) instead of losing the rest."""
+        try:
+            value = fn(*fn_args)
+        except Exception:
+            value = {"error": traceback.format_exc(limit=6)}
+        print(name, value, flush=True)
+        save()
+        return value
+
+    report["exactness"] = section("exactness", exactness, codec, dev, args.frames)
+    report["snr"] = section("snr", bf16_snr, codec, dev, args.utterances)
     report["speed"] = []
     max_rows = max(r for r, _ in SHAPES)
     for dtype in (torch.bfloat16, torch.float32):
+        name = "bf16" if dtype == torch.bfloat16 else "fp32"
         cs = CodecStream(codec, num_slots=max_rows + 1, dtype=dtype)
-        report[f"slot_bytes_{'bf16' if dtype == torch.bfloat16 else 'fp32'}"] = cs.pool.slot_bytes
+        report[f"slot_bytes_{name}"] = cs.pool.slot_bytes
         report["state_values"] = cs.state_values()
         for undilate in (False, True):
             cs.undilate = undilate
             for rows, frames in SHAPES:
-                s = speed(cs, rows, frames, dev, args.iters)
-                s.update(dtype=str(dtype).removeprefix("torch."), undilate=undilate)
-                print(s, flush=True)
+                s = section(f"speed {name} undilate={undilate}", speed, cs, rows, frames, dev, args.iters)
+                s.update(dtype=name, undilate=undilate, rows=rows, frames=frames)
                 report["speed"].append(s)
-                save()
         del cs
+        if dev.startswith("cuda"):
+            torch.cuda.empty_cache()
     save()
     (out / "codec_bench.md").write_text(render_md(report))
     print(render_md(report))
