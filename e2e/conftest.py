@@ -45,7 +45,10 @@ def chromium() -> str:
 
 @pytest.fixture(scope="session")
 def browser(chromium: str) -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
+    if os.environ.get("CI") == "true":
+        from playwright.sync_api import sync_playwright
+    else:
+        sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
 
     with sync_playwright() as pw:
         # Never a Playwright-downloaded browser: the system chromium only.

@@ -46,6 +46,7 @@ let t0 = now();
 let nextId = 0;
 let streamTimer = null;
 let requestSeq = 0;
+let cancelSeq = 0;
 const requests = new Map();
 
 function log(text) {
@@ -178,7 +179,7 @@ function stop() {
   state.stopFrame = player.ac ? Math.round(player.ac.currentTime * player.ac.sampleRate) : null;
   clearTimeout(streamTimer);
   state.current = null;
-  player.post({ type: "stop" });
+  player.stop(++cancelSeq);
   plot.mark((now() - t0) / 1000, "cancel", { label: "stop" });
   log("stop (barge-in)");
 }
@@ -215,6 +216,8 @@ function onServer(msg) {
   if (msg.type === S.SESSION_STARTED) {
     state.session = msg;
     state.connected = true;
+    state.serverStalls = [];
+    showCauses();
     state.targetMs = msg.pacing.target_buffer_ms;
     $("conn").textContent = `${msg.engine} · ${msg.audio.codec} ${msg.audio.sample_rate / 1000} kHz`;
     $("conn").classList.add("on");
@@ -234,6 +237,7 @@ function onServer(msg) {
   } else if (msg.type === S.STALL) {
     state.serverStalls.push(msg);
     plot.label(msg.cause);
+    showCauses();
     log(`stall ${Math.round(msg.duration_ms)} ms in ${msg.context_id}: ${msg.cause}`);
   } else if (msg.type === S.METRICS) {
     state.targetMs = msg.target_ms;
@@ -267,11 +271,14 @@ function onReport(r, stats) {
   $("s-played").textContent = `${(r.played_pts / rate).toFixed(1)} s`;
   const u = r.underruns;
   $("s-stalls").textContent = `${u.events} · max ${Math.round(u.max_gap_ms)} ms`;
+  $("s-bytes").textContent = `${(stats.bytes / 1024).toFixed(0)} KiB`;
+  $("s-bytes").title = `${stats.frames} frames`;
+}
+
+function showCauses() {
   const causes = {};
   for (const s of state.serverStalls) causes[s.cause] = (causes[s.cause] || 0) + 1;
   $("s-causes").textContent = Object.entries(causes).map(([k, v]) => `${k} ${v}`).join(", ") || "none";
-  $("s-bytes").textContent = `${(stats.bytes / 1024).toFixed(0)} KiB`;
-  $("s-bytes").title = `${stats.frames} frames`;
 }
 
 function request(type) {

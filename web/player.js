@@ -1,5 +1,6 @@
 // Main-thread wiring of the audio path: the AudioContext (created from a user gesture), the worklet node, the
 // socket worker, and the MessageChannel that connects worker and worklet directly.
+import { P } from "./protocol.js";
 
 /** Browsers start an AudioContext only from a user gesture; Safari can also leave it "interrupted" later, so
  * resume() is retried on every pointerdown/keydown, not only the first. */
@@ -55,5 +56,11 @@ export class Player {
 
   post(msg) {
     this.worker.postMessage(msg);
+  }
+
+  /** Barge-in: the worklet fades out at once (one hop), the worker drops the contexts and tells the server. */
+  stop(id) {
+    if (this.node) this.node.port.postMessage({ type: P.STOP, id });
+    this.post({ type: "stop", id });
   }
 }

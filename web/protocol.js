@@ -92,7 +92,9 @@ export function mulawToFloat(bytes) {
  *                    {type: P.AUDIO, pts, samples: Float32Array, last: boolean}
  *                    {type: P.END, pts}        a flush point: audio up to pts is complete for now
  *                    {type: P.TARGET, targetMs}
- *                    {type: P.CANCEL, id}      fade out and drop everything buffered
+ *                    {type: P.CANCEL, id}      fade out and drop everything buffered (ids increase)
+ * page -> worklet:   {type: P.STOP, id}        the same cancel straight from the click, one hop sooner; audio
+ *                                              arriving before the worker's CANCEL with that id is dropped
  *                    {type: P.SKIP, pts}       after a cancel: the server's cancel_pts, where the next context starts
  *                    {type: P.TAP_GET, id}     send back the tap
  *                    {type: P.LATENCY, ms}
@@ -112,6 +114,7 @@ export const P = Object.freeze({
   LATENCY: "latency",
   SYNC: "sync",
   SKIP: "skip",
+  STOP: "stop",
   REPORT: "report",
   CANCELLED: "cancelled",
   EVENT: "event",

@@ -12,12 +12,11 @@ const contexts = new Map(); // context_id -> {ctx, cancelled, acked}
 const byCtx = new Map(); // ctx -> context_id
 const queue = []; // audio and end marks in arrival order: {ctx, pts, last, samples, ready, dropped, end}
 const decoders = new Map(); // ctx -> {decoder, pending: [entry]}
-const pendingCancels = new Map(); // request id -> context ids
+const pendingCancels = new Map(); // cancel id (from the page) -> context ids
 const stats = {};
 const resetStats = () =>
   Object.assign(stats, { frames: 0, bytes: 0, dropped_frames: 0, frames_after_ack: 0, preskip_trimmed_by_decoder: null });
 resetStats();
-let requestId = 0;
 
 const toPage = (msg, transfer) => self.postMessage(msg, transfer || []);
 const toWorklet = (msg, transfer) => feed && feed.postMessage(msg, transfer || []);
@@ -32,7 +31,7 @@ self.onmessage = (e) => {
   else if (m.type === "send") {
     if (m.msg.context_id && !contexts.has(m.msg.context_id)) contexts.set(m.msg.context_id, { ctx: null });
     send(m.msg);
-  } else if (m.type === "stop") stop(m.context_ids);
+  } else if (m.type === "stop") stop(m.id);
   else if (m.type === "latency") toWorklet({ type: P.LATENCY, ms: m.ms });
   else if (m.type === "tap") toWorklet({ type: P.TAP_GET, id: m.id });
   else if (m.type === "record") toPage({ type: "record", id: m.id, record, stats });
@@ -202,15 +201,14 @@ function dropContext(ctx) {
 
 // Barge-in: stop the audio at once (the worklet fades out and drops its buffer), drop every later frame of
 // the contexts, then tell the server where playback stopped.
-function stop(ids) {
-  const targets = ids || [...contexts.entries()].filter(([, c]) => !c.acked && !c.cancelled).map(([id]) => id);
+function stop(id) {
+  const targets = [...contexts.entries()].filter(([, c]) => !c.acked && !c.cancelled).map(([cid]) => cid);
   for (const id of targets) {
     const c = contexts.get(id) || { ctx: null };
     c.cancelled = true;
     contexts.set(id, c);
     if (c.ctx !== null) dropContext(c.ctx);
   }
-  const id = ++requestId;
   pendingCancels.set(id, targets);
   toWorklet({ type: P.CANCEL, id });
 }
