@@ -160,22 +160,25 @@ async def run_closed(
     stop = t0 + warmup_s + duration_s
 
     async def worker(client: Client) -> None:
-        while time.perf_counter() < stop:
-            i = order[next(counter) % len(order)]
-            text = workload.texts[i]
-            trace = Trace(i, len(text.split()), workload.max_audio_ms(i), scheduled=time.perf_counter())
-            traces.append(trace)
-            with flight.request():
-                try:
-                    await client.speak(trace, text)
-                except ServerError:
-                    client = await target.client()
+        try:
+            while time.perf_counter() < stop:
+                i = order[next(counter) % len(order)]
+                text = workload.texts[i]
+                trace = Trace(i, len(text.split()), workload.max_audio_ms(i), scheduled=time.perf_counter())
+                traces.append(trace)
+                with flight.request():
+                    try:
+                        await client.speak(trace, text)
+                    except ServerError:  # the session is gone: the next request gets a fresh one
+                        await client.close()
+                        client = await target.client()
+        finally:
+            await client.close()
 
     with LagMonitor() as lag:
         tasks = [asyncio.create_task(worker(c)) for c in clients]
         await asyncio.sleep(max(0.0, stop - time.perf_counter()))
         await _drain(tasks, drain_s)
-    await asyncio.gather(*(c.close() for c in clients))
     result.peak_in_flight = flight.peak
     result.loop_lag_ms = lag.summary()
     _collect(result, traces, t0, warmup_s, duration_s)
@@ -234,7 +237,7 @@ async def run_open(
                 return
             try:
                 await client.speak(trace, text)
-            except ServerError:
+            except (ServerError, asyncio.CancelledError):  # a broken session, or one cancelled at the drain
                 await client.close()
                 return
             idle.append((client, time.monotonic()))

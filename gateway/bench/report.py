@@ -132,7 +132,7 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {p['params']['workload']} | {p['params']['concurrency']} | {s['requests']} | "
                 f"{_f(p['audio_s_per_s'])} | {_ms(t['p50'])} / {_ms(t['p90'])} / {_ms(t['p99'])} | "
                 f"{_pct(s['in_slo_share'])} | {s['underruns']} ({s['requests_paused']}) | "
-                f"{_ms(s['underrun_total_ms'])} | {_ms(s['max_pause_ms'])} | {p['peak_in_flight']} | "
+                f"{_f(s['underrun_total_ms'], 1)} | {_f(s['max_pause_ms'], 1)} | {p['peak_in_flight']} | "
                 f"{_f((p.get('client_loop_lag_ms') or {}).get('p99'), 1)} |"
             )
         lines.append("")
@@ -150,7 +150,7 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['rate']:g} | {s['requests']} | {_pct(s['in_slo_share'])} "
                 f"({', '.join(_pct(x) for x in r['seed_shares'])}) | {_ms(t['p50'])} / {_ms(t['p90'])} / "
-                f"{_ms(t['p99'])} | {s['underruns']} | {_ms(s['underrun_total_ms'])} | {s['errors']} | "
+                f"{_ms(t['p99'])} | {s['underruns']} | {_f(s['underrun_total_ms'], 1)} | {s['errors']} | "
                 f"{r['peak_in_flight']} | {_f(r['audio_s_per_s'])} |"
             )
         lines.append("")
