@@ -27,7 +27,8 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 def commit() -> dict[str, Any]:
     sha = _run(["git", "rev-parse", "HEAD"], REPO)
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], REPO)
-    return {"sha": sha, "dirty": bool(status) if status is not None else None}
+    paths = [line[3:] for line in (status or "").splitlines()]
+    return {"sha": sha, "dirty": bool(paths) if status is not None else None, "dirty_paths": paths[:50]}
 
 
 def gpus() -> list[dict[str, str]]:

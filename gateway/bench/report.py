@@ -88,7 +88,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"- Part `{part.get('name')}`: `{part.get('command')}` ({part.get('created_utc')})")
     gpus = ", ".join(f"{g['name']} ({g['memory']})" for g in report.get("gpus") or []) or "none (CPU only)"
     sha = (report.get("commit") or {}).get("sha")
-    dirty = " (uncommitted changes)" if (report.get("commit") or {}).get("dirty") else ""
+    changed = (report.get("commit") or {}).get("dirty_paths") or []
+    dirty = f" (uncommitted changes in {', '.join(changed[:8])}{' ...' if len(changed) > 8 else ''})" if changed else ""
     server = report.get("server") or {}
     lines += [
         f"- Command: `{report.get('command', '')}`",
