@@ -99,7 +99,7 @@ function wsUrl() {
 
 function ensureSession(cfg, sampleRate) {
   const key = `${cfg.codec}|${cfg.pacing}|${cfg.target}`;
-  if (state.connected && sessionKey === key && sessionWait) return sessionWait;
+  if (sessionKey === key && sessionWait) return sessionWait; // connected, or connecting
   sessionKey = key;
   state.connected = false;
   sessionWait = new Promise((resolve, reject) => {
@@ -244,7 +244,10 @@ function onServer(msg) {
   } else if (msg.type === S.ERROR || msg.type === S.WARNING) {
     state.errors.push(msg);
     log(`${msg.type} ${msg.code}: ${msg.message}`);
-    if (msg.type === S.ERROR && state.onFailed && !state.connected) state.onFailed(new Error(msg.message));
+    if (msg.type === S.ERROR && state.onFailed && !state.connected) {
+      sessionKey = null; // the session did not start (e.g. unsupported): the next Speak tries afresh
+      state.onFailed(new Error(msg.message));
+    }
   }
 }
 
