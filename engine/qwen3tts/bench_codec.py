@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from .codec import CodecDecoder
-from .codec_stream import CodecStream, load_codec, snr_db
+from .codec_stream import CapturedStep, CodecStream, load_codec, snr_db
 
 LIKE = "Qwen3-TTS-12Hz-0.6B-CustomVoice"  # the smallest Talker to write; the codec is the same in every model
 SHAPES = ((128, 1), (32, 4), (8, 16))
@@ -139,23 +139,15 @@ def speed(cs: CodecStream, rows: int, frames: int, device: str, iters: int) -> d
 
 def _graph(cs: CodecStream, slots: torch.Tensor, codes: torch.Tensor, num: torch.Tensor,
            iters: int) -> dict[str, Any]:
-    """Capture one step in a CUDA graph; check one replay against eager from the same state; time replays."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            cs.step(slots, codes, num)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        audio = cs.step(slots, codes, num)
+    """Capture one step (CapturedStep); check a replay against eager from the same state; time replays."""
+    captured = CapturedStep(cs, slots.shape[0], codes.shape[1])
     before = cs.pool.data.clone()
     want = cs.step(slots, codes, num).clone()
     cs.pool.data.copy_(before)
-    graph.replay()
+    got = captured(slots, codes, num)
     torch.cuda.synchronize()
-    diff = float((audio - want).abs().max())
-    replay = _time(lambda: [graph.replay() for _ in range(10)], "cuda", max(3, iters // 10)) / 10
+    diff = float((got - want).abs().max())
+    replay = _time(lambda: [captured.graph.replay() for _ in range(10)], "cuda", max(3, iters // 10)) / 10
     return {"graph_ms": round(replay * 1e3, 3), "graph_vs_eager_max_abs": diff}
 
 
@@ -172,15 +164,18 @@ def render_md(r: dict[str, Any]) -> str:
              "- bf16 vs fp32 SNR: " + (
                  f"ERROR\n```\n{snr['error']}```" if "error" in snr else
                  f"{snr['utterances']} utterances ({snr['frames']} frames, chunks {snr['schedule']}): "
-                 f"median {snr['median_db']} dB, worst {snr['worst_db']} dB"), "",
-             "| dtype | undilate | rows x frames | eager ms | graph ms | x real time / stream | audio-s/s |",
-             "|---|---|---|---|---|---|---|"]
+                 f"median {snr['median_db']} dB, worst {snr['worst_db']} dB"),
+             f"- fused SnakeBeta (Triton) errors: {r.get('fused_snake_errors')}", "",
+             "| dtype | undilate | fused snake | rows x frames | eager ms | graph ms | x realtime/stream | audio-s/s |",
+             "|---|---|---|---|---|---|---|---|"]
     for s in r["speed"]:
         if "error" in s:
-            lines.append(f"| {s['dtype']} | {s['undilate']} | {s['rows']} x {s['frames']} | error | | | |")
+            lines.append(f"| {s['dtype']} | {s['undilate']} | {s['fused_snake']} | {s['rows']} x {s['frames']} | error "
+                         "| | | |")
             continue
         graph = s.get("graph_ms", "error" if "graph_error" in s else "-")
-        lines.append(f"| {s['dtype']} | {s['undilate']} | {s['rows']} x {s['frames']} | {s['eager_ms']} | {graph} "
+        lines.append(f"| {s['dtype']} | {s['undilate']} | {s['fused_snake']} | {s['rows']} x {s['frames']} "
+                     f"| {s['eager_ms']} | {graph} "
                      f"| {s['x_realtime_per_stream']} | {s['audio_s_per_s']} |")
     errors = [s.get("graph_error") or s["error"] for s in r["speed"] if "graph_error" in s or "error" in s]
     if errors:
@@ -228,16 +223,22 @@ def main(argv: list[str] | None = None) -> int:
     report["snr"] = section("snr", bf16_snr, codec, dev, args.utterances)
     report["speed"] = []
     max_rows = max(r for r, _ in SHAPES)
-    for dtype in (torch.bfloat16, torch.float32):
+    # (undilate, fused SnakeBeta) per dtype: the kernel is on by default for bf16 on CUDA, off for fp32
+    variants = {torch.bfloat16: [(False, True), (True, True), (True, False)], torch.float32: [(False, False),
+                                                                                            (True, False)]}
+    for dtype, combos in variants.items():
         name = "bf16" if dtype == torch.bfloat16 else "fp32"
         cs = CodecStream(codec, num_slots=max_rows + 1, dtype=dtype)
         report[f"slot_bytes_{name}"] = cs.pool.slot_bytes
         report["state_values"] = cs.state_values()
-        for undilate in (False, True):
+        for undilate, fused in combos:
             cs.undilate = undilate
+            fused = cs.set_fused_snake(fused)
+            report.setdefault("fused_snake_errors", {})[name] = cs.fused_snake_error
             for rows, frames in SHAPES:
-                s = section(f"speed {name} undilate={undilate}", speed, cs, rows, frames, dev, args.iters)
-                s.update(dtype=name, undilate=undilate, rows=rows, frames=frames)
+                s = section(f"speed {name} undilate={undilate} fused_snake={fused}", speed, cs, rows, frames, dev,
+                            args.iters)
+                s.update(dtype=name, undilate=undilate, fused_snake=fused, rows=rows, frames=frames)
                 report["speed"].append(s)
         del cs
         if dev.startswith("cuda"):

@@ -24,7 +24,7 @@ Caller contract:
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -81,13 +81,21 @@ def _tail(full: torch.Tensor, end: torch.Tensor, size: int, dim: int) -> torch.T
 
 
 class _Snake:
-    """SnakeBeta with exp(alpha) and 1/(exp(beta)+1e-9) precomputed in fp32 (same ops as the module, once)."""
+    """SnakeBeta with exp(alpha) and 1/(exp(beta)+1e-9) precomputed in fp32 (same ops as the module, once).
+
+    fused: kernels/snake.py's one-pass Triton kernel (else the module's formula in PyTorch ops).
+    """
+
+    fused: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     def __init__(self, m: SnakeBeta) -> None:
-        self.alpha = m.alpha.detach().float().exp()[None, :, None]
-        self.inv_beta = 1.0 / (m.beta.detach().float().exp()[None, :, None] + 1e-9)
+        self.alpha_c = m.alpha.detach().float().exp()
+        self.inv_beta_c = 1.0 / (m.beta.detach().float().exp() + 1e-9)
+        self.alpha, self.inv_beta = self.alpha_c[None, :, None], self.inv_beta_c[None, :, None]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused is not None:
+            return self.fused(x, self.alpha_c, self.inv_beta_c)
         xf = x if x.dtype == torch.float32 else x.float()
         y = xf + self.inv_beta * torch.sin(xf * self.alpha).pow(2)
         return y if x.dtype == torch.float32 else y.to(x.dtype)
@@ -133,7 +141,7 @@ class CodecStream:
     """
 
     def __init__(self, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None,
-                 undilate: bool = False) -> None:
+                 undilate: bool = False, fused_snake: bool | None = None) -> None:
         p = next(codec.parameters())
         self.dtype = dtype or p.dtype
         self.device = p.device
@@ -146,12 +154,37 @@ class CodecStream:
             self.snakes = {id(m): self.snakes[id(s)] for m, s in zip(codec.modules(), src.modules(), strict=True)
                            if isinstance(m, SnakeBeta)}
         self.codec = codec.eval()
+        self.fused_snake_error: str | None = None
+        if fused_snake is None:  # default: on CUDA below fp32 (fp32 keeps torch.sin, for exactness)
+            fused_snake = self.device.type == "cuda" and self.dtype != torch.float32
+        self.set_fused_snake(fused_snake)
         q = codec.quantizer
         # Codebook tables computed once, exactly as Codebook.table() computes them per call.
         self.tables = [layer._codebook.table().detach() for g in (q.rvq_first, q.rvq_rest) for layer in g.vq.layers]
         self.layout = state_layout(codec, self.dtype)
         self.pool = SlotPool(self.layout, num_slots, self.device)
         self.samples_per_frame = self.cfg.samples_per_frame
+
+    def set_fused_snake(self, on: bool) -> bool:
+        """Use the Triton SnakeBeta (after a check against the reference); False, with the reason, if unusable."""
+        fn = None
+        if on:
+            try:
+                from ...kernels.snake import snake, snake_ref
+
+                x = torch.randn(2, 3, 1500, device=self.device).to(self.dtype)
+                a, ib = torch.rand(3, device=self.device) + 0.5, torch.rand(3, device=self.device) + 0.5
+                torch.testing.assert_close(snake(x, a, ib).float(), snake_ref(x, a, ib).float(), atol=2e-2, rtol=2e-2)
+                fn = snake
+            except Exception as exc:  # no triton, no GPU, or a wrong result: the PyTorch ops serve
+                self.fused_snake_error = f"{type(exc).__name__}: {exc}"
+        for sn in self.snakes.values():
+            sn.fused = fn
+        return fn is not None
+
+    @property
+    def fused_snake(self) -> bool:
+        return next(iter(self.snakes.values())).fused is not None
 
     # -- slots ------------------------------------------------------------------------------------------------
     def open(self) -> int:
@@ -309,3 +342,40 @@ def snr_db(x: torch.Tensor, ref: torch.Tensor) -> float:
     """Signal-to-noise ratio of x against ref in dB (inf when equal)."""
     noise = (x.double() - ref.double()).pow(2).sum()
     return float(10 * torch.log10(ref.double().pow(2).sum() / noise)) if noise > 0 else float("inf")
+
+
+class CapturedStep:
+    """CodecStream.step for one (rows, frames) bucket, captured in a CUDA graph (replay: no Python per module).
+
+    Inputs are copied into static buffers; rows beyond the caller's point at the sink slot with 0 frames. The
+    capture's warm-up runs on sink rows only, so live streams are untouched. The returned audio is a view of the
+    graph's static output: use it (or clone it) before the next replay.
+    """
+
+    def __init__(self, stream: CodecStream, rows: int, frames: int, mempool: tuple[int, int] | None = None,
+                 warmup: int = 3) -> None:
+        dev = stream.device
+        self.stream, self.rows, self.frames = stream, rows, frames
+        self.slots = torch.zeros(rows, dtype=torch.long, device=dev)
+        self.codes = torch.zeros(rows, frames, stream.cfg.num_quantizers, dtype=torch.long, device=dev)
+        self.num_frames = torch.zeros(rows, dtype=torch.long, device=dev)
+        side = torch.cuda.Stream(device=dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                stream.step(self.slots, self.codes, self.num_frames)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=mempool):
+            self.audio = stream.step(self.slots, self.codes, self.num_frames)
+
+    def __call__(self, slots: torch.Tensor, codes: torch.Tensor, num_frames: torch.Tensor) -> torch.Tensor:
+        n, t = codes.shape[:2]
+        assert n <= self.rows and t <= self.frames, (n, t, self.rows, self.frames)
+        self.slots[:n].copy_(slots)
+        self.slots[n:] = 0
+        self.codes[:n, :t].copy_(codes)
+        self.num_frames[:n].copy_(num_frames)
+        self.num_frames[n:] = 0
+        self.graph.replay()
+        return self.audio[:n, : t * self.stream.samples_per_frame]
