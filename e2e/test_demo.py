@@ -156,6 +156,22 @@ def test_passage_over_opus_matches_libopus(page, gateway: str) -> None:
     assert page.errors == []
 
 
+def test_mulaw_plays_the_servers_own_decode(page, gateway: str) -> None:
+    from voxgate.gateway.audio import mulaw_decode
+
+    open_demo(page, gateway, codec="mulaw")
+    cid = speak(page, "Greeting", mode="all")
+    ctx = wait_done(page, cid)
+    assert_no_violation(page, ctx)
+    assert page.evaluate("window.voxgate.state.session.audio.sample_rate") == 8000
+    samples, events = tap(page)
+    frames = frames_of(record(page), ctx["started"]["ctx"])
+    ref = mulaw_decode(b"".join(base64.b64decode(f["payload"]) for f in frames)).astype(np.float32) / 32768
+    i = start_index(events, ctx["started"]["start_pts"])
+    np.testing.assert_array_equal(samples[i : i + len(ref)], ref)
+    assert page.errors == []
+
+
 def test_barge_in_is_silent_within_20ms_and_the_next_context_plays(page, gateway: str) -> None:
     open_demo(page, gateway, codec="pcm_s16le")
     first = speak(page, "Passage", mode="all")

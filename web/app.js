@@ -20,6 +20,7 @@ const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
 const now = () => performance.timeOrigin + performance.now();
 const canOpus = typeof AudioDecoder !== "undefined";
+const RATES = { pcm_s16le: 24000, opus: 48000, mulaw: 8000 }; // the AudioContext runs at the session's rate
 
 /** Everything the page knows, exposed as window.voxgate.state for tests and curious people. */
 const state = {
@@ -109,7 +110,7 @@ function ensureSession(cfg, sampleRate) {
   const start = {
     type: C.SESSION_START,
     protocol: PROTOCOL,
-    audio: cfg.codec === "opus" ? { codec: "opus" } : { codec: cfg.codec, sample_rate: sampleRate },
+    audio: cfg.codec === "pcm_s16le" ? { codec: cfg.codec, sample_rate: sampleRate } : { codec: cfg.codec },
     pacing: { mode: cfg.pacing, target_buffer_ms: cfg.target },
     feedback_interval_ms: 50,
     metrics_interval_ms: 250,
@@ -124,7 +125,7 @@ function ensureSession(cfg, sampleRate) {
 async function speak() {
   const cfg = controls();
   if (!cfg.text.trim()) return;
-  const sampleRate = cfg.codec === "opus" ? 48000 : 24000;
+  const sampleRate = RATES[cfg.codec];
   let audioReady;
   try {
     audioReady = player.ensureAudio(sampleRate); // synchronously, inside the click: the gesture unlocks audio
