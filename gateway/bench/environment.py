@@ -27,6 +27,8 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 def commit() -> dict[str, Any]:
     sha = _run(["git", "rev-parse", "HEAD"], REPO)
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], REPO)
+    if sha is None and os.environ.get("VOXGATE_COMMIT"):  # a copy of the tree without .git (the GPU machine)
+        return {"sha": os.environ["VOXGATE_COMMIT"], "dirty": None, "source": "VOXGATE_COMMIT"}
     paths = [line[3:] for line in (status or "").splitlines()]
     return {"sha": sha, "dirty": bool(paths) if status is not None else None, "dirty_paths": paths[:50]}
 
@@ -44,11 +46,11 @@ def gpus() -> list[dict[str, str]]:
     return rows
 
 
-def describe(command: list[str] | None = None) -> dict[str, Any]:
-    """`command`: the reproducing command line (every option explicit); `argv` is what was actually typed."""
+def describe() -> dict[str, Any]:
+    """`command` starts as what was typed (`argv`); reports replace it with the full reproducing command."""
     argv = ["voxgate", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("voxgate") else sys.argv
     return {
-        "command": shlex.join(command or argv),
+        "command": shlex.join(argv),
         "argv": shlex.join(argv),
         "cwd": os.getcwd(),
         "created_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -6,7 +6,8 @@
 # full-sentences | full-passages (the batched loop's full run, one call each; join with `voxgate bench merge`).
 # Carry `.whl` (the gateway's wheels, plus qwen-tts 0.1.1 with transformers 4.57.3, tokenizers and
 # huggingface_hub for the reference; see docs/benchmarks.md) and `.gpu_shared` (a copy of ../shared).
-# Env: CKPT (checkpoint folder, written if empty), LIKE (official checkpoint it imitates), BUDGET (s for the suite).
+# Env: CKPT (checkpoint folder, written if empty), LIKE (official checkpoint it imitates), BUDGET (s for the suite),
+# VOXGATE_COMMIT (the commit to record when the copied tree has no .git: VOXGATE_COMMIT=$(git rev-parse HEAD)).
 # At most 8 files come back from $OUT: report.md, report.json.gz, four PNGs, server.log.gz, suite.log.
 set -o pipefail
 export PYTHONUNBUFFERED=1

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shlex
+import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -89,8 +92,11 @@ def build_report(
     results: dict[str, Any],
     setup: dict[str, Any],
     command: list[str] | None = None,
+    described: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    report: dict[str, Any] = {"name": name, **environment.describe(command)}
+    report: dict[str, Any] = {"name": name, **(described or environment.describe())}
+    if command:
+        report["command"] = shlex.join(command)
     report["server"] = server
     report["setup"] = setup
     report["plan"] = plan.to_json()
@@ -130,7 +136,14 @@ def headline(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def exit_on_sigterm() -> None:
+    """SIGTERM (a timeout, a kill) unwinds like Ctrl-C, so the gateway process this bench started is stopped too."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def bench_run(args: argparse.Namespace) -> int:
+    exit_on_sigterm()
+    describe = environment.describe()  # the tree as it was when the run started
     stats.KEEP_TRACES = args.keep_traces
     plan = plan_from_args(args)
     if not args.url and not args.engine:
@@ -160,7 +173,7 @@ def bench_run(args: argparse.Namespace) -> int:
         info, results = asyncio.run(measure(args.url, plan, args.warmup_requests))
         server = {"engine": (info.get("health") or {}).get("engine"), "url": args.url, **info}
     args.name, args.out = name, str(out_dir)  # so that the recorded command writes the same report again
-    report = build_report(name, plan, server, results, setup, command_line(args))
+    report = build_report(name, plan, server, results, setup, command_line(args), describe)
     files = write(report, out_dir, plots=not args.no_plots)
     for line in headline(report):
         print(line)

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import environment
 from .cli import _pairs, command_line
-from .main import build_report, headline, measure
+from .main import build_report, exit_on_sigterm, headline, measure
 from .report import write
 from .runner import Plan
 from .server import GatewayProcess
@@ -181,6 +181,8 @@ def collect(work: Path, out: Path, log_path: Path) -> list[Path]:
 
 
 def suite_main(args: argparse.Namespace) -> int:
+    exit_on_sigterm()
+    described = environment.describe()
     started = time.monotonic()
     stop_at = started + args.budget_s
     name = args.name or f"qwen3tts-{args.profile}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
@@ -227,7 +229,8 @@ def suite_main(args: argparse.Namespace) -> int:
         "serve_command": gateway.command[2:],
         **info,
     }
-    report = build_report(name, plan, server, results, setup, command_line(args, ("voxgate", "bench", "gpu-suite")))
+    command = command_line(args, ("voxgate", "bench", "gpu-suite"))
+    report = build_report(name, plan, server, results, setup, command, described)
     report["baseline"] = baseline
     report["profile"] = args.profile
     write(report, work)
