@@ -353,12 +353,15 @@ class CapturedStep:
     """
 
     def __init__(self, stream: CodecStream, rows: int, frames: int, mempool: tuple[int, int] | None = None,
-                 warmup: int = 3) -> None:
+                 warmup: int = 3, enforce_eager: bool = False) -> None:
         dev = stream.device
         self.stream, self.rows, self.frames = stream, rows, frames
         self.slots = torch.zeros(rows, dtype=torch.long, device=dev)
         self.codes = torch.zeros(rows, frames, stream.cfg.num_quantizers, dtype=torch.long, device=dev)
         self.num_frames = torch.zeros(rows, dtype=torch.long, device=dev)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        if enforce_eager or dev.type != "cuda":  # same buffers and padding, the step run eagerly
+            return
         side = torch.cuda.Stream(device=dev)
         side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):
@@ -377,5 +380,8 @@ class CapturedStep:
         self.codes[:n, :t].copy_(codes)
         self.num_frames[:n].copy_(num_frames)
         self.num_frames[n:] = 0
-        self.graph.replay()
+        if self.graph is None:
+            self.audio = self.stream.step(self.slots, self.codes, self.num_frames)
+        else:
+            self.graph.replay()
         return self.audio[:n, : t * self.stream.samples_per_frame]
