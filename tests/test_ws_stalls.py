@@ -1,0 +1,52 @@
+"""Stalls: reported by the (simulated) player, attributed by the server, counted per context and in /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+from support import connect
+from voxgate.gateway.client import VoxgateClient
+
+
+async def test_a_slow_engine_causes_generation_stalls(gateway, fake_engine):
+    # The engine makes 0.8 s of audio per second: the listener must starve, and the server must say why.
+    server = gateway(engine=fake_engine(device_rtf=0.8, chunk_ms=320))
+    async with VoxgateClient(server.ws_url, pacing="client_clock", target_buffer_ms=100) as client:
+        result = await client.speak("slow", "word " * 8)
+        await asyncio.sleep(client.player.buffered() / client.rate + 0.2)
+    assert client.player.gaps_over(0.010), "the simulated player should have starved"
+    stalls = [m for m in client.messages if m["type"] == "stall"]
+    assert stalls and all(m["context_id"] == "slow" for m in stalls)
+    assert {m["cause"] for m in stalls} == {"generation"}
+    done = result.event("context.done")
+    # context.done is written after the last frame; stalls reported after it are not in it, but some were before.
+    assert done["stalls"]["events"] >= 1 and done["stalls"]["by_cause"]["generation"] == done["stalls"]["events"]
+    text = httpx.get(server.http_url + "/metrics").text
+    assert 'voxgate_stall_events_total{cause="generation"}' in text
+
+
+async def test_reported_underruns_are_attributed_and_the_target_grows(gateway, fake_engine):
+    # A client that reports an underrun while the audio had long been sent: a network stall.
+    server = gateway(engine=fake_engine(device_rtf=100))
+    ws, _ = await connect(server.ws_url, metrics_interval_ms=100, pacing={"mode": "client_clock"})
+    await ws.send(json.dumps({"type": "text.append", "context_id": "n", "text": "word " * 20 + ". "}))
+    frames = 0
+    while frames < 5:
+        raw = await asyncio.wait_for(ws.recv(), 5)
+        frames += isinstance(raw, bytes)
+    await asyncio.sleep(0.2)
+    await ws.send(json.dumps({"type": "playback", "played_pts": 1000, "buffered_samples": 0,
+                              "underruns": {"events": 1, "samples": 1200, "max_gap_ms": 50}}))
+    stall = metrics = None
+    while stall is None or metrics is None or metrics["target_ms"] == 150:
+        raw = await asyncio.wait_for(ws.recv(), 5)
+        if isinstance(raw, str):
+            m = json.loads(raw)
+            stall = m if m["type"] == "stall" else stall
+            metrics = m if m["type"] == "metrics" else metrics
+    assert stall == {"type": "stall", "context_id": "n", "track": 0, "pts": 1000, "duration_ms": 50.0,
+                     "cause": "network"}
+    assert metrics["target_ms"] == 200 and metrics["underruns"]["by_cause"]["network"] == 1
+    await ws.close()
