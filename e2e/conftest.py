@@ -26,6 +26,7 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--no-first-run",
+    "--disable-dev-shm-usage",  # containers often have a tiny /dev/shm
     "--autoplay-policy=no-user-gesture-required",
     # Headless tabs are never hidden, but keep timers and audio at full rate regardless.
     "--disable-background-timer-throttling",
