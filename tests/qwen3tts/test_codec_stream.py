@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 if TYPE_CHECKING:
     from voxgate.engine.qwen3tts.codec import CodecDecoder
@@ -83,6 +85,15 @@ def _whole(codec: CodecDecoder, frames: int, seed: int) -> torch.Tensor:
 def test_chunks_equal_whole_decode(codec: CodecDecoder, stream: CodecStream, schedule: list[int]) -> None:
     whole = _whole(codec, 100, 1)  # > 72 frames: keys fall out of the window
     assert_within_1_lsb(stream.decode_chunks(_codes(100, 1), schedule), whole)
+
+
+@settings(max_examples=6, deadline=None)
+@given(frames=st.integers(1, 90), schedule=st.lists(st.integers(1, 17), min_size=1, max_size=8),
+       seed=st.integers(0, 2**16))
+def test_any_schedule_equals_whole_decode(codec: CodecDecoder, stream: CodecStream, frames: int,
+                                          schedule: list[int], seed: int) -> None:
+    codes = _codes(frames, seed)
+    assert_within_1_lsb(stream.decode_chunks(codes, schedule), codec.decode(codes))
 
 
 @pytest.mark.parametrize("schedule", [[4, 8, 16], [3]])
