@@ -24,6 +24,7 @@ Caller contract:
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -71,9 +72,15 @@ def conv1d_undilated(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     return y[..., : p - (k - 1) * d]
 
 
+@functools.cache
+def _arange(n: int, device: torch.device) -> torch.Tensor:
+    """A shared constant 0..n-1 (one launch fewer per use inside a step; stable address for graph replay)."""
+    return torch.arange(n, device=device)
+
+
 def _tail(full: torch.Tensor, end: torch.Tensor, size: int, dim: int) -> torch.Tensor:
     """full[b, ..., end[b] : end[b] + size, ...] along dim, per row (the last `size` real items before padding)."""
-    idx = end[:, None] + torch.arange(size, device=full.device)  # [B, size]
+    idx = end[:, None] + _arange(size, full.device)  # [B, size]
     shape = [full.shape[0]] + [1] * (full.dim() - 1)
     shape[dim] = size
     idx = idx.view(shape).expand(*[s if i != dim else size for i, s in enumerate(full.shape)])
@@ -289,12 +296,12 @@ class CodecStream:
         b, t = x.shape[:2]
         past = kv.shape[4]  # W - 1
         x = tf.input_proj(x)
-        positions = pos0[:, None] + torch.arange(t, device=x.device)
+        positions = pos0[:, None] + _arange(t, x.device)
         cos, sin = rope_tables(positions.reshape(-1), cfg.head_dim, cfg.rope_theta, x.dtype)
         cos, sin = cos.view(b, 1, t, -1), sin.view(b, 1, t, -1)
         # Key j of [cached past ++ new] sits at position pos0 - past + j; query i at pos0 + i.
-        j = torch.arange(past + t, device=x.device)
-        i = torch.arange(t, device=x.device)[:, None]
+        j = _arange(past + t, x.device)
+        i = _arange(t, x.device)[:, None]
         mask = (j >= i) & (j <= i + past)  # [T, K]: causal, and within the window of past + 1
         mask = mask[None, None] & (j >= past - pos0[:, None])[:, None, None, :]  # [B, 1, T, K]: keys that exist
         new_kv = torch.empty_like(kv)
