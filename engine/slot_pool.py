@@ -62,12 +62,7 @@ class SlotPool:
         self.num_slots = num_slots
         self.slot_bytes = slot_bytes(self.layout)
         self.data = torch.zeros(num_slots, self.slot_bytes, dtype=torch.uint8, device=device)
-        self.views: dict[str, torch.Tensor] = {}
-        offset = 0
-        for name, spec in self.layout.items():
-            flat = self.data[:, offset: offset + spec.nbytes].view(spec.dtype)  # [N, numel], row stride slot_bytes
-            self.views[name] = flat.view(num_slots, *spec.shape)
-            offset += -(-spec.nbytes // _ALIGN) * _ALIGN
+        self.views = self._views(self.data)
         self.free_slots: deque[int] = deque(range(1, num_slots))
         self.used_slots: set[int] = set()
 
@@ -83,6 +78,19 @@ class SlotPool:
             raise NoUsableSlot(f"a budget of {budget_bytes} B holds {budget_bytes // per} slots of {per} B "
                                f"(max_slots={max_slots}); one stream needs 2 (slot {SINK} is the sink)")
         return cls(layout, n, device)
+
+    def _views(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Name -> [R, *shape] view of its dtype into byte rows [R, slot_bytes]."""
+        views, offset = {}, 0
+        for name, spec in self.layout.items():
+            flat = rows[:, offset: offset + spec.nbytes].view(spec.dtype)  # [R, numel], row stride slot_bytes
+            views[name] = flat.view(rows.shape[0], *spec.shape)
+            offset += -(-spec.nbytes // _ALIGN) * _ALIGN
+        return views
+
+    def gather(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Copies of these slots' tensors, all read in one launch: name -> [len(slots), *shape]."""
+        return self._views(self.data[slots])
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.views[name]

@@ -28,6 +28,19 @@ def test_views_have_shape_dtype_and_own_bytes() -> None:
     assert pool["count"][2].item() == 7 and (pool["conv"][2] == 1.5).all() and (pool["kv"][2] == 2).all()
 
 
+def test_gather_reads_copies_of_slots() -> None:
+    pool = SlotPool(LAYOUT, 4)
+    for slot in range(4):
+        for name in LAYOUT:
+            pool[name][slot] = slot + 1
+    got = pool.gather(torch.tensor([2, 0, 2]))
+    for name, spec in LAYOUT.items():
+        assert got[name].shape == (3, *spec.shape) and got[name].dtype == spec.dtype
+        assert got[name][0].eq(3).all() and got[name][1].eq(1).all() and got[name][2].eq(3).all()
+    got["conv"][0] = -1
+    assert pool["conv"][2].eq(3).all()  # a copy, not a view of the pool
+
+
 def test_allocate_free_and_sink() -> None:
     pool = SlotPool(LAYOUT, 3)
     assert pool.max_streams == 2 and pool.can_allocate(2) and not pool.can_allocate(3)

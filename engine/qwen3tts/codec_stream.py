@@ -216,7 +216,7 @@ class CodecStream:
         No host sync: every shape depends on (B, T) only.
         """
         pool = self.pool
-        state = {name: pool[name][slots] for name in self.layout}
+        state = pool.gather(slots)
         new: dict[str, torch.Tensor] = {}
         audio = self._forward(state, new, codes, num_frames)
         for name, value in new.items():
