@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+SUITE_PROFILES = ["quick", "eager", "full-closed", "full-sentences", "full-passages"]  # suite.PROFILES, kept light
+
 
 def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
@@ -80,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s = sub.add_parser("gpu-suite", help="one GPU call: baseline arm, gateway start, warm-up, runs, reports")
     s.add_argument("--checkpoint", required=True, help="Qwen3-TTS checkpoint folder (synthetic weights)")
     s.add_argument("--out", required=True, help="output folder ($OUT on the GPU machine)")
-    s.add_argument("--profile", choices=["quick", "eager", "full"], default="eager")
+    s.add_argument("--profile", choices=SUITE_PROFILES, default="eager", help="see docs/benchmarks.md")
     s.add_argument("--engine-option", action="append", metavar="KEY=VALUE", help="extra qwen3tts engine options")
     s.add_argument("--serve-arg", action="append", default=[], metavar="ARG")
     s.add_argument("--name", help="report name (default qwen3tts-PROFILE-UTCDATE)")

@@ -21,7 +21,7 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
         out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip()
+    return out.stdout.rstrip()  # rstrip: porcelain lines start with a meaningful space
 
 
 def commit() -> dict[str, Any]:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from voxgate.gateway.bench.cli import SUITE_PROFILES
 from voxgate.gateway.bench.client import Trace
 from voxgate.gateway.bench.loads import PhaseResult
 from voxgate.gateway.bench.main import build_report
@@ -112,4 +113,13 @@ def test_suite_output_fits_a_device_call(tmp_path: Path) -> None:
     files = collect(work, tmp_path / "out", work / "suite.log")
     assert len(files) <= 8 and all(f.parent == tmp_path / "out" and f.is_file() for f in files)
     assert load(tmp_path / "out" / "report.json.gz")["name"] == "suite"
-    assert {"quick", "eager", "full-closed", "full-sentences", "full-passages"} == set(PROFILES)
+    assert set(SUITE_PROFILES) == set(PROFILES)
+
+
+def test_cli_module_imports_light() -> None:
+    code = (
+        "import sys, voxgate.gateway.bench.cli; "
+        "print(sorted(m for m in ('torch', 'matplotlib', 'numpy', 'qwen_tts') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
