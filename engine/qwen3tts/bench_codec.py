@@ -151,6 +151,27 @@ def _graph(cs: CodecStream, slots: torch.Tensor, codes: torch.Tensor, num: torch
     return {"graph_ms": round(replay * 1e3, 3), "graph_vs_eager_max_abs": diff}
 
 
+def profile_step(cs: CodecStream, rows: int, frames: int, device: str, path: Path) -> dict[str, Any]:
+    """Top kernels of one eager step (torch.profiler) into `path`: where the step's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    slots = torch.arange(1, rows + 1, device=device)
+    codes = torch.randint(0, 2048, (rows, frames, 16), device=device)
+    num = torch.full((rows,), frames, device=device)
+    cs.step(slots, codes, num)
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        cs.step(slots, codes, num)
+        _sync(device)
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=key, row_limit=25)
+    path.write_text(f"one eager step, {rows} rows x {frames} frames, {cs.dtype}, undilate={cs.undilate}, "
+                    f"fused_snake={cs.fused_snake}\n{table}\n")
+    kernels = [e for e in prof.events() if cuda and e.device_type == torch.autograd.DeviceType.CUDA]
+    return {"file": path.name, "rows": rows, "frames": frames, "cuda_kernels_per_step": len(kernels) if cuda else None}
+
+
 def render_md(r: dict[str, Any]) -> str:
     ex, snr = r["exactness"], r["snr"]
     lines = [f"# Incremental codec benchmark ({r['device_name']}, torch {r['torch']})", "",
@@ -165,7 +186,8 @@ def render_md(r: dict[str, Any]) -> str:
                  f"ERROR\n```\n{snr['error']}```" if "error" in snr else
                  f"{snr['utterances']} utterances ({snr['frames']} frames, chunks {snr['schedule']}): "
                  f"median {snr['median_db']} dB, worst {snr['worst_db']} dB"),
-             f"- fused SnakeBeta (Triton) errors: {r.get('fused_snake_errors')}", "",
+             f"- fused SnakeBeta (Triton) errors: {r.get('fused_snake_errors')}",
+             f"- profile of one eager bf16 step (undilated): {r.get('profile')}", "",
              "| dtype | undilate | fused snake | rows x frames | eager ms | graph ms | x realtime/stream | audio-s/s |",
              "|---|---|---|---|---|---|---|---|"]
     for s in r["speed"]:
@@ -231,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         cs = CodecStream(codec, num_slots=max_rows + 1, dtype=dtype)
         report[f"slot_bytes_{name}"] = cs.pool.slot_bytes
         report["state_values"] = cs.state_values()
+        if dtype == torch.bfloat16:
+            cs.undilate = True
+            report["profile"] = section("profile", profile_step, cs, max_rows, 1, dev, out / "codec_profile.txt")
         for undilate, fused in combos:
             cs.undilate = undilate
             fused = cs.set_fused_snake(fused)
