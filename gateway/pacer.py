@@ -37,16 +37,30 @@ class Pacer:
         self._advancing = False
         self._anchor_pts = 0  # realtime mode: the pts and time the wall clock runs from
         self._anchor_t: float | None = None
+        self._floor_pts = 0  # the last cancel point
 
     @property
     def target_samples(self) -> int:
         return int(self.target_ms * self.rate / 1000)
 
     def on_report(self, played_pts: int, buffered_samples: int) -> None:
-        played_pts = min(played_pts, self.sent_pts)
+        # Never before the last cancel point: audio up to there was dropped by the client, whatever it reports.
+        played_pts = min(max(played_pts, self._floor_pts), self.sent_pts)
         prev = self._last
         self._advancing = buffered_samples > 0 or (prev is not None and played_pts > prev.played_pts)
         self._last = PlaybackReport(played_pts, buffered_samples, self.clock())
+
+    @property
+    def last_report(self) -> PlaybackReport | None:
+        return self._last
+
+    def on_cancel(self) -> None:
+        """A cancel at the track's head: the client drops its buffered audio, so everything sent counts as played."""
+        self._floor_pts = self.sent_pts
+        self._last = PlaybackReport(self.sent_pts, 0, self.clock())
+        self._advancing = False
+        if self.mode == "realtime":
+            self._anchor_t = None
 
     def on_sent(self, samples: int) -> None:
         if self.mode == "realtime" and (self._anchor_t is None or self.estimated_played() >= self.sent_pts):

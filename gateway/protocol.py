@@ -232,7 +232,8 @@ class Playback(Message):
         _check_track(self.track)
         if self.played_pts < 0 or self.buffered_samples < 0:
             raise invalid("played_pts and buffered_samples must be >= 0")
-        _check_keys(self.underruns, "underruns", {"events": (int,), "samples": (int,), "max_gap_ms": (int, float)})
+        _check_keys(self.underruns, "underruns", {"events": (int,), "samples": (int,), "max_gap_ms": (int, float),
+                                                  "last_pts": (int,)})
         if any(v < 0 for v in self.underruns.values()):
             raise invalid("underruns counters must be >= 0")
 

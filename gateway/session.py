@@ -22,7 +22,7 @@ from .audio import AudioFormat, make_encoder
 from .config import GatewayConfig
 from .context import MAX_AHEAD_S, Context, ContextState, FlushMark, ReadyFrame
 from .metrics import GatewayMetrics
-from .pacer import Pacer
+from .pacer import Pacer, PlaybackReport
 from .protocol import (
     FLAG_CODEC_RESET,
     FLAG_FIRST,
@@ -239,6 +239,9 @@ class Session:
 
     def _on_Playback(self, msg: Playback) -> None:
         track = self._track(msg.track)
+        # A player counts a stall when it ends, so the report that first shows it was taken after playback resumed:
+        # where and when the listener ran dry comes from the report before it.
+        before = track.pacer.last_report
         track.pacer.on_report(msg.played_pts, msg.buffered_samples)
         events = msg.underruns.get("events", track.underrun_events)
         samples = msg.underruns.get("samples", track.underrun_samples)
@@ -247,7 +250,7 @@ class Session:
         track.underrun_events, track.underrun_samples = max(events, track.underrun_events), max(
             samples, track.underrun_samples)
         if new_events > 0:
-            self._attribute_stalls(track, msg, new_events, new_samples)
+            self._attribute_stalls(track, msg, before, new_events, new_samples)
         track.wake.set()
 
     # ---- cancel ---------------------------------------------------------------------------------------------
@@ -256,6 +259,8 @@ class Session:
         track = self.tracks[context.track]
         dropped = context.ready_samples + context.encoder.pending_samples
         visible = context.started
+        if played_pts is None and context.started:
+            played_pts = min(track.pacer.estimated_played(), context.end_pts)
         if context.started:
             # Frames still queued in the writer are withdrawn, so the timeline stays contiguous.
             withdrawn, started_withdrawn = self.writer.withdraw(context)
@@ -265,12 +270,11 @@ class Session:
             context.sent_samples -= withdrawn
             track.pts -= withdrawn
             track.pacer.sent_pts -= withdrawn
+            track.pacer.on_cancel()  # the client drops what it buffered of this context
             track.log.rewind(track.pts)
             visible = not started_withdrawn
         self._stop(context, ContextState.CANCELLED, outcome="cancelled")
         cancel_pts = context.end_pts if visible else None
-        if played_pts is None and visible:
-            played_pts = min(track.pacer.estimated_played(), context.end_pts)
         self.writer.put_urgent({"type": "context.cancelled", "context_id": context.context_id, "ctx": context.ctx,
                                 "cancel_pts": cancel_pts, "played_pts": played_pts, "dropped_samples": dropped})
 
@@ -320,11 +324,13 @@ class Session:
             if context.frames:
                 allowance = track.pacer.allowance()
                 if allowance is not None and allowance <= 0:
-                    wait = track.pacer.seconds_until_allowed(1)
+                    # A timer sets the event rather than asyncio.wait_for, which on 3.11 can swallow a cancel.
+                    timer = asyncio.get_running_loop().call_later(track.pacer.seconds_until_allowed(1),
+                                                                  track.wake.set)
                     try:
-                        await asyncio.wait_for(track.wake.wait(), timeout=wait)
-                    except TimeoutError:
-                        pass
+                        await track.wake.wait()
+                    finally:
+                        timer.cancel()
                     continue
                 await self._send_frame(track, context)
                 continue
@@ -381,16 +387,25 @@ class Session:
 
     # ---- stalls ---------------------------------------------------------------------------------------------
 
-    def _attribute_stalls(self, track: Track, msg: Playback, new_events: int, new_samples: int) -> None:
+    def _attribute_stalls(self, track: Track, msg: Playback, before: PlaybackReport | None, new_events: int,
+                          new_samples: int) -> None:
         rate = self.fmt.sample_rate
-        now = time.monotonic()
         total_ms = new_samples * 1000 / rate
         per_event_ms = total_ms / new_events
-        pts = msg.played_pts
-        needed_at = now - total_ms / 1000  # when the listener ran dry (loopback: the report's delay is small)
+        if before is not None:
+            # The listener had `buffered` samples at the previous report: it ran dry there, that much later.
+            dry_pts = before.played_pts + before.buffered_samples
+            needed_at = before.received_at + before.buffered_samples / rate
+        else:
+            dry_pts = msg.played_pts
+            needed_at = time.monotonic() - total_ms / 1000
+        pts = msg.underruns.get("last_pts", dry_pts)
         context = next((c for c in reversed(track.played) if c.started and c.start_pts <= pts), None)
-        audio_ready = context is not None and context.ready_samples > 0
-        cause = track.log.attribute(pts, needed_at, msg.buffered_samples, audio_ready)
+        if pts < dry_pts:
+            cause = "client"  # the player stopped before the audio it had already received
+        else:
+            audio_ready = context is not None and context.ready_samples > 0
+            cause = track.log.attribute(pts, needed_at, audio_ready)
         if cause in ("pacing", "network"):
             track.pacer.grow_target()
         for _ in range(new_events):

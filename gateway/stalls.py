@@ -57,11 +57,12 @@ class FrameLog:
             return self._frames[i]
         return None
 
-    def attribute(self, pts: int, needed_at: float, buffered_samples: int, audio_ready: bool) -> str:
+    def attribute(self, pts: int, needed_at: float, audio_ready: bool) -> str:
         """Cause of a stall that began at `pts` when playback needed it at `needed_at` (server clock).
 
         `audio_ready`: whether synthesized audio for that position existed but was not yet sent (used when no
-        frame covers `pts` yet).
+        frame covers `pts` yet). A frame sent in time points at the network; the caller decides `client` (the
+        player stopped before audio it had).
         """
         frame = self.find(pts)
         if frame is None:
@@ -70,4 +71,4 @@ class FrameLog:
             return "generation"
         if frame.sent_at > needed_at:
             return "pacing"
-        return "client" if buffered_samples > 0 else "network"
+        return "network"

@@ -124,7 +124,8 @@ async def _read_loop(websocket: WebSocket, session: Session, writer: SocketWrite
             raise ProtocolError("session_expired", f"sessions last at most {limits.max_session_s:g} s",
                                 close_code=WS_4008_TIMEOUT)
         try:
-            message = await asyncio.wait_for(websocket.receive(), timeout=min(limits.idle_timeout_s, left))
+            async with asyncio.timeout(min(limits.idle_timeout_s, left)):
+                message = await websocket.receive()
         except TimeoutError:
             if session.active_contexts or time.monotonic() - opened >= limits.max_session_s:
                 continue

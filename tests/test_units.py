@@ -154,11 +154,11 @@ def test_stall_attribution():
     log.record(FrameRecord(0, 480, ready_at=1.0, sent_at=1.0))
     log.record(FrameRecord(480, 480, ready_at=2.0, sent_at=2.0))  # ready late
     log.record(FrameRecord(960, 480, ready_at=1.0, sent_at=3.0))  # ready early, sent late
-    assert log.attribute(500, needed_at=1.5, buffered_samples=0, audio_ready=False) == "generation"
-    assert log.attribute(1000, needed_at=2.5, buffered_samples=0, audio_ready=False) == "pacing"
-    assert log.attribute(10, needed_at=1.5, buffered_samples=0, audio_ready=False) == "network"
-    assert log.attribute(10, needed_at=1.5, buffered_samples=300, audio_ready=False) == "client"
-    assert log.attribute(5000, needed_at=9.0, buffered_samples=0, audio_ready=True) == "pacing"
+    assert log.attribute(500, needed_at=1.5, audio_ready=False) == "generation"
+    assert log.attribute(1000, needed_at=2.5, audio_ready=False) == "pacing"
+    assert log.attribute(10, needed_at=1.5, audio_ready=False) == "network"
+    assert log.attribute(5000, needed_at=9.0, audio_ready=True) == "pacing"
+    assert log.attribute(5000, needed_at=9.0, audio_ready=False) == "generation"
     log.rewind(960)
     assert log.find(1000) is None
 

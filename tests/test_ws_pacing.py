@@ -72,3 +72,54 @@ async def test_realtime_sends_at_one_x_with_a_fixed_lead(gateway, fake_engine):
         assert lead >= 0.0, lead
     total = result.frames[-1][2] - t_first
     assert total == pytest.approx(received / rate - 0.2, abs=0.1)
+
+
+async def test_a_cancel_frees_the_pacing_budget_for_the_next_context(gateway, fake_engine):
+    # The client reported no progress; without the cancel resetting the estimate, the dropped audio would count as
+    # still buffered at the client and the next context would never be sent.
+    import json
+
+    from support import connect
+
+    server = gateway(engine=fake_engine(device_rtf=100))
+    ws, _ = await connect(server.ws_url, pacing={"mode": "client_clock", "target_buffer_ms": 150})
+    await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": "word " * 30 + ". "}))
+    frames = 0
+    while frames < 7:  # the 150 ms burst
+        frames += isinstance(await asyncio.wait_for(ws.recv(), 5), bytes)
+    async def idle_player() -> None:  # reports every 50 ms: nothing played, nothing buffered
+        while True:
+            await ws.send(json.dumps({"type": "playback", "played_pts": 0, "buffered_samples": 0}))
+            await asyncio.sleep(0.05)
+
+    reports = asyncio.create_task(idle_player())
+    await asyncio.sleep(0.1)
+    await ws.send(json.dumps({"type": "context.cancel", "context_id": "a"}))
+    await ws.send(json.dumps({"type": "text.append", "context_id": "b", "text": "word " * 30 + ". "}))
+    got = 0
+    deadline = time.monotonic() + 1.0
+    while got < 7 and time.monotonic() < deadline:
+        try:
+            raw = await asyncio.wait_for(ws.recv(), max(0.01, deadline - time.monotonic()))
+        except TimeoutError:
+            break
+        got += isinstance(raw, bytes)
+    reports.cancel()
+    assert got >= 7, f"only {got} frames of the next context within 1 s"
+    await ws.close()
+
+
+@pytest.mark.parametrize("rtf", [100, 3])
+async def test_a_disconnect_mid_stream_ends_the_session_at_once(gateway, fake_engine, rtf):
+    # Regression: a cancel swallowed by asyncio.wait_for left the paced sender running and the session open.
+    import httpx
+
+    server = gateway(engine=fake_engine(device_rtf=rtf))
+    for round_ in range(5):
+        async with VoxgateClient(server.ws_url, pacing="client_clock") as client:
+            await client.send({"type": "text.append", "context_id": f"d{round_}", "text": "word " * 40 + ". "})
+            await asyncio.sleep(0.2 + 0.05 * round_)
+        deadline = time.monotonic() + 2
+        while httpx.get(server.http_url + "/health").json()["sessions"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert httpx.get(server.http_url + "/health").json()["sessions"] == 0
