@@ -241,3 +241,17 @@ def test_config_without_a_stream_slot_is_refused(codec: CodecDecoder) -> None:
 
     with pytest.raises(NoUsableSlot):
         CodecStream(codec, num_slots=1)
+
+
+def test_bench_script_dry_run(tmp_path: Path, shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_codec end to end at tiny shapes on CPU (the GPU run is the same code with --device cuda)."""
+    from voxgate.engine.qwen3tts import bench_codec
+
+    monkeypatch.setattr(bench_codec, "SHAPES", ((3, 1), (2, 2)))
+    args = ["--out", str(tmp_path), "--device", "cpu", "--tiny", "--iters", "1", "--frames", "9", "--utterances", "1",
+            "--shared", str(shared.parent)]
+    assert bench_codec.main(args) == 0
+    report = json.loads((tmp_path / "codec_bench.json").read_text())
+    assert report["exactness"]["pass"] and report["state_values"] > 0
+    assert len(report["speed"]) == 10 and not any("error" in s for s in report["speed"])
+    assert "| bf16 | True |" in (tmp_path / "codec_bench.md").read_text()
