@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             report["profile"] = section("profile", profile_step, cs, max_rows, 1, dev, out / "codec_profile.txt")
         for undilate, fused in combos:
             cs.undilate = undilate
-            fused = cs.set_fused_snake(fused)
+            fused = cs.set_fused_snake(fused and dev.startswith("cuda"))  # off CUDA: the PyTorch ops
             report.setdefault("fused_snake_errors", {})[name] = cs.fused_snake_error
             for rows, frames in SHAPES:
                 s = section(f"speed {name} undilate={undilate} fused_snake={fused}", speed, cs, rows, frames, dev,
