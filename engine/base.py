@@ -106,3 +106,7 @@ class Engine(abc.ABC):
     def default_voice(self) -> str | None:
         voices = self.voices()
         return voices[0].id if voices else None
+
+    def info(self) -> dict[str, object]:
+        """What the engine is and how it runs (shown by GET /health and copied into benchmark reports)."""
+        return {"name": self.name}

@@ -274,6 +274,10 @@ class EspeakEngine(Engine):
     def default_voice(self) -> str:
         return _DEFAULT_VOICE
 
+    def info(self) -> dict[str, object]:
+        return {"name": self.name, "native_rate": self.worker.native_rate if self._worker else None,
+                "sample_rate": SAMPLE_RATE, "rate_wpm": self.rate_wpm or 175, "voices": len(self._voices)}
+
     def resolve_voice(self, voice: str | None, language: str | None) -> str:
         if voice:
             return voice.lower()

@@ -127,7 +127,8 @@ async def health(request: Request) -> JSONResponse:
     state: GatewayState = request.app.state.voxgate
     ready = state.engine.ready
     return JSONResponse({"status": "ok" if ready else "starting", "engine": state.engine.name,
-                         "sessions": state.sessions}, status_code=200 if ready else 503)
+                         "engine_info": state.engine.info(), "sessions": state.sessions},
+                        status_code=200 if ready else 503)
 
 
 async def metrics(request: Request) -> Response:

@@ -59,6 +59,9 @@ class RecordingEngine(Engine):
     def default_voice(self) -> str | None:
         return self.inner.default_voice()
 
+    def info(self) -> dict[str, object]:
+        return self.inner.info()
+
     def open_stream(self, request: SynthesisRequest) -> AudioStream:
         sink: list[np.ndarray] = []
         self.produced.append((request, sink))

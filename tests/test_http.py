@@ -70,7 +70,9 @@ def test_voices_health_metrics(gateway):
     voices = httpx.get(server.http_url + "/v1/voices").json()
     assert voices["default"] == "en-us"
     assert any(v["id"] == "en-us" for v in voices["voices"]) and len(voices["voices"]) > 50
-    assert httpx.get(server.http_url + "/health").json() == {"status": "ok", "engine": "espeak", "sessions": 0}
+    health = httpx.get(server.http_url + "/health").json()
+    assert health == {"status": "ok", "engine": "espeak", "engine_info": health["engine_info"], "sessions": 0}
+    assert health["engine_info"]["name"] == "espeak" and health["engine_info"]["sample_rate"] == 24000
     httpx.post(server.http_url + "/v1/audio/speech", json={"input": "Count me."}, timeout=30)
     text = httpx.get(server.http_url + "/metrics").text
     for name in ("voxgate_sessions_open", "voxgate_contexts_active", "voxgate_first_audio_seconds_bucket",

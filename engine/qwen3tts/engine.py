@@ -95,15 +95,17 @@ class Qwen3TTSEngine(Engine):
     name = "qwen3tts"
 
     def __init__(self, model: str, device: str | None = None, dtype: str | None = None, max_frames: int = 2048,
-                 chunk_frames: int = 12, decode_context_frames: int = 600, ref_audio: str | None = None,
+                 chunk_frames: int | str = "4,8,16", decode_context_frames: int = 600, ref_audio: str | None = None,
                  greedy: bool = False, warmup: bool = True) -> None:
-        if max_frames <= 0 or chunk_frames <= 0 or decode_context_frames < 0:
+        # The chunk schedule: a small first chunk for quick first audio, then larger ones (the last one repeats).
+        schedule = tuple(int(x) for x in str(chunk_frames).split(","))
+        if max_frames <= 0 or not schedule or min(schedule) <= 0 or decode_context_frames < 0:
             raise ValueError("max_frames and chunk_frames must be positive, decode_context_frames non-negative")
+        self.chunk_schedule = schedule
         self.model_path = model
         self.device = device
         self.dtype = dtype
         self.max_frames = int(max_frames)
-        self.chunk_frames = int(chunk_frames)
         self.decode_context_frames = int(decode_context_frames)
         self.ref_audio = ref_audio
         self.greedy = greedy
@@ -149,6 +151,16 @@ class Qwen3TTSEngine(Engine):
     @property
     def ready(self) -> bool:
         return self._ready
+
+    def info(self) -> dict[str, Any]:
+        tts = self.tts
+        loaded = tts is not None
+        return {"name": self.name, "model": self.model_path, "model_type": tts.cfg.tts_model_type if loaded else None,
+                "device": str(tts.device) if loaded else self.device,
+                "dtype_talker": str(next(tts.talker.parameters()).dtype) if loaded else self.dtype,
+                "dtype_codec": str(next(tts.codec.parameters()).dtype) if loaded else None,
+                "chunk_schedule_frames": list(self.chunk_schedule), "decode_context_frames": self.decode_context_frames,
+                "max_frames": self.max_frames, "batching": "none (eager, one request at a time)"}
 
     @property
     def queue_depth(self) -> int:
@@ -204,11 +216,13 @@ class Qwen3TTSEngine(Engine):
         spf = tts.cfg.codec.samples_per_frame
         frames: list[torch.Tensor] = []
         sent = 0  # frames whose audio was sent
+        chunks = 0
         for frame in tts.frames(prompt, gen, max_frames, cancel=cancel):
             frames.append(frame)
-            if len(frames) - sent >= self.chunk_frames:
+            if len(frames) - sent >= self.chunk_schedule[min(chunks, len(self.chunk_schedule) - 1)]:
                 yield self._decode_new(frames, sent, spf, prompt.ref_codes)
                 sent = len(frames)
+                chunks += 1
         if len(frames) > sent and not cancel.is_set():
             yield self._decode_new(frames, sent, spf, prompt.ref_codes)
 
