@@ -12,8 +12,6 @@ import itertools
 import logging
 import time
 import uuid
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from voxgate.engine.base import SAMPLE_RATE, Engine
@@ -43,25 +41,11 @@ from .protocol import (
     TextAppend,
     invalid,
 )
-from .stalls import FrameLog, FrameRecord
+from .stalls import FrameRecord
+from .track import Track
 from .writer import OutFrame, SocketWriter
 
 log = logging.getLogger("voxgate.session")
-
-
-@dataclass
-class Track:
-    number: int
-    pacer: Pacer
-    queue: deque[Context] = field(default_factory=deque)  # contexts in play order; the head is playing
-    pts: int = 0
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    log: FrameLog = field(default_factory=FrameLog)
-    played: deque[Context] = field(default_factory=lambda: deque(maxlen=64))  # recent contexts, for stalls
-    underrun_events: int = 0
-    underrun_samples: int = 0
-    inflight: OutFrame | None = None  # a frame the sender is waiting to queue (the writer is full)
-    sender: asyncio.Task | None = None
 
 
 class Session:
@@ -389,23 +373,8 @@ class Session:
 
     def _attribute_stalls(self, track: Track, msg: Playback, before: PlaybackReport | None, new_events: int,
                           new_samples: int) -> None:
-        rate = self.fmt.sample_rate
-        total_ms = new_samples * 1000 / rate
-        per_event_ms = total_ms / new_events
-        if before is not None:
-            # The listener had `buffered` samples at the previous report: it ran dry there, that much later.
-            dry_pts = before.played_pts + before.buffered_samples
-            needed_at = before.received_at + before.buffered_samples / rate
-        else:
-            dry_pts = msg.played_pts
-            needed_at = time.monotonic() - total_ms / 1000
-        pts = msg.underruns.get("last_pts", dry_pts)
-        context = next((c for c in reversed(track.played) if c.started and c.start_pts <= pts), None)
-        if pts < dry_pts:
-            cause = "client"  # the player stopped before the audio it had already received
-        else:
-            audio_ready = context is not None and context.ready_samples > 0
-            cause = track.log.attribute(pts, needed_at, audio_ready)
+        per_event_ms = new_samples * 1000 / self.fmt.sample_rate / new_events
+        context, pts, cause = track.find_stall(msg, before, new_samples, self.fmt.sample_rate)
         if cause in ("pacing", "network"):
             track.pacer.grow_target()
         for _ in range(new_events):
@@ -426,13 +395,6 @@ class Session:
                     "buffer_ms": round(track.pacer.buffered() * 1000 / self.fmt.sample_rate, 1),
                     "target_ms": track.pacer.target_ms,
                     "underruns": {"events": track.underrun_events,
-                                  "by_cause": _sum_causes(track.played)},
+                                  "by_cause": track.stall_causes()},
                 })
 
-
-def _sum_causes(contexts: deque[Context]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for context in contexts:
-        for cause, n in context.stalls.by_cause.items():
-            out[cause] = out.get(cause, 0) + n
-    return out
