@@ -130,3 +130,21 @@ def test_resolve_rejects_non_directories(tmp_path: Path) -> None:
 def test_load_shows_progress(tiny_ckpt: Callable[[str], Path], capsys: Any) -> None:
     load_checkpoint(tiny_ckpt("cv06"), progress=True)
     assert "loading model" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_real_shape_06b_checkpoint_round_trip(shared: Path, tmp_path: Path) -> None:
+    """Write the 0.6B CustomVoice at its real shapes (1.8 GB + 0.7 GB) and load it back through the real loader."""
+    from safetensors import safe_open
+    from voxgate.engine.qwen3tts.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.synthetic import write_synthetic
+
+    out = tmp_path / "ck06"
+    write_synthetic("Qwen3-TTS-12Hz-0.6B-CustomVoice", out, seed=1, shared=shared.parent)
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert len(list(f.keys())) == 402
+    tts = Qwen3TTS.from_pretrained(out, device="cpu", dtype="fp32")
+    assert len(tts.talker.state_dict()) == 402
+    assert sum(p.numel() for p in tts.talker.parameters()) == 905_788_672
+    assert sum(p.numel() for p in tts.codec.parameters()) == 114_323_137
+    shutil.rmtree(out)  # 2.5 GB: do not keep it until the session's temp cleanup
