@@ -13,7 +13,7 @@ import ctypes
 import queue
 import re
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +63,7 @@ class _Job:
     text: str
     voice_name: bytes
     rate_wpm: int | None
-    on_audio: object  # Callable[[np.ndarray | None, BaseException | None], None], called on the worker thread
+    on_audio: Callable[[np.ndarray | None, BaseException | None], None]  # called on the worker thread
     cancelled: threading.Event
 
 

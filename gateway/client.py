@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import websockets
+from websockets.typing import Subprotocol
 
 from .audio import mulaw_decode
 from .player import SimulatedPlayer
@@ -64,7 +65,7 @@ class VoxgateClient:
         self.by_handle: dict[int, ContextResult] = {}
         self.messages: list[dict[str, Any]] = []  # every JSON message, in arrival order
         self.errors: list[dict[str, Any]] = []
-        self.player: SimulatedPlayer | None = None
+        self.player = SimulatedPlayer(24_000, 0)  # replaced once session.started gives the rate and target
         self.max_buffered_reported = 0
         self._decoder: Any = None
         self._skip = 0
@@ -74,7 +75,7 @@ class VoxgateClient:
         self.close_code: int | None = None
 
     async def __aenter__(self) -> VoxgateClient:
-        subprotocols = [PROTOCOL] + ([f"voxgate.token.{self.token}"] if self.token else [])
+        subprotocols = [Subprotocol(PROTOCOL)] + ([Subprotocol(f"voxgate.token.{self.token}")] if self.token else [])
         self.ws = await websockets.connect(self.url, subprotocols=subprotocols, max_size=None, compression=None)
         await self.send(self.start_msg)
         self._tasks.append(asyncio.get_running_loop().create_task(self._receive()))
@@ -162,7 +163,7 @@ class VoxgateClient:
         result.events.append(msg)
         if kind == "context.started":
             self.by_handle[msg["ctx"]] = result
-        elif kind == "flushed" and self.player is not None:
+        elif kind == "flushed":
             self.player.on_boundary(msg["end_pts"])
         elif kind in ("context.done", "context.cancelled"):
             result.done.set()
@@ -175,8 +176,7 @@ class VoxgateClient:
             raise AssertionError(f"frame of ctx {header.ctx} before its context.started")
         result.frames.append((header, payload, now))
         result.pcm.append(self._decode(header, payload))
-        if self.player is not None:
-            self.player.on_frame(header.pts, header.samples, header.flags, now)
+        self.player.on_frame(header.pts, header.samples, header.flags, now)
 
     def _decode(self, header: FrameHeader, payload: bytes) -> np.ndarray:
         if header.codec == 0:

@@ -66,9 +66,10 @@ async def speech(request: Request) -> Response:
         return _error(400, "only speed 1.0 is offered", "unsupported_speed")
     voice = body.get("voice") or state.engine.default_voice()
     known = {v.id for v in state.engine.voices()}
-    if voice not in known and voice.lower() not in known:
+    if voice is None or (voice not in known and voice.lower() not in known):
         metrics.http_requests.labels("404").inc()
-        return _error(404, f"voice {voice!r} not found; see GET /v1/voices", "voice_not_found")
+        missing = f"voice {voice!r} not found" if voice else "this engine has no voice to default to; name one"
+        return _error(404, f"{missing}; see GET /v1/voices", "voice_not_found")
     limit_ms = int(state.config.limits.max_context_audio_s * 1000)
     budget_ms = min(limit_ms, body.get("max_audio_ms", limit_ms))
     if budget_ms <= 0:

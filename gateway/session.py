@@ -302,6 +302,7 @@ class Session:
                                       context)
             if context.frames and isinstance(context.frames[0], FlushMark):
                 mark = context.pop()
+                assert isinstance(mark, FlushMark)
                 self.writer.put_event({"type": "flushed", "context_id": context.context_id,
                                        "flush_id": mark.flush_id, "end_pts": context.end_pts}, context)
                 continue
