@@ -87,7 +87,7 @@ def test_a_stall_in_progress_is_reported_and_counted_when_it_ends(js) -> None:
         return { during, after: b.underrunReport, events };
     """)
     assert res["during"] == {"events": 0, "samples": 0, "max_gap_ms": 10}
-    assert res["after"] == {"events": 1, "samples": 30, "max_gap_ms": 10}
+    assert res["after"] == {"events": 1, "samples": 30, "max_gap_ms": 10, "last_pts": 10}  # it began at pts 10
     assert [e[0] for e in res["events"]] == ["start", "stall", "resume"]
 
 

@@ -25,6 +25,7 @@ export class JitterBuffer {
   #resync = true;
   #state = IDLE;
   #gap = 0; // samples of the stall in progress
+  #stallPts = 0; // pts where the stall in progress began
   #sinceWrite = 0;
   #fadeIn = 0;
   #fadeOut = 0;
@@ -74,11 +75,14 @@ export class JitterBuffer {
   get underrunReport() {
     const u = this.underruns;
     const gap = this.#state === STALLED ? this.#gap : 0;
-    return {
+    const report = {
       events: u.events,
       samples: u.samples,
       max_gap_ms: (Math.max(u.maxGapSamples, gap) * 1000) / this.sampleRate,
     };
+    // Where the latest finished stall began: lets the server attribute it exactly (docs/protocol.md, Stalls).
+    if (u.lastPts !== undefined) report.last_pts = u.lastPts;
+    return report;
   }
 
   /** Append `samples` whose first sample is at `pts`; `last` marks a context's end. */
@@ -197,6 +201,7 @@ export class JitterBuffer {
         } else {
           this.#state = STALLED;
           this.#gap = 0;
+          this.#stallPts = this.playedPts;
           this.onEvent("stall", this.playedPts, i);
         }
       }
@@ -212,6 +217,7 @@ export class JitterBuffer {
     u.events += 1;
     u.samples += this.#gap;
     u.maxGapSamples = Math.max(u.maxGapSamples, this.#gap);
+    u.lastPts = this.#stallPts;
     this.#gap = 0;
   }
 
