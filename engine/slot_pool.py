@@ -2,8 +2,9 @@
 
 Every slot holds the same named tensors. All of them live in one flat byte buffer [num_slots, slot_bytes], and
 each name is a strided view `[num_slots, *shape]` of its dtype into it, so that:
-- a slot index is a batch row: a step gathers `pool[name][slots]` and writes back `pool[name][slots] = new`,
-  with shapes that never depend on which streams are live (what CUDA graphs need);
+- a slot index is a batch row: a step gathers its slots' byte rows in one launch (`gather_rows`), updates the
+  named views of those rows in place (`views_of`) and writes them back in one launch (`scatter_rows`), with
+  shapes that never depend on which streams are live (what CUDA graphs need);
 - resetting any set of slots, whatever dtypes they mix, is one launch (`index_fill_` on the byte buffer).
 
 Slot 0 is the sink: padding rows of a captured batch point at it, so it is never handed out and its contents
@@ -90,7 +91,22 @@ class SlotPool:
 
     def gather(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
         """Copies of these slots' tensors, all read in one launch: name -> [len(slots), *shape]."""
-        return self._views(self.data[slots])
+        return self.views_of(self.gather_rows(slots))
+
+    def gather_rows(self, slots: torch.Tensor) -> torch.Tensor:
+        """Copies of these slots' byte rows [len(slots), slot_bytes], read in one launch as 8-byte words."""
+        return self.data.view(torch.int64)[slots].view(torch.uint8)
+
+    def views_of(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Name -> [R, *shape] views into byte rows [R, slot_bytes] (from gather_rows): write them in place."""
+        return self._views(rows)
+
+    def scatter_rows(self, slots: torch.Tensor, rows: torch.Tensor) -> None:
+        """Write byte rows [len(slots), slot_bytes] back to these slots in one launch (as 8-byte words).
+
+        Slots must be distinct, except the sink: which of several sink rows lands there is unspecified.
+        """
+        self.data.view(torch.int64)[slots] = rows.view(torch.int64)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.views[name]

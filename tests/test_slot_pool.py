@@ -100,3 +100,23 @@ def test_invariants_under_random_allocate_free(ops: list[int]) -> None:
         assert len(set(live)) == len(live) and SINK not in live
         assert set(live) == pool.used_slots
         assert pool.num_free + len(live) == pool.max_streams
+
+
+def test_gather_rows_update_in_place_and_scatter_rows() -> None:
+    """A step's round trip: read rows once, update their named views in place, write them back once."""
+    pool = SlotPool(LAYOUT, 4)
+    for slot in range(4):
+        for name in LAYOUT:
+            pool[name][slot] = slot + 1
+    slots = torch.tensor([3, 0, 1, 0])  # sink rows may repeat
+    rows = pool.gather_rows(slots)
+    assert rows.shape == (4, pool.slot_bytes) and rows.dtype == torch.uint8
+    views = pool.views_of(rows)
+    assert views["conv"][0].eq(4).all() and views["kv"][2].eq(2).all() and views["count"][1].eq(1).all()
+    views["conv"][0] = -2.5
+    views["count"].add_(10)
+    assert pool["conv"][3].eq(4).all()  # a copy until scattered
+    pool.scatter_rows(slots, rows)
+    assert pool["conv"][3].eq(-2.5).all() and pool["count"][3].item() == 14 and pool["count"][1].item() == 12
+    assert pool["kv"][3].eq(4).all() and pool["kv"][1].eq(2).all()
+    assert pool["conv"][2].eq(3).all() and pool["count"][2].item() == 3  # slots not in the step are untouched

@@ -11,7 +11,9 @@ A fresh (zeroed) slot is exactly the zero left-padding of a whole-utterance deco
 One `step` decodes any set of streams, each with its own number of new frames: rows are right-padded to the
 widest; causality keeps padding out of the real samples, and each state is taken at the row's own end (a gather
 at index `num_frames * rate`). All shapes depend only on (rows, width), so a step can be captured in a CUDA graph
-per bucket; padding rows point at the pool's sink slot 0.
+per bucket; padding rows point at the pool's sink slot 0. A step reads its rows' slots in one launch, writes every
+new state in place into those rows, and stores them back in one launch. Each stateful conv reads one buffer
+[carried inputs | new inputs]; the SnakeBeta before it writes straight into the new part (no `cat`).
 
 Caller contract:
 - codes are codec codes in [0, codebook_size) (-1 padding is read as 0, as in the whole decode). The Talker's EOS
@@ -24,7 +26,6 @@ Caller contract:
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -32,8 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..slot_pool import SlotPool, SlotSpec
+from ..slot_pool import SlotPool
 from .codec import CausalConvTranspose, CodecDecoder, SnakeBeta
+from .codec_state import _arange, _tail
+from .codec_state import state_layout as state_layout
+from .codec_state import state_values as state_values
 from .layers import apply_rope, rope_tables
 
 
@@ -52,19 +56,22 @@ def load_codec(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     return weights.decoder.eval()
 
 
-def conv1d_undilated(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int) -> torch.Tensor:
+def conv1d_undilated(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int,
+                     length: int | None = None) -> torch.Tensor:
     """F.conv1d(x, weight, bias, dilation=d) (no padding) as an undilated conv over the d interleaved subsequences.
 
     x [B, C, P] -> [B, Cout, P - (k-1)*d]. Subsequence r = x[..., r::d] holds every input the outputs at positions
     r (mod d) read, so the d subsequences run as d extra batch rows of a plain conv (cuDNN's dilated kernels are
-    slow in bf16 on Hopper).
+    slow in bf16 on Hopper). length: only x[..., :length] is real (x already padded to a multiple of d: no pad).
     """
     if dilation == 1:
-        return F.conv1d(x, weight, bias)
-    b, c, p = x.shape
+        return F.conv1d(x if length is None else x[..., :length], weight, bias)
+    b, c, size = x.shape
+    p = size if length is None else length
     k, d = weight.shape[-1], dilation
-    m = -(-p // d)
-    x = F.pad(x, (0, m * d - p))  # right zeros only reach outputs past the end, which are cut
+    m = -(-size // d)
+    if m * d != size:
+        x = F.pad(x, (0, m * d - size))  # right zeros only reach outputs past the end, which are cut
     xs = x.view(b, c, m, d).permute(0, 3, 1, 2).reshape(b * d, c, m)
     y = F.conv1d(xs, weight, bias)  # [B*d, Cout, m-k+1]; row (b, r) output j is position j*d + r
     cout, n = y.shape[1], y.shape[2]
@@ -72,71 +79,27 @@ def conv1d_undilated(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     return y[..., : p - (k - 1) * d]
 
 
-@functools.cache
-def _arange(n: int, device: torch.device) -> torch.Tensor:
-    """A shared constant 0..n-1 (one launch fewer per use inside a step; stable address for graph replay)."""
-    return torch.arange(n, device=device)
-
-
-def _tail(full: torch.Tensor, end: torch.Tensor, size: int, dim: int) -> torch.Tensor:
-    """full[b, ..., end[b] : end[b] + size, ...] along dim, per row (the last `size` real items before padding)."""
-    idx = end[:, None] + _arange(size, full.device)  # [B, size]
-    shape = [full.shape[0]] + [1] * (full.dim() - 1)
-    shape[dim] = size
-    idx = idx.view(shape).expand(*[s if i != dim else size for i, s in enumerate(full.shape)])
-    return torch.gather(full, dim, idx)
-
-
 class _Snake:
     """SnakeBeta with exp(alpha) and 1/(exp(beta)+1e-9) precomputed in fp32 (same ops as the module, once).
 
-    fused: kernels/snake.py's one-pass Triton kernel (else the module's formula in PyTorch ops).
+    fused: kernels/snake.py's one-pass Triton kernel (else the module's formula in PyTorch ops). out: a view to
+    write the result into (the next conv's input buffer), same values as a copy of the result.
     """
 
-    fused: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    fused: Callable[..., torch.Tensor] | None = None
 
     def __init__(self, m: SnakeBeta) -> None:
         self.alpha_c = m.alpha.detach().float().exp()
         self.inv_beta_c = 1.0 / (m.beta.detach().float().exp() + 1e-9)
         self.alpha, self.inv_beta = self.alpha_c[None, :, None], self.inv_beta_c[None, :, None]
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         if self.fused is not None:
-            return self.fused(x, self.alpha_c, self.inv_beta_c)
+            return self.fused(x, self.alpha_c, self.inv_beta_c, out=out)
         xf = x if x.dtype == torch.float32 else x.float()
         y = xf + self.inv_beta * torch.sin(xf * self.alpha).pow(2)
-        return y if x.dtype == torch.float32 else y.to(x.dtype)
-
-
-def state_layout(codec: CodecDecoder, dtype: torch.dtype) -> dict[str, SlotSpec]:
-    """Name -> per-slot tensor of the streaming state (see the module docstring)."""
-    cfg = codec.cfg
-    window = cfg.sliding_window - 1
-    layout = {
-        "frames": SlotSpec((1,), torch.int64),
-        "pre_conv": SlotSpec((cfg.codebook_dim, codec.pre_conv.left), dtype),
-        "kv": SlotSpec((cfg.num_hidden_layers, 2, cfg.num_key_value_heads, window, cfg.head_dim), dtype),
-    }
-    for i, (convt, block) in enumerate(codec.upsample):
-        if convt.trim:
-            raise ValueError("upsample transposed convs with overlap are not supported (kernel must equal stride)")
-        layout[f"upsample.{i}.dwconv"] = SlotSpec((cfg.latent_dim, block.dwconv.left), dtype)
-    layout["decoder.0"] = SlotSpec((cfg.latent_dim, codec.decoder[0].left), dtype)
-    for b in range(1, len(codec.decoder) - 2):
-        convt, *units = list(codec.decoder[b].block)[1:]
-        if convt.trim != convt.conv.stride[0]:
-            raise ValueError("decoder transposed convs must have kernel = 2 * stride")
-        layout[f"decoder.{b}.convt"] = SlotSpec((convt.conv.in_channels, 1), dtype)
-        for j, ru in enumerate(units):
-            layout[f"decoder.{b}.ru{j}"] = SlotSpec((ru.conv1.conv.in_channels, ru.conv1.left), dtype)
-    last = codec.decoder[-1]
-    layout[f"decoder.{len(codec.decoder) - 1}"] = SlotSpec((last.conv.in_channels, last.left), dtype)
-    return layout
-
-
-def state_values(layout: dict[str, SlotSpec]) -> int:
-    """Values of streaming state per stream (the frame counter excluded)."""
-    return sum(s.nbytes // torch.empty((), dtype=s.dtype).element_size() for n, s in layout.items() if n != "frames")
+        y = y if x.dtype == torch.float32 else y.to(x.dtype)
+        return y if out is None else out.copy_(y)
 
 
 class CodecStream:
@@ -218,47 +181,42 @@ class CodecStream:
         No host sync: every shape depends on (B, T) only.
         """
         pool = self.pool
-        state = pool.gather(slots)
-        new: dict[str, torch.Tensor] = {}
-        audio = self._forward(state, new, codes, num_frames)
-        for name, value in new.items():
-            pool[name][slots] = value
+        rows = pool.gather_rows(slots)  # one read of every state of these rows
+        audio = self._forward(pool.views_of(rows), codes, num_frames)  # new state written in place into rows
+        pool.scatter_rows(slots, rows)  # one write back
         return audio
 
     def warm(self, slots: torch.Tensor, codes: torch.Tensor, num_frames: torch.Tensor) -> None:
         """In-context cloning: run the reference codes through the state and discard their audio."""
         self.step(slots, codes, num_frames)
 
-    def _forward(self, state: dict[str, torch.Tensor], new: dict[str, torch.Tensor], codes: torch.Tensor,
-                 n: torch.Tensor) -> torch.Tensor:
+    def _forward(self, state: dict[str, torch.Tensor], codes: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        """One step's decode; every state view in `state` is read, then overwritten in place with its new value."""
         c = self.codec
         codes = codes.clamp(min=0)
         x = self._quantize(codes)  # [B, codebook_dim, T]
         rate = 1  # samples per frame at the current stage
-        x = self._conv("pre_conv", c.pre_conv.conv, x, state, new, n * rate)
-        pos0 = state["frames"][:, 0]
-        new["frames"] = state["frames"] + n[:, None]
-        x, new["kv"] = self._transformer(x.transpose(1, 2), state["kv"], pos0, n)
+        x = self._conv("pre_conv", c.pre_conv.conv, x, state, n * rate)
+        x = self._transformer(x.transpose(1, 2), state["kv"], state["frames"][:, 0], n)
         x = x.transpose(1, 2)
         for i, (convt, block) in enumerate(c.upsample):
             x = convt(x)  # kernel == stride: no overlap, no state
             rate *= convt.conv.stride[0]
-            y = self._conv(f"upsample.{i}.dwconv", block.dwconv.conv, x, state, new, n * rate)
+            y = self._conv(f"upsample.{i}.dwconv", block.dwconv.conv, x, state, n * rate)
             y = block.norm(y.transpose(1, 2))
             y = block.gamma * block.pwconv2(F.gelu(block.pwconv1(y)))
             x = x + y.transpose(1, 2)
-        x = self._conv("decoder.0", c.decoder[0].conv, x, state, new, n * rate)
+        x = self._conv("decoder.0", c.decoder[0].conv, x, state, n * rate)
         for b in range(1, len(c.decoder) - 2):
             snake, convt, *units = c.decoder[b].block
-            x = self._convt(f"decoder.{b}.convt", convt, self.snakes[id(snake)](x), state, new, n * rate)
+            x = self._convt(f"decoder.{b}.convt", convt, x, state, n * rate, self.snakes[id(snake)])
             rate *= convt.conv.stride[0]
             for j, ru in enumerate(units):
-                h = self.snakes[id(ru.act1)](x)
-                h = self._conv(f"decoder.{b}.ru{j}", ru.conv1.conv, h, state, new, n * rate)
+                h = self._conv(f"decoder.{b}.ru{j}", ru.conv1.conv, x, state, n * rate, self.snakes[id(ru.act1)])
                 x = x + ru.conv2.conv(self.snakes[id(ru.act2)](h))
-        x = self.snakes[id(c.decoder[-2])](x)
         last = len(c.decoder) - 1
-        x = self._conv(f"decoder.{last}", c.decoder[-1].conv, x, state, new, n * rate)
+        x = self._conv(f"decoder.{last}", c.decoder[-1].conv, x, state, n * rate, self.snakes[id(c.decoder[-2])])
+        state["frames"].add_(n[:, None])  # last: the transformer read the old count
         return x[:, 0].float().clamp(-1.0, 1.0)
 
     def _quantize(self, codes: torch.Tensor) -> torch.Tensor:
@@ -270,30 +228,50 @@ class CodecStream:
             rest = rest + F.embedding(codes[:, :, i], self.tables[i])
         return q.rvq_first.output_proj(first.transpose(1, 2)) + q.rvq_rest.output_proj(rest.transpose(1, 2))
 
-    def _conv(self, name: str, conv: nn.Conv1d, x: torch.Tensor, state: dict[str, torch.Tensor],
-              new: dict[str, torch.Tensor], end: torch.Tensor) -> torch.Tensor:
-        """Causal conv of x [B, C, L] continuing from the slot's last inputs; keeps the last ones up to `end`."""
-        full = torch.cat([state[name], x], dim=2)
+    def _input(self, name: str, x: torch.Tensor, state: dict[str, torch.Tensor], snake: _Snake | None,
+               multiple: int = 1) -> tuple[torch.Tensor, int]:
+        """One buffer [B, C, P] = [slot's carried inputs | snake(x) or x]; P is rounded up to `multiple` (zeros
+        after the real part). snake writes straight into the buffer: no `cat`. Returns (buffer, real length)."""
+        carried = state[name]
+        b, ch, left = carried.shape
+        p = left + x.shape[2]
+        size = -(-p // multiple) * multiple
+        buf = torch.empty(b, ch, size, dtype=carried.dtype, device=carried.device)
+        buf[..., :left].copy_(carried)
+        if size > p:
+            buf[..., p:].zero_()
+        if snake is None:
+            buf[..., left:p].copy_(x)
+        else:
+            snake(x, out=buf[..., left:p])
+        return buf, p
+
+    def _conv(self, name: str, conv: nn.Conv1d, x: torch.Tensor, state: dict[str, torch.Tensor], end: torch.Tensor,
+              snake: _Snake | None = None) -> torch.Tensor:
+        """Causal conv of x [B, C, L] (snake(x) if given) continuing from the slot's last inputs; the slot's state
+        becomes the last ones up to `end` (written in place)."""
         d = conv.dilation[0]
-        if self.undilate and d > 1:
-            y = conv1d_undilated(full, conv.weight, conv.bias, d)
+        undilate = self.undilate and d > 1
+        full, p = self._input(name, x, state, snake, d if undilate else 1)
+        if undilate:
+            y = conv1d_undilated(full, conv.weight, conv.bias, d, length=p)
         else:
             y = F.conv1d(full, conv.weight, conv.bias, dilation=d, groups=conv.groups)
-        new[name] = _tail(full, end, state[name].shape[2], dim=2)
+        _tail(full, end, state[name].shape[2], dim=2, out=state[name])
         return y
 
     def _convt(self, name: str, m: CausalConvTranspose, x: torch.Tensor, state: dict[str, torch.Tensor],
-               new: dict[str, torch.Tensor], end: torch.Tensor) -> torch.Tensor:
-        """Causal transposed conv (kernel 2s, stride s) of x [B, C, T] after the slot's last input frame."""
+               end: torch.Tensor, snake: _Snake) -> torch.Tensor:
+        """Causal transposed conv (kernel 2s, stride s) of snake(x) [B, C, T] after the slot's last input frame."""
         s = m.conv.stride[0]
-        full = torch.cat([state[name], x], dim=2)
+        full, _ = self._input(name, x, state, snake)
         y = m.conv(full)  # [B, Cout, (T + 2) * s]; samples s .. (T+1)s-1 belong to the new frames
-        new[name] = _tail(full, end, 1, dim=2)
+        _tail(full, end, 1, dim=2, out=state[name])
         return y[..., s: s * (x.shape[2] + 1)]
 
-    def _transformer(self, x: torch.Tensor, kv: torch.Tensor, pos0: torch.Tensor, n: torch.Tensor,
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [B, T, latent] after each row's pos0 frames; kv [B, L, 2, H, W-1, D] -> (y [B, T, latent], new kv)."""
+    def _transformer(self, x: torch.Tensor, kv: torch.Tensor, pos0: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        """x [B, T, latent] after each row's pos0 frames -> y [B, T, latent]; kv [B, L, 2, H, W-1, D] is read, then
+        overwritten in place with the new window."""
         tf, cfg = self.codec.pre_transformer, self.cfg
         b, t = x.shape[:2]
         past = kv.shape[4]  # W - 1
@@ -306,7 +284,6 @@ class CodecStream:
         i = _arange(t, x.device)[:, None]
         mask = (j >= i) & (j <= i + past)  # [T, K]: causal, and within the window of past + 1
         mask = mask[None, None] & (j >= past - pos0[:, None])[:, None, None, :]  # [B, 1, T, K]: keys that exist
-        new_kv = torch.empty_like(kv)
         for li, layer in enumerate(tf.layers):
             attn = layer.self_attn
             h = layer.input_layernorm(x)
@@ -319,9 +296,9 @@ class CodecStream:
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             x = x + layer.self_attn_layer_scale(attn.o_proj(o.transpose(1, 2).reshape(b, t, -1)))
             x = x + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(x)))
-            new_kv[:, li, 0] = _tail(k, n, past, dim=2)
-            new_kv[:, li, 1] = _tail(v, n, past, dim=2)
-        return tf.output_proj(tf.norm(x)), new_kv
+            _tail(k, n, past, dim=2, out=kv[:, li, 0])
+            _tail(v, n, past, dim=2, out=kv[:, li, 1])
+        return tf.output_proj(tf.norm(x))
 
     # -- convenience (eager, host-side) -------------------------------------------------------------------------
     def decode_chunks(self, frames: torch.Tensor, schedule: Sequence[int], ref_codes: torch.Tensor | None = None,

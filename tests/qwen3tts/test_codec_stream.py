@@ -206,6 +206,19 @@ def test_undilated_conv_equals_dilated(channels: int, kernel: int, dilation: int
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(("dilation", "length"), [(3, 40), (9, 55), (9, 54), (2, 13)])
+def test_undilated_conv_over_a_prepadded_buffer(dilation: int, length: int) -> None:
+    """The step's buffers are already a multiple of d long (garbage-free zeros after `length`): same as dilated."""
+    from voxgate.engine.qwen3tts.codec_stream import conv1d_undilated
+
+    p = 6 * dilation + length
+    x = torch.randn(2, 3, p)
+    padded = F.pad(x, (0, -(-p // dilation) * dilation - p))
+    w, b = torch.randn(4, 3, 7), torch.randn(4)
+    got = conv1d_undilated(padded, w, b, dilation, length=p)
+    torch.testing.assert_close(got, F.conv1d(x, w, b, dilation=dilation), rtol=1e-5, atol=1e-5)
+
+
 def test_undilated_stream_equals_whole(codec: CodecDecoder) -> None:
     from voxgate.engine.qwen3tts.codec_stream import CodecStream
 
