@@ -93,9 +93,13 @@ class _Snake:
         self.inv_beta_c = 1.0 / (m.beta.detach().float().exp() + 1e-9)
         self.alpha, self.inv_beta = self.alpha_c[None, :, None], self.inv_beta_c[None, :, None]
 
-    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                 ) -> torch.Tensor:
+        """bias: a conv's bias, added to x first (in x's dtype) when the conv ran without it."""
         if self.fused is not None:
-            return self.fused(x, self.alpha_c, self.inv_beta_c, out=out)
+            return self.fused(x, self.alpha_c, self.inv_beta_c, out=out, bias=bias)
+        if bias is not None:
+            x = x + bias[None, :, None]
         xf = x if x.dtype == torch.float32 else x.float()
         y = xf + self.inv_beta * torch.sin(xf * self.alpha).pow(2)
         y = y if x.dtype == torch.float32 else y.to(x.dtype)
@@ -138,16 +142,23 @@ class CodecStream:
     def set_fused_snake(self, on: bool) -> bool:
         """Use the Triton SnakeBeta (after a check against the reference); False, with the reason, if unusable."""
         fn, self.fused_snake_error = None, None
+        self.bias_residual: Callable[..., torch.Tensor] | None = None
         if on:
             try:
-                from ...kernels.snake import snake, snake_ref
+                from ...kernels.snake import bias_residual, bias_residual_ref, snake, snake_ref
 
                 g = torch.Generator(self.device).manual_seed(0)  # leaves the global RNG alone
                 x = torch.randn(2, 3, 1500, device=self.device, generator=g).to(self.dtype)
                 a = torch.rand(3, device=self.device, generator=g) + 0.5
                 ib = torch.rand(3, device=self.device, generator=g) + 0.5
                 torch.testing.assert_close(snake(x, a, ib).float(), snake_ref(x, a, ib).float(), atol=2e-2, rtol=2e-2)
-                fn = snake
+                bias = a.to(self.dtype)
+                torch.testing.assert_close(snake(x, a, ib, bias=bias).float(), snake_ref(x, a, ib, bias).float(),
+                                           atol=2e-2, rtol=2e-2)
+                y = x.flip(2)
+                torch.testing.assert_close(bias_residual(x, y, bias).float(), bias_residual_ref(x, y, bias).float(),
+                                           atol=2e-2, rtol=2e-2)
+                fn, self.bias_residual = snake, bias_residual
             except Exception as exc:  # no triton, no GPU, or a wrong result: the PyTorch ops serve
                 self.fused_snake_error = f"{type(exc).__name__}: {exc}"
         for sn in self.snakes.values():
@@ -212,8 +223,15 @@ class CodecStream:
             x = self._convt(f"decoder.{b}.convt", convt, x, state, n * rate, self.snakes[id(snake)])
             rate *= convt.conv.stride[0]
             for j, ru in enumerate(units):
-                h = self._conv(f"decoder.{b}.ru{j}", ru.conv1.conv, x, state, n * rate, self.snakes[id(ru.act1)])
-                x = x + ru.conv2.conv(self.snakes[id(ru.act2)](h))
+                c1, c2 = ru.conv1.conv, ru.conv2.conv
+                # with the Triton kernels, the conv biases go into the next pass instead of their own add_
+                fold = self.bias_residual is not None and c1.bias is not None and c2.bias is not None
+                h = self._conv(f"decoder.{b}.ru{j}", c1, x, state, n * rate, self.snakes[id(ru.act1)], not fold)
+                if fold:
+                    h = F.conv1d(self.snakes[id(ru.act2)](h, bias=c1.bias), c2.weight)
+                    x = self.bias_residual(x, h, c2.bias)
+                else:
+                    x = x + c2(self.snakes[id(ru.act2)](h))
         last = len(c.decoder) - 1
         x = self._conv(f"decoder.{last}", c.decoder[-1].conv, x, state, n * rate, self.snakes[id(c.decoder[-2])])
         state["frames"].add_(n[:, None])  # last: the transformer read the old count
@@ -247,16 +265,17 @@ class CodecStream:
         return buf, p
 
     def _conv(self, name: str, conv: nn.Conv1d, x: torch.Tensor, state: dict[str, torch.Tensor], end: torch.Tensor,
-              snake: _Snake | None = None) -> torch.Tensor:
+              snake: _Snake | None = None, with_bias: bool = True) -> torch.Tensor:
         """Causal conv of x [B, C, L] (snake(x) if given) continuing from the slot's last inputs; the slot's state
-        becomes the last ones up to `end` (written in place)."""
+        becomes the last ones up to `end` (written in place). with_bias=False: the caller adds the bias."""
         d = conv.dilation[0]
         undilate = self.undilate and d > 1
         full, p = self._input(name, x, state, snake, d if undilate else 1)
+        bias = conv.bias if with_bias else None
         if undilate:
-            y = conv1d_undilated(full, conv.weight, conv.bias, d, length=p)
+            y = conv1d_undilated(full, conv.weight, bias, d, length=p)
         else:
-            y = F.conv1d(full, conv.weight, conv.bias, dilation=d, groups=conv.groups)
+            y = F.conv1d(full, conv.weight, bias, dilation=d, groups=conv.groups)
         _tail(full, end, state[name].shape[2], dim=2, out=state[name])
         return y
 

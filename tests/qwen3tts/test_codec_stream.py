@@ -268,3 +268,39 @@ def test_bench_script_dry_run(tmp_path: Path, shared: Path, monkeypatch: pytest.
     assert report["exactness"]["pass"] and report["state_values"] > 0
     assert len(report["speed"]) == 10 and not any("error" in s for s in report["speed"])
     assert "| bf16 | True |" in (tmp_path / "codec_bench.md").read_text()
+
+
+def test_fused_kernels_strided_views_and_folded_biases() -> None:
+    """kernels/snake.py as the step calls it: strided input, output into a buffer after carried inputs, a conv's
+    bias folded in; bias_residual = x + (y + b). fp32 (bf16 in Triton's CPU interpreter truncates; on CUDA it
+    rounds to nearest, as PyTorch does)."""
+    import importlib
+    import os
+
+    pytest.importorskip("triton")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if dev == "cpu":  # the interpreter is fixed at jit time: re-import in interpreter mode
+        old = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1"
+        try:
+            mod = importlib.reload(importlib.import_module("voxgate.kernels.snake"))
+        finally:
+            if old is None:
+                del os.environ["TRITON_INTERPRET"]
+            else:
+                os.environ["TRITON_INTERPRET"] = old
+    else:
+        mod = importlib.import_module("voxgate.kernels.snake")
+    g = torch.Generator().manual_seed(0)
+    alpha, inv_beta, bias = (torch.rand(5, generator=g).add(0.5).to(dev) for _ in range(3))
+    src = (3 * torch.randn(3, 5, 40, generator=g)).to(dev)
+    x = src[..., 4:31]  # row stride 200, channel stride 40: a trimmed transposed-conv output
+    buf = torch.full((3, 5, 2 + 27 + 3), -7.0, device=dev)
+    out = mod.snake(x, alpha, inv_beta, out=buf[..., 2:29], bias=bias)
+    assert out.data_ptr() == buf[..., 2:29].data_ptr()
+    torch.testing.assert_close(buf[..., 2:29], mod.snake_ref(x, alpha, inv_beta, bias), atol=1e-5, rtol=1e-5)
+    assert (buf[..., :2] == -7).all() and (buf[..., 29:] == -7).all()  # carried inputs and padding untouched
+    y = torch.randn(3, 5, 27, generator=g).to(dev)
+    got = mod.bias_residual(x, y, bias)
+    assert got.is_contiguous()
+    torch.testing.assert_close(got, mod.bias_residual_ref(x, y, bias), atol=0, rtol=0)
