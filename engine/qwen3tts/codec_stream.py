@@ -120,6 +120,7 @@ class CodecStream:
         self.dtype = dtype or p.dtype
         self.device = p.device
         self.undilate = undilate
+        self.gemm_1x1 = True  # with the Triton kernels: residual units' 1x1 convs as batched GEMMs (no NHWC copies)
         self.cfg = codec.cfg
         self.snakes = {id(m): _Snake(m) for m in codec.modules() if isinstance(m, SnakeBeta)}
         if self.dtype != p.dtype:
@@ -228,7 +229,9 @@ class CodecStream:
                 fold = self.bias_residual is not None and c1.bias is not None and c2.bias is not None
                 h = self._conv(f"decoder.{b}.ru{j}", c1, x, state, n * rate, self.snakes[id(ru.act1)], not fold)
                 if fold:
-                    h = F.conv1d(self.snakes[id(ru.act2)](h, bias=c1.bias), c2.weight)
+                    h = self.snakes[id(ru.act2)](h, bias=c1.bias)
+                    w2 = c2.weight
+                    h = torch.matmul(w2[:, :, 0], h) if self.gemm_1x1 else F.conv1d(h, w2)  # the 1x1 conv
                     x = self.bias_residual(x, h, c2.bias)
                 else:
                     x = x + c2(self.snakes[id(ru.act2)](h))
