@@ -15,6 +15,7 @@ from voxgate.engine.base import Engine
 
 from . import http_api
 from .config import GatewayConfig
+from .gctune import GcTuning
 from .state import GatewayState
 from .ws import tts_websocket
 
@@ -41,9 +42,13 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
         log.info("starting engine %s", engine.name)
         await engine.start()
         log.info("engine %s ready", engine.name)
+        gc_tuning = GcTuning(config.gc_gen0_threshold, config.gc_freeze,
+                             lambda gen, s: state.metrics.gc_pause.labels(str(gen)).observe(s))
+        gc_tuning.apply()
         try:
             yield
         finally:
+            gc_tuning.undo()
             await engine.stop()
 
     routes = [

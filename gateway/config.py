@@ -57,14 +57,16 @@ class GatewayConfig:
     auth_tokens: list[str] = field(default_factory=list)  # empty: no auth
     writer_queue_frames: int = 64  # per socket; the brake for slow readers
     serve_demo: bool = True
+    gc_freeze: bool = True  # after start-up, freeze what is alive out of the collector's reach
+    gc_gen0_threshold: int = 10_000  # CPython's 700 triggers collections that eat a stream's pause budget
     limits: Limits = field(default_factory=Limits)
     pacing: PacingDefaults = field(default_factory=PacingDefaults)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError("port must be within 0..65535")
-        if self.max_sessions <= 0 or self.writer_queue_frames <= 0:
-            raise ValueError("max_sessions and writer_queue_frames must be positive")
+        if self.max_sessions <= 0 or self.writer_queue_frames <= 0 or self.gc_gen0_threshold <= 0:
+            raise ValueError("max_sessions, writer_queue_frames and gc_gen0_threshold must be positive")
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:

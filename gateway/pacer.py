@@ -102,6 +102,10 @@ class Pacer:
         return max(0, self.target_samples - self.buffered())
 
     def seconds_until_allowed(self, samples: int) -> float:
-        """How long until `samples` more may be sent, assuming playback continues at 1x."""
-        missing = samples - (self.allowance() or 0)
-        return max(0.001, missing / self.rate) if missing > 0 else 0.0
+        """How long until `samples` more may be sent if playback continues at 1x (a report may come sooner)."""
+        missing = samples + self.buffered() - self.target_samples
+        if missing <= 0:
+            return 0.0
+        if self.mode == "client_clock" and not self._advancing and self._last is not None:
+            return self.feedback_interval_s  # the estimate moves only with the next report, which wakes the sender
+        return max(0.001, missing / self.rate)

@@ -76,7 +76,8 @@ def test_voices_health_metrics(gateway):
     httpx.post(server.http_url + "/v1/audio/speech", json={"input": "Count me."}, timeout=30)
     text = httpx.get(server.http_url + "/metrics").text
     for name in ("voxgate_sessions_open", "voxgate_contexts_active", "voxgate_first_audio_seconds_bucket",
-                 "voxgate_stall_events_total", "voxgate_audio_bytes_out_total", "voxgate_engine_queue_depth"):
+                 "voxgate_stall_events_total", "voxgate_audio_bytes_out_total", "voxgate_engine_queue_depth",
+                 "voxgate_engine_gc_pause_seconds"):
         assert name in text, name
     assert 'voxgate_first_audio_seconds_count{endpoint="http"} 1.0' in text
 

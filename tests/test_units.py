@@ -191,3 +191,32 @@ async def test_synthesis_stops_when_nobody_sends():
         await asyncio.sleep(0.0005)
     await asyncio.wait_for(task, 5)
     assert context.produced_samples == round(101 * 0.37 * 24000)
+
+
+def test_pacer_sleeps_until_the_buffer_drains_instead_of_polling():
+    clock = Clock()
+    pacer = Pacer("client_clock", 24000, 150, 1000, 50, clock=clock)
+    pacer.on_sent(4800)  # 200 ms sent, nothing played yet
+    pacer.on_report(played_pts=0, buffered_samples=4800)  # playing
+    assert pacer.seconds_until_allowed(1) == pytest.approx((4800 - 3600 + 1) / 24000)
+    pacer.on_report(played_pts=0, buffered_samples=0)  # stuck: only a report can move the estimate
+    pacer.on_report(played_pts=0, buffered_samples=0)
+    assert pacer.seconds_until_allowed(1) == pytest.approx(0.05)
+
+
+def test_gc_tuning_freezes_raises_the_threshold_measures_and_undoes():
+    import gc
+
+    from voxgate.gateway.gctune import GcTuning
+
+    pauses: list[tuple[int, float]] = []
+    before = gc.get_threshold()
+    tuning = GcTuning(12_345, True, lambda gen, s: pauses.append((gen, s)))
+    tuning.apply()
+    try:
+        assert gc.get_threshold()[0] == 12_345 and gc.get_freeze_count() > 0
+        gc.collect(0)
+        assert pauses and pauses[-1][0] == 0 and pauses[-1][1] >= 0
+    finally:
+        tuning.undo()
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
