@@ -43,12 +43,11 @@ class SocketWriter:
         self._space = asyncio.Event()
         self._on_frame_written = on_frame_written
         self._seq = 0
-        self.bytes_out = 0
         self.closed = False
 
     async def put_frame(self, frame: OutFrame) -> bool:
         """Queue a frame; waits while the queue is full. False if its context was cancelled meanwhile."""
-        while sum(isinstance(i, OutFrame) for i in self._ordered) >= self._max and not self.closed:
+        while self.queued_frames >= self._max and not self.closed:
             self._space.clear()
             await self._space.wait()
         if frame.owner.cancelled or self.closed:
@@ -112,7 +111,6 @@ class SocketWriter:
                 data = header.pack() + item.payload
                 written_at = time.monotonic()
                 await self._send_bytes(data)
-                self.bytes_out += len(data)
                 self._on_frame_written(item, written_at)
                 continue
             if isinstance(item, OutEvent):

@@ -102,7 +102,7 @@ async def tts_websocket(websocket: WebSocket) -> None:
 async def _drain_urgent(writer: SocketWriter, timeout: float = 1.0) -> None:
     # Let the writer send a final error (and anything urgent before it) before the close frame.
     deadline = time.monotonic() + timeout
-    while writer._urgent and time.monotonic() < deadline:
+    while writer.urgent_backlog and time.monotonic() < deadline:
         await asyncio.sleep(0.001)
 
 
