@@ -1,0 +1,245 @@
+"""Streaming causal conv1d over time-major activations, as one implicit GEMM with the codec's tails fused in.
+
+Activations are [B, L, C] with C contiguous (the layout a GEMM wants: no NCHW <-> NHWC transposes around
+cuDNN). A stream's carried inputs (the last (taps-1)*dilation input rows) stay in its slot of a pool and are
+read there in place: the kernel takes row t's tap j from the pool when t + j*d falls before the new inputs,
+else from the new inputs, so nothing is concatenated or gathered first. `advance_state` then moves each slot's
+window to the row's own end (rows of one step may have different numbers of real samples).
+
+out[b, t, n] = sum_j sum_c xin(b, t + j*d - H, c) * w[j*Cin + c, n], with xin(b, s) = state[slot_b, H + s] for
+s < 0 and x[b, s] otherwise (H = (taps-1)*d). The epilogue, in fp32 and rounded where the PyTorch ops round:
++ bias (rounded to the storage dtype, as a conv's output is), optional SnakeBeta of the result, optional
+residual add (rounded), optional clamp; a second output can hold SnakeBeta(result) with other parameters (the
+next conv's pre-activation, so the next conv's input needs no pass of its own).
+
+A causal transposed conv with kernel 2s and stride s is the same kernel: taps (x[i-1], x[i]), H = 1, and the
+s output samples of input frame i as N = s*Cout columns (`convt_weight`): [B, L, s*Cout] is [B, L*s, Cout].
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+_CONFIGS = [
+    triton.Config({"BM": bm, "BN": bn}, num_warps=w, num_stages=s)
+    for bm, bn, w, s in [(128, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4), (128, 256, 8, 3), (64, 64, 4, 4),
+                         (128, 32, 4, 4), (256, 64, 8, 3), (64, 256, 8, 3)]
+]
+
+
+@triton.jit
+def _snake(y, a_ptr, ib_ptr, cols, mask):
+    a = tl.load(a_ptr + cols, mask=mask, other=0.0)
+    ib = tl.load(ib_ptr + cols, mask=mask, other=0.0)
+    s = tl.sin(y * a[None, :])
+    return y + ib[None, :] * (s * s)
+
+
+@triton.jit
+def _causal_conv_kernel(
+    x_ptr, state_ptr, slots_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr,
+    M, L, CIN, N, HIST, DIL, st_ss, st_st,
+    TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
+    HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
+    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr,
+    BN: tl.constexpr,
+):
+    # x [M = B*L, CIN] contiguous; state [slots, HIST, CIN] (strides st_ss, st_st, 1); w [TAPS*CIN, N]
+    # contiguous; res/out/out2 [M, N] contiguous. grid: (cdiv(M, BM), cdiv(N, BN)).
+    dtype = x_ptr.dtype.element_ty
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    row_ok = rm < M
+    col_ok = rn < N
+    rm64 = rm.to(tl.int64)
+    t = rm % L
+    x_rows = x_ptr + rm64 * CIN
+    if HAS_STATE:
+        slot = tl.load(slots_ptr + rm // L, mask=row_ok, other=0).to(tl.int64)
+        state_rows = state_ptr + slot * st_ss + (HIST + t).to(tl.int64) * st_st
+    kch = (CIN + BK - 1) // BK
+    acc = tl.full((BM, BN), 0.0, tl.float32)  # core ops only: see tests' triton_mode
+    for kk in range(0, TAPS * kch):
+        j = kk // kch
+        c = (kk - j * kch) * BK + rk
+        shift = j * DIL - HIST
+        if HAS_STATE:
+            rows = tl.where(t + shift < 0, state_rows + shift * st_st, x_rows + shift * CIN)
+        else:
+            rows = x_rows + shift * CIN
+        if EVEN_K:
+            a = tl.load(rows[:, None] + c[None, :], mask=row_ok[:, None], other=0.0)
+            w = tl.load(w_ptr + (j * CIN + c).to(tl.int64)[:, None] * N + rn[None, :], mask=col_ok[None, :],
+                        other=0.0)
+        else:
+            k_ok = c < CIN
+            a = tl.load(rows[:, None] + c[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            w = tl.load(w_ptr + (j * CIN + c).to(tl.int64)[:, None] * N + rn[None, :],
+                        mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        if UPCAST:  # Triton's CPU interpreter gets bf16 dots wrong (3.9): same products in fp32
+            a, w = a.to(tl.float32), w.to(tl.float32)
+        acc = tl.dot(a, w, acc, input_precision=PRECISION)
+    y = acc
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + rn, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    y = y.to(dtype).to(tl.float32)  # the conv's output, as stored
+    if SNAKE_MAIN:
+        y = _snake(y, a1_ptr, ib1_ptr, rn, col_ok).to(dtype).to(tl.float32)
+    offs = rm64[:, None] * N + rn[None, :]
+    mask = row_ok[:, None] & col_ok[None, :]
+    if HAS_RES:
+        y = (tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32) + y).to(dtype).to(tl.float32)
+    if CLAMP:
+        y = tl.minimum(tl.maximum(y, -1.0), 1.0)
+    if STORE_MAIN:
+        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    if HAS_OUT2:
+        tl.store(out2_ptr + offs, _snake(y, a2_ptr, ib2_ptr, rn, col_ok).to(dtype), mask=mask)
+
+
+_causal_conv_tuned = triton.autotune(_CONFIGS, key=["M", "N", "CIN", "TAPS", "HAS_STATE"])(_causal_conv_kernel)
+
+Snake = tuple[torch.Tensor, torch.Tensor]  # (exp(alpha), 1 / (exp(beta) + 1e-9)), fp32 [channels]
+
+
+def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, *, state: torch.Tensor | None = None,
+                slots: torch.Tensor | None = None, bias: torch.Tensor | None = None, snake_main: Snake | None = None,
+                residual: torch.Tensor | None = None, clamp: bool = False, out_dtype: torch.dtype | None = None,
+                snake_out2: Snake | None = None, store_main: bool = True,
+                ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """x [B, L, Cin] contiguous new inputs; w [taps*Cin, N] (`conv_weight` / `convt_weight`); state [slots,
+    (taps-1)*dilation, Cin] pool view (last dim contiguous) with slots [B] long, or None for taps == 1.
+
+    Returns (out [B, L, N] in out_dtype (default x's), out2 [B, L, N] in x's dtype or None); see the module
+    docstring for the epilogue. Without state, taps must be 1 (nothing to carry).
+    """
+    b, length, cin = x.shape
+    n = w.shape[1]
+    hist = (taps - 1) * dilation
+    assert x.is_contiguous() and w.is_contiguous() and w.shape[0] == taps * cin, (x.shape, w.shape, taps)
+    if state is None:
+        assert hist == 0, "a conv with more than one tap needs its carried inputs"
+        state_arg, slots_arg, st_ss, st_st = x, x, 0, 0
+    else:
+        assert slots is not None and state.shape[1:] == (hist, cin) and state.stride(2) == 1, (state.shape, hist)
+        state_arg, slots_arg, st_ss, st_st = state, slots, state.stride(0), state.stride(1)
+    m = b * length
+    out = torch.empty(b, length, n, dtype=out_dtype or x.dtype, device=x.device) if store_main else None
+    out2 = torch.empty(b, length, n, dtype=x.dtype, device=x.device) if snake_out2 is not None else None
+    if residual is not None:
+        assert residual.shape == (b, length, n) and residual.is_contiguous(), residual.shape
+    if m == 0:
+        return out, out2
+    bk = next((k for k in (64, 32, 16) if cin % k == 0), 16)
+    dummy = x
+    a1, ib1 = snake_main if snake_main is not None else (dummy, dummy)
+    a2, ib2 = snake_out2 if snake_out2 is not None else (dummy, dummy)
+    args = (x, state_arg, slots_arg, w, dummy if bias is None else bias, dummy if residual is None else residual,
+            dummy if out is None else out, dummy if out2 is None else out2, a1, ib1, a2, ib2,
+            m, length, cin, n, hist, dilation, st_ss, st_st)
+    flags = dict(TAPS=taps, HAS_STATE=state is not None, HAS_BIAS=bias is not None,
+                 SNAKE_MAIN=snake_main is not None, HAS_RES=residual is not None, CLAMP=clamp,
+                 STORE_MAIN=store_main, HAS_OUT2=snake_out2 is not None, EVEN_K=cin % bk == 0,
+                 PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda", BK=bk)
+    if x.device.type == "cuda":
+        def grid(meta: dict) -> tuple[int, int]:
+            return triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"])
+        _causal_conv_tuned[grid](*args, **flags)
+    else:  # the CPU interpreter: one fixed tile
+        _causal_conv_kernel[(triton.cdiv(m, 32), triton.cdiv(n, 32))](*args, **flags, BM=32, BN=32)
+    return out, out2
+
+
+@triton.jit
+def _advance_state_kernel(x_ptr, state_ptr, slots_ptr, n_ptr, L, C, HIST, RATE, st_ss, st_st,
+                          HP: tl.constexpr, BC: tl.constexpr):
+    # Slot window <- the last HIST rows of [slot window | x[b, :n_b*RATE]]. grid: (B, cdiv(C, BC)).
+    b = tl.program_id(0)
+    c = tl.program_id(1) * BC + tl.arange(0, BC)
+    h = tl.arange(0, HP)
+    slot = tl.load(slots_ptr + b).to(tl.int64)
+    src = tl.load(n_ptr + b) * RATE - HIST + h  # < 0: still in the window
+    mask = (h < HIST)[:, None] & (c < C)[None, :]
+    base = state_ptr + slot * st_ss
+    from_state = base + (HIST + src).to(tl.int64)[:, None] * st_st + c[None, :]
+    from_x = x_ptr + (b * L + src).to(tl.int64)[:, None] * C + c[None, :]
+    v = tl.load(tl.where((src < 0)[:, None], from_state, from_x), mask=mask)
+    tl.debug_barrier()  # every read of the old window lands before any write to it
+    tl.store(base + h.to(tl.int64)[:, None] * st_st + c[None, :], v, mask=mask)
+
+
+def advance_state(x: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, num_frames: torch.Tensor,
+                  rate: int) -> None:
+    """state[slots[b]] <- last H rows of [state[slots[b]] | x[b, :num_frames[b] * rate]] (in place).
+
+    x [B, L, C] contiguous (the conv's new inputs, right-padded); state [slots, H, C] pool view. Rows with 0 new
+    frames keep their window; padding rows sharing the sink slot with 0 frames rewrite it unchanged.
+    """
+    b, length, c = x.shape
+    hist = state.shape[1]
+    assert x.is_contiguous() and state.shape[2] == c and state.stride(2) == 1, (x.shape, state.shape)
+    if b == 0 or hist == 0:
+        return
+    bc = min(triton.next_power_of_2(c), max(16, 4096 // triton.next_power_of_2(hist)))
+    _advance_state_kernel[(b, triton.cdiv(c, bc))](
+        x, state, slots, num_frames, length, c, hist, rate, state.stride(0), state.stride(1),
+        HP=max(2, triton.next_power_of_2(hist)), BC=bc, num_warps=4)
+
+
+# -- weights and references --------------------------------------------------------------------------------------
+
+def conv_weight(w: torch.Tensor) -> torch.Tensor:
+    """Conv1d weight [Cout, Cin, taps] -> [taps*Cin, Cout] (row j*Cin + c: tap j, input channel c)."""
+    return w.permute(2, 1, 0).reshape(-1, w.shape[0]).contiguous()
+
+
+def convt_weight(w: torch.Tensor, stride: int) -> torch.Tensor:
+    """Causal ConvTranspose1d weight [Cin, Cout, 2s] -> [2*Cin, s*Cout]: tap 0 reads x[i-1] (kernel positions
+    s..2s-1), tap 1 reads x[i] (0..s-1); column r*Cout + o is output sample i*s + r, channel o."""
+    cin, cout, k = w.shape
+    assert k == 2 * stride, (k, stride)
+    taps = [w[:, :, stride:], w[:, :, :stride]]
+    return torch.cat([t.permute(0, 2, 1).reshape(cin, stride * cout) for t in taps]).contiguous()
+
+
+def snake_ref(y: torch.Tensor, snake: Snake) -> torch.Tensor:
+    a, ib = snake
+    return y + ib * torch.sin(y * a).pow(2)
+
+
+def causal_conv_ref(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, *,
+                    state: torch.Tensor | None = None, slots: torch.Tensor | None = None,
+                    bias: torch.Tensor | None = None, snake_main: Snake | None = None,
+                    residual: torch.Tensor | None = None, clamp: bool = False, out_dtype: torch.dtype | None = None,
+                    snake_out2: Snake | None = None, store_main: bool = True,
+                    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """causal_conv in plain PyTorch: [carried | new] per row, F.conv1d in fp32, the same roundings."""
+    cin = x.shape[2]
+    dt = x.dtype
+    full = x if state is None else torch.cat([state[slots], x], dim=1)  # [B, H + L, Cin]
+    wk = w.float().view(taps, cin, -1).permute(2, 1, 0)  # [N, Cin, taps]
+    y = torch.nn.functional.conv1d(full.float().transpose(1, 2), wk, dilation=dilation).transpose(1, 2)
+    if bias is not None:
+        y = y + bias.float()
+    y = y.to(dt).float()
+    if snake_main is not None:
+        y = snake_ref(y, snake_main).to(dt).float()
+    if residual is not None:
+        y = (residual.float() + y).to(dt).float()
+    if clamp:
+        y = y.clamp(-1.0, 1.0)
+    out = y.to(out_dtype or dt) if store_main else None
+    out2 = snake_ref(y, snake_out2).to(dt) if snake_out2 is not None else None
+    return out, out2
+
+
+def advance_state_ref(x: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, num_frames: torch.Tensor,
+                      rate: int) -> None:
+    hist = state.shape[1]
+    for b in range(x.shape[0]):
+        end = int(num_frames[b]) * rate
+        full = torch.cat([state[slots[b]], x[b, :end]])
+        state[slots[b]] = full[full.shape[0] - hist:]
