@@ -106,7 +106,62 @@ class _Snake:
         return y if out is None else out.copy_(y)
 
 
-class CodecStream:
+class StreamingCodec:
+    """What every incremental codec shares: slots in a SlotPool, warm-up, and a one-stream convenience decode.
+
+    A subclass sets pool, layout, device, cfg, samples_per_frame and implements `step`.
+    """
+
+    pool: SlotPool
+    layout: dict
+    device: torch.device
+    samples_per_frame: int
+
+    def step(self, slots: torch.Tensor, codes: torch.Tensor, num_frames: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- slots ------------------------------------------------------------------------------------------------
+    def open(self) -> int:
+        """A fresh slot for a new stream (PoolFull if none: check pool.can_allocate() first)."""
+        return self.pool.allocate()
+
+    def close(self, slot: int) -> None:
+        """Release a stream's slot on end or cancel."""
+        self.pool.free(slot)
+
+    def state_values(self) -> int:
+        return state_values(self.layout)
+
+    def warm(self, slots: torch.Tensor, codes: torch.Tensor, num_frames: torch.Tensor) -> None:
+        """In-context cloning: run the reference codes through the state and discard their audio."""
+        self.step(slots, codes, num_frames)
+
+    # -- convenience (eager, host-side) -------------------------------------------------------------------------
+    def decode_chunks(self, frames: torch.Tensor, schedule: Sequence[int], ref_codes: torch.Tensor | None = None,
+                      ) -> torch.Tensor:
+        """One stream, alone: frames [N, Q] in chunks of the schedule's widths (the last repeats) -> float [N*spf].
+
+        Opens a slot, optionally warms it with ref_codes [R, Q], and frees it at the end.
+        """
+        slot = self.open()
+        try:
+            slots = torch.tensor([slot], device=self.device)
+            if ref_codes is not None:
+                r = ref_codes.shape[0]
+                self.warm(slots, ref_codes[None].to(self.device), torch.tensor([r], device=self.device))
+            out, start, k = [], 0, 0
+            while start < frames.shape[0]:
+                w = min(schedule[min(k, len(schedule) - 1)], frames.shape[0] - start)
+                chunk = frames[None, start: start + w].to(self.device)
+                out.append(self.step(slots, chunk, torch.tensor([w], device=self.device))[0])
+                start, k = start + w, k + 1
+            return torch.cat(out) if out else torch.zeros(0, device=self.device)
+        finally:
+            self.close(slot)
+
+
+
+class CodecStream(StreamingCodec):
     """Streams of one codec decoder, their state in a SlotPool of `num_slots` (slot 0 the sink).
 
     dtype: the compute and state dtype (bf16 keeps SnakeBeta and the final clamp in fp32). The given codec is
@@ -170,18 +225,6 @@ class CodecStream:
     def fused_snake(self) -> bool:
         return next(iter(self.snakes.values())).fused is not None
 
-    # -- slots ------------------------------------------------------------------------------------------------
-    def open(self) -> int:
-        """A fresh slot for a new stream (PoolFull if none: check pool.can_allocate() first)."""
-        return self.pool.allocate()
-
-    def close(self, slot: int) -> None:
-        """Release a stream's slot on end or cancel."""
-        self.pool.free(slot)
-
-    def state_values(self) -> int:
-        return state_values(self.layout)
-
     # -- decode -----------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self, slots: torch.Tensor, codes: torch.Tensor, num_frames: torch.Tensor) -> torch.Tensor:
@@ -197,10 +240,6 @@ class CodecStream:
         audio = self._forward(pool.views_of(rows), codes, num_frames)  # new state written in place into rows
         pool.scatter_rows(slots, rows)  # one write back
         return audio
-
-    def warm(self, slots: torch.Tensor, codes: torch.Tensor, num_frames: torch.Tensor) -> None:
-        """In-context cloning: run the reference codes through the state and discard their audio."""
-        self.step(slots, codes, num_frames)
 
     def _forward(self, state: dict[str, torch.Tensor], codes: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         """One step's decode; every state view in `state` is read, then overwritten in place with its new value."""
@@ -322,30 +361,6 @@ class CodecStream:
             _tail(v, n, past, dim=2, out=kv[:, li, 1])
         return tf.output_proj(tf.norm(x))
 
-    # -- convenience (eager, host-side) -------------------------------------------------------------------------
-    def decode_chunks(self, frames: torch.Tensor, schedule: Sequence[int], ref_codes: torch.Tensor | None = None,
-                      ) -> torch.Tensor:
-        """One stream, alone: frames [N, Q] in chunks of the schedule's widths (the last repeats) -> float [N*spf].
-
-        Opens a slot, optionally warms it with ref_codes [R, Q], and frees it at the end.
-        """
-        slot = self.open()
-        try:
-            slots = torch.tensor([slot], device=self.device)
-            if ref_codes is not None:
-                r = ref_codes.shape[0]
-                self.warm(slots, ref_codes[None].to(self.device), torch.tensor([r], device=self.device))
-            out, start, k = [], 0, 0
-            while start < frames.shape[0]:
-                w = min(schedule[min(k, len(schedule) - 1)], frames.shape[0] - start)
-                chunk = frames[None, start: start + w].to(self.device)
-                out.append(self.step(slots, chunk, torch.tensor([w], device=self.device))[0])
-                start, k = start + w, k + 1
-            return torch.cat(out) if out else torch.zeros(0, device=self.device)
-        finally:
-            self.close(slot)
-
-
 def snr_db(x: torch.Tensor, ref: torch.Tensor) -> float:
     """Signal-to-noise ratio of x against ref in dB (inf when equal)."""
     noise = (x.double() - ref.double()).pow(2).sum()
@@ -360,7 +375,7 @@ class CapturedStep:
     graph's static output: use it (or clone it) before the next replay.
     """
 
-    def __init__(self, stream: CodecStream, rows: int, frames: int, mempool: tuple[int, int] | None = None,
+    def __init__(self, stream: StreamingCodec, rows: int, frames: int, mempool: tuple[int, int] | None = None,
                  warmup: int = 3, enforce_eager: bool = False) -> None:
         dev = stream.device
         self.stream, self.rows, self.frames = stream, rows, frames
