@@ -1,4 +1,6 @@
-"""Benchmark of the incremental codec (codec_stream.py): exactness at real shapes, bf16 SNR, step speed.
+"""Benchmark of the incremental codec: exactness at real shapes, bf16 SNR, step speed, for both step
+implementations (`reference`: codec_stream.CodecStream, PyTorch/cuDNN; `fused`: codec_fused.FusedCodecStream,
+time-major Triton kernels).
 
     python -m voxgate.engine.qwen3tts.bench_codec --out DIR                       # CUDA, real shapes
     python -m voxgate.engine.qwen3tts.bench_codec --out DIR --device cpu --tiny   # dry run
@@ -7,8 +9,8 @@ Self-contained: it writes a synthetic checkpoint (random weights at the real sha
 temporary directory, loads only the codec, and writes DIR/codec_bench.json and DIR/codec_bench.md:
 1. exactness: a > 300-frame utterance streamed in chunks vs one whole decode, fp32, TF32 off (PCM16 LSBs);
 2. bf16 (SnakeBeta and the clamp in fp32) vs the fp32 whole decode: SNR over random utterances (median, worst);
-3. speed of one step, rows x new frames in (128 x 1, 32 x 4, 8 x 16), bf16 and fp32, dilated convs as-is or as
-   undilated convs over interleaved subsequences; eager, and CUDA-graph replay on CUDA.
+3. speed of one step, rows x new frames in (128 x 1, 32 x 4, 8 x 16), bf16 and fp32 (reference: dilated convs
+   as-is or as undilated convs over interleaved subsequences); eager, and CUDA-graph replay on CUDA.
 Without shared data (no real configs to copy), the codec alone is drawn in memory with the same initialiser.
 """
 
@@ -26,10 +28,11 @@ from typing import Any
 import torch
 
 from .codec import CodecDecoder
-from .codec_stream import CapturedStep, CodecStream, load_codec, snr_db
+from .codec_stream import CapturedStep, CodecStream, StreamingCodec, load_codec, snr_db
 
 LIKE = "Qwen3-TTS-12Hz-0.6B-CustomVoice"  # the smallest Talker to write; the codec is the same in every model
 SHAPES = ((128, 1), (32, 4), (8, 16))
+PATHS = ("fused", "reference")
 FRAME_S = 0.08
 # design §9 (speech_tokenizer/config.json decoder_config): used only when the shared configs are absent
 REAL_CODEC = dict(codebook_size=2048, codebook_dim=512, num_quantizers=16, latent_dim=1024, hidden_size=512,
@@ -79,10 +82,18 @@ def _pcm(x: torch.Tensor) -> torch.Tensor:
     return (x.clamp(-1, 1) * 32767).round().to(torch.int32)
 
 
-def exactness(codec: CodecDecoder, device: str, frames: int) -> dict[str, Any]:
+def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None) -> StreamingCodec:
+    if path == "fused":
+        from .codec_fused import FusedCodecStream
+
+        return FusedCodecStream(codec, num_slots, dtype=dtype)
+    return CodecStream(codec, num_slots, dtype=dtype)
+
+
+def exactness(codec: CodecDecoder, device: str, frames: int, path: str = "reference") -> dict[str, Any]:
     codes = _codes(frames, 1, device)
     whole = codec.decode(codes)
-    cs = CodecStream(codec, num_slots=2)
+    cs = _stream(path, codec, 2)
     out: dict[str, Any] = {"frames": frames}
     for name, schedule in (("4,8,16", [4, 8, 16]), ("1,3,8,16", [1, 3, 8, 16])):
         got = cs.decode_chunks(codes, schedule)
@@ -92,8 +103,8 @@ def exactness(codec: CodecDecoder, device: str, frames: int) -> dict[str, Any]:
     return out
 
 
-def bf16_snr(codec: CodecDecoder, device: str, utterances: int) -> dict[str, Any]:
-    cs = CodecStream(codec, num_slots=2, dtype=torch.bfloat16)
+def bf16_snr(codec: CodecDecoder, device: str, utterances: int, path: str = "reference") -> dict[str, Any]:
+    cs = _stream(path, codec, 2, torch.bfloat16)
     lengths = torch.randint(20, 121, (utterances,), generator=torch.Generator().manual_seed(7)).tolist()
     snrs = []
     for i, n in enumerate(lengths):
@@ -115,7 +126,7 @@ def _time(fn: Any, device: str, iters: int) -> float:
     return statistics.median(times)
 
 
-def speed(cs: CodecStream, rows: int, frames: int, device: str, iters: int) -> dict[str, Any]:
+def speed(cs: StreamingCodec, rows: int, frames: int, device: str, iters: int) -> dict[str, Any]:
     """One step of `rows` streams x `frames` new frames, state warmed past the window."""
     cs.pool.reset(range(cs.pool.num_slots))
     slots = torch.arange(1, rows + 1, device=device)
@@ -137,7 +148,7 @@ def speed(cs: CodecStream, rows: int, frames: int, device: str, iters: int) -> d
     return res
 
 
-def _graph(cs: CodecStream, slots: torch.Tensor, codes: torch.Tensor, num: torch.Tensor,
+def _graph(cs: StreamingCodec, slots: torch.Tensor, codes: torch.Tensor, num: torch.Tensor,
            iters: int) -> dict[str, Any]:
     """Capture one step (CapturedStep); check a replay against eager from the same state; time replays."""
     captured = CapturedStep(cs, slots.shape[0], codes.shape[1])
@@ -151,7 +162,7 @@ def _graph(cs: CodecStream, slots: torch.Tensor, codes: torch.Tensor, num: torch
     return {"graph_ms": round(replay * 1e3, 3), "graph_vs_eager_max_abs": diff}
 
 
-def profile_step(cs: CodecStream, rows: int, frames: int, device: str, path: Path) -> dict[str, Any]:
+def profile_step(cs: StreamingCodec, rows: int, frames: int, device: str, path: Path) -> dict[str, Any]:
     """Top kernels of one eager step (torch.profiler) into `path`: where the step's time goes."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -166,38 +177,45 @@ def profile_step(cs: CodecStream, rows: int, frames: int, device: str, path: Pat
         _sync(device)
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=key, row_limit=25)
-    path.write_text(f"one eager step, {rows} rows x {frames} frames, {cs.dtype}, undilate={cs.undilate}, "
-                    f"fused_snake={cs.fused_snake}\n{table}\n")
+    what = (f"undilate={cs.undilate}, fused_snake={cs.fused_snake}" if isinstance(cs, CodecStream)
+            else type(cs).__name__)
+    path.write_text(f"one eager step, {rows} rows x {frames} frames, {getattr(cs, 'dtype', '')}, {what}\n{table}\n")
     kernels = [e for e in prof.events() if cuda and e.device_type == torch.autograd.DeviceType.CUDA]
     return {"file": path.name, "rows": rows, "frames": frames, "cuda_kernels_per_step": len(kernels) if cuda else None}
 
 
+def _variant(s: dict[str, Any]) -> str:
+    if s.get("path") == "fused":
+        return "fused (Triton, time-major)"
+    return f"reference, undilate={s['undilate']}, fused snake={s['fused_snake']}"
+
+
 def render_md(r: dict[str, Any]) -> str:
-    ex, snr = r["exactness"], r["snr"]
     lines = [f"# Incremental codec benchmark ({r['device_name']}, torch {r['torch']})", "",
              f"- checkpoint: {r['checkpoint']} ({r['checkpoint_s']} s)",
              f"- state per stream: {r['state_values']:,} values; pool slot {r['slot_bytes_bf16']:,} B in bf16, "
-             f"{r['slot_bytes_fp32']:,} B in fp32",
-             "- exactness (fp32, TF32 off, streamed vs whole): " + (
-                 f"ERROR\n```\n{ex['error']}```" if "error" in ex else f"{ex['frames']} frames, " + ", ".join(
-                     f"chunks {k}: {v['max_lsb']} LSB (max abs {v['max_abs']:.2e})"
-                     for k, v in ex.items() if isinstance(v, dict))),
-             "- bf16 vs fp32 SNR: " + (
-                 f"ERROR\n```\n{snr['error']}```" if "error" in snr else
-                 f"{snr['utterances']} utterances ({snr['frames']} frames, chunks {snr['schedule']}): "
-                 f"median {snr['median_db']} dB, worst {snr['worst_db']} dB"),
-             f"- fused SnakeBeta (Triton) errors: {r.get('fused_snake_errors')}",
-             f"- profile of one eager bf16 step (undilated): {r.get('profile')}", "",
-             "| dtype | undilate | fused snake | rows x frames | eager ms | graph ms | x realtime/stream | audio-s/s |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"{r['slot_bytes_fp32']:,} B in fp32"]
+    for path in PATHS:
+        ex, snr = r.get(f"exactness_{path}", {}), r.get(f"snr_{path}", {})
+        lines += [
+            f"- {path}: exactness (fp32, TF32 off, streamed vs whole): " + (
+                f"ERROR\n```\n{ex['error']}```" if "error" in ex else f"{ex.get('frames')} frames, " + ", ".join(
+                    f"chunks {k}: {v['max_lsb']} LSB (max abs {v['max_abs']:.2e})"
+                    for k, v in ex.items() if isinstance(v, dict))),
+            f"- {path}: bf16 vs fp32 SNR: " + (
+                f"ERROR\n```\n{snr['error']}```" if "error" in snr else
+                f"{snr.get('utterances')} utterances ({snr.get('frames')} frames, chunks {snr.get('schedule')}): "
+                f"median {snr.get('median_db')} dB, worst {snr.get('worst_db')} dB")]
+    lines += [f"- fused SnakeBeta (Triton) errors, reference path: {r.get('fused_snake_errors')}",
+              f"- profile of one eager bf16 step, fused path: {r.get('profile')}", "",
+              "| step | dtype | rows x frames | eager ms | graph ms | x realtime/stream | audio-s/s |",
+              "|---|---|---|---|---|---|---|"]
     for s in r["speed"]:
         if "error" in s:
-            lines.append(f"| {s['dtype']} | {s['undilate']} | {s['fused_snake']} | {s['rows']} x {s['frames']} | error "
-                         "| | | |")
+            lines.append(f"| {_variant(s)} | {s['dtype']} | {s['rows']} x {s['frames']} | error | | | |")
             continue
         graph = s.get("graph_ms", "error" if "graph_error" in s else "-")
-        lines.append(f"| {s['dtype']} | {s['undilate']} | {s['fused_snake']} | {s['rows']} x {s['frames']} "
-                     f"| {s['eager_ms']} | {graph} "
+        lines.append(f"| {_variant(s)} | {s['dtype']} | {s['rows']} x {s['frames']} | {s['eager_ms']} | {graph} "
                      f"| {s['x_realtime_per_stream']} | {s['audio_s_per_s']} |")
     errors = [s.get("graph_error") or s["error"] for s in r["speed"] if "graph_error" in s or "error" in s]
     if errors:
@@ -215,13 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames", type=int, default=310, help="exactness utterance length (> 300)")
     p.add_argument("--utterances", type=int, default=32, help="bf16 SNR utterances")
     p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--paths", default=",".join(PATHS), help="step implementations to run (comma-separated)")
     args = p.parse_args(argv)
     start = time.perf_counter()
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dev = args.device
-    report: dict[str, Any] = {"device": dev, "torch": torch.__version__,
+    paths = [x for x in args.paths.split(",") if x]
+    report: dict[str, Any] = {"device": dev, "torch": torch.__version__, "paths": paths,
                               "device_name": torch.cuda.get_device_name() if dev.startswith("cuda") else "cpu"}
     codec, info = make_codec(dev, args.tiny, args.shared)
     report.update(info)
@@ -241,33 +261,35 @@ def main(argv: list[str] | None = None) -> int:
         save()
         return value
 
-    report["exactness"] = section("exactness", exactness, codec, dev, args.frames)
-    report["snr"] = section("snr", bf16_snr, codec, dev, args.utterances)
     report["speed"] = []
     max_rows = max(r for r, _ in SHAPES)
-    # (undilate, fused SnakeBeta) per dtype: the kernel is on by default for bf16 on CUDA, off for fp32
-    variants = {torch.bfloat16: [(False, True), (True, True), (True, False)], torch.float32: [(False, False),
-                                                                                            (True, False)]}
-    for dtype, combos in variants.items():
-        name = "bf16" if dtype == torch.bfloat16 else "fp32"
-        cs = CodecStream(codec, num_slots=max_rows + 1, dtype=dtype)
-        report[f"slot_bytes_{name}"] = cs.pool.slot_bytes
-        report["state_values"] = cs.state_values()
-        if dtype == torch.bfloat16:
-            cs.undilate = True
-            report["profile"] = section("profile", profile_step, cs, max_rows, 1, dev, out / "codec_profile.txt")
-        for undilate, fused in combos:
-            cs.undilate = undilate
-            fused = cs.set_fused_snake(fused and dev.startswith("cuda"))  # off CUDA: the PyTorch ops
-            report.setdefault("fused_snake_errors", {})[name] = cs.fused_snake_error
-            for rows, frames in SHAPES:
-                s = section(f"speed {name} undilate={undilate} fused_snake={fused}", speed, cs, rows, frames, dev,
-                            args.iters)
-                s.update(dtype=name, undilate=undilate, fused_snake=fused, rows=rows, frames=frames)
-                report["speed"].append(s)
-        del cs
-        if dev.startswith("cuda"):
-            torch.cuda.empty_cache()
+    for path in paths:
+        report[f"exactness_{path}"] = section(f"exactness {path}", exactness, codec, dev, args.frames, path)
+        report[f"snr_{path}"] = section(f"snr {path}", bf16_snr, codec, dev, args.utterances, path)
+        for dtype in (torch.bfloat16, torch.float32):
+            name = "bf16" if dtype == torch.bfloat16 else "fp32"
+            cs = _stream(path, codec, max_rows + 1, dtype)
+            report[f"slot_bytes_{name}"] = cs.pool.slot_bytes
+            report["state_values"] = cs.state_values()
+            # reference: (undilate, fused SnakeBeta); the kernel is on by default for bf16 on CUDA, off for fp32
+            combos: list[tuple[bool, bool]] = [(False, False)]
+            if isinstance(cs, CodecStream):
+                combos = [(False, True), (True, True)] if dtype == torch.bfloat16 else [(False, False)]
+            elif dtype == torch.bfloat16:
+                report["profile"] = section("profile", profile_step, cs, max_rows, 1, dev, out / "codec_profile.txt")
+            for undilate, fused in combos:
+                if isinstance(cs, CodecStream):
+                    cs.undilate = undilate
+                    fused = cs.set_fused_snake(fused and dev.startswith("cuda"))  # off CUDA: the PyTorch ops
+                    report.setdefault("fused_snake_errors", {})[name] = cs.fused_snake_error
+                for rows, frames in SHAPES:
+                    s = section(f"speed {path} {name} undilate={undilate} fused_snake={fused}", speed, cs, rows,
+                                frames, dev, args.iters)
+                    s.update(path=path, dtype=name, undilate=undilate, fused_snake=fused, rows=rows, frames=frames)
+                    report["speed"].append(s)
+            del cs
+            if dev.startswith("cuda"):
+                torch.cuda.empty_cache()
     save()
     (out / "codec_bench.md").write_text(render_md(report))
     print(render_md(report))

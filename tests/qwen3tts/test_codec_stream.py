@@ -262,12 +262,12 @@ def test_bench_script_dry_run(tmp_path: Path, shared: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(bench_codec, "SHAPES", ((3, 1), (2, 2)))
     args = ["--out", str(tmp_path), "--device", "cpu", "--tiny", "--iters", "1", "--frames", "9", "--utterances", "1",
-            "--shared", str(shared.parent)]
+            "--shared", str(shared.parent), "--paths", "reference"]
     assert bench_codec.main(args) == 0
     report = json.loads((tmp_path / "codec_bench.json").read_text())
-    assert report["exactness"]["pass"] and report["state_values"] > 0
-    assert len(report["speed"]) == 10 and not any("error" in s for s in report["speed"])
-    assert "| bf16 | True |" in (tmp_path / "codec_bench.md").read_text()
+    assert report["exactness_reference"]["pass"] and report["state_values"] > 0
+    assert len(report["speed"]) == 6 and not any("error" in s for s in report["speed"])
+    assert "| reference, undilate=True, fused snake=False | bf16 |" in (tmp_path / "codec_bench.md").read_text()
 
 
 def test_fused_kernels_strided_views_and_folded_biases() -> None:
