@@ -50,7 +50,7 @@ def _rope(x_ptr, offs_2d, offs_rot_2d, sign_2d, cos, sin, mask):
 @triton.jit
 def _ring_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, rk_ptr, rv_ptr, slots_ptr, pos0_ptr, n_ptr, o_ptr,
                            T, R, qk_scale, rk_s0, rk_s1, rv_s0, rv_s1,
-                           HD: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr,
+                           HD: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr,
                            DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr):
     # qkv [B, T, 3*HD], cos/sin [B, T, D], o [B, T, HD]: contiguous. ring k/v [slots, R, HD]: strides (s0, s1, 1).
     # qk_scale = log2(e) / sqrt(D) (softmax via exp2). Dot operands are cast to DOT_DTYPE (a no-op but in the
@@ -63,10 +63,11 @@ def _ring_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, rk_ptr, rv_ptr, slots_ptr,
     n = tl.load(n_ptr + b)
 
     t = tl.arange(0, BLOCK_T)
-    d = tl.arange(0, D)
+    d = tl.arange(0, BLOCK_D)  # head_dim padded to >= 16 for tl.dot (the tiny test codec has 8)
+    d_ok = d < D
     j = tl.arange(0, BLOCK_R)
     t_ok = t < T
-    io_mask = t_ok[:, None]
+    io_mask = t_ok[:, None] & d_ok[None, :]
 
     # This step's q and k, rotated in fp32 and rounded once to the storage dtype (as stored in the ring).
     d_rot = tl.where(d < D // 2, d + D // 2, d - D // 2)
@@ -86,8 +87,8 @@ def _ring_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, rk_ptr, rv_ptr, slots_ptr,
     ring_pos = pos0 - R + (j - pos0 % R + R) % R
     rk_row = rk_ptr + slot * rk_s0 + j[:, None] * rk_s1 + h * D + d[None, :]
     rv_row = rv_ptr + slot * rv_s0 + j[:, None] * rv_s1 + h * D + d[None, :]
-    rk = tl.load(rk_row, mask=j_ok[:, None], other=0.0)
-    rv = tl.load(rv_row, mask=j_ok[:, None], other=0.0)
+    rk = tl.load(rk_row, mask=j_ok[:, None] & d_ok[None, :], other=0.0)
+    rv = tl.load(rv_row, mask=j_ok[:, None] & d_ok[None, :], other=0.0)
 
     # Scores against the ring and against this step's keys; the window is self + R past, causal. Masked scores
     # are finite so that a padding query row with nothing to attend to gives garbage, not NaN.
@@ -114,7 +115,7 @@ def _ring_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, rk_ptr, rv_ptr, slots_ptr,
     # Ring update: the last min(n, R) real frames, each into row (pos0 + t) % R. Other warps of this program may
     # hold ring rows this overwrites; the barrier makes every warp's ring loads complete before any store.
     tl.debug_barrier()
-    w_ok = ((t < n) & (t >= n - R))[:, None]
+    w_ok = ((t < n) & (t >= n - R))[:, None] & d_ok[None, :]
     w_row = (pos0 + t) % R
     tl.store(rk_ptr + slot * rk_s0 + w_row[:, None] * rk_s1 + h * D + d[None, :], k, mask=w_ok)
     tl.store(rv_ptr + slot * rv_s0 + w_row[:, None] * rv_s1 + h * D + d[None, :], v, mask=w_ok)
@@ -150,8 +151,8 @@ def ring_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring
     B, T, _ = qkv.shape
     R = ring_k.shape[1]
     assert 1 <= T <= 64 and R >= 1, (T, R)
-    # tl.dot needs every dim >= 16 and arange a power of two; head_dim is 64 in the model.
-    assert head_dim >= 16 and head_dim & (head_dim - 1) == 0, head_dim
+    # arange needs a power of two (head_dim is 64 in the model); below 16 it is padded for tl.dot.
+    assert head_dim & (head_dim - 1) == 0 and head_dim % 2 == 0, head_dim
     assert qkv.dtype in (torch.bfloat16, torch.float32), qkv.dtype
     o = torch.empty((B, T, heads * head_dim), dtype=qkv.dtype, device=qkv.device)
     if B == 0:
@@ -160,7 +161,7 @@ def ring_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring
     _ring_attention_kernel[(B, heads)](
         qkv, cos, sin, ring_k, ring_v, slots, pos0, n, o, T, R, math.log2(math.e) / math.sqrt(head_dim),
         ring_k.stride(0), ring_k.stride(1), ring_v.stride(0), ring_v.stride(1),
-        HD=heads * head_dim, D=head_dim, BLOCK_T=max(16, triton.next_power_of_2(T)),
+        HD=heads * head_dim, D=head_dim, BLOCK_D=max(16, head_dim), BLOCK_T=max(16, triton.next_power_of_2(T)),
         BLOCK_R=max(16, triton.next_power_of_2(R)), DOT_DTYPE=tl.float32 if f32_dots else tl.bfloat16,
         PRECISION="ieee" if f32_dots else None, num_warps=4)  # fp32 dots must not round to TF32
     return o
