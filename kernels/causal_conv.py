@@ -40,14 +40,15 @@ def _snake(y, a_ptr, ib_ptr, cols, mask):
 @triton.jit
 def _causal_conv_kernel(
     x_ptr, state_ptr, slots_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr,
-    M, L, CIN, N, HIST, DIL, st_ss, st_st,
+    M, L, CIN, N, HIST, DIL, st_ss, st_st, SNAKE_CH,
     TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
     HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
     EVEN_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr,
     BN: tl.constexpr,
 ):
     # x [M = B*L, CIN] contiguous; state [slots, HIST, CIN] (strides st_ss, st_st, 1); w [TAPS*CIN, N]
-    # contiguous; res/out/out2 [M, N] contiguous. grid: (cdiv(M, BM), cdiv(N, BN)).
+    # contiguous; res/out/out2 [M, N] contiguous; SnakeBeta parameters per column j % SNAKE_CH.
+    # grid: (cdiv(M, BM), cdiv(N, BN)).
     dtype = x_ptr.dtype.element_ty
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -87,7 +88,7 @@ def _causal_conv_kernel(
         y += tl.load(bias_ptr + rn, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     y = y.to(dtype).to(tl.float32)  # the conv's output, as stored
     if SNAKE_MAIN:
-        y = _snake(y, a1_ptr, ib1_ptr, rn, col_ok).to(dtype).to(tl.float32)
+        y = _snake(y, a1_ptr, ib1_ptr, rn % SNAKE_CH, col_ok).to(dtype).to(tl.float32)
     offs = rm64[:, None] * N + rn[None, :]
     mask = row_ok[:, None] & col_ok[None, :]
     if HAS_RES:
@@ -97,7 +98,7 @@ def _causal_conv_kernel(
     if STORE_MAIN:
         tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
     if HAS_OUT2:
-        tl.store(out2_ptr + offs, _snake(y, a2_ptr, ib2_ptr, rn, col_ok).to(dtype), mask=mask)
+        tl.store(out2_ptr + offs, _snake(y, a2_ptr, ib2_ptr, rn % SNAKE_CH, col_ok).to(dtype), mask=mask)
 
 
 _causal_conv_tuned = triton.autotune(_CONFIGS, key=["M", "N", "CIN", "TAPS", "HAS_STATE"])(_causal_conv_kernel)
@@ -136,10 +137,13 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
     bk = next((k for k in (64, 32, 16) if cin % k == 0), 16)
     dummy = x
     a1, ib1 = snake_main if snake_main is not None else (dummy, dummy)
+    # SnakeBeta's channel of column j: j % channels (a transposed conv's N = s*Cout columns repeat its channels)
+    snake_ch = next((sn[0].shape[0] for sn in (snake_main, snake_out2) if sn is not None), n)
+    assert n % snake_ch == 0, (n, snake_ch)
     a2, ib2 = snake_out2 if snake_out2 is not None else (dummy, dummy)
     args = (x, state_arg, slots_arg, w, dummy if bias is None else bias, dummy if residual is None else residual,
             dummy if out is None else out, dummy if out2 is None else out2, a1, ib1, a2, ib2,
-            m, length, cin, n, hist, dilation, st_ss, st_st)
+            m, length, cin, n, hist, dilation, st_ss, st_st, snake_ch)
     flags = dict(TAPS=taps, HAS_STATE=state is not None, HAS_BIAS=bias is not None,
                  SNAKE_MAIN=snake_main is not None, HAS_RES=residual is not None, CLAMP=clamp,
                  STORE_MAIN=store_main, HAS_OUT2=snake_out2 is not None, EVEN_K=cin % bk == 0,
@@ -149,7 +153,7 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
             return triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"])
         _causal_conv_tuned[grid](*args, **flags)
     else:  # the CPU interpreter: large fixed tiles (numpy is vectorised within a program, slow across them)
-        bm, bn = 512, min(64, max(16, triton.next_power_of_2(n)))
+        bm, bn = min(8192, max(16, triton.next_power_of_2(m))), min(64, max(16, triton.next_power_of_2(n)))
         _causal_conv_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](*args, **flags, BM=bm, BN=bn)
     return out, out2
 
@@ -207,7 +211,9 @@ def convt_weight(w: torch.Tensor, stride: int) -> torch.Tensor:
 
 
 def snake_ref(y: torch.Tensor, snake: Snake) -> torch.Tensor:
-    a, ib = snake
+    """SnakeBeta over the last dim of y, its parameters repeated when y has more columns (transposed convs)."""
+    reps = y.shape[-1] // snake[0].shape[0]
+    a, ib = snake[0].repeat(reps), snake[1].repeat(reps)
     return y + ib * torch.sin(y * a).pow(2)
 
 

@@ -90,12 +90,15 @@ def test_transposed_conv_form_matches_conv_transpose1d(cc: ModuleType, stride: i
     bias = torch.randn(cout, generator=g).to(DEVICE)
     state = _pool(3, 1, cin, g, torch.float32)
     slots = torch.tensor([1, 2], device=DEVICE)
-    got, _ = cc.causal_conv(x, cc.convt_weight(w, stride), 2, state=state, slots=slots, bias=bias.repeat(stride))
-    got = got.view(b, length * stride, cout)
+    act = _snake(cout, g)  # the next SnakeBeta, per output channel (columns r*Cout + o repeat them)
+    got, got2 = cc.causal_conv(x, cc.convt_weight(w, stride), 2, state=state, slots=slots, bias=bias.repeat(stride),
+                               snake_out2=act)
+    got, got2 = got.view(b, length * stride, cout), got2.view(b, length * stride, cout)
     full = torch.cat([state[slots], x], 1).transpose(1, 2)
     y = F.conv_transpose1d(full, w, bias, stride=stride)[..., : (length + 1) * stride]  # causal trim
     want = y[..., stride:].transpose(1, 2)  # the carried frame's own samples were emitted last step
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got2, want + act[1] * torch.sin(want * act[0]) ** 2, atol=1e-4, rtol=1e-4)
 
 
 def test_one_tap_conv_without_state(cc: ModuleType) -> None:
