@@ -50,7 +50,8 @@ def _rope(x_ptr, offs_2d, offs_rot_2d, sign_2d, cos, sin, mask):
 @triton.jit
 def _ring_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, rk_ptr, rv_ptr, slots_ptr, pos0_ptr, n_ptr, o_ptr,
                            T, R, qk_scale, rk_s0, rk_s1, rv_s0, rv_s1,
-                           HD: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr,
+                           HD: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
+                           BLOCK_R: tl.constexpr,
                            DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr):
     # qkv [B, T, 3*HD], cos/sin [B, T, D], o [B, T, HD]: contiguous. ring k/v [slots, R, HD]: strides (s0, s1, 1).
     # qk_scale = log2(e) / sqrt(D) (softmax via exp2). Dot operands are cast to DOT_DTYPE (a no-op but in the

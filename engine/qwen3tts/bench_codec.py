@@ -90,6 +90,16 @@ def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype |
     return CodecStream(codec, num_slots, dtype=dtype)
 
 
+def _conv_autotune(on: bool) -> bool:
+    """Switch the fused path's conv autotuning (kernels/causal_conv.py); returns the previous setting."""
+    try:
+        from ...kernels import causal_conv
+    except ImportError:  # no triton: the fused path is not runnable anyway
+        return on
+    old, causal_conv.AUTOTUNE = causal_conv.AUTOTUNE, on
+    return old
+
+
 def exactness(codec: CodecDecoder, device: str, frames: int, path: str = "reference") -> dict[str, Any]:
     codes = _codes(frames, 1, device)
     whole = codec.decode(codes)
@@ -264,8 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     report["speed"] = []
     max_rows = max(r for r, _ in SHAPES)
     for path in paths:
+        tune = _conv_autotune(False)  # exactness and SNR decode many chunk widths: no tuning per shape there
         report[f"exactness_{path}"] = section(f"exactness {path}", exactness, codec, dev, args.frames, path)
         report[f"snr_{path}"] = section(f"snr {path}", bf16_snr, codec, dev, args.utterances, path)
+        _conv_autotune(tune)
         for dtype in (torch.bfloat16, torch.float32):
             name = "bf16" if dtype == torch.bfloat16 else "fp32"
             cs = _stream(path, codec, max_rows + 1, dtype)

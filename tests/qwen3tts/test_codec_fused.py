@@ -144,3 +144,29 @@ def test_bf16_quality_matches_the_reference_stream(fused: ModuleType, codec) -> 
     want = snr_db(ref.decode_chunks(codes.to(DEVICE), [4, 12]).cpu(), whole.cpu())
     assert got > (want - 1.5 if DEVICE == "cuda" else 12.0), (got, want)
 
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (a CUDA graph)")
+def test_captured_step_replays_the_eager_step(fused: ModuleType, codec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CapturedStep of the fused stream (padding rows on the sink) equals the eager step from the same state,
+    bit for bit (fixed conv tiles: tuning could pick other tiles for the captured batch size)."""
+    from voxgate.engine.qwen3tts.codec_stream import CapturedStep
+
+    monkeypatch.setattr(kernel_module("causal_conv"), "AUTOTUNE", False)
+
+    fs = fused.FusedCodecStream(codec, 4, dtype=torch.bfloat16)
+    slots = torch.tensor([1, 3], device=DEVICE)
+    warm = torch.randint(0, 2048, (2, 9, 16), device=DEVICE)
+    fs.step(slots, warm, torch.tensor([9, 5], device=DEVICE))
+    captured = CapturedStep(fs, rows=4, frames=4)
+    codes = torch.randint(0, 2048, (2, 3, 16), device=DEVICE)
+    n = torch.tensor([3, 2], device=DEVICE)
+    before = fs.pool.data.clone()
+    want = fs.step(slots, codes, n).clone()
+    after = fs.pool.data.clone()
+    fs.pool.data.copy_(before)
+    got = captured(slots, codes, n)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(got, want[:, : 3 * fs.samples_per_frame], atol=0, rtol=0)
+    torch.testing.assert_close(fs.pool.data[1:], after[1:], atol=0, rtol=0)  # slot 0 is the sink
