@@ -29,8 +29,10 @@ import triton.language as tl
 # (block 1's transposed conv) and M from a few hundred rows to millions. Few configs: each is compiled per
 # flag combination, and a start-up's compiles are the user's wait.
 _CONFIGS = [
-    triton.Config({"BM": bm, "BN": bn}, num_warps=w, num_stages=s)
-    for bm, bn, w, s in [(128, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4), (128, 32, 4, 4), (256, 128, 8, 3)]
+    triton.Config({"BM": bm, "BN": bn, "BK": bk}, num_warps=w, num_stages=s)
+    for bm, bn, bk, w, s in [(128, 128, 64, 8, 3), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 32, 64, 4, 4),
+                             (256, 128, 64, 8, 3), (128, 128, 128, 8, 3), (128, 64, 128, 4, 3),
+                             (128, 128, 32, 4, 4), (128, 64, 32, 4, 5), (64, 64, 32, 4, 5)]
 ]
 
 
@@ -40,8 +42,9 @@ AUTOTUNE = os.environ.get("VOXGATE_CONV_AUTOTUNE", "1") != "0"
 
 def _prune(configs: list, named_args: dict, **kwargs) -> list:
     """Drop tiles far wider than N or taller than M (masked work); keep at least one."""
-    n, m = named_args["N"], named_args["M"]
-    kept = [c for c in configs if c.kwargs["BN"] <= max(32, 2 * n) and c.kwargs["BM"] <= max(64, m)]
+    n, m, cin = named_args["N"], named_args["M"], named_args["CIN"]
+    kept = [c for c in configs if c.kwargs["BN"] <= max(32, 2 * n) and c.kwargs["BM"] <= max(64, m)
+            and cin % c.kwargs["BK"] == 0]
     return kept or configs[:1]
 
 
@@ -169,19 +172,22 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
             m, length, cin, n, hist, dilation, st_ss, st_st, snake_ch)
     flags = dict(TAPS=taps, HAS_STATE=state is not None, HAS_BIAS=bias is not None,
                  SNAKE_MAIN=snake_main is not None, HAS_RES=residual is not None, CLAMP=clamp,
-                 STORE_MAIN=store_main, HAS_OUT2=snake_out2 is not None, EVEN_K=cin % bk == 0,
-                 PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda", BK=bk)
-    if x.device.type == "cuda" and AUTOTUNE:
+                 STORE_MAIN=store_main, HAS_OUT2=snake_out2 is not None,
+                 PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda")
+    # Tuned: 16-bit inputs (fp32 runs for exactness, not speed) with Cin a multiple of every tuned BK's minimum.
+    if x.device.type == "cuda" and AUTOTUNE and x.dtype != torch.float32 and cin % 32 == 0:
         def grid(meta: dict) -> tuple[int, int]:
             return triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"])
-        _causal_conv_tuned[grid](*args, **flags)
+        _causal_conv_tuned[grid](*args, **flags, EVEN_K=True)
     elif x.device.type == "cuda":  # one fixed tile: no start-up tuning (tests, exactness runs)
         bn = 64 if n <= 64 else 128
-        _causal_conv_kernel[(triton.cdiv(m, 128), triton.cdiv(n, bn))](*args, **flags, BM=128, BN=bn,
-                                                                       num_warps=4 if bn == 64 else 8, num_stages=3)
+        _causal_conv_kernel[(triton.cdiv(m, 128), triton.cdiv(n, bn))](
+            *args, **flags, EVEN_K=cin % bk == 0, BK=bk, BM=128, BN=bn, num_warps=4 if bn == 64 else 8,
+            num_stages=3)
     else:  # the CPU interpreter: large fixed tiles (numpy is vectorised within a program, slow across them)
         bm, bn = min(8192, max(16, triton.next_power_of_2(m))), min(64, max(16, triton.next_power_of_2(n)))
-        _causal_conv_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](*args, **flags, BM=bm, BN=bn)
+        _causal_conv_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](*args, **flags, EVEN_K=cin % bk == 0, BK=bk,
+                                                                       BM=bm, BN=bn)
     return out, out2
 
 

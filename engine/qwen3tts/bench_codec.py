@@ -200,6 +200,42 @@ def _variant(s: dict[str, Any]) -> str:
     return f"reference, undilate={s['undilate']}, fused snake={s['fused_snake']}"
 
 
+def conv_breakdown(cs: StreamingCodec, rows: int, frames: int, device: str) -> list[dict[str, Any]]:
+    """Fused path, one eager step: each conv's time (CUDA events around the conv and its window advance), its
+    GEMM shape, achieved TFLOP/s, and the tile the autotuner chose."""
+    from ...kernels import causal_conv as ccm
+
+    slots = torch.arange(1, rows + 1, device=device)
+    codes = torch.randint(0, 2048, (rows, frames, 16), device=device)
+    num = torch.full((rows,), frames, device=device)
+    cs.step(slots, codes, num)  # tuned before timing
+    timed: list[tuple[Any, ...]] = []
+    run = cs._run  # type: ignore[attr-defined]
+
+    def timed_run(conv: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = run(conv, x, *args, **kwargs)
+        end.record()
+        tile = getattr(ccm._causal_conv_tuned, "best_config", None) if ccm.AUTOTUNE else "fixed"
+        timed.append((conv, tuple(x.shape), start, end, str(tile)))
+        return out
+
+    cs._run = timed_run  # type: ignore[attr-defined]
+    try:
+        cs.step(slots, codes, num)
+        torch.cuda.synchronize()
+    finally:
+        del cs._run  # type: ignore[attr-defined]
+    table = []
+    for conv, (b, length, cin), start, end, tile in timed:
+        ms = start.elapsed_time(end)
+        m, n, k = b * length, conv.w.shape[1], conv.taps * cin
+        table.append({"conv": conv.state or "1x1", "M": m, "N": n, "K": k, "dilation": conv.dilation,
+                      "us": round(ms * 1e3, 1), "tflops": round(2 * m * n * k / ms / 1e9, 1), "tile": tile})
+    return table
+
+
 def render_md(r: dict[str, Any]) -> str:
     lines = [f"# Incremental codec benchmark ({r['device_name']}, torch {r['torch']})", "",
              f"- checkpoint: {r['checkpoint']} ({r['checkpoint_s']} s)",
@@ -227,6 +263,13 @@ def render_md(r: dict[str, Any]) -> str:
         graph = s.get("graph_ms", "error" if "graph_error" in s else "-")
         lines.append(f"| {_variant(s)} | {s['dtype']} | {s['rows']} x {s['frames']} | {s['eager_ms']} | {graph} "
                      f"| {s['x_realtime_per_stream']} | {s['audio_s_per_s']} |")
+    convs = r.get("conv_breakdown")
+    if isinstance(convs, list):
+        total = sum(c["us"] for c in convs)
+        lines += ["", f"Fused bf16 step, 128 x 1, each conv (eager, CUDA events; {total:.0f} us in all):", "",
+                  "| conv | M | N | K | dilation | us | TFLOP/s | tile |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {c['conv']} | {c['M']} | {c['N']} | {c['K']} | {c['dilation']} | {c['us']} | {c['tflops']} "
+                  f"| {c['tile']} |" for c in convs]
     errors = [s.get("graph_error") or s["error"] for s in r["speed"] if "graph_error" in s or "error" in s]
     if errors:
         lines += ["", f"{len(errors)} speed errors; the first:", "```", errors[0], "```"]
@@ -244,7 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--utterances", type=int, default=32, help="bf16 SNR utterances")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--paths", default=",".join(PATHS), help="step implementations to run (comma-separated)")
+    p.add_argument("--watchdog", type=float, default=0, help="print every thread's stack every N s (0: off)")
     args = p.parse_args(argv)
+    if args.watchdog:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(args.watchdog, repeat=True)
     start = time.perf_counter()
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     out = Path(args.out)
@@ -263,11 +311,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def section(name: str, fn: Any, *fn_args: Any) -> Any:
         """Run one part; a failure is recorded in the report (and the .md) instead of losing the rest."""
+        t0 = time.perf_counter()
         try:
             value = fn(*fn_args)
         except Exception:
             value = {"error": traceback.format_exc(limit=6)}
-        print(name, value, flush=True)
+        print(f"[{time.perf_counter() - start:7.1f} s] {name} ({time.perf_counter() - t0:.1f} s): {value}", flush=True)
         save()
         return value
 
@@ -289,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
                 combos = [(False, True), (True, True)] if dtype == torch.bfloat16 else [(False, False)]
             elif dtype == torch.bfloat16:
                 report["profile"] = section("profile", profile_step, cs, max_rows, 1, dev, out / "codec_profile.txt")
+                if dev.startswith("cuda"):
+                    report["conv_breakdown"] = section("conv breakdown", conv_breakdown, cs, max_rows, 1, dev)
             for undilate, fused in combos:
                 if isinstance(cs, CodecStream):
                     cs.undilate = undilate

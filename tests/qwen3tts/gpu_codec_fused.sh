@@ -11,8 +11,9 @@ for d in engine gateway kernels web configs; do ln -sfn "$PWD/$d" "/tmp/vx/voxga
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:/tmp/vx
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-timeout "${TEST_TIMEOUT:-240}" python3 -m pytest tests/qwen3tts/test_causal_conv.py tests/qwen3tts/test_ring_attention.py \
-  tests/qwen3tts/test_codec_norms.py tests/qwen3tts/test_codec_fused.py -c /dev/null --confcutdir=tests/qwen3tts \
+timeout "${TEST_TIMEOUT:-240}" python3 -m pytest ${TESTS:-tests/qwen3tts/test_causal_conv.py \
+  tests/qwen3tts/test_ring_attention.py tests/qwen3tts/test_codec_norms.py tests/qwen3tts/test_codec_fused.py} -c /dev/null --confcutdir=tests/qwen3tts \
   -p no:cacheprovider -q -rs -x -W ignore::pytest.PytestUnknownMarkWarning 2>&1 | tail -25 | tee "$OUT/pytest.log"
 timeout "${BENCH_TIMEOUT:-420}" python3 -m voxgate.engine.qwen3tts.bench_codec --out "$OUT/codec" \
-  --paths "${PATHS:-fused}" --iters "${ITERS:-30}" 2>&1 | grep -v "^speed\|^snr\|^exactness\|^profile" | tail -40
+  --paths "${PATHS:-fused}" --iters "${ITERS:-30}" --watchdog "${WATCHDOG:-0}" > "$OUT/bench.log" 2>&1
+tail -c 6000 "$OUT/bench.log"

@@ -30,6 +30,15 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(old)
 
 
+@pytest.fixture(autouse=True)
+def _no_tf32() -> Iterator[None]:
+    """Exactness needs true fp32 in the oracles too (cuDNN and cuBLAS default to TF32 on CUDA)."""
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
 @pytest.fixture(scope="module")
 def fused() -> ModuleType:
     """codec_fused bound to kernel modules runnable here (the interpreter without a GPU)."""
