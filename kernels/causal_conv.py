@@ -39,6 +39,10 @@ _CONFIGS = [
 AUTOTUNE = os.environ.get("VOXGATE_CONV_AUTOTUNE", "1") != "0"
 
 
+# How a tap's rows are read where history and new inputs meet (see the kernel); VOXGATE_CONV_LOADS=select|split.
+SPLIT_LOADS = os.environ.get("VOXGATE_CONV_LOADS", "split") == "split"
+
+
 def _prune(configs: list, named_args: dict, **kwargs) -> list:
     """Drop tiles far wider than N or taller than M (masked work); keep at least one."""
     n, m, cin = named_args["N"], named_args["M"], named_args["CIN"]
@@ -66,8 +70,8 @@ def _causal_conv_kernel(
     M, L, CIN, N, HIST, DIL, st_ss, st_st, SNAKE_CH,
     TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
     HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
-    EVEN_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr,
-    BN: tl.constexpr,
+    EVEN_K: tl.constexpr, SPLIT_LOADS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
 ):
     # x [M = B*L, CIN] contiguous; state [slots, HIST, CIN] (strides st_ss, st_st, 1); w [TAPS*CIN, N]
     # contiguous; res/out/out2 [M, N] contiguous; SnakeBeta parameters per column j % SNAKE_CH.
@@ -90,14 +94,26 @@ def _causal_conv_kernel(
         j = kk // kch
         c = (kk - j * kch) * BK + rk
         shift = j * DIL - HIST
-        # Two loads with complementary row masks (each with plain affine addresses, so both stay vectorised and
-        # pipelined) rather than one load through a per-row choice of pointer; a masked-off row costs no traffic.
+        # SPLIT_LOADS: two loads with complementary row masks (plain affine addresses each; a masked-off row costs
+        # no traffic); else one load through a per-row choice of pointer. Measured on the H200: docs/codec.md.
         new_rows = row_ok
         if HAS_STATE:
             in_state = t + shift < 0
             new_rows = row_ok & (t + shift >= 0)
         w_ptrs = w_ptr + (j * CIN + c).to(tl.int64)[:, None] * N + rn[None, :]
-        if EVEN_K:
+        if not SPLIT_LOADS:
+            if HAS_STATE:
+                rows = tl.where(in_state, state_rows + shift * st_st, x_rows + shift * CIN)
+            else:
+                rows = x_rows + shift * CIN
+            if EVEN_K:
+                a = tl.load(rows[:, None] + c[None, :], mask=row_ok[:, None], other=0.0)
+                w = tl.load(w_ptrs, mask=col_ok[None, :], other=0.0)
+            else:
+                k_ok = c < CIN
+                a = tl.load(rows[:, None] + c[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                w = tl.load(w_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        elif EVEN_K:
             a = tl.load(x_rows[:, None] + shift * CIN + c[None, :], mask=new_rows[:, None], other=0.0)
             if HAS_STATE:
                 a += tl.load(state_rows[:, None] + shift * st_st + c[None, :], mask=(row_ok & in_state)[:, None],
@@ -179,7 +195,8 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
     flags = dict(TAPS=taps, HAS_STATE=state is not None, HAS_BIAS=bias is not None,
                  SNAKE_MAIN=snake_main is not None, HAS_RES=residual is not None, CLAMP=clamp,
                  STORE_MAIN=store_main, HAS_OUT2=snake_out2 is not None,
-                 PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda")
+                 PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda",
+                 SPLIT_LOADS=SPLIT_LOADS)
     # Tuned: 16-bit inputs (fp32 runs for exactness, not speed) with Cin a multiple of every tuned BK's minimum.
     if x.device.type == "cuda" and AUTOTUNE and x.dtype != torch.float32 and cin % 32 == 0:
         def grid(meta: dict) -> tuple[int, int]:

@@ -287,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--utterances", type=int, default=32, help="bf16 SNR utterances")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--paths", default=",".join(PATHS), help="step implementations to run (comma-separated)")
+    p.add_argument("--speed-only", action="store_true", help="bf16 step speeds only (no exactness, SNR, fp32)")
     p.add_argument("--watchdog", type=float, default=0, help="print every thread's stack every N s (0: off)")
     args = p.parse_args(argv)
     if args.watchdog:
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     report["speed"] = []
     max_rows = max(r for r, _ in SHAPES)
     for path in paths:
-        for dtype in (torch.bfloat16, torch.float32):
+        for dtype in (torch.bfloat16,) if args.speed_only else (torch.bfloat16, torch.float32):
             if dtype == torch.float32:  # after the bf16 speeds, the headline numbers
                 tune = _conv_autotune(False)  # many chunk widths here: no tuning per shape
                 report[f"exactness_{path}"] = section(f"exactness {path}", exactness, codec, dev, args.frames, path)
@@ -337,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             combos: list[tuple[bool, bool]] = [(False, False)]
             if isinstance(cs, CodecStream):
                 combos = [(False, True), (True, True)] if dtype == torch.bfloat16 else [(False, False)]
-            elif dtype == torch.bfloat16:
+            elif dtype == torch.bfloat16 and not args.speed_only:
                 report["profile"] = section("profile", profile_step, cs, max_rows, 1, dev, out / "codec_profile.txt")
                 if dev.startswith("cuda"):
                     report["conv_breakdown"] = section("conv breakdown", conv_breakdown, cs, max_rows, 1, dev)
@@ -355,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
             if dev.startswith("cuda"):
                 torch.cuda.empty_cache()
     save()
+    if args.speed_only:
+        print(json.dumps(report["speed"], indent=1))
+        return 0
     (out / "codec_bench.md").write_text(render_md(report))
     print(render_md(report))
     return 0
