@@ -15,5 +15,5 @@ timeout "${TEST_TIMEOUT:-240}" python3 -m pytest ${TESTS:-tests/qwen3tts/test_ca
   tests/qwen3tts/test_ring_attention.py tests/qwen3tts/test_codec_norms.py tests/qwen3tts/test_codec_fused.py} -c /dev/null --confcutdir=tests/qwen3tts \
   -p no:cacheprovider -q -rs -x -W ignore::pytest.PytestUnknownMarkWarning 2>&1 | tail -25 | tee "$OUT/pytest.log"
 timeout "${BENCH_TIMEOUT:-420}" python3 -m voxgate.engine.qwen3tts.bench_codec --out "$OUT/codec" \
-  --paths "${PATHS:-fused}" --iters "${ITERS:-30}" --watchdog "${WATCHDOG:-0}" > "$OUT/bench.log" 2>&1
+  --paths "${PATHS:-fused}" --iters "${ITERS:-30}" --watchdog "${WATCHDOG:-0}" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
 tail -c 6000 "$OUT/bench.log"
