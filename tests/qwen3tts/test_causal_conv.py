@@ -43,8 +43,11 @@ def _pool(slots: int, hist: int, c: int, g: torch.Generator, dtype: torch.dtype)
     (32, 48, 7, 1, 5), (16, 40, 7, 3, 9), (64, 16, 3, 1, 1), (24, 20, 7, 9, 30), (32, 32, 2, 1, 4),
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("split_loads", [False, True])
 def test_conv_matches_torch_conv1d(cc: ModuleType, cin: int, n: int, taps: int, dil: int, length: int,
-                                   dtype: torch.dtype) -> None:
+                                   dtype: torch.dtype, split_loads: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways of reading the rows where history and new inputs meet (VOXGATE_CONV_LOADS)."""
+    monkeypatch.setattr(cc, "SPLIT_LOADS", split_loads)
     g = torch.Generator().manual_seed(cin * 100 + length)
     b, hist = 3, (taps - 1) * dil
     x = torch.randn(b, length, cin, generator=g).to(dtype).to(DEVICE)
