@@ -1,0 +1,62 @@
+"""codec_runner.CodecRunner: bucket choice, padding, and equality with a direct step (CPU: the same buckets
+and padding, run eagerly; on CUDA each bucket is a captured graph)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from voxgate.engine.qwen3tts.codec_runner import CodecRunner
+from voxgate.engine.qwen3tts.codec_stream import CodecStream, load_codec
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(scope="module")
+def stream(tiny_ckpt: Callable[[str], Path]) -> CodecStream:
+    return CodecStream(load_codec(tiny_ckpt("cv17"), device=DEVICE), num_slots=6)
+
+
+def test_smallest_bucket_that_fits(stream: CodecStream) -> None:
+    runner = CodecRunner(stream, [(4, 8), (2, 4), (4, 2)], progress=False)
+    assert runner.bucket_for(1, 1) == (2, 4)  # 8 padded frame-rows, the cheapest (tied with 4 x 2)
+    assert runner.bucket_for(3, 1) == (4, 2)
+    assert runner.bucket_for(2, 3) == (2, 4)
+    assert runner.bucket_for(3, 3) == (4, 8)
+    with pytest.raises(ValueError, match="no codec bucket holds 5 rows x 1 frames"):
+        runner.bucket_for(5, 1)
+
+
+def test_bucket_wider_than_the_pool_is_refused(stream: CodecStream) -> None:
+    with pytest.raises(ValueError, match=r"rows must be 1\.\.5"):
+        CodecRunner(stream, [(6, 1)], progress=False)
+
+
+def test_runner_equals_direct_step(stream: CodecStream) -> None:
+    """Two streams of different widths through the runner give the audio and state of one direct step."""
+    runner = CodecRunner(stream, [(4, 8)], progress=False)
+    slots = torch.tensor([stream.open(), stream.open()], device=DEVICE)
+    try:
+        g = torch.Generator().manual_seed(3)
+        for widths in ([3, 1], [5, 5], [0, 2]):
+            t = max(widths)
+            codes = torch.randint(0, 2048, (2, t, 16), generator=g).to(DEVICE)
+            n = torch.tensor(widths, device=DEVICE)
+            before = stream.pool.data.clone()
+            want = stream.step(slots, codes, n).clone()
+            after = stream.pool.data.clone()
+            stream.pool.data.copy_(before)
+            got = runner(slots, codes, n)
+            assert got.shape == want.shape
+            for row, w in enumerate(widths):
+                spf = stream.samples_per_frame
+                # other shapes may take other conv algorithms: equal up to fp32 rounding (1 LSB of PCM16 is 3e-5)
+                torch.testing.assert_close(got[row, : w * spf], want[row, : w * spf], atol=1e-5, rtol=0)
+            # slot 0 is the sink
+            for name, view in stream.pool.views.items():
+                torch.testing.assert_close(view[1:], stream.pool.views_of(after)[name][1:], atol=1e-5, rtol=1e-5)
+    finally:
+        for s in slots.tolist():
+            stream.close(s)
