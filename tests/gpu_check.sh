@@ -4,14 +4,7 @@
 #   run(command="bash tests/gpu_check.sh", carry=[".whl", ".gpu_shared"])
 # The `gpu` tests (fp32 parity at real shapes against the reference, bf16 generation), the codec's streamed-vs-whole
 # exactness and the SnakeBeta kernel on CUDA, and a smoke run of the qwen3tts engine adapter.
-set -o pipefail
-export PYTHONUNBUFFERED=1 VOXGATE_SHARED=$PWD/.gpu_shared
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-mkdir -p /tmp/vx/voxgate
-for d in engine gateway kernels web configs; do ln -sfn "$PWD/$d" "/tmp/vx/voxgate/$d"; done
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:/tmp/vx
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+source tests/gpu_env.sh
 python3 tests/qwen3tts/gpu_bench.py write --out /tmp/ck17 --json "$OUT/write.json" 2>&1 | tail -2
 VOXGATE_GPU_CKPT=/tmp/ck17 VOXGATE_GPU_RESULTS=$OUT timeout 360 python3 -m pytest tests/qwen3tts/test_gpu.py \
   tests/qwen3tts/test_snake_kernel.py tests/qwen3tts/test_codec_stream.py -c /dev/null --confcutdir=tests/qwen3tts \

@@ -3,7 +3,7 @@ loaded back through our loader) and the reference implementation built on the ve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,16 @@ LIKE = {
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(42)
+
+
+@pytest.fixture
+def no_tf32() -> Iterator[None]:
+    """True fp32 for exactness: on CUDA, cuDNN convolutions and cuBLAS matmuls default to TF32 inputs (an H200
+    run failed without this). Modules that compare fp32 results take it with `pytest.mark.usefixtures`."""
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 @pytest.fixture(scope="session")

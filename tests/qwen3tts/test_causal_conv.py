@@ -3,7 +3,6 @@ transposed-conv form, and the window advance (TRITON_INTERPRET=1 without a GPU).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
@@ -13,20 +12,12 @@ import torch.nn.functional as F
 from .triton_mode import DEVICE, kernel_module
 
 pytest.importorskip("triton")
+pytestmark = pytest.mark.usefixtures("no_tf32")  # the oracles are torch convs in fp32
 
 
 @pytest.fixture(scope="module")
 def cc() -> ModuleType:
     return kernel_module("causal_conv")
-
-
-@pytest.fixture(autouse=True)
-def _no_tf32() -> Iterator[None]:
-    """The oracles are torch convs in fp32: on CUDA, cuDNN and cuBLAS would round their inputs to TF32."""
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def _snake(c: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

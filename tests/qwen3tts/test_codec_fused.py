@@ -20,6 +20,7 @@ from .test_codec_stream import _codes, _pcm
 from .triton_mode import DEVICE, kernel_module
 
 pytest.importorskip("triton")
+pytestmark = pytest.mark.usefixtures("no_tf32")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -28,15 +29,6 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
-
-
-@pytest.fixture(autouse=True)
-def _no_tf32() -> Iterator[None]:
-    """Exactness needs true fp32 in the oracles too (cuDNN and cuBLAS default to TF32 on CUDA)."""
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 @pytest.fixture(scope="module")

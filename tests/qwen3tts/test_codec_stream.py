@@ -22,14 +22,7 @@ if TYPE_CHECKING:
     from voxgate.engine.qwen3tts.codec_stream import CodecStream
 
 Q = 16  # codebooks
-
-
-@pytest.fixture(autouse=True)
-def _no_tf32() -> Iterator[None]:
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+pytestmark = pytest.mark.usefixtures("no_tf32")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -49,15 +49,6 @@ def test_snake_matches_reference(snake_mod: ModuleType, shape: tuple[int, int, i
     torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=atol)
 
 
-@pytest.fixture
-def no_tf32():
-    """Exactness needs true fp32: cuDNN convolutions default to TF32 on CUDA (the H200 run failed without this)."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
 def test_stream_with_fused_snake_equals_whole(snake_mod: ModuleType, tiny_ckpt: Callable[[str], Path],
                                               no_tf32: None) -> None:
     """The kernel wired into CodecStream (fp32): streamed audio stays within 1 LSB of the whole decode."""
