@@ -1,11 +1,11 @@
 """The Qwen3-TTS adapter behind `voxgate.engine.base.Engine`: eager, batch 1 per request.
 
 One worker thread owns the model (one GPU, one request at a time; the batched engine loop is a later issue), so
-synthesis never runs on the event loop. Each request streams: every `chunk_frames` frames the codec decodes the
-utterance so far and the new samples are sent. The codec is causal with zero lookahead (design §9), so decoding a
-prefix yields final audio; to bound the cost, a decode call only re-reads the last `decode_context_frames` frames
-(>= 580 frames of left context is exact). Cancel sets an event checked before every frame and ends the iteration
-at once; a request cancelled before its turn never runs.
+synthesis never runs on the event loop. Each request streams: every `chunk_frames` frames the new frames go through
+the incremental codec (codec_stream.CodecStream: the request holds a slot of carried state, each frame is decoded
+once, and the audio is final because the codec is causal with zero lookahead, design §9) and the new samples are
+sent. Cancel sets an event checked before every frame and ends the iteration at once; a request cancelled before
+its turn never runs.
 """
 
 from __future__ import annotations
@@ -95,22 +95,22 @@ class Qwen3TTSEngine(Engine):
     name = "qwen3tts"
 
     def __init__(self, model: str, device: str | None = None, dtype: str | None = None, max_frames: int = 2048,
-                 chunk_frames: int | str = "4,8,16", decode_context_frames: int = 600, ref_audio: str | None = None,
-                 greedy: bool = False, warmup: bool = True) -> None:
+                 chunk_frames: int | str = "4,8,16", ref_audio: str | None = None, greedy: bool = False,
+                 warmup: bool = True) -> None:
         # The chunk schedule: a small first chunk for quick first audio, then larger ones (the last one repeats).
         schedule = tuple(int(x) for x in str(chunk_frames).split(","))
-        if max_frames <= 0 or not schedule or min(schedule) <= 0 or decode_context_frames < 0:
-            raise ValueError("max_frames and chunk_frames must be positive, decode_context_frames non-negative")
+        if max_frames <= 0 or not schedule or min(schedule) <= 0:
+            raise ValueError("max_frames and chunk_frames must be positive")
         self.chunk_schedule = schedule
         self.model_path = model
         self.device = device
         self.dtype = dtype
         self.max_frames = int(max_frames)
-        self.decode_context_frames = int(decode_context_frames)
         self.ref_audio = ref_audio
         self.greedy = greedy
         self.warmup = warmup
         self.tts: Any = None
+        self.codec_stream: Any = None  # CodecStream with one usable slot: requests run one at a time
         self._voice_kwargs: dict[str, Any] = {}
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3tts")
         self._ready = False
@@ -121,12 +121,14 @@ class Qwen3TTSEngine(Engine):
     def _load(self) -> None:
         import torch
 
+        from .codec_stream import CodecStream
         from .generate import Qwen3TTS, Voice
         from .wav import read_wav
 
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = self.dtype or ("bf16" if device.startswith("cuda") else "fp32")
         self.tts = Qwen3TTS.from_pretrained(self.model_path, device=device, dtype=dtype)
+        self.codec_stream = CodecStream(self.tts.codec, num_slots=2)
         if self.tts.cfg.tts_model_type == "base" and self.ref_audio:
             audio, sr = read_wav(self.ref_audio)
             self._voice_kwargs[CLONE_VOICE] = Voice(x_vector=self.tts.speaker_embedding(audio, sr))
@@ -159,7 +161,7 @@ class Qwen3TTSEngine(Engine):
                 "device": str(tts.device) if loaded else self.device,
                 "dtype_talker": str(next(tts.talker.parameters()).dtype) if loaded else self.dtype,
                 "dtype_codec": str(next(tts.codec.parameters()).dtype) if loaded else None,
-                "chunk_schedule_frames": list(self.chunk_schedule), "decode_context_frames": self.decode_context_frames,
+                "chunk_schedule_frames": list(self.chunk_schedule), "codec": "incremental (each frame decoded once)",
                 "max_frames": self.max_frames, "batching": "none (eager, one request at a time)"}
 
     @property
@@ -213,36 +215,39 @@ class Qwen3TTSEngine(Engine):
         tts = self.tts
         gen = tts.cfg.generation.greedy() if self.greedy else tts.cfg.generation
         prompt = tts.build(inputs)
-        spf = tts.cfg.codec.samples_per_frame
-        frames: list[torch.Tensor] = []
-        sent = 0  # frames whose audio was sent
-        chunks = 0
-        for frame in tts.frames(prompt, gen, max_frames, cancel=cancel):
-            frames.append(frame)
-            if len(frames) - sent >= self.chunk_schedule[min(chunks, len(self.chunk_schedule) - 1)]:
-                yield self._decode_new(frames, sent, spf, prompt.ref_codes)
-                sent = len(frames)
-                chunks += 1
-        if len(frames) > sent and not cancel.is_set():
-            yield self._decode_new(frames, sent, spf, prompt.ref_codes)
+        codec = self.codec_stream
+        slot = torch.tensor([codec.open()], device=codec.device)
+        try:
+            if prompt.ref_codes is not None:  # ICL: the reference frames warm the codec state, their audio unused
+                ref = prompt.ref_codes.to(codec.device)
+                codec.warm(slot, ref[None], torch.tensor([ref.shape[0]], device=codec.device))
+            pending: list[torch.Tensor] = []
+            chunks = 0
+            for frame in tts.frames(prompt, gen, max_frames, cancel=cancel):
+                pending.append(frame)
+                if len(pending) >= self.chunk_schedule[min(chunks, len(self.chunk_schedule) - 1)]:
+                    yield self._decode(slot, pending)
+                    pending, chunks = [], chunks + 1
+            if pending and not cancel.is_set():
+                yield self._decode(slot, pending)
+        finally:
+            codec.close(int(slot[0]))  # end, cancel or error: the slot is free for the next request
 
-    def _decode_new(self, frames: list[Any], sent: int, spf: int, ref_codes: Any) -> np.ndarray:
+    def _decode(self, slot: Any, frames: list[Any]) -> np.ndarray:
+        """The audio of new frames [n, 16], continuing the request's codec state."""
         import torch
 
         from .wav import to_int16
 
-        codes = torch.stack(frames)
-        if ref_codes is not None:  # ICL: the reference frames are decoder context
-            codes = torch.cat([ref_codes.to(codes.device), codes])
-            sent += ref_codes.shape[0]
-        start = max(0, sent - self.decode_context_frames)
-        audio = self.tts.codec.decode(codes[start:]).cpu().numpy()
-        return to_int16(audio[(sent - start) * spf:])
+        codec = self.codec_stream
+        codes = torch.stack(frames).to(codec.device)[None]
+        audio = codec.step(slot, codes, torch.tensor([codes.shape[1]], device=codec.device))[0]
+        return to_int16(audio.cpu().numpy())
 
 
 def create_engine(**options: Any) -> Qwen3TTSEngine:
-    """Options: model (dir or HF repo id), device, dtype, max_frames, chunk_frames, decode_context_frames,
-    ref_audio (Base), greedy, warmup."""
+    """Options: model (dir or HF repo id), device, dtype, max_frames, chunk_frames, ref_audio (Base), greedy,
+    warmup."""
     if "model" not in options:
         raise ValueError("the qwen3tts engine needs a `model` option (checkpoint directory or HF repo id)")
     return Qwen3TTSEngine(**options)

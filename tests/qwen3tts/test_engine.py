@@ -72,6 +72,8 @@ async def test_cancel_stops_at_once_and_loop_stays_free(tiny_ckpt: Callable[[str
         nxt = engine.open_stream(SynthesisRequest(text="Next.", voice="ryan", max_audio_ms=160))
         assert sum([len(c) async for c in nxt]) == 2 * 1920
         assert time.perf_counter() - start < 10
+        pool = engine.codec_stream.pool  # the cancelled request's codec slot was freed
+        assert pool.num_free == pool.max_streams
     finally:
         await engine.stop()
 
