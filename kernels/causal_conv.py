@@ -152,6 +152,15 @@ _causal_conv_tuned = triton.autotune(_CONFIGS, key=["M", "N", "CIN", "TAPS", "HA
                                      prune_configs_by={"early_config_prune": _prune},
                                      do_bench=_quick_bench)(_causal_conv_kernel)
 
+# Triton's CPU interpreter (TRITON_INTERPRET=1 when this module was imported) runs the kernels on CPU tensors too.
+INTERPRETED = not isinstance(_causal_conv_kernel, triton.runtime.jit.JITFunction)
+
+
+def runs_on(device: torch.device) -> bool:
+    """Whether these kernels can run on tensors of `device` in this process."""
+    return device.type == "cuda" or INTERPRETED
+
+
 Snake = tuple[torch.Tensor, torch.Tensor]  # (exp(alpha), 1 / (exp(beta) + 1e-9)), fp32 [channels]
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ...kernels import causal_conv as conv_kernels
 from ...kernels.causal_conv import Snake, advance_state, causal_conv, conv_weight, convt_weight
 from ...kernels.codec_norms import dwconv_layernorm, rms_norm
 from ...kernels.ring_attention import ring_attention
@@ -91,6 +92,9 @@ class FusedCodecStream(StreamingCodec):
 
     def __init__(self, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None) -> None:
         p = next(codec.parameters())
+        if not conv_kernels.runs_on(p.device):
+            raise ValueError(f"FusedCodecStream runs Triton kernels, which need CUDA (a {p.device.type} codec was "
+                             "given; the CPU works only in Triton's interpreter, for tests): use CodecStream there")
         self.dtype = dtype or p.dtype
         self.device = p.device
         self.cfg = cfg = codec.cfg

@@ -132,6 +132,16 @@ def test_out_of_range_code_is_refused(fused: ModuleType, codec) -> None:
         fs.decode_chunks(bad.to(DEVICE), [2])
 
 
+def test_cpu_codec_without_the_interpreter_is_refused(fused: ModuleType, codec,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importlib.import_module("voxgate.kernels.causal_conv"), "INTERPRETED", False)
+    if DEVICE == "cpu":
+        with pytest.raises(ValueError, match=r"need CUDA .* use CodecStream"):
+            fused.FusedCodecStream(codec, 2)
+    else:
+        assert fused.FusedCodecStream(codec, 2).device.type == "cuda"
+
+
 def test_bf16_quality_matches_the_reference_stream(fused: ModuleType, codec) -> None:
     """bf16: SNR against the fp32 whole decode close to the reference stream's bf16 SNR (same roundings where
     PyTorch rounds). Triton's CPU interpreter truncates to bf16 instead of rounding to nearest, a bias at every
@@ -156,7 +166,7 @@ def test_captured_step_replays_the_eager_step(fused: ModuleType, codec, monkeypa
     bit for bit (fixed conv tiles: tuning could pick other tiles for the captured batch size)."""
     from voxgate.engine.qwen3tts.codec_stream import CapturedStep
 
-    monkeypatch.setattr(kernel_module("causal_conv"), "AUTOTUNE", False)
+    monkeypatch.setattr(importlib.import_module("voxgate.kernels.causal_conv"), "AUTOTUNE", False)
 
     fs = fused.FusedCodecStream(codec, 4, dtype=torch.bfloat16)
     slots = torch.tensor([1, 3], device=DEVICE)
