@@ -66,26 +66,16 @@ def _snake(y, a_ptr, ib_ptr, cols, mask):
 
 
 @triton.jit
-def _causal_conv_kernel(
-    x_ptr, state_ptr, slots_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr,
-    M, L, CIN, N, HIST, DIL, st_ss, st_st, SNAKE_CH,
-    TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
-    HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
-    EVEN_K: tl.constexpr, SPLIT_LOADS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-):
-    # x [M = B*L, CIN] contiguous; state [slots, HIST, CIN] (strides st_ss, st_st, 1); w [TAPS*CIN, N]
-    # contiguous; res/out/out2 [M, N] contiguous; SnakeBeta parameters per column j % SNAKE_CH.
-    # grid: (cdiv(M, BM), cdiv(N, BN)).
-    dtype = x_ptr.dtype.element_ty
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+def _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st,
+              TAPS: tl.constexpr, HAS_STATE: tl.constexpr, EVEN_K: tl.constexpr, SPLIT_LOADS: tl.constexpr,
+              PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr,
+              BN: tl.constexpr):
+    """The implicit GEMM: acc [BM, BN] fp32 for output rows rm and columns rn (see _causal_conv_kernel)."""
     rk = tl.arange(0, BK)
     row_ok = rm < M
     col_ok = rn < N
-    rm64 = rm.to(tl.int64)
     t = rm % L
-    x_rows = x_ptr + rm64 * CIN
+    x_rows = x_ptr + rm.to(tl.int64) * CIN
     if HAS_STATE:
         slot = tl.load(slots_ptr + rm // L, mask=row_ok, other=0).to(tl.int64)
         state_rows = state_ptr + slot * st_ss + (HIST + t).to(tl.int64) * st_st
@@ -130,6 +120,29 @@ def _causal_conv_kernel(
         if UPCAST:  # Triton's CPU interpreter gets bf16 dots wrong (3.9): same products in fp32
             a, w = a.to(tl.float32), w.to(tl.float32)
         acc = tl.dot(a, w, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def _causal_conv_kernel(
+    x_ptr, state_ptr, slots_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr,
+    M, L, CIN, N, HIST, DIL, st_ss, st_st, SNAKE_CH,
+    TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
+    HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
+    EVEN_K: tl.constexpr, SPLIT_LOADS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+):
+    # x [M = B*L, CIN] contiguous; state [slots, HIST, CIN] (strides st_ss, st_st, 1); w [TAPS*CIN, N]
+    # contiguous; res/out/out2 [M, N] contiguous; SnakeBeta parameters per column j % SNAKE_CH.
+    # grid: (cdiv(M, BM), cdiv(N, BN)).
+    dtype = x_ptr.dtype.element_ty
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    row_ok = rm < M
+    col_ok = rn < N
+    rm64 = rm.to(tl.int64)
+    acc = _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st, TAPS,
+                    HAS_STATE, EVEN_K, SPLIT_LOADS, PRECISION, UPCAST, BK, BM, BN)
     y = acc
     if HAS_BIAS:
         y += tl.load(bias_ptr + rn, mask=col_ok, other=0.0).to(tl.float32)[None, :]

@@ -90,6 +90,24 @@ def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype |
     return CodecStream(codec, num_slots, dtype=dtype)
 
 
+VARIANTS = ("default", "fuse_units", "split_loads")
+
+
+def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
+    """Switch the fused step to a kernel variant; returns a function that switches it back."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
+    if variant == "default":
+        return lambda: None
+    if variant == "fuse_units":
+        cs.fuse_units = True  # type: ignore[attr-defined]
+        return lambda: setattr(cs, "fuse_units", False)
+    from ...kernels import causal_conv
+
+    old, causal_conv.SPLIT_LOADS = causal_conv.SPLIT_LOADS, True
+    return lambda: setattr(causal_conv, "SPLIT_LOADS", old)
+
+
 def _conv_autotune(on: bool) -> bool:
     """Switch the fused path's conv autotuning (kernels/causal_conv.py); returns the previous setting."""
     try:
@@ -196,7 +214,8 @@ def profile_step(cs: StreamingCodec, rows: int, frames: int, device: str, path: 
 
 def _variant(s: dict[str, Any]) -> str:
     if s.get("path") == "fused":
-        return "fused (Triton, time-major)"
+        extra = "" if s.get("variant", "default") == "default" else f", {s['variant']}"
+        return f"fused (Triton, time-major{extra})"
     return f"reference, undilate={s['undilate']}, fused snake={s['fused_snake']}"
 
 
@@ -287,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--utterances", type=int, default=32, help="bf16 SNR utterances")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--paths", default=",".join(PATHS), help="step implementations to run (comma-separated)")
+    p.add_argument("--variants", default="default",
+                   help=f"fused path, bf16: kernel variants to time, comma-separated ({', '.join(VARIANTS)})")
     p.add_argument("--speed-only", action="store_true", help="bf16 step speeds only (no exactness, SNR, fp32)")
     p.add_argument("--watchdog", type=float, default=0, help="print every thread's stack every N s (0: off)")
     args = p.parse_args(argv)
@@ -347,11 +368,17 @@ def main(argv: list[str] | None = None) -> int:
                     cs.undilate = undilate
                     fused = cs.set_fused_snake(fused and dev.startswith("cuda"))  # off CUDA: the PyTorch ops
                     report.setdefault("fused_snake_errors", {})[name] = cs.fused_snake_error
-                for rows, frames in SHAPES:
-                    s = section(f"speed {path} {name} undilate={undilate} fused_snake={fused}", speed, cs, rows,
-                                frames, dev, args.iters)
-                    s.update(path=path, dtype=name, undilate=undilate, fused_snake=fused, rows=rows, frames=frames)
-                    report["speed"].append(s)
+                # fused path, bf16: each requested variant of the kernels (the first is the default)
+                variants = args.variants.split(",") if path == "fused" and dtype == torch.bfloat16 else ["default"]
+                for variant in variants:
+                    restore = _fused_variant(cs, variant)
+                    for rows, frames in SHAPES:
+                        s = section(f"speed {path} {name} {variant} undilate={undilate} fused_snake={fused}", speed,
+                                    cs, rows, frames, dev, args.iters)
+                        s.update(path=path, dtype=name, undilate=undilate, fused_snake=fused, rows=rows,
+                                 frames=frames, variant=variant)
+                        report["speed"].append(s)
+                    restore()
             del cs
             if dev.startswith("cuda"):
                 torch.cuda.empty_cache()

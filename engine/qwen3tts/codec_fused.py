@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from ...kernels import causal_conv as conv_kernels
 from ...kernels.causal_conv import Snake, advance_state, causal_conv, conv_weight, convt_weight
 from ...kernels.codec_norms import dwconv_layernorm, rms_norm
+from ...kernels.residual_unit import MAX_CHANNELS, residual_unit
 from ...kernels.ring_attention import ring_attention
 from ..slot_pool import SlotPool, SlotSpec
 from .codec import CodecDecoder, SnakeBeta
@@ -87,8 +88,11 @@ class FusedCodecStream(StreamingCodec):
     """Streams of one codec decoder on the fused kernels; state in a SlotPool of `num_slots` (slot 0 the sink).
 
     dtype: compute and state dtype (default: the codec's). The codec is read once to build the kernels' weight
-    layouts and is left untouched.
+    layouts and is left untouched. fuse_units: residual units of <= 256 channels in one kernel each
+    (kernels/residual_unit.py); off until measured faster on the GPU (docs/codec.md).
     """
+
+    fuse_units = False
 
     def __init__(self, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None) -> None:
         p = next(codec.parameters())
@@ -199,11 +203,18 @@ class FusedCodecStream(StreamingCodec):
             rate *= blk.stride
             res, a = res.view(b, -1, res.shape[-1] // blk.stride), a.view(b, -1, a.shape[-1] // blk.stride)
             for j, unit in enumerate(blk.units):
-                h = self._run(unit.conv1, a, slots, n, rate, snake_main=unit.act2)[0]
                 last = j == len(blk.units) - 1
                 nxt = (self.blocks[k + 1].act_in if k + 1 < len(self.blocks) else self.act_out) if last \
                     else blk.unit_acts[j + 1]
                 # the block's output itself is only read through the next SnakeBeta: not stored
+                if self.fuse_units and res.shape[-1] <= MAX_CHANNELS:
+                    state = views[unit.conv1.state]
+                    res, a_next = residual_unit(a, unit.conv1.w, unit.conv1.dilation, state, slots, unit.conv1.bias,
+                                                unit.act2, unit.conv2.w, unit.conv2.bias, res, nxt, not last)
+                    advance_state(a, state, slots, n, rate)
+                    a = a_next
+                    continue
+                h = self._run(unit.conv1, a, slots, n, rate, snake_main=unit.act2)[0]
                 res, a = self._run(unit.conv2, h, slots, n, rate, residual=res, snake_out2=nxt, store_main=not last)
         audio = self._run(self.conv_out, a, slots, n, rate, clamp=True, out_dtype=torch.float32)[0]
         frames.index_add_(0, slots, n[:, None])  # last: the transformer read the old count

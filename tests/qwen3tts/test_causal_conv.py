@@ -146,3 +146,30 @@ def test_streamed_conv_equals_whole_conv(cc: ModuleType) -> None:
         start += frames * rate
     want = F.conv1d(F.pad(sig.transpose(1, 2), ((taps - 1) * dil, 0)), w, dilation=dil).transpose(1, 2)
     torch.testing.assert_close(torch.cat(outs, 1), want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("c", "dil", "length"), [(32, 1, 9), (24, 3, 5), (96, 9, 20), (40, 1, 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("store_main", [True, False])
+def test_fused_residual_unit_equals_two_convs(cc: ModuleType, c: int, dil: int, length: int, dtype: torch.dtype,
+                                              store_main: bool) -> None:
+    """kernels/residual_unit.py: the unit in one kernel against the two causal_conv launches it replaces."""
+    ru = kernel_module("residual_unit")
+    g = torch.Generator().manual_seed(c + dil)
+    b = 3
+    a = (2 * torch.randn(b, length, c, generator=g)).to(dtype).to(DEVICE)
+    x = torch.randn(b, length, c, generator=g).to(dtype).to(DEVICE)
+    w1 = cc.conv_weight((torch.randn(c, c, 7, generator=g) / (7 * c) ** 0.5).to(dtype).to(DEVICE))
+    w2 = cc.conv_weight((torch.randn(c, c, 1, generator=g) / c ** 0.5).to(dtype).to(DEVICE))
+    b1, b2 = (torch.randn(c, generator=g).to(dtype).to(DEVICE) for _ in range(2))
+    act2, nxt = _snake(c, g), _snake(c, g)
+    state = _pool(4, 6 * dil, c, g, dtype)
+    slots = torch.tensor([2, 0, 3], device=DEVICE)
+    got = ru.residual_unit(a, w1, dil, state, slots, b1, act2, w2, b2, x, nxt, store_main=store_main)
+    h, _ = cc.causal_conv(a, w1, 7, dil, state=state, slots=slots, bias=b1, snake_main=act2)
+    want = cc.causal_conv(h, w2, 1, bias=b2, residual=x, snake_out2=nxt, store_main=store_main)
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    for gt, wt in zip(got, want, strict=True):
+        assert (gt is None) == (wt is None)
+        if gt is not None:
+            torch.testing.assert_close(gt.float(), wt.float(), atol=tol, rtol=tol)

@@ -34,7 +34,7 @@ def _one_thread() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def fused() -> ModuleType:
     """codec_fused bound to kernel modules runnable here (the interpreter without a GPU)."""
-    for name in ("causal_conv", "codec_norms", "ring_attention"):
+    for name in ("causal_conv", "residual_unit", "codec_norms", "ring_attention"):
         kernel_module(name)
     return importlib.reload(importlib.import_module("voxgate.engine.qwen3tts.codec_fused"))
 
@@ -72,10 +72,12 @@ def test_state_matches_the_reference_layout(fused: ModuleType, codec) -> None:
     assert fs.pool.slot_bytes == ref.pool.slot_bytes
 
 
-@pytest.mark.parametrize("schedule", [[4, 8], [1, 3, 16]])
-def test_streamed_equals_whole_decode(fused: ModuleType, codec, schedule: list[int]) -> None:
-    """20 frames (the key ring of 7 wraps) in chunks, within 1 LSB of the whole decode."""
+@pytest.mark.parametrize(("schedule", "fuse_units"), [([4, 8], False), ([1, 3, 16], False), ([4, 8], True)])
+def test_streamed_equals_whole_decode(fused: ModuleType, codec, schedule: list[int], fuse_units: bool) -> None:
+    """20 frames (the key ring of 7 wraps) in chunks, within 1 LSB of the whole decode; also with each residual
+    unit in one kernel."""
     fs = fused.FusedCodecStream(codec, 3)
+    fs.fuse_units = fuse_units
     got = fs.decode_chunks(_codes(20, 5).to(DEVICE), schedule)
     assert_within_1_lsb(got, _whole(codec, 20, 5))
 
@@ -183,3 +185,22 @@ def test_captured_step_replays_the_eager_step(fused: ModuleType, codec, monkeypa
     torch.cuda.synchronize()
     torch.testing.assert_close(got, want[:, : 3 * fs.samples_per_frame], atol=0, rtol=0)
     torch.testing.assert_close(fs.pool.data[1:], after[1:], atol=0, rtol=0)  # slot 0 is the sink
+
+
+def test_bench_variants_switch_and_restore(fused: ModuleType, codec) -> None:
+    """bench_codec --variants: each variant switches the fused step and its restore switches it back."""
+    from voxgate.engine.qwen3tts.bench_codec import _fused_variant
+
+    conv = importlib.import_module("voxgate.kernels.causal_conv")
+    fs = fused.FusedCodecStream(codec, 2)
+    split = conv.SPLIT_LOADS
+    restore = _fused_variant(fs, "fuse_units")
+    assert fs.fuse_units
+    restore()
+    assert not fs.fuse_units
+    restore = _fused_variant(fs, "split_loads")
+    assert conv.SPLIT_LOADS
+    restore()
+    assert split == conv.SPLIT_LOADS
+    with pytest.raises(ValueError, match="unknown variant"):
+        _fused_variant(fs, "fastest")
