@@ -18,6 +18,7 @@ s output samples of input frame i as N = s*Cout columns (`convt_weight`): [B, L,
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 
@@ -161,9 +162,12 @@ def _causal_conv_kernel(
         tl.store(out2_ptr + offs, _snake(y, a2_ptr, ib2_ptr, rn % SNAKE_CH, col_ok).to(dtype), mask=mask)
 
 
+# Tuned tiles go to Triton's cache directory (TRITON_CACHE_DIR) where the autotuner can keep them (Triton >= 3.4),
+# so a restart reuses them instead of tuning again.
+TUNING_CACHE = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
 _causal_conv_tuned = triton.autotune(_CONFIGS, key=["M", "N", "CIN", "TAPS", "HAS_STATE"],
                                      prune_configs_by={"early_config_prune": _prune},
-                                     do_bench=_quick_bench)(_causal_conv_kernel)
+                                     do_bench=_quick_bench, **TUNING_CACHE)(_causal_conv_kernel)
 
 # Triton's CPU interpreter (TRITON_INTERPRET=1 when this module was imported) runs the kernels on CPU tensors too.
 INTERPRETED = not isinstance(_causal_conv_kernel, triton.runtime.jit.JITFunction)

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from . import causal_conv as conv_kernels
-from .causal_conv import Snake, _conv_acc, _quick_bench, _snake
+from .causal_conv import TUNING_CACHE, Snake, _conv_acc, _quick_bench, _snake
 
 MAX_CHANNELS = 256  # one tile spans all channels: wider units use two causal_conv launches
 
@@ -65,7 +65,7 @@ def _prune(configs: list, named_args: dict, **kwargs: object) -> list:
 _UNIT_CONFIGS = [triton.Config({"BM": bm, "BK": bk}, num_warps=w, num_stages=s)
                  for bm, bk, w, s in [(64, 32, 4, 4), (64, 64, 8, 3), (128, 32, 8, 3), (64, 32, 8, 4)]]
 _residual_unit_tuned = triton.autotune(_UNIT_CONFIGS, key=["M", "C", "DIL"], prune_configs_by={
-    "early_config_prune": _prune}, do_bench=_quick_bench)(_residual_unit_kernel)
+    "early_config_prune": _prune}, do_bench=_quick_bench, **TUNING_CACHE)(_residual_unit_kernel)
 
 
 def residual_unit(a: torch.Tensor, w1: torch.Tensor, dilation: int, state: torch.Tensor, slots: torch.Tensor,
