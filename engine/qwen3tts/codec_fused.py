@@ -93,6 +93,7 @@ class FusedCodecStream(StreamingCodec):
     """
 
     fuse_units = False
+    max_step_frames = 64  # the attention kernel's limit; warm() splits longer references
 
     def __init__(self, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None) -> None:
         p = next(codec.parameters())
@@ -179,6 +180,8 @@ class FusedCodecStream(StreamingCodec):
         """As CodecStream.step: slots [B], codes [B, T, Q], num_frames [B] -> float32 audio [B, T * spf]; row b's
         first num_frames[b] * spf samples are real. No host sync: shapes depend on (B, T) only."""
         b, t, _ = codes.shape
+        if t > self.max_step_frames:
+            raise ValueError(f"a fused codec step takes at most {self.max_step_frames} new frames per row, got {t}")
         views = self.pool.views
         frames = views["frames"]
         n = num_frames

@@ -132,9 +132,15 @@ class StreamingCodec:
     def state_values(self) -> int:
         return state_values(self.layout)
 
+    max_step_frames: int | None = None  # widest step the implementation takes (None: any)
+
     def warm(self, slots: torch.Tensor, codes: torch.Tensor, num_frames: torch.Tensor) -> None:
-        """In-context cloning: run the reference codes through the state and discard their audio."""
-        self.step(slots, codes, num_frames)
+        """In-context cloning: run the reference codes through the state and discard their audio (in steps of at
+        most max_step_frames: a long reference is several steps, which streaming makes exact)."""
+        width = self.max_step_frames or codes.shape[1]
+        for start in range(0, codes.shape[1], width):
+            chunk = codes[:, start: start + width]
+            self.step(slots, chunk, (num_frames - start).clamp(0, chunk.shape[1]))
 
     # -- convenience (eager, host-side) -------------------------------------------------------------------------
     def decode_chunks(self, frames: torch.Tensor, schedule: Sequence[int], ref_codes: torch.Tensor | None = None,
