@@ -220,38 +220,42 @@ def _variant(s: dict[str, Any]) -> str:
 
 
 def conv_breakdown(cs: StreamingCodec, rows: int, frames: int, device: str) -> list[dict[str, Any]]:
-    """Fused path, one eager step: each conv's time (CUDA events around the conv and its window advance), its
-    GEMM shape, achieved TFLOP/s, and the tile the autotuner chose."""
+    """Fused path, one eager step under the profiler: each conv kernel's GPU time (the profiler's kernel records,
+    in launch order, matched to the step's conv calls), its GEMM shape, achieved TFLOP/s, and the tuned tile."""
+    from torch.profiler import ProfilerActivity, profile
+
     from ...kernels import causal_conv as ccm
 
     slots = torch.arange(1, rows + 1, device=device)
     codes = torch.randint(0, 2048, (rows, frames, 16), device=device)
     num = torch.full((rows,), frames, device=device)
     cs.step(slots, codes, num)  # tuned before timing
-    timed: list[tuple[Any, ...]] = []
+    calls: list[tuple[Any, tuple[int, ...], str]] = []
     run = cs._run  # type: ignore[attr-defined]
 
-    def timed_run(conv: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+    def recording_run(conv: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         out = run(conv, x, *args, **kwargs)
-        end.record()
         tile = getattr(ccm._causal_conv_tuned, "best_config", None) if ccm.AUTOTUNE else "fixed"
-        timed.append((conv, tuple(x.shape), start, end, str(tile)))
+        calls.append((conv, tuple(x.shape), str(tile)))
         return out
 
-    cs._run = timed_run  # type: ignore[attr-defined]
+    cs._run = recording_run  # type: ignore[attr-defined]
     try:
-        cs.step(slots, codes, num)
-        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            cs.step(slots, codes, num)
+            torch.cuda.synchronize()
     finally:
         del cs._run  # type: ignore[attr-defined]
+    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                      and "_causal_conv_kernel" in e.name), key=lambda e: e.time_range.start)
+    if len(kernels) != len(calls):
+        raise RuntimeError(f"{len(kernels)} conv kernels profiled for {len(calls)} conv calls")
     table = []
-    for conv, (b, length, cin), start, end, tile in timed:
-        ms = start.elapsed_time(end)
+    for (conv, (b, length, cin), tile), event in zip(calls, kernels, strict=True):
+        us = event.time_range.elapsed_us()
         m, n, k = b * length, conv.w.shape[1], conv.taps * cin
         table.append({"conv": conv.state or "1x1", "M": m, "N": n, "K": k, "dilation": conv.dilation,
-                      "us": round(ms * 1e3, 1), "tflops": round(2 * m * n * k / ms / 1e9, 1), "tile": tile})
+                      "us": round(us, 1), "tflops": round(2 * m * n * k / us / 1e6, 1), "tile": tile})
     return table
 
 
@@ -285,7 +289,7 @@ def render_md(r: dict[str, Any]) -> str:
     convs = r.get("conv_breakdown")
     if isinstance(convs, list):
         total = sum(c["us"] for c in convs)
-        lines += ["", f"Fused bf16 step, 128 x 1, each conv (eager, CUDA events; {total:.0f} us in all):", "",
+        lines += ["", f"Fused bf16 step, 128 x 1, each conv kernel (profiler; {total:.0f} us in all):", "",
                   "| conv | M | N | K | dilation | us | TFLOP/s | tile |", "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {c['conv']} | {c['M']} | {c['N']} | {c['K']} | {c['dilation']} | {c['us']} | {c['tflops']} "
                   f"| {c['tile']} |" for c in convs]
