@@ -127,6 +127,11 @@ def _ring_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, rk_ptr, rv_ptr, slots_ptr,
 _DOT_UPCAST = not isinstance(_ring_attention_kernel, triton.runtime.jit.JITFunction)
 
 
+# Warps per (row, head) program. The step is latency-bound (33 us per layer at 128 x 1 on the H200, ~9 us of
+# memory traffic): fewer warps let more programs share an SM. bench_codec --variants attn_2warps measures 2.
+NUM_WARPS = 4
+
+
 def _check(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring_k: torch.Tensor, ring_v: torch.Tensor,
            slots: torch.Tensor, pos0: torch.Tensor, n: torch.Tensor, heads: int, head_dim: int) -> None:
     B, T, width = qkv.shape
@@ -164,7 +169,7 @@ def ring_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring
         ring_k.stride(0), ring_k.stride(1), ring_v.stride(0), ring_v.stride(1),
         HD=heads * head_dim, D=head_dim, BLOCK_D=max(16, head_dim), BLOCK_T=max(16, triton.next_power_of_2(T)),
         BLOCK_R=max(16, triton.next_power_of_2(R)), DOT_DTYPE=tl.float32 if f32_dots else tl.bfloat16,
-        PRECISION="ieee" if f32_dots else None, num_warps=4)  # fp32 dots must not round to TF32
+        PRECISION="ieee" if f32_dots else None, num_warps=NUM_WARPS)  # fp32 dots must not round to TF32
     return o
 
 

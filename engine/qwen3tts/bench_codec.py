@@ -90,7 +90,7 @@ def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype |
     return CodecStream(codec, num_slots, dtype=dtype)
 
 
-VARIANTS = ("default", "fuse_units", "split_loads")
+VARIANTS = ("default", "fuse_units", "split_loads", "attn_2warps")
 
 
 def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
@@ -102,6 +102,11 @@ def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
     if variant == "fuse_units":
         cs.fuse_units = True  # type: ignore[attr-defined]
         return lambda: setattr(cs, "fuse_units", False)
+    if variant == "attn_2warps":
+        from ...kernels import ring_attention
+
+        warps, ring_attention.NUM_WARPS = ring_attention.NUM_WARPS, 2
+        return lambda: setattr(ring_attention, "NUM_WARPS", warps)
     from ...kernels import causal_conv
 
     old, causal_conv.SPLIT_LOADS = causal_conv.SPLIT_LOADS, True

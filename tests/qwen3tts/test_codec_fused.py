@@ -215,5 +215,10 @@ def test_bench_variants_switch_and_restore(fused: ModuleType, codec) -> None:
     assert conv.SPLIT_LOADS
     restore()
     assert split == conv.SPLIT_LOADS
+    attn = importlib.import_module("voxgate.kernels.ring_attention")
+    restore = _fused_variant(fs, "attn_2warps")
+    assert attn.NUM_WARPS == 2
+    restore()
+    assert attn.NUM_WARPS == 4
     with pytest.raises(ValueError, match="unknown variant"):
         _fused_variant(fs, "fastest")
