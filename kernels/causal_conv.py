@@ -40,9 +40,13 @@ _CONFIGS = [
 AUTOTUNE = os.environ.get("VOXGATE_CONV_AUTOTUNE", "1") != "0"
 
 
-# How a tap's rows are read where history and new inputs meet (see the kernel); VOXGATE_CONV_LOADS=select|split.
-# select is the default: 3.68 ms against 4.61 ms for the whole bf16 step at 128 x 1 on the H200 (docs/codec.md).
-SPLIT_LOADS = os.environ.get("VOXGATE_CONV_LOADS", "select") == "split"
+# How a tap's rows are read where history and new inputs meet (see _conv_acc): VOXGATE_CONV_LOADS=select|split|
+# offset. select is the default: 3.68 ms against 4.61 ms (split) for the whole bf16 step at 128 x 1 on the H200;
+# offset is not measured yet (docs/codec.md).
+LOAD_MODES = ("select", "split", "offset")
+LOADS = os.environ.get("VOXGATE_CONV_LOADS", "select")
+if LOADS not in LOAD_MODES:
+    raise ValueError(f"VOXGATE_CONV_LOADS={LOADS!r}: one of {', '.join(LOAD_MODES)}")
 
 
 def _prune(configs: list, named_args: dict, **kwargs) -> list:
@@ -67,33 +71,52 @@ def _snake(y, a_ptr, ib_ptr, cols, mask):
 
 
 @triton.jit
-def _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st,
-              TAPS: tl.constexpr, HAS_STATE: tl.constexpr, EVEN_K: tl.constexpr, SPLIT_LOADS: tl.constexpr,
-              PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr,
-              BN: tl.constexpr):
+def _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta,
+              TAPS: tl.constexpr, HAS_STATE: tl.constexpr, EVEN_K: tl.constexpr, LOADS: tl.constexpr,
+              ALIGNED: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr,
+              BM: tl.constexpr, BN: tl.constexpr):
     """The implicit GEMM: acc [BM, BN] fp32 for output rows rm and columns rn (see _causal_conv_kernel)."""
     rk = tl.arange(0, BK)
     row_ok = rm < M
     col_ok = rn < N
     t = rm % L
-    x_rows = x_ptr + rm.to(tl.int64) * CIN
+    x_off = rm.to(tl.int64) * CIN
+    x_rows = x_ptr + x_off
     if HAS_STATE:
         slot = tl.load(slots_ptr + rm // L, mask=row_ok, other=0).to(tl.int64)
-        state_rows = state_ptr + slot * st_ss + (HIST + t).to(tl.int64) * st_st
+        st_rows_off = slot * st_ss + (HIST + t).to(tl.int64) * st_st
+        state_rows = state_ptr + st_rows_off
+        st_off = st_delta + st_rows_off  # the same rows as offsets from x_ptr (LOADS == "offset")
     kch = (CIN + BK - 1) // BK
     acc = tl.full((BM, BN), 0.0, tl.float32)  # core ops only: see tests' triton_mode
     for kk in range(0, TAPS * kch):
         j = kk // kch
         c = (kk - j * kch) * BK + rk
         shift = j * DIL - HIST
-        # SPLIT_LOADS: two loads with complementary row masks (plain affine addresses each; a masked-off row costs
-        # no traffic); else one load through a per-row choice of pointer. Measured on the H200: docs/codec.md.
+        # How a tap's rows are read where history and new inputs meet (docs/codec.md has the H200 numbers):
+        # "select": one load through a per-row choice of pointer; "split": two loads with complementary row masks;
+        # "offset": one load at per-row int64 offsets from x_ptr (the history's offsets include the distance between
+        # the two buffers), declared multiples of 16 when ALIGNED so that the load can be vectorised and pipelined
+        # (cp.async) like the weights; a pointer select hides that alignment from the compiler.
         new_rows = row_ok
         if HAS_STATE:
             in_state = t + shift < 0
             new_rows = row_ok & (t + shift >= 0)
         w_ptrs = w_ptr + (j * CIN + c).to(tl.int64)[:, None] * N + rn[None, :]
-        if not SPLIT_LOADS:
+        if LOADS == "offset":
+            off = x_off + shift * CIN
+            if HAS_STATE:
+                off = tl.where(in_state, st_off + shift * st_st, off)
+            if ALIGNED:
+                off = tl.multiple_of(off, 16)
+            if EVEN_K:
+                a = tl.load(x_ptr + off[:, None] + c[None, :], mask=row_ok[:, None], other=0.0)
+                w = tl.load(w_ptrs, mask=col_ok[None, :], other=0.0)
+            else:
+                k_ok = c < CIN
+                a = tl.load(x_ptr + off[:, None] + c[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                w = tl.load(w_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        elif LOADS == "select":
             if HAS_STATE:
                 rows = tl.where(in_state, state_rows + shift * st_st, x_rows + shift * CIN)
             else:
@@ -127,11 +150,11 @@ def _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DI
 @triton.jit
 def _causal_conv_kernel(
     x_ptr, state_ptr, slots_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr,
-    M, L, CIN, N, HIST, DIL, st_ss, st_st, SNAKE_CH,
+    M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta, SNAKE_CH,
     TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
     HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
-    EVEN_K: tl.constexpr, SPLIT_LOADS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    EVEN_K: tl.constexpr, LOADS: tl.constexpr, ALIGNED: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
 ):
     # x [M = B*L, CIN] contiguous; state [slots, HIST, CIN] (strides st_ss, st_st, 1); w [TAPS*CIN, N]
     # contiguous; res/out/out2 [M, N] contiguous; SnakeBeta parameters per column j % SNAKE_CH.
@@ -142,8 +165,8 @@ def _causal_conv_kernel(
     row_ok = rm < M
     col_ok = rn < N
     rm64 = rm.to(tl.int64)
-    acc = _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st, TAPS,
-                    HAS_STATE, EVEN_K, SPLIT_LOADS, PRECISION, UPCAST, BK, BM, BN)
+    acc = _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta,
+                    TAPS, HAS_STATE, EVEN_K, LOADS, ALIGNED, PRECISION, UPCAST, BK, BM, BN)
     y = acc
     if HAS_BIAS:
         y += tl.load(bias_ptr + rn, mask=col_ok, other=0.0).to(tl.float32)[None, :]
@@ -179,6 +202,26 @@ def runs_on(device: torch.device) -> bool:
 
 
 Snake = tuple[torch.Tensor, torch.Tensor]  # (exp(alpha), 1 / (exp(beta) + 1e-9)), fp32 [channels]
+
+
+def state_delta(x: torch.Tensor, state: torch.Tensor | None) -> int:
+    """The history buffer's start as an element offset from x's (for LOADS == "offset"; 0 without history)."""
+    if state is None:
+        return 0
+    diff = state.data_ptr() - x.data_ptr()
+    assert state.dtype == x.dtype and diff % x.element_size() == 0, (state.dtype, x.dtype, diff)
+    return diff // x.element_size()
+
+
+def load_flags(x: torch.Tensor, state: torch.Tensor | None) -> dict[str, object]:
+    """The kernels' LOADS mode and, for "offset", whether every row offset is a multiple of 16 elements (so the
+    compiler may vectorise and pipeline the activation loads): Cin, the history's strides, its distance from x,
+    and x's address all aligned."""
+    aligned = x.shape[-1] % 16 == 0 and x.data_ptr() % 16 == 0
+    if state is not None:
+        strides_ok = state.stride(0) % 16 == 0 and state.stride(1) % 16 == 0
+        aligned = aligned and strides_ok and state_delta(x, state) % 16 == 0
+    return {"LOADS": LOADS, "ALIGNED": aligned}
 
 
 def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, *, state: torch.Tensor | None = None,
@@ -218,12 +261,12 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
     a2, ib2 = snake_out2 if snake_out2 is not None else (dummy, dummy)
     args = (x, state_arg, slots_arg, w, dummy if bias is None else bias, dummy if residual is None else residual,
             dummy if out is None else out, dummy if out2 is None else out2, a1, ib1, a2, ib2,
-            m, length, cin, n, hist, dilation, st_ss, st_st, snake_ch)
+            m, length, cin, n, hist, dilation, st_ss, st_st, state_delta(x, state), snake_ch)
     flags = dict(TAPS=taps, HAS_STATE=state is not None, HAS_BIAS=bias is not None,
                  SNAKE_MAIN=snake_main is not None, HAS_RES=residual is not None, CLAMP=clamp,
                  STORE_MAIN=store_main, HAS_OUT2=snake_out2 is not None,
                  PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda",
-                 SPLIT_LOADS=SPLIT_LOADS)
+                 **load_flags(x, state))
     # Tuned: 16-bit inputs (fp32 runs for exactness, not speed) with Cin a multiple of every tuned BK's minimum.
     if x.device.type == "cuda" and AUTOTUNE and x.dtype != torch.float32 and cin % 32 == 0:
         def grid(meta: dict) -> tuple[int, int]:

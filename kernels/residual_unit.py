@@ -22,8 +22,9 @@ MAX_CHANNELS = 256  # one tile spans all channels: wider units use two causal_co
 @triton.jit
 def _residual_unit_kernel(
     a_ptr, state_ptr, slots_ptr, w1_ptr, b1_ptr, act2_a_ptr, act2_ib_ptr, w2_ptr, b2_ptr, res_ptr, out_ptr,
-    out2_ptr, nxt_a_ptr, nxt_ib_ptr, M, L, C, HIST, DIL, st_ss, st_st,
-    STORE_MAIN: tl.constexpr, EVEN_K: tl.constexpr, SPLIT_LOADS: tl.constexpr, PRECISION: tl.constexpr,
+    out2_ptr, nxt_a_ptr, nxt_ib_ptr, M, L, C, HIST, DIL, st_ss, st_st, st_delta,
+    STORE_MAIN: tl.constexpr, EVEN_K: tl.constexpr, LOADS: tl.constexpr, ALIGNED: tl.constexpr,
+    PRECISION: tl.constexpr,
     UPCAST: tl.constexpr, BC: tl.constexpr, BN2: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr,
 ):
     # a, res, out, out2 [M, C] contiguous; state [slots, HIST, C]; w1 [7*C, C], w2 [C, C] (GEMM layout: in x out).
@@ -33,8 +34,8 @@ def _residual_unit_kernel(
     rc = tl.arange(0, BC)
     row_ok = rm < M
     c_ok = rc < C
-    acc = _conv_acc(a_ptr, state_ptr, slots_ptr, w1_ptr, rm, rc, M, L, C, C, HIST, DIL, st_ss, st_st, 7, True,
-                    EVEN_K, SPLIT_LOADS, PRECISION, UPCAST, BK, BM, BC)
+    acc = _conv_acc(a_ptr, state_ptr, slots_ptr, w1_ptr, rm, rc, M, L, C, C, HIST, DIL, st_ss, st_st, st_delta,
+                    7, True, EVEN_K, LOADS, ALIGNED, PRECISION, UPCAST, BK, BM, BC)
     h = (acc + tl.load(b1_ptr + rc, mask=c_ok, other=0.0).to(tl.float32)[None, :]).to(dtype).to(tl.float32)
     h = _snake(h, act2_a_ptr, act2_ib_ptr, rc, c_ok).to(dtype)
     if UPCAST:
@@ -86,9 +87,10 @@ def residual_unit(a: torch.Tensor, w1: torch.Tensor, dilation: int, state: torch
         return out, out2
     bk = next((k for k in (64, 32, 16) if c % k == 0), 16)
     args = (a, state, slots, w1, b1, act2[0], act2[1], w2, b2, residual, out if out is not None else out2, out2,
-            next_act[0], next_act[1], m, length, c, hist, dilation, state.stride(0), state.stride(1))
-    # One switch for both conv kernels (causal_conv.AUTOTUNE / SPLIT_LOADS, read at call time).
-    flags = dict(STORE_MAIN=store_main, SPLIT_LOADS=conv_kernels.SPLIT_LOADS,
+            next_act[0], next_act[1], m, length, c, hist, dilation, state.stride(0), state.stride(1),
+            conv_kernels.state_delta(a, state))
+    # One switch for both conv kernels (causal_conv.AUTOTUNE / LOADS, read at call time).
+    flags = dict(STORE_MAIN=store_main, **conv_kernels.load_flags(a, state),
                  PRECISION="ieee" if a.dtype == torch.float32 else "tf32", UPCAST=a.device.type != "cuda",
                  BC=max(16, triton.next_power_of_2(c)), BN2=32)
     if a.device.type == "cuda" and conv_kernels.AUTOTUNE and a.dtype != torch.float32 and c % 32 == 0:

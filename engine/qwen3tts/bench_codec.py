@@ -90,7 +90,7 @@ def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype |
     return CodecStream(codec, num_slots, dtype=dtype)
 
 
-VARIANTS = ("default", "fuse_units", "split_loads", "attn_2warps")
+VARIANTS = ("default", "fuse_units", "split_loads", "offset_loads", "attn_2warps")
 
 
 def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
@@ -109,8 +109,8 @@ def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
         return lambda: setattr(ring_attention, "NUM_WARPS", warps)
     from ...kernels import causal_conv
 
-    old, causal_conv.SPLIT_LOADS = causal_conv.SPLIT_LOADS, True
-    return lambda: setattr(causal_conv, "SPLIT_LOADS", old)
+    old, causal_conv.LOADS = causal_conv.LOADS, variant.removesuffix("_loads")
+    return lambda: setattr(causal_conv, "LOADS", old)
 
 
 def _conv_autotune(on: bool) -> bool:

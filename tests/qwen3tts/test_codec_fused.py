@@ -206,15 +206,16 @@ def test_bench_variants_switch_and_restore(fused: ModuleType, codec) -> None:
 
     conv = importlib.import_module("voxgate.kernels.causal_conv")
     fs = fused.FusedCodecStream(codec, 2)
-    split = conv.SPLIT_LOADS
+    loads = conv.LOADS
     restore = _fused_variant(fs, "fuse_units")
     assert fs.fuse_units
     restore()
     assert not fs.fuse_units
-    restore = _fused_variant(fs, "split_loads")
-    assert conv.SPLIT_LOADS
-    restore()
-    assert split == conv.SPLIT_LOADS
+    for variant, mode in (("split_loads", "split"), ("offset_loads", "offset")):
+        restore = _fused_variant(fs, variant)
+        assert mode == conv.LOADS
+        restore()
+        assert loads == conv.LOADS
     attn = importlib.import_module("voxgate.kernels.ring_attention")
     restore = _fused_variant(fs, "attn_2warps")
     assert attn.NUM_WARPS == 2
