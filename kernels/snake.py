@@ -19,17 +19,21 @@ import triton.language as tl
 
 
 @triton.jit
+def _block_coords(numel, channels, length, BLOCK: tl.constexpr):
+    """This program's flat element indices into [rows, channels, length], their mask, and (row, channel, pos)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    pos = offs % length
+    bc = offs // length
+    return offs, offs < numel, bc // channels, bc % channels, pos
+
+
+@triton.jit
 def _snake_kernel(x_ptr, y_ptr, alpha_ptr, inv_beta_ptr, bias_ptr, numel, channels, length, x_sb, x_sc, y_sb, y_sc,
                   HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
     # x, y: [rows, channels, length], last dim contiguous, row/channel strides x_sb, x_sc / y_sb, y_sc; numel
     # elements; alpha, inv_beta: [channels] fp32 (exp(alpha), 1/(exp(beta)+1e-9)); bias: [channels], x's dtype,
     # added to x first and rounded to x's dtype (as a conv's separate bias add would). grid: cdiv(numel, BLOCK).
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    in_range = offs < numel
-    pos = offs % length
-    bc = offs // length
-    c = bc % channels
-    b = bc // channels
+    _, in_range, b, c, pos = _block_coords(numel, channels, length, BLOCK)
     a = tl.load(alpha_ptr + c, mask=in_range, other=0.0)
     ib = tl.load(inv_beta_ptr + c, mask=in_range, other=0.0)
     x = tl.load(x_ptr + b * x_sb + c * x_sc + pos, mask=in_range, other=0.0).to(tl.float32)
@@ -79,12 +83,7 @@ def _bias_residual_kernel(x_ptr, y_ptr, bias_ptr, out_ptr, numel, channels, leng
                           BLOCK: tl.constexpr):
     # x, y: [rows, channels, length], last dim contiguous, row/channel strides x_sb, x_sc / y_sb, y_sc;
     # out: contiguous; bias: [channels]. grid: cdiv(numel, BLOCK).
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    in_range = offs < numel
-    pos = offs % length
-    bc = offs // length
-    c = bc % channels
-    b = bc // channels
+    offs, in_range, b, c, pos = _block_coords(numel, channels, length, BLOCK)
     dtype = out_ptr.dtype.element_ty
     bias = tl.load(bias_ptr + c, mask=in_range, other=0.0).to(tl.float32)
     y = tl.load(y_ptr + b * y_sb + c * y_sc + pos, mask=in_range, other=0.0).to(tl.float32)

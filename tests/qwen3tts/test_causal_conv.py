@@ -175,7 +175,7 @@ def test_fused_residual_unit_equals_two_convs(cc: ModuleType, c: int, dil: int, 
             torch.testing.assert_close(gt.float(), wt.float(), atol=tol, rtol=tol)
 
 
-def _hopper_build(loads: str) -> tuple[int, int]:
+def _hopper_build(source: str, loads: str) -> tuple[int, int]:
     """Compile the conv kernel for sm_90 here (no GPU needed) with the runtime's alignment facts; returns
     (cp.async instructions in the PTX, shared memory bytes)."""
     import importlib.util
@@ -187,7 +187,7 @@ def _hopper_build(loads: str) -> tuple[int, int]:
     from triton.compiler import ASTSource
 
     # A compiled-mode copy of the module (the fixture's copy may be the interpreter's).
-    spec = importlib.util.spec_from_file_location("_causal_conv_compiled", cc_path())
+    spec = importlib.util.spec_from_file_location("_causal_conv_compiled", source)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     fn = mod._causal_conv_kernel
@@ -208,19 +208,13 @@ def _hopper_build(loads: str) -> tuple[int, int]:
     return kernel.asm["ptx"].count("cp.async"), kernel.metadata.shared
 
 
-def cc_path() -> str:
-    import voxgate.kernels.causal_conv as mod
-
-    return mod.__file__
-
-
-def test_offset_loads_are_pipelined_on_hopper() -> None:
+def test_offset_loads_are_pipelined_on_hopper(cc: ModuleType) -> None:
     """The point of LOADS="offset": with its alignment declared, the activation tile is loaded asynchronously and
     staged like the weights (more cp.async, a shared-memory buffer per stage); through a per-row pointer select
     the compiler cannot prove alignment and loads it synchronously. Checked on the compiler's output for sm_90,
     so CI sees it without a GPU."""
-    select_async, select_shared = _hopper_build("select")
-    offset_async, offset_shared = _hopper_build("offset")
+    select_async, select_shared = _hopper_build(cc.__file__, "select")
+    offset_async, offset_shared = _hopper_build(cc.__file__, "offset")
     assert offset_async > select_async, (offset_async, select_async)
     # 4 stages of a 128 x 32 bf16 activation tile (8 KiB each) on top of the weights' stages
     assert offset_shared >= select_shared + 3 * 128 * 32 * 2, (offset_shared, select_shared)
