@@ -34,6 +34,13 @@ _CONFIGS = [
     for bm, bn, bk, w, s in [(128, 64, 32, 4, 5), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 32, 4, 5),
                              (128, 128, 64, 8, 3), (128, 32, 32, 4, 4), (128, 16, 32, 4, 4)]
 ]
+# Deeper pipelines, tried only with LOADS="offset", where both tiles are staged through shared memory (ptxas for
+# sm_90: 167 registers, no spills at 128 x 128 x 64 on 8 warps; 256-wide tiles spill, so none is listed).
+_OFFSET_CONFIGS = [
+    triton.Config({"BM": bm, "BN": bn, "BK": bk}, num_warps=w, num_stages=s)
+    for bm, bn, bk, w, s in [(128, 128, 64, 8, 4), (128, 64, 64, 4, 5)]
+]
+_OFFSET_ONLY = {id(c) for c in _OFFSET_CONFIGS}
 
 
 # Off: a fixed tile instead of tuning each new shape (set VOXGATE_CONV_AUTOTUNE=0, or assign at run time).
@@ -52,7 +59,9 @@ if LOADS not in LOAD_MODES:
 def _prune(configs: list, named_args: dict, **kwargs) -> list:
     """Drop tiles far wider than N or taller than M (masked work); keep at least one."""
     n, m, cin = named_args["N"], named_args["M"], named_args["CIN"]
-    valid = [c for c in configs if cin % c.kwargs["BK"] == 0]  # the tuned kernel runs with EVEN_K
+    offset = kwargs.get("LOADS") == "offset"
+    valid = [c for c in configs if cin % c.kwargs["BK"] == 0  # the tuned kernel runs with EVEN_K
+             and (offset or id(c) not in _OFFSET_ONLY)]
     kept = [c for c in valid if c.kwargs["BN"] <= max(32, 2 * n) and c.kwargs["BM"] <= max(64, m)]
     return kept or valid
 
@@ -72,10 +81,11 @@ def _snake(y, a_ptr, ib_ptr, cols, mask):
 
 @triton.jit
 def _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta,
-              TAPS: tl.constexpr, HAS_STATE: tl.constexpr, EVEN_K: tl.constexpr, LOADS: tl.constexpr,
+              k_lo, k_hi, TAPS: tl.constexpr, HAS_STATE: tl.constexpr, EVEN_K: tl.constexpr, LOADS: tl.constexpr,
               ALIGNED: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr,
               BM: tl.constexpr, BN: tl.constexpr):
-    """The implicit GEMM: acc [BM, BN] fp32 for output rows rm and columns rn (see _causal_conv_kernel)."""
+    """The implicit GEMM: acc [BM, BN] fp32 for output rows rm and columns rn (see _causal_conv_kernel), over
+    the K steps k_lo..k_hi-1 (a K step: one tap's BK input channels; all of them: 0..TAPS*cdiv(CIN, BK)-1)."""
     rk = tl.arange(0, BK)
     row_ok = rm < M
     col_ok = rn < N
@@ -89,7 +99,7 @@ def _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DI
         st_off = st_delta + st_rows_off  # the same rows as offsets from x_ptr (LOADS == "offset")
     kch = (CIN + BK - 1) // BK
     acc = tl.full((BM, BN), 0.0, tl.float32)  # core ops only: see tests' triton_mode
-    for kk in range(0, TAPS * kch):
+    for kk in range(k_lo, k_hi):
         j = kk // kch
         c = (kk - j * kch) * BK + rk
         shift = j * DIL - HIST
@@ -148,32 +158,19 @@ def _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DI
 
 
 @triton.jit
-def _causal_conv_kernel(
-    x_ptr, state_ptr, slots_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr,
-    M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta, SNAKE_CH,
-    TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
-    HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
-    EVEN_K: tl.constexpr, LOADS: tl.constexpr, ALIGNED: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-):
-    # x [M = B*L, CIN] contiguous; state [slots, HIST, CIN] (strides st_ss, st_st, 1); w [TAPS*CIN, N]
-    # contiguous; res/out/out2 [M, N] contiguous; SnakeBeta parameters per column j % SNAKE_CH.
-    # grid: (cdiv(M, BM), cdiv(N, BN)).
-    dtype = x_ptr.dtype.element_ty
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+def _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
+              dtype: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr, HAS_RES: tl.constexpr,
+              CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr):
+    """acc [BM, BN] fp32 (the conv's sum for rows rm, columns rn) -> the stored outputs (module docstring)."""
     row_ok = rm < M
     col_ok = rn < N
-    rm64 = rm.to(tl.int64)
-    acc = _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta,
-                    TAPS, HAS_STATE, EVEN_K, LOADS, ALIGNED, PRECISION, UPCAST, BK, BM, BN)
     y = acc
     if HAS_BIAS:
         y += tl.load(bias_ptr + rn, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     y = y.to(dtype).to(tl.float32)  # the conv's output, as stored
     if SNAKE_MAIN:
         y = _snake(y, a1_ptr, ib1_ptr, rn % SNAKE_CH, col_ok).to(dtype).to(tl.float32)
-    offs = rm64[:, None] * N + rn[None, :]
+    offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
     mask = row_ok[:, None] & col_ok[None, :]
     if HAS_RES:
         y = (tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32) + y).to(dtype).to(tl.float32)
@@ -185,10 +182,105 @@ def _causal_conv_kernel(
         tl.store(out2_ptr + offs, _snake(y, a2_ptr, ib2_ptr, rn % SNAKE_CH, col_ok).to(dtype), mask=mask)
 
 
+@triton.jit
+def _causal_conv_kernel(
+    x_ptr, state_ptr, slots_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr,
+    M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta, SNAKE_CH,
+    TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
+    HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
+    EVEN_K: tl.constexpr, LOADS: tl.constexpr, ALIGNED: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+):
+    # x [M = B*L, CIN] contiguous; state [slots, HIST, CIN] (strides st_ss, st_st, 1); w [TAPS*CIN, N]
+    # contiguous; res/out/out2 [M, N] contiguous; SnakeBeta parameters per column j % SNAKE_CH.
+    # grid: (cdiv(M, BM), cdiv(N, BN)).
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    k_steps = TAPS * ((CIN + BK - 1) // BK)
+    acc = _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta,
+                    0, k_steps, TAPS, HAS_STATE, EVEN_K, LOADS, ALIGNED, PRECISION, UPCAST, BK, BM, BN)
+    _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
+              x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2)
+
+
+@triton.jit
+def _causal_conv_splitk_kernel(
+    x_ptr, state_ptr, slots_ptr, w_ptr, part_ptr, M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta, K_PER,
+    TAPS: tl.constexpr, HAS_STATE: tl.constexpr, EVEN_K: tl.constexpr, LOADS: tl.constexpr, ALIGNED: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+):
+    # Split K: program (i, j, s) sums K steps s*K_PER.. into part[s] (fp32 [SPLIT, M, N]); _splitk_epilogue_kernel
+    # adds the parts in a fixed order (the same sum every replay) and runs the epilogue.
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    split = tl.program_id(2)
+    k_lo = split * K_PER
+    k_hi = tl.minimum(k_lo + K_PER, TAPS * ((CIN + BK - 1) // BK))
+    acc = _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta,
+                    k_lo, k_hi, TAPS, HAS_STATE, EVEN_K, LOADS, ALIGNED, PRECISION, UPCAST, BK, BM, BN)
+    offs = (split * M + rm).to(tl.int64)[:, None] * N + rn[None, :]
+    tl.store(part_ptr + offs, acc, mask=(rm < M)[:, None] & (rn < N)[None, :])
+
+
+@triton.jit
+def _splitk_epilogue_kernel(
+    part_ptr, x_ptr, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, M, N, SPLIT, SNAKE_CH,
+    HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr, HAS_RES: tl.constexpr,
+    CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    mask = (rm < M)[:, None] & (rn < N)[None, :]
+    offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
+    acc = tl.load(part_ptr + offs, mask=mask, other=0.0)
+    for s in range(1, SPLIT):
+        acc += tl.load(part_ptr + s * M * N + offs, mask=mask, other=0.0)
+    _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
+              x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2)
+
+
+# Split K where a conv has few output tiles for its K (decoder.0 and the pre-conv: M = 4 * rows): the K loop is
+# spread over more programs. Off until measured (VOXGATE_CONV_SPLIT_K=1 or assign at run time); a fixed tile.
+SPLIT_K = os.environ.get("VOXGATE_CONV_SPLIT_K", "0") != "0"
+_SPLIT_TILE = dict(BM=64, BN=128, BK=64, num_warps=4, num_stages=4)
+
+
+def split_k_parts(m: int, n: int, k_steps: int, sms: int) -> int:
+    """How many K ranges to split a conv into (1: no split): enough programs for about two waves of `sms`
+    multiprocessors at the split-K tile, each range at least 4 K steps long, at most 8 ranges."""
+    tiles = triton.cdiv(m, _SPLIT_TILE["BM"]) * triton.cdiv(n, _SPLIT_TILE["BN"])
+    if tiles >= sms:
+        return 1
+    return max(1, min(8, triton.cdiv(2 * sms, tiles), k_steps // 4))
+
+
+def split_k_plan(m: int, n: int, cin: int, taps: int, device: torch.device) -> tuple[int, int]:
+    """(K ranges, K tile) for causal_conv's launch: (1, _) when split K is off or does not pay."""
+    bk = _SPLIT_TILE["BK"] if cin % _SPLIT_TILE["BK"] == 0 else next((k for k in (32, 16) if cin % k == 0), 16)
+    if not SPLIT_K:
+        return 1, bk
+    return split_k_parts(m, n, taps * triton.cdiv(cin, bk), _multiprocessors(device)), bk
+
+
+_SMS: dict[int, int] = {}
+
+
+def _multiprocessors(device: torch.device) -> int:
+    """The device's multiprocessor count (the CPU interpreter: a nominal 4, so that tests split small convs)."""
+    if device.type != "cuda":
+        return 4
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SMS:
+        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SMS[index]
+
+
 # Tuned tiles go to Triton's cache directory (TRITON_CACHE_DIR) where the autotuner can keep them (Triton >= 3.4),
 # so a restart reuses them instead of tuning again.
 TUNING_CACHE = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
-_causal_conv_tuned = triton.autotune(_CONFIGS, key=["M", "N", "CIN", "TAPS", "HAS_STATE"],
+# LOADS and ALIGNED are in the key: each load mode gets its own tiles (a tile tuned for one is not the other's).
+_causal_conv_tuned = triton.autotune(_CONFIGS + _OFFSET_CONFIGS,
+                                     key=["M", "N", "CIN", "TAPS", "HAS_STATE", "LOADS", "ALIGNED"],
                                      prune_configs_by={"early_config_prune": _prune},
                                      do_bench=_quick_bench, **TUNING_CACHE)(_causal_conv_kernel)
 
@@ -267,8 +359,11 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
                  STORE_MAIN=store_main, HAS_OUT2=snake_out2 is not None,
                  PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda",
                  **load_flags(x, state))
+    parts, bk_split = split_k_plan(m, n, cin, taps, x.device)
+    if parts > 1:
+        _split_k(args, flags, parts, bk_split)
     # Tuned: 16-bit inputs (fp32 runs for exactness, not speed) with Cin a multiple of every tuned BK's minimum.
-    if x.device.type == "cuda" and AUTOTUNE and x.dtype != torch.float32 and cin % 32 == 0:
+    elif x.device.type == "cuda" and AUTOTUNE and x.dtype != torch.float32 and cin % 32 == 0:
         def grid(meta: dict) -> tuple[int, int]:
             return triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"])
         _causal_conv_tuned[grid](*args, **flags, EVEN_K=True)
@@ -282,6 +377,26 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
         _causal_conv_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](*args, **flags, EVEN_K=cin % bk == 0, BK=bk,
                                                                        BM=bm, BN=bn)
     return out, out2
+
+
+def _split_k(args: tuple, flags: dict, parts: int, bk: int) -> None:
+    """causal_conv's launch as `parts` K ranges into fp32 partial sums, then one epilogue pass over them."""
+    (x, state, slots, w, bias, res, out_arg, out2_arg, a1, ib1, a2, ib2,
+     m, length, cin, n, hist, dil, st_ss, st_st, st_delta, snake_ch) = args
+    k_steps = flags["TAPS"] * triton.cdiv(cin, bk)
+    k_per = triton.cdiv(k_steps, parts)
+    parts = triton.cdiv(k_steps, k_per)  # no empty range
+    part = torch.empty(parts, m, n, dtype=torch.float32, device=x.device)
+    tile = _SPLIT_TILE
+    conv_flags = {k: flags[k] for k in ("TAPS", "HAS_STATE", "LOADS", "ALIGNED", "PRECISION", "UPCAST")}
+    _causal_conv_splitk_kernel[(triton.cdiv(m, tile["BM"]), triton.cdiv(n, tile["BN"]), parts)](
+        x, state, slots, w, part, m, length, cin, n, hist, dil, st_ss, st_st, st_delta, k_per, **conv_flags,
+        EVEN_K=cin % bk == 0, BK=bk, BM=tile["BM"], BN=tile["BN"], num_warps=tile["num_warps"],
+        num_stages=tile["num_stages"])
+    epi_flags = {k: flags[k] for k in ("HAS_BIAS", "SNAKE_MAIN", "HAS_RES", "CLAMP", "STORE_MAIN", "HAS_OUT2")}
+    _splitk_epilogue_kernel[(triton.cdiv(m, 32), triton.cdiv(n, 128))](
+        part, x, bias, res, out_arg, out2_arg, a1, ib1, a2, ib2, m, n, parts, snake_ch,
+        **epi_flags, BM=32, BN=128, num_warps=4)
 
 
 @triton.jit

@@ -35,7 +35,7 @@ def _residual_unit_kernel(
     row_ok = rm < M
     c_ok = rc < C
     acc = _conv_acc(a_ptr, state_ptr, slots_ptr, w1_ptr, rm, rc, M, L, C, C, HIST, DIL, st_ss, st_st, st_delta,
-                    7, True, EVEN_K, LOADS, ALIGNED, PRECISION, UPCAST, BK, BM, BC)
+                    0, 7 * ((C + BK - 1) // BK), 7, True, EVEN_K, LOADS, ALIGNED, PRECISION, UPCAST, BK, BM, BC)
     h = (acc + tl.load(b1_ptr + rc, mask=c_ok, other=0.0).to(tl.float32)[None, :]).to(dtype).to(tl.float32)
     h = _snake(h, act2_a_ptr, act2_ib_ptr, rc, c_ok).to(dtype)
     if UPCAST:
@@ -65,7 +65,7 @@ def _prune(configs: list, named_args: dict, **kwargs: object) -> list:
 # The accumulator spans all channels (up to 256 fp32 columns), so row tiles stay small.
 _UNIT_CONFIGS = [triton.Config({"BM": bm, "BK": bk}, num_warps=w, num_stages=s)
                  for bm, bk, w, s in [(64, 32, 4, 4), (64, 64, 8, 3), (128, 32, 8, 3), (64, 32, 8, 4)]]
-_residual_unit_tuned = triton.autotune(_UNIT_CONFIGS, key=["M", "C", "DIL"], prune_configs_by={
+_residual_unit_tuned = triton.autotune(_UNIT_CONFIGS, key=["M", "C", "DIL", "LOADS", "ALIGNED"], prune_configs_by={
     "early_config_prune": _prune}, do_bench=_quick_bench, **TUNING_CACHE)(_residual_unit_kernel)
 
 

@@ -90,11 +90,15 @@ def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype |
     return CodecStream(codec, num_slots, dtype=dtype)
 
 
-VARIANTS = ("default", "fuse_units", "split_loads", "offset_loads", "attn_2warps")
+VARIANTS = ("default", "fuse_units", "split_loads", "offset_loads", "attn_2warps", "split_k")
 
 
 def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
-    """Switch the fused step to a kernel variant; returns a function that switches it back."""
+    """Switch the fused step to a kernel variant, or to several joined by "+" (offset_loads+fuse_units);
+    returns a function that switches it back."""
+    if "+" in variant:
+        restores = [_fused_variant(cs, v) for v in variant.split("+")]
+        return lambda: [restore() for restore in reversed(restores)]
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
     if variant == "default":
@@ -102,6 +106,11 @@ def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
     if variant == "fuse_units":
         cs.fuse_units = True  # type: ignore[attr-defined]
         return lambda: setattr(cs, "fuse_units", False)
+    if variant == "split_k":
+        from ...kernels import causal_conv
+
+        causal_conv.SPLIT_K = True
+        return lambda: setattr(causal_conv, "SPLIT_K", False)
     if variant == "attn_2warps":
         from ...kernels import ring_attention
 
@@ -159,17 +168,30 @@ def _time(fn: Any, device: str, iters: int) -> float:
     return statistics.median(times)
 
 
-def speed(cs: StreamingCodec, rows: int, frames: int, device: str, iters: int) -> dict[str, Any]:
-    """One step of `rows` streams x `frames` new frames, state warmed past the window."""
+def speed(cs: StreamingCodec, rows: int, frames: int, device: str, iters: int,
+          baseline: dict[tuple[int, int], torch.Tensor] | None = None) -> dict[str, Any]:
+    """One step of `rows` streams x `frames` new frames, state warmed past the window. The codes are the same
+    for every call with the same shape, so the first timed step's audio can be compared across kernel variants:
+    `baseline` keeps the first variant's per shape, and later ones report their SNR against it (a wrong kernel
+    shows up as a low SNR; rounding differences alone stay far above 30 dB)."""
+    g = torch.Generator().manual_seed(1000 * rows + frames)
     cs.pool.reset(range(cs.pool.num_slots))
     slots = torch.arange(1, rows + 1, device=device)
-    codes = torch.randint(0, 2048, (rows, frames, 16), device=device)
+    codes = torch.randint(0, 2048, (rows, frames, 16), generator=g).to(device)
     num = torch.full((rows,), frames, device=device)
-    warm_codes = torch.randint(0, 2048, (rows, 16, 16), device=device)
     for _ in range(5):  # 80 frames: the attention window is full
-        cs.step(slots, warm_codes, torch.full((rows,), 16, device=device))
+        cs.step(slots, torch.randint(0, 2048, (rows, 16, 16), generator=g).to(device),
+                torch.full((rows,), 16, device=device))
+    audio = cs.step(slots, codes, num).float().cpu()
+    res: dict[str, Any] = {"rows": rows, "frames": frames}
+    if baseline is not None:
+        first = baseline.setdefault((rows, frames), audio)
+        if first is not audio:
+            res["snr_vs_first_variant_db"] = round(snr_db(audio, first), 1)
     eager = _time(lambda: cs.step(slots, codes, num), device, iters)
-    res: dict[str, Any] = {"rows": rows, "frames": frames, "eager_ms": round(eager * 1e3, 3)}
+    res["eager_ms"] = round(eager * 1e3, 3)
+    if not isinstance(cs, CodecStream):
+        res["aligned_convs"] = _aligned_convs(lambda: cs.step(slots, codes, num))
     if device.startswith("cuda"):
         try:
             res.update(_graph(cs, slots, codes, num, iters))
@@ -179,6 +201,26 @@ def speed(cs: StreamingCodec, rows: int, frames: int, device: str, iters: int) -
     res["x_realtime_per_stream"] = round(frames * FRAME_S / best, 1)
     res["audio_s_per_s"] = round(rows * frames * FRAME_S / best, 1)
     return res
+
+
+def _aligned_convs(step: Any) -> str:
+    """Fused path: how many of one step's conv launches had their row offsets declared aligned (the condition
+    for LOADS="offset" to stage the activation tile), as "aligned/launches"."""
+    from ...kernels import causal_conv as ccm
+
+    flags = []
+    load_flags = ccm.load_flags
+
+    def recording(x: torch.Tensor, state: torch.Tensor | None) -> dict[str, object]:
+        flags.append(load_flags(x, state))
+        return flags[-1]
+
+    ccm.load_flags = recording
+    try:
+        step()
+    finally:
+        ccm.load_flags = load_flags
+    return f"{sum(bool(f['ALIGNED']) for f in flags)}/{len(flags)}"
 
 
 def _graph(cs: StreamingCodec, slots: torch.Tensor, codes: torch.Tensor, num: torch.Tensor,
@@ -251,16 +293,21 @@ def conv_breakdown(cs: StreamingCodec, rows: int, frames: int, device: str) -> l
             torch.cuda.synchronize()
     finally:
         del cs._run  # type: ignore[attr-defined]
+    names = ("_causal_conv_kernel", "_causal_conv_splitk_kernel", "_splitk_epilogue_kernel")
     kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                      and "_causal_conv_kernel" in e.name), key=lambda e: e.time_range.start)
-    if len(kernels) != len(calls):
-        raise RuntimeError(f"{len(kernels)} conv kernels profiled for {len(calls)} conv calls")
+                      and any(name in e.name for name in names)), key=lambda e: e.time_range.start)
     table = []
-    for (conv, (b, length, cin), tile), event in zip(calls, kernels, strict=True):
-        us = event.time_range.elapsed_us()
+    for conv, (b, length, cin), tile in calls:
         m, n, k = b * length, conv.w.shape[1], conv.taps * cin
+        parts = ccm.split_k_plan(m, n, cin, conv.taps, torch.device(device))[0]
+        events, kernels = kernels[: 1 + (parts > 1)], kernels[1 + (parts > 1):]  # split: parts + epilogue
+        if parts > 1:
+            tile = f"split-K x{parts}, {ccm._SPLIT_TILE}"
+        us = sum(e.time_range.elapsed_us() for e in events)
         table.append({"conv": conv.state or "1x1", "M": m, "N": n, "K": k, "dilation": conv.dilation,
                       "us": round(us, 1), "tflops": round(2 * m * n * k / us / 1e6, 1), "tile": tile})
+    if kernels:
+        raise RuntimeError(f"{len(kernels)} conv kernels profiled beyond the {len(calls)} conv calls")
     return table
 
 
@@ -316,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--paths", default=",".join(PATHS), help="step implementations to run (comma-separated)")
     p.add_argument("--variants", default="default",
-                   help=f"fused path, bf16: kernel variants to time, comma-separated ({', '.join(VARIANTS)})")
+                   help=f"fused path, bf16: kernel variants to time, comma-separated ({', '.join(VARIANTS)}); "
+                        "join variants with + to combine them")
     p.add_argument("--speed-only", action="store_true", help="bf16 step speeds only (no exactness, SNR, fp32)")
     p.add_argument("--watchdog", type=float, default=0, help="print every thread's stack every N s (0: off)")
     args = p.parse_args(argv)
@@ -379,14 +427,18 @@ def main(argv: list[str] | None = None) -> int:
                     report.setdefault("fused_snake_errors", {})[name] = cs.fused_snake_error
                 # fused path, bf16: each requested variant of the kernels (the first is the default)
                 variants = args.variants.split(",") if path == "fused" and dtype == torch.bfloat16 else ["default"]
+                baseline: dict[tuple[int, int], torch.Tensor] = {}
                 for variant in variants:
                     restore = _fused_variant(cs, variant)
                     for rows, frames in SHAPES:
                         s = section(f"speed {path} {name} {variant} undilate={undilate} fused_snake={fused}", speed,
-                                    cs, rows, frames, dev, args.iters)
+                                    cs, rows, frames, dev, args.iters, baseline)
                         s.update(path=path, dtype=name, undilate=undilate, fused_snake=fused, rows=rows,
                                  frames=frames, variant=variant)
                         report["speed"].append(s)
+                    if args.speed_only and path == "fused" and dev.startswith("cuda"):  # where each variant's time goes
+                        report.setdefault("conv_breakdowns", {})[variant] = section(
+                            f"conv breakdown {variant}", conv_breakdown, cs, max_rows, 1, dev)
                     restore()
             del cs
             if dev.startswith("cuda"):

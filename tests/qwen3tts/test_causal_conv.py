@@ -24,9 +24,9 @@ def _snake(c: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     return (torch.rand(c, generator=g) + 0.5).to(DEVICE), (torch.rand(c, generator=g) + 0.5).to(DEVICE)
 
 
-def _pool(slots: int, hist: int, c: int, g: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+def _pool(slots: int, hist: int, c: int, g: torch.Generator, dtype: torch.dtype, pad: int = 13) -> torch.Tensor:
     """A [slots, hist, c] view with a slot stride larger than its rows (like a SlotPool view)."""
-    buf = torch.randn(slots, hist * c + 13, generator=g).to(dtype).to(DEVICE)
+    buf = torch.randn(slots, hist * c + pad, generator=g).to(dtype).to(DEVICE)
     return buf[:, : hist * c].view(slots, hist, c)
 
 
@@ -34,17 +34,20 @@ def _pool(slots: int, hist: int, c: int, g: torch.Generator, dtype: torch.dtype)
     (32, 48, 7, 1, 5), (16, 40, 7, 3, 9), (64, 16, 3, 1, 1), (24, 20, 7, 9, 30), (32, 32, 2, 1, 4),
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("loads", ["select", "split", "offset"])
+@pytest.mark.parametrize("loads", ["select", "split", "offset", "offset_aligned"])
 def test_conv_matches_torch_conv1d(cc: ModuleType, cin: int, n: int, taps: int, dil: int, length: int,
                                    dtype: torch.dtype, loads: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every way of reading the rows where history and new inputs meet (VOXGATE_CONV_LOADS)."""
-    monkeypatch.setattr(cc, "LOADS", loads)
+    """Every way of reading the rows where history and new inputs meet (VOXGATE_CONV_LOADS); offset_aligned: a
+    pool whose strides are multiples of 16 (as SlotPool's), so the offsets are declared aligned where Cin is."""
+    monkeypatch.setattr(cc, "LOADS", loads.removesuffix("_aligned"))
     g = torch.Generator().manual_seed(cin * 100 + length)
     b, hist = 3, (taps - 1) * dil
     x = torch.randn(b, length, cin, generator=g).to(dtype).to(DEVICE)
     w = (torch.randn(n, cin, taps, generator=g) / (cin * taps) ** 0.5).to(dtype).to(DEVICE)
     bias = torch.randn(n, generator=g).to(dtype).to(DEVICE)
-    state = _pool(5, hist, cin, g, dtype)
+    pad = -(hist * cin) % 16 + 16 if loads.endswith("_aligned") else 13
+    state = _pool(5, hist, cin, g, dtype, pad)
+    assert cc.load_flags(x, state)["ALIGNED"] == (loads.endswith("_aligned") and cin % 16 == 0)
     slots = torch.tensor([3, 0, 1], device=DEVICE)
     got, _ = cc.causal_conv(x, cc.conv_weight(w), taps, dil, state=state, slots=slots, bias=bias)
     # Independent oracle: torch's conv over the concatenated history, in fp32.
@@ -82,6 +85,51 @@ def test_epilogues_match_reference(cc: ModuleType, dtype: torch.dtype, epilogue:
             torch.testing.assert_close(gt.float(), wt.float(), atol=tol, rtol=tol)
     if epilogue == "clamp_fp32":
         assert got[0].abs().max() <= 1.0 and (got[0].abs() == 1.0).any()
+
+
+@pytest.mark.parametrize(("cin", "parts"), [(128, 3), (48, 5), (40, 5)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("epilogue", ["snake_main", "residual_out2", "clamp_fp32"])
+def test_split_k_matches_reference(cc: ModuleType, cin: int, parts: int, dtype: torch.dtype, epilogue: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPLIT_K: K ranges of unequal length (the last is shorter), K tiles that do not divide Cin (40), and the
+    epilogue run by the pass that adds the parts."""
+    monkeypatch.setattr(cc, "SPLIT_K", True)
+    g = torch.Generator().manual_seed(cin)
+    b, length, n, taps, dil = 2, 3, 40, 7, 1
+    bk = next((k for k in (64, 32, 16) if cin % k == 0), 16)
+    sms = 4 if DEVICE == "cpu" else 2 * parts  # the interpreter's nominal count; on CUDA, as if it had few SMs
+    monkeypatch.setattr(cc, "_multiprocessors", lambda device: sms)
+    assert cc.split_k_parts(b * length, n, taps * -(-cin // bk), sms) == parts
+    x = torch.randn(b, length, cin, generator=g).to(dtype).to(DEVICE)
+    w = (torch.randn(n, cin, taps, generator=g) / (cin * taps) ** 0.5).to(dtype).to(DEVICE)
+    kw: dict = dict(state=_pool(3, (taps - 1) * dil, cin, g, dtype), slots=torch.tensor([2, 1], device=DEVICE),
+                    bias=torch.randn(n, generator=g).to(dtype).to(DEVICE))
+    if epilogue == "snake_main":
+        kw["snake_main"] = _snake(n, g)
+    elif epilogue == "residual_out2":
+        kw.update(residual=torch.randn(b, length, n, generator=g).to(dtype).to(DEVICE), snake_out2=_snake(n, g))
+    else:
+        kw.update(clamp=True, out_dtype=torch.float32)
+    got = cc.causal_conv(x, cc.conv_weight(w), taps, dil, **kw)
+    want = cc.causal_conv_ref(x, cc.conv_weight(w), taps, dil, **kw)
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    for gt, wt in zip(got, want, strict=True):
+        assert (gt is None) == (wt is None)
+        if gt is not None:
+            assert gt.dtype == wt.dtype
+            torch.testing.assert_close(gt.float(), wt.float(), atol=tol, rtol=tol)
+
+
+def test_split_k_parts() -> None:
+    """Split only where the tiles do not fill the device, into ranges of at least 4 K steps, at most 8."""
+    from voxgate.kernels.causal_conv import split_k_parts
+
+    assert split_k_parts(512, 1536, 112, 132) == 3  # decoder.0 at 128 streams x 1 frame: 96 tiles
+    assert split_k_parts(128, 1024, 24, 132) == 6  # the pre-conv: 16 tiles, 24 K steps
+    assert split_k_parts(64, 1536, 112, 132) == 8
+    assert split_k_parts(4096, 768, 84, 132) == 1  # enough tiles already
+    assert split_k_parts(128, 1024, 7, 132) == 1  # too little K to share
 
 
 @pytest.mark.parametrize("stride", [2, 3, 5])
@@ -218,3 +266,18 @@ def test_offset_loads_are_pipelined_on_hopper(cc: ModuleType) -> None:
     assert offset_async > select_async, (offset_async, select_async)
     # 4 stages of a 128 x 32 bf16 activation tile (8 KiB each) on top of the weights' stages
     assert offset_shared >= select_shared + 3 * 128 * 32 * 2, (offset_shared, select_shared)
+
+
+def test_tuning_keeps_big_tiles_for_offset_loads_only() -> None:
+    """The autotuner's pruning: K tiles dividing Cin only, and the big tiles only where LOADS="offset" stages both
+    operands (the pointer select spills them); each load mode is tuned under its own key."""
+    from voxgate.kernels import causal_conv as cc
+
+    args = {"N": 768, "M": 81920, "CIN": 192}
+    big = {(c.kwargs["BM"], c.kwargs["BN"]) for c in cc._OFFSET_CONFIGS}
+    for loads in cc.LOAD_MODES:
+        kept = cc._prune(cc._causal_conv_tuned.configs, args, LOADS=loads, ALIGNED=True)
+        assert kept and all(192 % c.kwargs["BK"] == 0 for c in kept)
+        got_big = {(c.kwargs["BM"], c.kwargs["BN"]) for c in kept if id(c) in cc._OFFSET_ONLY}
+        assert got_big == (big if loads == "offset" else set()), (loads, got_big)
+    assert {"LOADS", "ALIGNED"} <= set(cc._causal_conv_tuned.keys)
