@@ -90,7 +90,7 @@ def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype |
     return CodecStream(codec, num_slots, dtype=dtype)
 
 
-VARIANTS = ("default", "fuse_units", "split_loads", "offset_loads", "attn_2warps", "split_k")
+VARIANTS = ("default", "fuse_units", "fuse_units_96", "split_loads", "offset_loads", "attn_2warps", "split_k")
 
 
 def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
@@ -103,9 +103,12 @@ def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
         raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
     if variant == "default":
         return lambda: None
-    if variant == "fuse_units":
+    if variant.startswith("fuse_units"):  # fuse_units_96: the last block's units only
+        old = cs.fuse_units, cs.fuse_units_channels  # type: ignore[attr-defined]
         cs.fuse_units = True  # type: ignore[attr-defined]
-        return lambda: setattr(cs, "fuse_units", False)
+        if variant != "fuse_units":
+            cs.fuse_units_channels = int(variant.split("_")[-1])  # type: ignore[attr-defined]
+        return lambda: setattr(cs, "fuse_units", old[0]) or setattr(cs, "fuse_units_channels", old[1])
     if variant == "split_k":
         from ...kernels import causal_conv
 

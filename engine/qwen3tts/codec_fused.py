@@ -88,11 +88,12 @@ class FusedCodecStream(StreamingCodec):
     """Streams of one codec decoder on the fused kernels; state in a SlotPool of `num_slots` (slot 0 the sink).
 
     dtype: compute and state dtype (default: the codec's). The codec is read once to build the kernels' weight
-    layouts and is left untouched. fuse_units: residual units of <= 256 channels in one kernel each
-    (kernels/residual_unit.py); off until measured faster on the GPU (docs/codec.md).
+    layouts and is left untouched. fuse_units: residual units of at most fuse_units_channels (<= 256) channels
+    in one kernel each (kernels/residual_unit.py); off until measured faster on the GPU (docs/codec.md).
     """
 
     fuse_units = False
+    fuse_units_channels = MAX_CHANNELS
     max_step_frames = 64  # the attention kernel's limit; warm() splits longer references
 
     def __init__(self, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None) -> None:
@@ -210,7 +211,7 @@ class FusedCodecStream(StreamingCodec):
                 nxt = (self.blocks[k + 1].act_in if k + 1 < len(self.blocks) else self.act_out) if last \
                     else blk.unit_acts[j + 1]
                 # the block's output itself is only read through the next SnakeBeta: not stored
-                if self.fuse_units and res.shape[-1] <= MAX_CHANNELS:
+                if self.fuse_units and res.shape[-1] <= min(self.fuse_units_channels, MAX_CHANNELS):
                     state = views[unit.conv1.state]
                     res, a_next = residual_unit(a, unit.conv1.w, unit.conv1.dilation, state, slots, unit.conv1.bias,
                                                 unit.act2, unit.conv2.w, unit.conv2.bias, res, nxt, not last)

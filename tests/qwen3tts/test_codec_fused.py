@@ -211,6 +211,10 @@ def test_bench_variants_switch_and_restore(fused: ModuleType, codec) -> None:
     assert fs.fuse_units
     restore()
     assert not fs.fuse_units
+    restore = _fused_variant(fs, "offset_loads+fuse_units_96+split_k")
+    assert fs.fuse_units and fs.fuse_units_channels == 96 and conv.LOADS == "offset" and conv.SPLIT_K
+    restore()
+    assert not fs.fuse_units and fs.fuse_units_channels == 256 and loads == conv.LOADS and not conv.SPLIT_K
     for variant, mode in (("split_loads", "split"), ("offset_loads", "offset")):
         restore = _fused_variant(fs, variant)
         assert mode == conv.LOADS
