@@ -3,7 +3,7 @@
 # (see tests/gpu_check.sh):  run(command="bash tests/qwen3tts/gpu_codec_fused.sh", carry=[".whl", ".gpu_shared"])
 # 0. SMOKE=1: a real-shape checkpoint and the qwen3tts engine's smoke run first (tests/qwen3tts/gpu_engine_smoke.py);
 # 1. the Triton kernels' tests and the fused stream's tests, compiled on CUDA (TESTS=skip: none);
-# 2. bench_codec (real shapes): exactness, bf16 SNR and step speed of the paths in $PATHS (default: fused);
+# 2. bench_codec (real shapes; BENCH=skip: none): exactness, bf16 SNR and step speed of the paths in $PATHS (default: fused);
 # 3. BENCH2_ARGS set: a second bench_codec run with those arguments into $OUT/codec2 (tuned tiles are reused).
 source tests/gpu_env.sh
 if [ "${SMOKE:-0}" = 1 ]; then
@@ -17,9 +17,11 @@ if [ "${TESTS:-}" != skip ]; then
     -c /dev/null --confcutdir=tests/qwen3tts -p no:cacheprovider -q -rs -x -W ignore::pytest.PytestUnknownMarkWarning \
     2>&1 | tail -25 | tee "$OUT/pytest.log"
 fi
-timeout "${BENCH_TIMEOUT:-420}" python3 -m voxgate.engine.qwen3tts.bench_codec --out "$OUT/codec" \
-  --paths "${PATHS:-fused}" --iters "${ITERS:-30}" --watchdog "${WATCHDOG:-0}" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
-tail -c 3000 "$OUT/bench.log"
+if [ "${BENCH:-}" != skip ]; then
+  timeout "${BENCH_TIMEOUT:-420}" python3 -m voxgate.engine.qwen3tts.bench_codec --out "$OUT/codec" \
+    --paths "${PATHS:-fused}" --iters "${ITERS:-30}" --watchdog "${WATCHDOG:-0}" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+  tail -c 3000 "$OUT/bench.log"
+fi
 if [ -n "${BENCH2_ARGS:-}" ]; then
   timeout "${BENCH2_TIMEOUT:-300}" python3 -m voxgate.engine.qwen3tts.bench_codec --out "$OUT/codec2" \
     --paths "${PATHS:-fused}" --iters "${ITERS:-30}" $BENCH2_ARGS > "$OUT/bench2.log" 2>&1
