@@ -124,8 +124,6 @@ def test_icl_warm_up_discards_reference_audio(fused: ModuleType, codec) -> None:
     assert_within_1_lsb(got, whole[9 * fs.samples_per_frame:])
 
 
-@pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the refusal is a device-side assert, which ends the process's "
-                    "CUDA context (every later test would fail): checked on the CPU")
 def test_long_reference_warms_in_steps(fused: ModuleType, codec, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reference longer than one step allows warms in several steps, with the same audio after it; a wider
     step is refused with a clear error."""
@@ -139,6 +137,8 @@ def test_long_reference_warms_in_steps(fused: ModuleType, codec, monkeypatch: py
         fs.step(torch.tensor([1], device=DEVICE), _codes(5, 1)[None].to(DEVICE), torch.tensor([5], device=DEVICE))
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the refusal is a device-side assert, which ends the process's "
+                    "CUDA context (every later test would fail): checked on the CPU")
 def test_out_of_range_code_is_refused(fused: ModuleType, codec) -> None:
     fs = fused.FusedCodecStream(codec, 2)
     bad = _codes(2, 1)

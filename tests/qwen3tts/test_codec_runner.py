@@ -12,6 +12,7 @@ from voxgate.engine.qwen3tts.codec_runner import CodecRunner
 from voxgate.engine.qwen3tts.codec_stream import CodecStream, load_codec
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.usefixtures("no_tf32")  # fp32 comparisons: TF32 convs on CUDA round to 1e-3
 
 
 @pytest.fixture(scope="module")
