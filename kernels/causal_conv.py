@@ -41,15 +41,6 @@ _OFFSET_CONFIGS = [
     for bm, bn, bk, w, s in [(128, 128, 64, 8, 4), (128, 64, 64, 4, 5)]
 ]
 _OFFSET_ONLY = {id(c) for c in _OFFSET_CONFIGS}
-# Full-width column tiles with a 32-wide K step, tried only where Cin rules out the 64-wide K step of the tiles above
-# (the last block's 96 channels): one column tile then reads each activation row once instead of three times
-# (BN = 32, the only choice the H200 run had at 96 channels: 176 us per k7 conv, 180 TFLOP/s). ptxas for sm_90:
-# 209 and 217 registers, no spills (4 warps at 128 x 128 spill).
-_NARROW_K_CONFIGS = [
-    triton.Config({"BM": bm, "BN": bn, "BK": bk}, num_warps=w, num_stages=s)
-    for bm, bn, bk, w, s in [(128, 128, 32, 8, 4), (64, 128, 32, 4, 4)]
-]
-_NARROW_K_ONLY = {id(c) for c in _NARROW_K_CONFIGS}
 
 
 # Off: a fixed tile instead of tuning each new shape (set VOXGATE_CONV_AUTOTUNE=0, or assign at run time).
@@ -57,8 +48,8 @@ AUTOTUNE = os.environ.get("VOXGATE_CONV_AUTOTUNE", "1") != "0"
 
 
 # How a tap's rows are read where history and new inputs meet (see _conv_acc): VOXGATE_CONV_LOADS=select|split|
-# offset. select is the default: 3.68 ms against 4.61 ms (split) for the whole bf16 step at 128 x 1 on the H200;
-# offset is not measured yet (docs/codec.md).
+# offset. select is the default: the whole bf16 step at 128 x 1 on the H200 takes 3.70 ms with it, 3.70 ms with
+# offset (both tiles staged, measured the same) and 4.61 ms with split (docs/codec.md).
 LOAD_MODES = ("select", "split", "offset")
 LOADS = os.environ.get("VOXGATE_CONV_LOADS", "select")
 if LOADS not in LOAD_MODES:
@@ -70,7 +61,7 @@ def _prune(configs: list, named_args: dict, **kwargs) -> list:
     n, m, cin = named_args["N"], named_args["M"], named_args["CIN"]
     offset = kwargs.get("LOADS") == "offset"
     valid = [c for c in configs if cin % c.kwargs["BK"] == 0  # the tuned kernel runs with EVEN_K
-             and (offset or id(c) not in _OFFSET_ONLY) and (cin % 64 != 0 or id(c) not in _NARROW_K_ONLY)]
+             and (offset or id(c) not in _OFFSET_ONLY)]
     kept = [c for c in valid if c.kwargs["BN"] <= max(32, 2 * n) and c.kwargs["BM"] <= max(64, m)]
     return kept or valid
 
@@ -249,7 +240,8 @@ def _splitk_epilogue_kernel(
 
 
 # Split K where a conv has few output tiles for its K (decoder.0 and the pre-conv: M = 4 * rows): the K loop is
-# spread over more programs. Off until measured (VOXGATE_CONV_SPLIT_K=1 or assign at run time); a fixed tile.
+# spread over more programs. Off (VOXGATE_CONV_SPLIT_K=1 or assign at run time): on the H200 it took decoder.0 from
+# 65 to 52 us, but the whole step from 3.70 to 3.72 ms at 128 x 1 (the added epilogue launches); a fixed tile.
 SPLIT_K = os.environ.get("VOXGATE_CONV_SPLIT_K", "0") != "0"
 _SPLIT_TILE = dict(BM=64, BN=128, BK=64, num_warps=4, num_stages=4)
 
@@ -288,7 +280,7 @@ def _multiprocessors(device: torch.device) -> int:
 # so a restart reuses them instead of tuning again.
 TUNING_CACHE = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
 # LOADS and ALIGNED are in the key: each load mode gets its own tiles (a tile tuned for one is not the other's).
-_causal_conv_tuned = triton.autotune(_CONFIGS + _OFFSET_CONFIGS + _NARROW_K_CONFIGS,
+_causal_conv_tuned = triton.autotune(_CONFIGS + _OFFSET_CONFIGS,
                                      key=["M", "N", "CIN", "TAPS", "HAS_STATE", "LOADS", "ALIGNED"],
                                      prune_configs_by={"early_config_prune": _prune},
                                      do_bench=_quick_bench, **TUNING_CACHE)(_causal_conv_kernel)

@@ -442,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
                     if args.speed_only and path == "fused" and dev.startswith("cuda"):  # where each variant's time goes
                         report.setdefault("conv_breakdowns", {})[variant] = section(
                             f"conv breakdown {variant}", conv_breakdown, cs, max_rows, 1, dev)
+                        save()  # section() saved before its value was stored here
                     restore()
             del cs
             if dev.startswith("cuda"):

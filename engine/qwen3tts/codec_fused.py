@@ -89,7 +89,9 @@ class FusedCodecStream(StreamingCodec):
 
     dtype: compute and state dtype (default: the codec's). The codec is read once to build the kernels' weight
     layouts and is left untouched. fuse_units: residual units of at most fuse_units_channels (<= 256) channels
-    in one kernel each (kernels/residual_unit.py); off until measured faster on the GPU (docs/codec.md).
+    in one kernel each (kernels/residual_unit.py). Off: on the H200 the 96-channel units fused made the step
+    slower (3.81 against 3.70 ms at 128 x 1), and Triton 3.6 takes minutes to compile each tile of the 192-channel
+    kernel (docs/codec.md).
     """
 
     fuse_units = False
