@@ -57,6 +57,31 @@ def test_conv_matches_torch_conv1d(cc: ModuleType, cin: int, n: int, taps: int, 
     torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)
 
 
+def _epilogue_kwargs(epilogue: str, b: int, length: int, cin: int, n: int, taps: int, dil: int,
+                     g: torch.Generator, dtype: torch.dtype) -> dict:
+    """causal_conv's keyword arguments for one epilogue case: history in a pool, bias, and the epilogue's parts."""
+    kw: dict = dict(state=_pool(3, (taps - 1) * dil, cin, g, dtype), slots=torch.tensor([2, 1], device=DEVICE),
+                    bias=torch.randn(n, generator=g).to(dtype).to(DEVICE))
+    if epilogue == "snake_main":
+        kw["snake_main"] = _snake(n, g)
+    elif epilogue == "residual_out2":
+        kw.update(residual=torch.randn(b, length, n, generator=g).to(dtype).to(DEVICE), snake_out2=_snake(n, g))
+    elif epilogue == "clamp_fp32":
+        kw.update(clamp=True, out_dtype=torch.float32)
+    else:
+        kw.update(store_main=False, snake_out2=_snake(n, g))
+    return kw
+
+
+def _assert_outputs_close(got: tuple, want: tuple, dtype: torch.dtype) -> None:
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    for gt, wt in zip(got, want, strict=True):
+        assert (gt is None) == (wt is None)
+        if gt is not None:
+            assert gt.dtype == wt.dtype and gt.shape == wt.shape
+            torch.testing.assert_close(gt.float(), wt.float(), atol=tol, rtol=tol)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("epilogue", ["snake_main", "residual_out2", "clamp_fp32", "out2_only"])
 def test_epilogues_match_reference(cc: ModuleType, dtype: torch.dtype, epilogue: str) -> None:
@@ -64,25 +89,9 @@ def test_epilogues_match_reference(cc: ModuleType, dtype: torch.dtype, epilogue:
     b, length, cin, n, taps, dil = 2, 11, 32, 24, 7, 3
     x = (2 * torch.randn(b, length, cin, generator=g)).to(dtype).to(DEVICE)
     w = (torch.randn(n, cin, taps, generator=g) / 8).to(dtype).to(DEVICE)
-    kw: dict = dict(state=_pool(3, (taps - 1) * dil, cin, g, dtype), slots=torch.tensor([2, 1], device=DEVICE),
-                    bias=torch.randn(n, generator=g).to(dtype).to(DEVICE))
-    if epilogue == "snake_main":
-        kw["snake_main"] = _snake(n, g)
-    elif epilogue == "residual_out2":
-        kw["residual"] = torch.randn(b, length, n, generator=g).to(dtype).to(DEVICE)
-        kw["snake_out2"] = _snake(n, g)
-    elif epilogue == "clamp_fp32":
-        kw.update(clamp=True, out_dtype=torch.float32)
-    else:
-        kw.update(store_main=False, snake_out2=_snake(n, g))
+    kw = _epilogue_kwargs(epilogue, b, length, cin, n, taps, dil, g, dtype)
     got = cc.causal_conv(x, cc.conv_weight(w), taps, dil, **kw)
-    want = cc.causal_conv_ref(x, cc.conv_weight(w), taps, dil, **kw)
-    tol = 1e-4 if dtype == torch.float32 else 5e-2
-    for gt, wt in zip(got, want, strict=True):
-        assert (gt is None) == (wt is None)
-        if gt is not None:
-            assert gt.dtype == wt.dtype and gt.shape == wt.shape
-            torch.testing.assert_close(gt.float(), wt.float(), atol=tol, rtol=tol)
+    _assert_outputs_close(got, cc.causal_conv_ref(x, cc.conv_weight(w), taps, dil, **kw), dtype)
     if epilogue == "clamp_fp32":
         assert got[0].abs().max() <= 1.0 and (got[0].abs() == 1.0).any()
 
@@ -103,22 +112,9 @@ def test_split_k_matches_reference(cc: ModuleType, cin: int, parts: int, dtype: 
     assert cc.split_k_parts(b * length, n, taps * -(-cin // bk), sms) == parts
     x = torch.randn(b, length, cin, generator=g).to(dtype).to(DEVICE)
     w = (torch.randn(n, cin, taps, generator=g) / (cin * taps) ** 0.5).to(dtype).to(DEVICE)
-    kw: dict = dict(state=_pool(3, (taps - 1) * dil, cin, g, dtype), slots=torch.tensor([2, 1], device=DEVICE),
-                    bias=torch.randn(n, generator=g).to(dtype).to(DEVICE))
-    if epilogue == "snake_main":
-        kw["snake_main"] = _snake(n, g)
-    elif epilogue == "residual_out2":
-        kw.update(residual=torch.randn(b, length, n, generator=g).to(dtype).to(DEVICE), snake_out2=_snake(n, g))
-    else:
-        kw.update(clamp=True, out_dtype=torch.float32)
+    kw = _epilogue_kwargs(epilogue, b, length, cin, n, taps, dil, g, dtype)
     got = cc.causal_conv(x, cc.conv_weight(w), taps, dil, **kw)
-    want = cc.causal_conv_ref(x, cc.conv_weight(w), taps, dil, **kw)
-    tol = 1e-4 if dtype == torch.float32 else 5e-2
-    for gt, wt in zip(got, want, strict=True):
-        assert (gt is None) == (wt is None)
-        if gt is not None:
-            assert gt.dtype == wt.dtype
-            torch.testing.assert_close(gt.float(), wt.float(), atol=tol, rtol=tol)
+    _assert_outputs_close(got, cc.causal_conv_ref(x, cc.conv_weight(w), taps, dil, **kw), dtype)
 
 
 def test_split_k_parts() -> None:
