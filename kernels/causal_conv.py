@@ -243,7 +243,7 @@ def _splitk_epilogue_kernel(
 # spread over more programs. Off (VOXGATE_CONV_SPLIT_K=1 or assign at run time): on the H200 it took decoder.0 from
 # 65 to 52 us, but the whole step from 3.70 to 3.72 ms at 128 x 1 (the added epilogue launches); a fixed tile.
 SPLIT_K = os.environ.get("VOXGATE_CONV_SPLIT_K", "0") != "0"
-_SPLIT_TILE = dict(BM=64, BN=128, BK=64, num_warps=4, num_stages=4)
+_SPLIT_TILE = dict(BM=64, BN=128, num_warps=4, num_stages=4)  # K step: k_tile(Cin)
 
 
 def split_k_parts(m: int, n: int, k_steps: int, sms: int) -> int:
@@ -255,12 +255,16 @@ def split_k_parts(m: int, n: int, k_steps: int, sms: int) -> int:
     return max(1, min(8, triton.cdiv(2 * sms, tiles), k_steps // 4))
 
 
-def split_k_plan(m: int, n: int, cin: int, taps: int, device: torch.device) -> tuple[int, int]:
-    """(K ranges, K tile) for causal_conv's launch: (1, _) when split K is off or does not pay."""
-    bk = _SPLIT_TILE["BK"] if cin % _SPLIT_TILE["BK"] == 0 else next((k for k in (32, 16) if cin % k == 0), 16)
+def k_tile(cin: int) -> int:
+    """The K step of the fixed-tile launches: the widest of 64, 32, 16 that divides Cin (else 16, masked)."""
+    return next((k for k in (64, 32, 16) if cin % k == 0), 16)
+
+
+def split_k_plan(m: int, n: int, cin: int, taps: int, device: torch.device) -> int:
+    """K ranges for causal_conv's launch: 1 when split K is off or does not pay."""
     if not SPLIT_K:
-        return 1, bk
-    return split_k_parts(m, n, taps * triton.cdiv(cin, bk), _multiprocessors(device)), bk
+        return 1
+    return split_k_parts(m, n, taps * triton.cdiv(cin, k_tile(cin)), _multiprocessors(device))
 
 
 _SMS: dict[int, int] = {}
@@ -345,7 +349,7 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
         assert residual.shape == (b, length, n) and residual.is_contiguous(), residual.shape
     if m == 0:
         return out, out2
-    bk = next((k for k in (64, 32, 16) if cin % k == 0), 16)
+    bk = k_tile(cin)
     dummy = x
     a1, ib1 = snake_main if snake_main is not None else (dummy, dummy)
     # SnakeBeta's channel of column j: j % channels (a transposed conv's N = s*Cout columns repeat its channels)
@@ -360,9 +364,9 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
                  STORE_MAIN=store_main, HAS_OUT2=snake_out2 is not None,
                  PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda",
                  **load_flags(x, state))
-    parts, bk_split = split_k_plan(m, n, cin, taps, x.device)
+    parts = split_k_plan(m, n, cin, taps, x.device)
     if parts > 1:
-        _split_k(args, flags, parts, bk_split)
+        _split_k(args, flags, parts, bk)
     # Tuned: 16-bit inputs (fp32 runs for exactness, not speed) with Cin a multiple of every tuned BK's minimum.
     elif x.device.type == "cuda" and AUTOTUNE and x.dtype != torch.float32 and cin % 32 == 0:
         def grid(meta: dict) -> tuple[int, int]:

@@ -85,7 +85,7 @@ def residual_unit(a: torch.Tensor, w1: torch.Tensor, dilation: int, state: torch
     m = b * length
     if m == 0:
         return out, out2
-    bk = next((k for k in (64, 32, 16) if c % k == 0), 16)
+    bk = conv_kernels.k_tile(c)
     args = (a, state, slots, w1, b1, act2[0], act2[1], w2, b2, residual, out if out is not None else out2, out2,
             next_act[0], next_act[1], m, length, c, hist, dilation, state.stride(0), state.stride(1),
             conv_kernels.state_delta(a, state))

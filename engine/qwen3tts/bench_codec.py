@@ -108,7 +108,10 @@ def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
         cs.fuse_units = True  # type: ignore[attr-defined]
         if variant != "fuse_units":
             cs.fuse_units_channels = int(variant.split("_")[-1])  # type: ignore[attr-defined]
-        return lambda: setattr(cs, "fuse_units", old[0]) or setattr(cs, "fuse_units_channels", old[1])
+
+        def restore() -> None:
+            cs.fuse_units, cs.fuse_units_channels = old  # type: ignore[attr-defined]
+        return restore
     if variant == "split_k":
         from ...kernels import causal_conv
 
@@ -302,7 +305,7 @@ def conv_breakdown(cs: StreamingCodec, rows: int, frames: int, device: str) -> l
     table = []
     for conv, (b, length, cin), tile in calls:
         m, n, k = b * length, conv.w.shape[1], conv.taps * cin
-        parts = ccm.split_k_plan(m, n, cin, conv.taps, torch.device(device))[0]
+        parts = ccm.split_k_plan(m, n, cin, conv.taps, torch.device(device))
         events, kernels = kernels[: 1 + (parts > 1)], kernels[1 + (parts > 1):]  # split: parts + epilogue
         if parts > 1:
             tile = f"split-K x{parts}, {ccm._SPLIT_TILE}"

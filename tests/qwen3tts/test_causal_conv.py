@@ -106,7 +106,7 @@ def test_split_k_matches_reference(cc: ModuleType, cin: int, parts: int, dtype: 
     monkeypatch.setattr(cc, "SPLIT_K", True)
     g = torch.Generator().manual_seed(cin)
     b, length, n, taps, dil = 2, 3, 40, 7, 1
-    bk = next((k for k in (64, 32, 16) if cin % k == 0), 16)
+    bk = cc.k_tile(cin)
     sms = 4 if DEVICE == "cpu" else 2 * parts  # the interpreter's nominal count; on CUDA, as if it had few SMs
     monkeypatch.setattr(cc, "_multiprocessors", lambda device: sms)
     assert cc.split_k_parts(b * length, n, taps * -(-cin // bk), sms) == parts

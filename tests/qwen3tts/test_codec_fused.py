@@ -82,6 +82,25 @@ def test_streamed_equals_whole_decode(fused: ModuleType, codec, schedule: list[i
     assert_within_1_lsb(got, _whole(codec, 20, 5))
 
 
+def test_fuse_units_channels_limits_which_units_fuse(fused: ModuleType, codec,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """fuse_units_channels: only residual units at most that wide run as one kernel; the rest take two conv
+    launches, and the audio is the same within 1 LSB."""
+    widths = []
+    one_kernel = fused.residual_unit
+
+    def recording(a: torch.Tensor, *args, **kwargs):
+        widths.append(a.shape[-1])
+        return one_kernel(a, *args, **kwargs)
+
+    monkeypatch.setattr(fused, "residual_unit", recording)
+    fs = fused.FusedCodecStream(codec, 2)
+    fs.fuse_units, fs.fuse_units_channels = True, 12  # the tiny decoder's blocks: 24, 12, 6, 3 channels
+    got = fs.decode_chunks(_codes(6, 4).to(DEVICE), [6])
+    assert sorted(set(widths)) == [3, 6, 12], widths
+    assert_within_1_lsb(got, _whole(codec, 6, 4))
+
+
 def test_interleaved_rows_equal_each_alone(fused: ModuleType, codec) -> None:
     """Rows with different widths, a 0-frame row and padding rows on the sink, in one step, over several steps;
     also checked against the reference stream fed the same batches."""
