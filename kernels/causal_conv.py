@@ -71,12 +71,56 @@ def _quick_bench(fn: Callable[[], object], quantiles: list[float] | None = None,
     return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
 
 
+# SnakeBeta's sin in 16-bit epilogues by a short polynomial instead of libdevice's sinf (VOXGATE_CONV_FAST_SIN=0
+# for sinf): the codec evaluates ~340 M sines per 128-stream step, and sinf's range reduction (a slow path with
+# a local-memory table, inlined per element) is ~3x the instructions. Its error (< 1e-7) is far below bf16's.
+FAST_SIN = os.environ.get("VOXGATE_CONV_FAST_SIN", "1") != "0"
+_INV_PI = tl.constexpr(0.3183098861837907)
+_PI_HI = tl.constexpr(3.140625)  # 8 significant bits: n * _PI_HI is exact in fp32 for |n| < 2**16
+_PI_LO = tl.constexpr(9.676535897932795e-4)  # pi - _PI_HI
+
+
 @triton.jit
-def _snake(y, a_ptr, ib_ptr, cols, mask):
+def _sin_squared(z):
+    """sin(z)**2 in fp32 for 16-bit results: z - n*pi (Cody-Waite, two parts) in [-pi/2, pi/2], where sin's
+    sign no longer matters, then sin's Taylor series to z**11 (error < 6e-8 there)."""
+    n = tl.floor(z * _INV_PI + 0.5)
+    r = z - n * _PI_HI
+    r = r - n * _PI_LO
+    r2 = r * r
+    p = -2.505210838544172e-08 * r2 + 2.7557319223985893e-06
+    p = p * r2 - 1.984126984126984e-04
+    p = p * r2 + 8.333333333333333e-03
+    p = p * r2 - 1.6666666666666666e-01
+    s = r + r * r2 * p
+    return s * s
+
+
+@triton.jit
+def _sin_squared_kernel(z_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, _sin_squared(tl.load(z_ptr + i, mask=i < n, other=0.0)), mask=i < n)
+
+
+def sin_squared(z: torch.Tensor) -> torch.Tensor:
+    """The epilogues' fast sin(z)**2 over a float32 tensor (to test it against torch.sin)."""
+    z = z.contiguous()
+    out = torch.empty_like(z)
+    _sin_squared_kernel[(triton.cdiv(z.numel(), 1024),)](z, out, z.numel(), BLOCK=1024)
+    return out
+
+
+@triton.jit
+def _snake(y, a_ptr, ib_ptr, cols, mask, FAST: tl.constexpr):
     a = tl.load(a_ptr + cols, mask=mask, other=0.0)
     ib = tl.load(ib_ptr + cols, mask=mask, other=0.0)
-    s = tl.sin(y * a[None, :])
-    return y + ib[None, :] * (s * s)
+    z = y * a[None, :]
+    if FAST:
+        s2 = _sin_squared(z)
+    else:
+        s = tl.sin(z)
+        s2 = s * s
+    return y + ib[None, :] * s2
 
 
 @triton.jit
@@ -160,7 +204,7 @@ def _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DI
 @triton.jit
 def _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
               dtype: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr, HAS_RES: tl.constexpr,
-              CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr):
+              CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr, FAST_SIN: tl.constexpr):
     """acc [BM, BN] fp32 (the conv's sum for rows rm, columns rn) -> the stored outputs (module docstring)."""
     row_ok = rm < M
     col_ok = rn < N
@@ -169,7 +213,7 @@ def _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, i
         y += tl.load(bias_ptr + rn, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     y = y.to(dtype).to(tl.float32)  # the conv's output, as stored
     if SNAKE_MAIN:
-        y = _snake(y, a1_ptr, ib1_ptr, rn % SNAKE_CH, col_ok).to(dtype).to(tl.float32)
+        y = _snake(y, a1_ptr, ib1_ptr, rn % SNAKE_CH, col_ok, FAST_SIN).to(dtype).to(tl.float32)
     offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
     mask = row_ok[:, None] & col_ok[None, :]
     if HAS_RES:
@@ -179,7 +223,7 @@ def _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, i
     if STORE_MAIN:
         tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
     if HAS_OUT2:
-        tl.store(out2_ptr + offs, _snake(y, a2_ptr, ib2_ptr, rn % SNAKE_CH, col_ok).to(dtype), mask=mask)
+        tl.store(out2_ptr + offs, _snake(y, a2_ptr, ib2_ptr, rn % SNAKE_CH, col_ok, FAST_SIN).to(dtype), mask=mask)
 
 
 @triton.jit
@@ -188,8 +232,8 @@ def _causal_conv_kernel(
     M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta, SNAKE_CH,
     TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
     HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
-    EVEN_K: tl.constexpr, LOADS: tl.constexpr, ALIGNED: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    FAST_SIN: tl.constexpr, EVEN_K: tl.constexpr, LOADS: tl.constexpr, ALIGNED: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
 ):
     # x [M = B*L, CIN] contiguous; state [slots, HIST, CIN] (strides st_ss, st_st, 1); w [TAPS*CIN, N]
     # contiguous; res/out/out2 [M, N] contiguous; SnakeBeta parameters per column j % SNAKE_CH.
@@ -200,7 +244,7 @@ def _causal_conv_kernel(
     acc = _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta,
                     0, k_steps, TAPS, HAS_STATE, EVEN_K, LOADS, ALIGNED, PRECISION, UPCAST, BK, BM, BN)
     _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
-              x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2)
+              x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2, FAST_SIN)
 
 
 @triton.jit
@@ -226,7 +270,8 @@ def _causal_conv_splitk_kernel(
 def _splitk_epilogue_kernel(
     part_ptr, x_ptr, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, M, N, SPLIT, SNAKE_CH,
     HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr, HAS_RES: tl.constexpr,
-    CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr, FAST_SIN: tl.constexpr, BM: tl.constexpr,
+    BN: tl.constexpr,
 ):
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -236,13 +281,15 @@ def _splitk_epilogue_kernel(
     for s in range(1, SPLIT):
         acc += tl.load(part_ptr + s * M * N + offs, mask=mask, other=0.0)
     _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
-              x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2)
+              x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2, FAST_SIN)
 
 
 # Split K where a conv has few output tiles for its K (decoder.0 and the pre-conv: M = 4 * rows): the K loop is
 # spread over more programs. Off (VOXGATE_CONV_SPLIT_K=1 or assign at run time): on the H200 it took decoder.0 from
 # 65 to 52 us, but the whole step from 3.70 to 3.72 ms at 128 x 1 (the added epilogue launches); a fixed tile.
 SPLIT_K = os.environ.get("VOXGATE_CONV_SPLIT_K", "0") != "0"
+# Tiles fetched by TMA (kernels/conv_tma.py) where the shapes allow: VOXGATE_CONV_TMA=1 or assign at run time.
+TMA = os.environ.get("VOXGATE_CONV_TMA", "0") != "0"
 _SPLIT_TILE = dict(BM=64, BN=128, num_warps=4, num_stages=4)  # K step: k_tile(Cin)
 
 
@@ -361,11 +408,15 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
             m, length, cin, n, hist, dilation, st_ss, st_st, state_delta(x, state), snake_ch)
     flags = dict(TAPS=taps, HAS_STATE=state is not None, HAS_BIAS=bias is not None,
                  SNAKE_MAIN=snake_main is not None, HAS_RES=residual is not None, CLAMP=clamp,
-                 STORE_MAIN=store_main, HAS_OUT2=snake_out2 is not None,
+                 STORE_MAIN=store_main, HAS_OUT2=snake_out2 is not None, FAST_SIN=FAST_SIN and x.dtype != torch.float32,
                  PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda",
                  **load_flags(x, state))
     parts = split_k_plan(m, n, cin, taps, x.device)
-    if parts > 1:
+    tiling = _tma_tiling(x, w, state, taps) if TMA and (x.device.type == "cuda" or INTERPRETED) else None
+    if tiling is not None:
+        from . import conv_tma
+        conv_tma.conv_tma(args, flags, *tiling, autotune=x.device.type == "cuda" and AUTOTUNE)
+    elif parts > 1:
         _split_k(args, flags, parts, bk)
     # Tuned: 16-bit inputs (fp32 runs for exactness, not speed) with Cin a multiple of every tuned BK's minimum.
     elif x.device.type == "cuda" and AUTOTUNE and x.dtype != torch.float32 and cin % 32 == 0:
@@ -384,6 +435,21 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
     return out, out2
 
 
+def _tma_tiling(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor | None, taps: int) -> tuple[int, int] | None:
+    """(batch, length) of conv_tma's row tiles, or None where the pointer kernel runs. conv_tma tiles each batch
+    row on its own (so that its zero fill ends the history and the row): a one-tap conv without history is one
+    long row; a conv with history needs rows of at least 64 (a 64-row tile of a 4-row batch row is mostly
+    padding: the pre-conv, decoder.0 and block 1 at one frame per step keep the pointer kernel)."""
+    from . import conv_tma
+
+    b, length, _ = x.shape
+    if not conv_tma.usable(x, w, state):
+        return None
+    if state is None and taps == 1:
+        return 1, b * length
+    return (b, length) if length >= 64 else None
+
+
 def _split_k(args: tuple, flags: dict, parts: int, bk: int) -> None:
     """causal_conv's launch as `parts` K ranges into fp32 partial sums, then one epilogue pass over them."""
     (x, state, slots, w, bias, res, out_arg, out2_arg, a1, ib1, a2, ib2,
@@ -398,7 +464,8 @@ def _split_k(args: tuple, flags: dict, parts: int, bk: int) -> None:
         x, state, slots, w, part, m, length, cin, n, hist, dil, st_ss, st_st, st_delta, k_per, **conv_flags,
         EVEN_K=cin % bk == 0, BK=bk, BM=tile["BM"], BN=tile["BN"], num_warps=tile["num_warps"],
         num_stages=tile["num_stages"])
-    epi_flags = {k: flags[k] for k in ("HAS_BIAS", "SNAKE_MAIN", "HAS_RES", "CLAMP", "STORE_MAIN", "HAS_OUT2")}
+    epi_flags = {k: flags[k] for k in ("HAS_BIAS", "SNAKE_MAIN", "HAS_RES", "CLAMP", "STORE_MAIN", "HAS_OUT2",
+                                       "FAST_SIN")}
     _splitk_epilogue_kernel[(triton.cdiv(m, 32), triton.cdiv(n, 128))](
         part, x, bias, res, out_arg, out2_arg, a1, ib1, a2, ib2, m, n, parts, snake_ch,
         **epi_flags, BM=32, BN=128, num_warps=4)

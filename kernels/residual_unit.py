@@ -23,7 +23,7 @@ MAX_CHANNELS = 256  # one tile spans all channels: wider units use two causal_co
 def _residual_unit_kernel(
     a_ptr, state_ptr, slots_ptr, w1_ptr, b1_ptr, act2_a_ptr, act2_ib_ptr, w2_ptr, b2_ptr, res_ptr, out_ptr,
     out2_ptr, nxt_a_ptr, nxt_ib_ptr, M, L, C, HIST, DIL, st_ss, st_st, st_delta,
-    STORE_MAIN: tl.constexpr, EVEN_K: tl.constexpr, LOADS: tl.constexpr, ALIGNED: tl.constexpr,
+    STORE_MAIN: tl.constexpr, FAST_SIN: tl.constexpr, EVEN_K: tl.constexpr, LOADS: tl.constexpr, ALIGNED: tl.constexpr,
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr, BC: tl.constexpr, BN2: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr,
 ):
@@ -37,7 +37,7 @@ def _residual_unit_kernel(
     acc = _conv_acc(a_ptr, state_ptr, slots_ptr, w1_ptr, rm, rc, M, L, C, C, HIST, DIL, st_ss, st_st, st_delta,
                     0, 7 * ((C + BK - 1) // BK), 7, True, EVEN_K, LOADS, ALIGNED, PRECISION, UPCAST, BK, BM, BC)
     h = (acc + tl.load(b1_ptr + rc, mask=c_ok, other=0.0).to(tl.float32)[None, :]).to(dtype).to(tl.float32)
-    h = _snake(h, act2_a_ptr, act2_ib_ptr, rc, c_ok).to(dtype)
+    h = _snake(h, act2_a_ptr, act2_ib_ptr, rc, c_ok, FAST_SIN).to(dtype)
     if UPCAST:
         h = h.to(tl.float32)
     rm64 = rm.to(tl.int64)
@@ -54,7 +54,7 @@ def _residual_unit_kernel(
         y = (tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32) + y).to(dtype).to(tl.float32)
         if STORE_MAIN:
             tl.store(out_ptr + offs, y.to(dtype), mask=mask)
-        tl.store(out2_ptr + offs, _snake(y, nxt_a_ptr, nxt_ib_ptr, rn, n_ok).to(dtype), mask=mask)
+        tl.store(out2_ptr + offs, _snake(y, nxt_a_ptr, nxt_ib_ptr, rn, n_ok, FAST_SIN).to(dtype), mask=mask)
 
 
 def _prune(configs: list, named_args: dict, **kwargs: object) -> list:
@@ -89,8 +89,9 @@ def residual_unit(a: torch.Tensor, w1: torch.Tensor, dilation: int, state: torch
     args = (a, state, slots, w1, b1, act2[0], act2[1], w2, b2, residual, out if out is not None else out2, out2,
             next_act[0], next_act[1], m, length, c, hist, dilation, state.stride(0), state.stride(1),
             conv_kernels.state_delta(a, state))
-    # One switch for both conv kernels (causal_conv.AUTOTUNE / LOADS, read at call time).
-    flags = dict(STORE_MAIN=store_main, **conv_kernels.load_flags(a, state),
+    # One switch for both conv kernels (causal_conv.AUTOTUNE / LOADS / FAST_SIN, read at call time).
+    flags = dict(STORE_MAIN=store_main, FAST_SIN=conv_kernels.FAST_SIN and a.dtype != torch.float32,
+                 **conv_kernels.load_flags(a, state),
                  PRECISION="ieee" if a.dtype == torch.float32 else "tf32", UPCAST=a.device.type != "cuda",
                  BC=max(16, triton.next_power_of_2(c)), BN2=32)
     if a.device.type == "cuda" and conv_kernels.AUTOTUNE and a.dtype != torch.float32 and c % 32 == 0:

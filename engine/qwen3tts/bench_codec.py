@@ -90,7 +90,10 @@ def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype |
     return CodecStream(codec, num_slots, dtype=dtype)
 
 
-VARIANTS = ("default", "fuse_units", "fuse_units_96", "split_loads", "offset_loads", "attn_2warps", "split_k")
+VARIANTS = ("default", "fuse_units", "fuse_units_96", "split_loads", "offset_loads", "attn_2warps", "split_k", "tma",
+            "pointer")
+# variant -> (kernels/causal_conv.py switch, value): split K on; TMA tiles on; the pointer kernel only (TMA off)
+_CONV_SWITCHES = {"split_k": ("SPLIT_K", True), "tma": ("TMA", True), "pointer": ("TMA", False)}
 
 
 def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
@@ -112,11 +115,13 @@ def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
         def restore() -> None:
             cs.fuse_units, cs.fuse_units_channels = old  # type: ignore[attr-defined]
         return restore
-    if variant == "split_k":
+    if variant in _CONV_SWITCHES:
         from ...kernels import causal_conv
 
-        causal_conv.SPLIT_K = True
-        return lambda: setattr(causal_conv, "SPLIT_K", False)
+        name, value = _CONV_SWITCHES[variant]
+        old_value = getattr(causal_conv, name)
+        setattr(causal_conv, name, value)
+        return lambda: setattr(causal_conv, name, old_value)
     if variant == "attn_2warps":
         from ...kernels import ring_attention
 
@@ -287,8 +292,15 @@ def conv_breakdown(cs: StreamingCodec, rows: int, frames: int, device: str) -> l
     run = cs._run  # type: ignore[attr-defined]
 
     def recording_run(conv: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        state = None if conv.state is None else cs.pool.views[conv.state]  # type: ignore[attr-defined]
+        tma = ccm.TMA and ccm._tma_tiling(x, conv.w, state, conv.taps) is not None
         out = run(conv, x, *args, **kwargs)
-        tile = getattr(ccm._causal_conv_tuned, "best_config", None) if ccm.AUTOTUNE else "fixed"
+        if tma:
+            from ...kernels import conv_tma
+
+            tile = f"TMA {conv_tma._conv_tma_tuned.best_config}" if ccm.AUTOTUNE else "TMA fixed"
+        else:
+            tile = getattr(ccm._causal_conv_tuned, "best_config", None) if ccm.AUTOTUNE else "fixed"
         calls.append((conv, tuple(x.shape), str(tile)))
         return out
 
@@ -299,7 +311,7 @@ def conv_breakdown(cs: StreamingCodec, rows: int, frames: int, device: str) -> l
             torch.cuda.synchronize()
     finally:
         del cs._run  # type: ignore[attr-defined]
-    names = ("_causal_conv_kernel", "_causal_conv_splitk_kernel", "_splitk_epilogue_kernel")
+    names = ("_causal_conv_kernel", "_causal_conv_splitk_kernel", "_splitk_epilogue_kernel", "_conv_tma_kernel")
     kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
                       and any(name in e.name for name in names)), key=lambda e: e.time_range.start)
     table = []

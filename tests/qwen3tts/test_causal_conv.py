@@ -219,10 +219,41 @@ def test_fused_residual_unit_equals_two_convs(cc: ModuleType, c: int, dil: int, 
             torch.testing.assert_close(gt.float(), wt.float(), atol=tol, rtol=tol)
 
 
-def _hopper_build(source: str, loads: str) -> tuple[int, int]:
-    """Compile the conv kernel for sm_90 here (no GPU needed) with the runtime's alignment facts; returns
-    (cp.async instructions in the PTX, shared memory bytes)."""
+def _compiled_kernels(name: str) -> ModuleType:
+    """A compiled-mode copy of kernels/<name>.py (the fixtures' copies may be the interpreter's); conv_tma is
+    bound to a compiled copy of causal_conv while it is loaded."""
     import importlib.util
+    import sys
+    from pathlib import Path
+
+    import voxgate.kernels
+
+    def load(mod_name: str) -> ModuleType:
+        path = Path(voxgate.kernels.__file__).parent / f"{mod_name}.py"
+        spec = importlib.util.spec_from_file_location(f"voxgate.kernels._{mod_name}_compiled", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    conv = load("causal_conv")
+    if name == "causal_conv":
+        return conv
+    key = "voxgate.kernels.causal_conv"
+    old = sys.modules.get(key)
+    sys.modules[key] = conv
+    try:
+        return load(name)
+    finally:
+        if old is None:
+            del sys.modules[key]
+        else:
+            sys.modules[key] = old
+
+
+def _hopper_compile(fn: object, consts: dict, desc: dict[str, str] | None = None, warps: int = 4,
+                    stages: int = 4) -> object:
+    """Compile a conv kernel for sm_90 here (no GPU needed) with the runtime's alignment facts: 16-byte aligned
+    tensors and the sizes divisible by 16; `desc` gives the tensor descriptors' types."""
     import inspect
     import warnings
 
@@ -230,26 +261,29 @@ def _hopper_build(source: str, loads: str) -> tuple[int, int]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    # A compiled-mode copy of the module (the fixture's copy may be the interpreter's).
-    spec = importlib.util.spec_from_file_location("_causal_conv_compiled", source)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    fn = mod._causal_conv_kernel
-    consts = dict(TAPS=7, HAS_STATE=True, HAS_BIAS=True, SNAKE_MAIN=True, HAS_RES=False, CLAMP=False,
-                  STORE_MAIN=True, HAS_OUT2=False, EVEN_K=True, LOADS=loads, ALIGNED=True, PRECISION="tf32",
-                  UPCAST=False, BK=32, BM=128, BN=64)
     params = list(inspect.signature(fn.fn).parameters)
     f32 = {"a1_ptr", "ib1_ptr", "a2_ptr", "ib2_ptr"}
-    sig = {p: "constexpr" if p in consts else "*i64" if p == "slots_ptr" else "*fp32" if p in f32
-           else "*bf16" if p.endswith("_ptr") else "i64" if p in ("st_delta", "st_ss") else "i32" for p in params}
-    # What the JIT knows at run time: 16-byte aligned tensors, and these sizes divisible by 16.
-    divisible = [p for p in params if p.endswith("_ptr")] + ["M", "L", "CIN", "N", "st_ss", "st_st", "st_delta"]
+    sig = {p: "constexpr" if p in consts else (desc or {}).get(p) or ("*i64" if p == "slots_ptr" else "*fp32"
+           if p in f32 else "*bf16" if p.endswith("_ptr") else "i64" if p in ("st_delta", "st_ss") else "i32")
+           for p in params}
+    divisible = [p for p in params if p.endswith("_ptr")] + [
+        p for p in ("M", "L", "CIN", "N", "st_ss", "st_st", "st_delta") if p in params]
     attrs = {(params.index(p),): [["tt.divisibility", 16]] for p in divisible}
     with warnings.catch_warnings():  # triton 3.9 announces a future default (FP fusion) on every compile
         warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
-        kernel = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                                options={"num_warps": 4, "num_stages": 4})
-    return kernel.asm["ptx"].count("cp.async"), kernel.metadata.shared
+        return triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": warps, "num_stages": stages})
+
+
+def _hopper_build(loads: str, fast_sin: bool = True) -> tuple[int, int, str]:
+    """The pointer kernel for sm_90: (cp.async instructions in the PTX, shared memory bytes, the PTX)."""
+    fn = _compiled_kernels("causal_conv")._causal_conv_kernel
+    consts = dict(TAPS=7, HAS_STATE=True, HAS_BIAS=True, SNAKE_MAIN=True, HAS_RES=False, CLAMP=False,
+                  STORE_MAIN=True, HAS_OUT2=False, FAST_SIN=fast_sin, EVEN_K=True, LOADS=loads, ALIGNED=True,
+                  PRECISION="tf32", UPCAST=False, BK=32, BM=128, BN=64)
+    kernel = _hopper_compile(fn, consts)
+    ptx = kernel.asm["ptx"]
+    return ptx.count("cp.async"), kernel.metadata.shared, ptx
 
 
 def test_offset_loads_are_pipelined_on_hopper(cc: ModuleType) -> None:
@@ -257,8 +291,8 @@ def test_offset_loads_are_pipelined_on_hopper(cc: ModuleType) -> None:
     staged like the weights (more cp.async, a shared-memory buffer per stage); through a per-row pointer select
     the compiler cannot prove alignment and loads it synchronously. Checked on the compiler's output for sm_90,
     so CI sees it without a GPU."""
-    select_async, select_shared = _hopper_build(cc.__file__, "select")
-    offset_async, offset_shared = _hopper_build(cc.__file__, "offset")
+    select_async, select_shared, _ = _hopper_build("select")
+    offset_async, offset_shared, _ = _hopper_build("offset")
     assert offset_async > select_async, (offset_async, select_async)
     # 4 stages of a 128 x 32 bf16 activation tile (8 KiB each) on top of the weights' stages
     assert offset_shared >= select_shared + 3 * 128 * 32 * 2, (offset_shared, select_shared)
@@ -277,3 +311,130 @@ def test_tuning_keeps_big_tiles_for_offset_loads_only() -> None:
         got_big = {(c.kwargs["BM"], c.kwargs["BN"]) for c in kept if id(c) in cc._OFFSET_ONLY}
         assert got_big == (big if loads == "offset" else set()), (loads, got_big)
     assert {"LOADS", "ALIGNED"} <= set(cc._causal_conv_tuned.keys)
+
+
+# -- the TMA path (kernels/conv_tma.py) ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tma(cc: ModuleType) -> ModuleType:
+    """conv_tma bound to this run's causal_conv (the interpreter without a GPU); skips where TMA cannot run."""
+    ct = kernel_module("conv_tma")
+    if ct.TensorDescriptor is None or (DEVICE == "cuda" and torch.cuda.get_device_capability()[0] < 9):
+        pytest.skip("TMA needs Triton >= 3.4 and, on CUDA, compute capability >= 9")
+    return ct
+
+
+@pytest.mark.parametrize(("cin", "n", "taps", "dil", "length", "b"), [
+    (32, 48, 7, 1, 70, 3),   # two row tiles per batch row, the second past the history
+    (64, 96, 7, 12, 130, 2),  # history of 72 rows: the second tile's early taps read it too
+    (32, 64, 7, 9, 64, 2),   # exactly one tile per row
+    (32, 40, 2, 1, 80, 3),   # the transposed-conv form (one carried frame), N not a multiple of the tile
+    (64, 32, 1, 1, 9, 5),    # one tap without history: one long row over batch rows
+])
+@pytest.mark.parametrize("epilogue", ["plain", "snake_main", "residual_out2"])
+def test_tma_conv_matches_torch_and_pointer_kernel(cc: ModuleType, tma: ModuleType, cin: int, n: int, taps: int,
+                                                    dil: int, length: int, b: int, epilogue: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """conv_tma's zero-filled tiles (history before each batch row, nothing past its end) give the conv: against
+    the fp32 reference (torch's conv1d over [history | new]) and against the pointer kernel."""
+    g = torch.Generator().manual_seed(cin + n + length + len(epilogue))
+    hist = (taps - 1) * dil
+    x = torch.randn(b, length, cin, generator=g).to(torch.bfloat16).to(DEVICE)
+    w = (torch.randn(n, cin, taps, generator=g) / (cin * taps) ** 0.5).to(torch.bfloat16).to(DEVICE)
+    kw: dict = dict(bias=torch.randn(n, generator=g).to(torch.bfloat16).to(DEVICE))
+    if hist:  # a pool view as SlotPool's: slot stride a multiple of 16 elements beyond the window
+        kw.update(state=_pool(4, hist, cin, g, torch.bfloat16, pad=-(hist * cin) % 16 + 16),
+                  slots=torch.tensor([3, 0, 1][:b], device=DEVICE))
+    if epilogue == "snake_main":
+        kw["snake_main"] = _snake(n, g)
+    elif epilogue == "residual_out2":
+        kw.update(residual=torch.randn(b, length, n, generator=g).to(torch.bfloat16).to(DEVICE),
+                  snake_out2=_snake(n, g))
+    wk = cc.conv_weight(w)
+    assert cc._tma_tiling(x, wk, kw.get("state"), taps) == ((1, b * length) if taps == 1 else (b, length))
+    monkeypatch.setattr(cc, "TMA", True)
+    got = cc.causal_conv(x, wk, taps, dil, **kw)
+    _assert_outputs_close(got, cc.causal_conv_ref(x, wk, taps, dil, **kw), torch.bfloat16)
+    monkeypatch.setattr(cc, "TMA", False)
+    _assert_outputs_close(got, cc.causal_conv(x, wk, taps, dil, **kw), torch.bfloat16)
+
+
+def test_tma_tiling_keeps_short_rows_and_unaligned_convs_on_the_pointer_kernel(cc: ModuleType,
+                                                                               tma: ModuleType) -> None:
+    """Rows shorter than a 64-row tile, fp32, Cin not a multiple of 32 and N = 1 (rows of 2 bytes) stay on the
+    pointer kernel."""
+    g = torch.Generator().manual_seed(5)
+    state = _pool(3, 6, 64, g, torch.bfloat16, pad=16)
+    w = torch.randn(7 * 64, 32).to(torch.bfloat16).to(DEVICE)
+    x = torch.randn(2, 63, 64).to(torch.bfloat16).to(DEVICE)
+    assert cc._tma_tiling(x, w, state, 7) is None
+    x = torch.randn(2, 64, 64).to(torch.bfloat16).to(DEVICE)
+    assert cc._tma_tiling(x, w, state, 7) == (2, 64)
+    assert cc._tma_tiling(x.float(), w.float(), state.float(), 7) is None
+    assert cc._tma_tiling(x, w[:, :1].contiguous(), state, 7) is None
+    x48 = torch.randn(2, 64, 48).to(torch.bfloat16).to(DEVICE)
+    assert cc._tma_tiling(x48, w[: 7 * 48].contiguous(), _pool(3, 6, 48, g, torch.bfloat16, pad=16), 7) is None
+
+
+def test_fast_sin_squared_matches_torch(cc: ModuleType) -> None:
+    """The 16-bit epilogues' sin(z)**2 (Cody-Waite reduction by pi and an odd polynomial) against float64 sin on
+    fresh random arguments from tiny to 1e4, and at the reduction's edges (multiples of pi/2)."""
+    g = torch.Generator().manual_seed(23)
+    scales = torch.tensor([1e-3, 1.0, 10.0, 100.0, 1e4]).repeat_interleave(2000)
+    z = torch.randn(scales.numel(), generator=g) * scales
+    edges = torch.arange(-64, 65) * (torch.pi / 2)
+    z = torch.cat([z, edges, edges + 1e-4, edges - 1e-4]).float()
+    got = cc.sin_squared(z.to(DEVICE)).cpu().double()
+    want = torch.sin(z.double()) ** 2
+    err = (got - want).abs()
+    assert err[z.abs() <= 100].max() < 3e-7, err[z.abs() <= 100].max()
+    assert err.max() < 2e-6, err.max()  # |z| ~ 4e4: the reduction's error grows with the multiple of pi
+
+
+@pytest.mark.parametrize("epilogue", ["snake_main", "residual_out2"])
+def test_fast_sin_epilogue_equals_sinf_within_one_bf16_step(cc: ModuleType, epilogue: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """FAST_SIN changes a bf16 output by at most one rounding step (a value on a rounding boundary)."""
+    g = torch.Generator().manual_seed(19)
+    b, length, cin, n, taps, dil = 2, 40, 32, 48, 7, 1
+    x = (2 * torch.randn(b, length, cin, generator=g)).to(torch.bfloat16).to(DEVICE)
+    w = (torch.randn(n, cin, taps, generator=g) / 8).to(torch.bfloat16).to(DEVICE)
+    kw = _epilogue_kwargs(epilogue, b, length, cin, n, taps, dil, g, torch.bfloat16)
+    outs = []
+    for fast in (True, False):
+        monkeypatch.setattr(cc, "FAST_SIN", fast)
+        outs.append(cc.causal_conv(x, cc.conv_weight(w), taps, dil, **kw))
+    for fast, accurate in zip(*outs, strict=True):
+        if fast is not None:
+            step = torch.finfo(torch.bfloat16).eps * accurate.float().abs().clamp(min=1e-2)
+            assert ((fast.float() - accurate.float()).abs() <= step).all()
+            assert (fast != accurate).float().mean() < 0.01
+
+
+def test_fast_sin_leaves_libdevice_sinf_out_on_hopper() -> None:
+    """The point of FAST_SIN, on the compiler's output for sm_90: libdevice's sinf brings its slow-path range
+    reduction (a local-memory table, inlined per element); the polynomial has none, and the kernel is shorter."""
+    *_, fast = _hopper_build("select", fast_sin=True)
+    *_, accurate = _hopper_build("select", fast_sin=False)
+    assert "ld.local" in accurate and "__nv_sinf" in accurate
+    assert "ld.local" not in fast and "__nv_sinf" not in fast
+    assert len(fast.splitlines()) < len(accurate.splitlines()) / 2
+
+
+@pytest.mark.parametrize("taps", [7, 1])
+def test_tma_kernel_compiles_to_tma_loads_and_async_wgmma_on_hopper(taps: int) -> None:
+    """conv_tma on the compiler's output for sm_90 (CI has no GPU): its tiles arrive by TMA (cp.async.bulk.tensor)
+    into a pipeline feeding asynchronous wgmma, the history loop too; no per-element address arithmetic."""
+    ct = _compiled_kernels("conv_tma")
+    bm, bn, bk = 128, 128, 64
+    consts = dict(TAPS=taps, HAS_STATE=taps > 1, HAS_BIAS=True, SNAKE_MAIN=taps > 1, HAS_RES=taps == 1,
+                  CLAMP=False, STORE_MAIN=True, HAS_OUT2=taps == 1, FAST_SIN=True, UPCAST=False, BK=bk, BM=bm, BN=bn)
+    act = f"tensordesc<bf16[1,{bm},{bk}]>"
+    desc = {"x_desc": act, "st_desc": act, "w_desc": f"tensordesc<bf16[{bk},{bn}]>"}
+    kernel = _hopper_compile(ct._conv_tma_kernel, consts, desc, warps=8, stages=3)
+    ptx = kernel.asm["ptx"]
+    loops = ptx.count("Inner Loop Header")
+    assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx
+    assert loops >= (2 if taps > 1 else 1), loops  # with history: its own pipelined loop
+    assert "ld.global.b16" not in ptx  # no element-wise activation loads
+    assert kernel.metadata.shared >= 3 * (bm * bk + bk * bn) * 2  # three stages of both tiles

@@ -34,7 +34,7 @@ def _one_thread() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def fused() -> ModuleType:
     """codec_fused bound to kernel modules runnable here (the interpreter without a GPU)."""
-    for name in ("causal_conv", "residual_unit", "codec_norms", "ring_attention"):
+    for name in ("causal_conv", "conv_tma", "residual_unit", "codec_norms", "ring_attention"):
         kernel_module(name)
     return importlib.reload(importlib.import_module("voxgate.engine.qwen3tts.codec_fused"))
 
@@ -244,5 +244,11 @@ def test_bench_variants_switch_and_restore(fused: ModuleType, codec) -> None:
     assert attn.NUM_WARPS == 2
     restore()
     assert attn.NUM_WARPS == 4
+    tma = conv.TMA
+    for variant, on in (("tma", True), ("pointer", False)):
+        restore = _fused_variant(fs, variant)
+        assert on == conv.TMA
+        restore()
+        assert tma == conv.TMA
     with pytest.raises(ValueError, match="unknown variant"):
         _fused_variant(fs, "fastest")
