@@ -91,9 +91,11 @@ def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype |
 
 
 VARIANTS = ("default", "fuse_units", "fuse_units_96", "split_loads", "offset_loads", "attn_2warps", "split_k", "tma",
-            "pointer")
-# variant -> (kernels/causal_conv.py switch, value): split K on; TMA tiles on; the pointer kernel only (TMA off)
-_CONV_SWITCHES = {"split_k": ("SPLIT_K", True), "tma": ("TMA", True), "pointer": ("TMA", False)}
+            "pointer", "accurate_sin")
+# variant -> (kernels/causal_conv.py switch, value): split K on; TMA tiles on; the pointer kernel only (TMA off);
+# libdevice's sinf in the epilogues instead of the polynomial
+_CONV_SWITCHES = {"split_k": ("SPLIT_K", True), "tma": ("TMA", True), "pointer": ("TMA", False),
+                  "accurate_sin": ("FAST_SIN", False)}
 
 
 def _fused_variant(cs: StreamingCodec, variant: str) -> Any:

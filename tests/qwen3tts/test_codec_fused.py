@@ -244,11 +244,11 @@ def test_bench_variants_switch_and_restore(fused: ModuleType, codec) -> None:
     assert attn.NUM_WARPS == 2
     restore()
     assert attn.NUM_WARPS == 4
-    tma = conv.TMA
-    for variant, on in (("tma", True), ("pointer", False)):
+    for variant, switch, on in (("tma", "TMA", True), ("pointer", "TMA", False), ("accurate_sin", "FAST_SIN", False)):
+        before = getattr(conv, switch)
         restore = _fused_variant(fs, variant)
-        assert on == conv.TMA
+        assert getattr(conv, switch) == on
         restore()
-        assert tma == conv.TMA
+        assert getattr(conv, switch) == before
     with pytest.raises(ValueError, match="unknown variant"):
         _fused_variant(fs, "fastest")
