@@ -288,8 +288,13 @@ def _splitk_epilogue_kernel(
 # spread over more programs. Off (VOXGATE_CONV_SPLIT_K=1 or assign at run time): on the H200 it took decoder.0 from
 # 65 to 52 us, but the whole step from 3.70 to 3.72 ms at 128 x 1 (the added epilogue launches); a fixed tile.
 SPLIT_K = os.environ.get("VOXGATE_CONV_SPLIT_K", "0") != "0"
-# Tiles fetched by TMA (kernels/conv_tma.py) where the shapes allow: VOXGATE_CONV_TMA=1 or assign at run time.
-TMA = os.environ.get("VOXGATE_CONV_TMA", "0") != "0"
+# Tiles fetched by TMA (kernels/conv_tma.py) where the shapes allow (VOXGATE_CONV_TMA=0: the pointer kernel only).
+# Convs with history take it for batch rows of at least TMA_MIN_LENGTH rows: conv_tma tiles each batch row alone
+# and its first tile reads two tiles per tap, so short rows pay for padding and history. Measured on the H200 at
+# 128 x 1 (docs/codec.md): the 1x1 convs 15-35 % faster; with history, rows of 1920 (block 4) 12 % faster, of
+# 640 (block 3) 13 % slower, of 160 (block 2) 2x slower.
+TMA = os.environ.get("VOXGATE_CONV_TMA", "1") != "0"
+TMA_MIN_LENGTH = int(os.environ.get("VOXGATE_CONV_TMA_MIN_LENGTH", "1024"))
 _SPLIT_TILE = dict(BM=64, BN=128, num_warps=4, num_stages=4)  # K step: k_tile(Cin)
 
 
@@ -373,7 +378,8 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
                 residual: torch.Tensor | None = None, clamp: bool = False, out_dtype: torch.dtype | None = None,
                 snake_out2: Snake | None = None, store_main: bool = True,
                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """x [B, L, Cin] contiguous new inputs; w [taps*Cin, N] (`conv_weight` / `convt_weight`); state [slots,
+    """x [B, L, Cin] contiguous new inputs; w [taps*Cin, N] (`conv_weight` / `convt_weight`; its rows may be
+    padded, e.g. a [K, 16] buffer's first column: TMA needs 16-byte rows, see `padded_columns`); state [slots,
     (taps-1)*dilation, Cin] pool view (last dim contiguous) with slots [B] long, or None for taps == 1.
 
     Returns (out [B, L, N] in out_dtype (default x's), out2 [B, L, N] in x's dtype or None); see the module
@@ -382,7 +388,10 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
     b, length, cin = x.shape
     n = w.shape[1]
     hist = (taps - 1) * dilation
-    assert x.is_contiguous() and w.is_contiguous() and w.shape[0] == taps * cin, (x.shape, w.shape, taps)
+    assert x.is_contiguous() and w.stride(1) == 1 and w.shape[0] == taps * cin, (x.shape, w.shape, taps)
+    tiling = _tma_tiling(x, w, state, taps) if TMA else None
+    if tiling is None:  # the pointer kernels read w as [K, N] contiguous (conv_tma also takes padded rows)
+        w = w.contiguous()
     if state is None:
         assert hist == 0, "a conv with more than one tap needs its carried inputs"
         state_arg, slots_arg, st_ss, st_st = x, x, 0, 0
@@ -412,7 +421,6 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
                  PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda",
                  **load_flags(x, state))
     parts = split_k_plan(m, n, cin, taps, x.device)
-    tiling = _tma_tiling(x, w, state, taps) if TMA and (x.device.type == "cuda" or INTERPRETED) else None
     if tiling is not None:
         from . import conv_tma
         conv_tma.conv_tma(args, flags, *tiling, autotune=x.device.type == "cuda" and AUTOTUNE)
@@ -438,16 +446,15 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
 def _tma_tiling(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor | None, taps: int) -> tuple[int, int] | None:
     """(batch, length) of conv_tma's row tiles, or None where the pointer kernel runs. conv_tma tiles each batch
     row on its own (so that its zero fill ends the history and the row): a one-tap conv without history is one
-    long row; a conv with history needs rows of at least 64 (a 64-row tile of a 4-row batch row is mostly
-    padding: the pre-conv, decoder.0 and block 1 at one frame per step keep the pointer kernel)."""
+    long row; a conv with history needs rows of at least TMA_MIN_LENGTH (and a 64-row tile)."""
     from . import conv_tma
 
     b, length, _ = x.shape
-    if not conv_tma.usable(x, w, state):
+    if not (conv_tma.runs_on(x.device) and conv_tma.usable(x, w, state)):
         return None
     if state is None and taps == 1:
         return 1, b * length
-    return (b, length) if length >= 64 else None
+    return (b, length) if length >= max(64, TMA_MIN_LENGTH) else None
 
 
 def _split_k(args: tuple, flags: dict, parts: int, bk: int) -> None:
@@ -508,6 +515,15 @@ def advance_state(x: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, num
 
 
 # -- weights and references --------------------------------------------------------------------------------------
+
+def padded_columns(w: torch.Tensor, multiple: int = 16) -> torch.Tensor:
+    """w [K, N] as a view of a zero-padded [K, ceil(N / multiple) * multiple] buffer: rows of a multiple of 16
+    elements, so that conv_tma's descriptor can read a conv with N = 1 (the codec's last conv)."""
+    k, n = w.shape
+    buf = w.new_zeros(k, -(-n // multiple) * multiple)
+    buf[:, :n] = w
+    return buf[:, :n]
+
 
 def conv_weight(w: torch.Tensor) -> torch.Tensor:
     """Conv1d weight [Cout, Cin, taps] -> [taps*Cin, Cout] (row j*Cin + c: tap j, input channel c)."""

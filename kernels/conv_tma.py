@@ -19,6 +19,8 @@ too (tests).
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -37,7 +39,8 @@ def _conv_tma_kernel(
     ib2_ptr, M, L, CIN, N, HIST, DIL, SNAKE_CH,
     TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
     HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
-    FAST_SIN: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    FAST_SIN: tl.constexpr, HIST_ADD: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr,
+    BN: tl.constexpr,
 ):
     # x_desc [B, L, CIN] blocks [1, BM, BK]; st_desc [slots, HIST, CIN] blocks [1, BM, BK]; w_desc [TAPS*CIN, N]
     # blocks [BK, BN]. grid: (cdiv(N, BN), B * cdiv(L, BM)): the column tiles of one row tile run side by side
@@ -59,8 +62,11 @@ def _conv_tma_kernel(
             h = st_desc.load([slot, HIST + s, k0]).reshape(BM, BK)
             if UPCAST:  # Triton's CPU interpreter gets bf16 dots wrong (3.9): same products in fp32
                 a, h, w = a.to(tl.float32), h.to(tl.float32), w.to(tl.float32)
-            acc = tl.dot(a, w, acc)
-            acc = tl.dot(h, w, acc)
+            if HIST_ADD:  # one of each row's two values is zero: the sum is exact, one MMA from registers
+                acc = tl.dot(a + h, w, acc)
+            else:  # two MMAs straight from shared memory
+                acc = tl.dot(a, w, acc)
+                acc = tl.dot(h, w, acc)
     else:
         for kk in range(TAPS * kch):
             j = kk // kch
@@ -77,6 +83,12 @@ def _conv_tma_kernel(
               x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2, FAST_SIN)
 
 
+# A tile whose taps reach into the history reads two tiles per tap (new inputs, history), each zero where the other
+# is not: True adds them in registers and runs one MMA with that operand from registers; False runs two MMAs from
+# shared memory (VOXGATE_CONV_TMA_HIST_ADD=1 or assign at run time; not measured yet, so the plain form).
+HIST_ADD = os.environ.get("VOXGATE_CONV_TMA_HIST_ADD", "0") != "0"
+
+
 def _set_block_shapes(nargs: dict) -> None:
     """The descriptors' tiles follow the config being launched (an autotuner pre-hook)."""
     bm, bn, bk = nargs["BM"], nargs["BN"], nargs["BK"]
@@ -89,7 +101,8 @@ def _set_block_shapes(nargs: dict) -> None:
 _CONFIGS = [
     triton.Config({"BM": bm, "BN": bn, "BK": bk}, num_warps=w, num_stages=s, pre_hook=_set_block_shapes)
     for bm, bn, bk, w, s in [(128, 128, 64, 8, 3), (128, 128, 64, 4, 3), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
-                             (128, 256, 64, 8, 3), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4), (64, 64, 64, 4, 4)]
+                             (128, 256, 64, 8, 3), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4), (64, 64, 64, 4, 4),
+                             (128, 16, 32, 4, 4), (128, 16, 64, 4, 4)]  # BN = 16: the last conv (N = 1)
 ]
 
 
@@ -97,13 +110,18 @@ def _prune(configs: list, named_args: dict, **kwargs) -> list:
     """Tiles whose K step divides Cin, no far wider than N or taller than a batch row's L; keep at least one."""
     n, length, cin = named_args["N"], named_args["L"], named_args["CIN"]
     valid = [c for c in configs if cin % c.kwargs["BK"] == 0]
-    kept = [c for c in valid if c.kwargs["BN"] <= max(64, 2 * n) and c.kwargs["BM"] <= max(64, length)]
+    kept = [c for c in valid if c.kwargs["BN"] <= max(16, 2 * n) and c.kwargs["BM"] <= max(64, length)]
     return kept or valid
 
 
 _conv_tma_tuned = triton.autotune(_CONFIGS, key=["M", "L", "N", "CIN", "TAPS", "HAS_STATE"],
                                   prune_configs_by={"early_config_prune": _prune},
                                   do_bench=_quick_bench, **TUNING_CACHE)(_conv_tma_kernel)
+
+
+def runs_on(device: torch.device) -> bool:
+    """CUDA, or the CPU where this module's kernel runs in Triton's interpreter (tests)."""
+    return device.type == "cuda" or not isinstance(_conv_tma_kernel, triton.runtime.jit.JITFunction)
 
 
 def _aligned(t: torch.Tensor) -> bool:
@@ -128,11 +146,12 @@ def conv_tma(args: tuple, flags: dict, batch: int, length: int, autotune: bool) 
     has_state = flags["HAS_STATE"]
     x_desc = TensorDescriptor(x, [batch, length, cin], [length * cin, cin, 1], [1, 64, 32])
     st_desc = TensorDescriptor(state, list(state.shape), list(state.stride()), [1, 64, 32]) if has_state else x_desc
-    w_desc = TensorDescriptor(w, [w.shape[0], n], [n, 1], [32, 64])
+    w_desc = TensorDescriptor(w, [w.shape[0], n], [w.stride(0), 1], [32, 64])  # rows may be padded
     kernel_args = (x_desc, st_desc, w_desc, x, slots, bias, res, out, out2, a1, ib1, a2, ib2,
                    m, length, cin, n, hist, dil, snake_ch)
     kernel_flags = {k: flags[k] for k in ("TAPS", "HAS_STATE", "HAS_BIAS", "SNAKE_MAIN", "HAS_RES", "CLAMP",
                                           "STORE_MAIN", "HAS_OUT2", "FAST_SIN", "UPCAST")}
+    kernel_flags["HIST_ADD"] = HIST_ADD
 
     def grid(meta: dict) -> tuple[int, int]:
         return triton.cdiv(n, meta["BN"]), batch * triton.cdiv(length, meta["BM"])
@@ -141,6 +160,6 @@ def conv_tma(args: tuple, flags: dict, batch: int, length: int, autotune: bool) 
         _conv_tma_tuned[grid](*kernel_args, **kernel_flags)
         return
     # fixed tile (tests, the interpreter): as the pointer kernel's fixed tile
-    tile = dict(BM=64, BN=64, BK=64 if cin % 64 == 0 else 32)
+    tile = dict(BM=64, BN=16 if n <= 16 else 64, BK=64 if cin % 64 == 0 else 32)
     _set_block_shapes({"x_desc": x_desc, "st_desc": st_desc, "w_desc": w_desc, **tile})
     _conv_tma_kernel[grid(tile)](*kernel_args, **kernel_flags, **tile, num_warps=4, num_stages=3)

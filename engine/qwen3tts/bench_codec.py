@@ -17,6 +17,7 @@ Without shared data (no real configs to copy), the codec alone is drawn in memor
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import tempfile
@@ -90,12 +91,14 @@ def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype |
     return CodecStream(codec, num_slots, dtype=dtype)
 
 
-VARIANTS = ("default", "fuse_units", "fuse_units_96", "split_loads", "offset_loads", "attn_2warps", "split_k", "tma",
-            "pointer", "accurate_sin")
-# variant -> (kernels/causal_conv.py switch, value): split K on; TMA tiles on; the pointer kernel only (TMA off);
-# libdevice's sinf in the epilogues instead of the polynomial
-_CONV_SWITCHES = {"split_k": ("SPLIT_K", True), "tma": ("TMA", True), "pointer": ("TMA", False),
-                  "accurate_sin": ("FAST_SIN", False)}
+VARIANTS = ("default", "fuse_units", "fuse_units_96", "split_loads", "offset_loads", "attn_2warps", "split_k",
+            "tma_all", "pointer", "accurate_sin", "hist_add")
+# variant -> (kernels/ module, switch, value): split K on; TMA tiles for every conv with history whose rows fill a
+# tile; the pointer kernel only (TMA off); libdevice's sinf in the epilogues instead of the polynomial; conv_tma's
+# history tiles added in registers (one MMA instead of two)
+_KERNEL_SWITCHES = {"split_k": ("causal_conv", "SPLIT_K", True), "tma_all": ("causal_conv", "TMA_MIN_LENGTH", 64),
+                    "pointer": ("causal_conv", "TMA", False), "accurate_sin": ("causal_conv", "FAST_SIN", False),
+                    "hist_add": ("conv_tma", "HIST_ADD", True)}
 
 
 def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
@@ -117,13 +120,12 @@ def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
         def restore() -> None:
             cs.fuse_units, cs.fuse_units_channels = old  # type: ignore[attr-defined]
         return restore
-    if variant in _CONV_SWITCHES:
-        from ...kernels import causal_conv
-
-        name, value = _CONV_SWITCHES[variant]
-        old_value = getattr(causal_conv, name)
-        setattr(causal_conv, name, value)
-        return lambda: setattr(causal_conv, name, old_value)
+    if variant in _KERNEL_SWITCHES:
+        module_name, name, value = _KERNEL_SWITCHES[variant]
+        module = importlib.import_module(f"...kernels.{module_name}", __package__)
+        old_value = getattr(module, name)
+        setattr(module, name, value)
+        return lambda: setattr(module, name, old_value)
     if variant == "attn_2warps":
         from ...kernels import ring_attention
 

@@ -3,6 +3,8 @@ transposed-conv form, and the window advance (TRITON_INTERPRET=1 without a GPU).
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
@@ -316,12 +318,15 @@ def test_tuning_keeps_big_tiles_for_offset_loads_only() -> None:
 # -- the TMA path (kernels/conv_tma.py) ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def tma(cc: ModuleType) -> ModuleType:
-    """conv_tma bound to this run's causal_conv (the interpreter without a GPU); skips where TMA cannot run."""
+def tma(cc: ModuleType) -> Iterator[ModuleType]:
+    """conv_tma bound to this run's causal_conv (the interpreter without a GPU, for this module's tests only: the
+    pointer kernel's tests elsewhere keep their path); skips where TMA cannot run."""
     ct = kernel_module("conv_tma")
     if ct.TensorDescriptor is None or (DEVICE == "cuda" and torch.cuda.get_device_capability()[0] < 9):
         pytest.skip("TMA needs Triton >= 3.4 and, on CUDA, compute capability >= 9")
-    return ct
+    yield ct
+    if DEVICE == "cpu":
+        importlib.reload(ct)  # compiled mode again: causal_conv on CPU tensors stays on the pointer kernel
 
 
 @pytest.mark.parametrize(("cin", "n", "taps", "dil", "length", "b"), [
@@ -330,10 +335,12 @@ def tma(cc: ModuleType) -> ModuleType:
     (32, 64, 7, 9, 64, 2),   # exactly one tile per row
     (32, 40, 2, 1, 80, 3),   # the transposed-conv form (one carried frame), N not a multiple of the tile
     (64, 32, 1, 1, 9, 5),    # one tap without history: one long row over batch rows
+    (96, 1, 7, 3, 100, 2),   # N = 1 (the codec's last conv) through a weight padded to 16 columns
 ])
-@pytest.mark.parametrize("epilogue", ["plain", "snake_main", "residual_out2"])
+@pytest.mark.parametrize(("epilogue", "hist_add"), [("plain", False), ("snake_main", False),
+                                                     ("residual_out2", False), ("snake_main", True)])
 def test_tma_conv_matches_torch_and_pointer_kernel(cc: ModuleType, tma: ModuleType, cin: int, n: int, taps: int,
-                                                    dil: int, length: int, b: int, epilogue: str,
+                                                    dil: int, length: int, b: int, epilogue: str, hist_add: bool,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """conv_tma's zero-filled tiles (history before each batch row, nothing past its end) give the conv: against
     the fp32 reference (torch's conv1d over [history | new]) and against the pointer kernel."""
@@ -350,7 +357,9 @@ def test_tma_conv_matches_torch_and_pointer_kernel(cc: ModuleType, tma: ModuleTy
     elif epilogue == "residual_out2":
         kw.update(residual=torch.randn(b, length, n, generator=g).to(torch.bfloat16).to(DEVICE),
                   snake_out2=_snake(n, g))
-    wk = cc.conv_weight(w)
+    wk = cc.conv_weight(w) if n > 1 else cc.padded_columns(cc.conv_weight(w))
+    monkeypatch.setattr(cc, "TMA_MIN_LENGTH", 64)  # the test's short rows take the TMA path too
+    monkeypatch.setattr(tma, "HIST_ADD", hist_add)
     assert cc._tma_tiling(x, wk, kw.get("state"), taps) == ((1, b * length) if taps == 1 else (b, length))
     monkeypatch.setattr(cc, "TMA", True)
     got = cc.causal_conv(x, wk, taps, dil, **kw)
@@ -359,19 +368,25 @@ def test_tma_conv_matches_torch_and_pointer_kernel(cc: ModuleType, tma: ModuleTy
     _assert_outputs_close(got, cc.causal_conv(x, wk, taps, dil, **kw), torch.bfloat16)
 
 
-def test_tma_tiling_keeps_short_rows_and_unaligned_convs_on_the_pointer_kernel(cc: ModuleType,
-                                                                               tma: ModuleType) -> None:
-    """Rows shorter than a 64-row tile, fp32, Cin not a multiple of 32 and N = 1 (rows of 2 bytes) stay on the
-    pointer kernel."""
+def test_tma_tiling_keeps_short_rows_and_unaligned_convs_on_the_pointer_kernel(cc: ModuleType, tma: ModuleType,
+                                                                               monkeypatch: pytest.MonkeyPatch,
+                                                                               ) -> None:
+    """Rows with history shorter than TMA_MIN_LENGTH or a 64-row tile, fp32, Cin not a multiple of 32 and N = 1
+    (rows of 2 bytes) stay on the pointer kernel; a one-tap conv is one long row whatever its batch rows."""
     g = torch.Generator().manual_seed(5)
     state = _pool(3, 6, 64, g, torch.bfloat16, pad=16)
     w = torch.randn(7 * 64, 32).to(torch.bfloat16).to(DEVICE)
+    x = torch.randn(2, 1023, 64).to(torch.bfloat16).to(DEVICE)
+    assert cc.TMA_MIN_LENGTH == 1024 and cc._tma_tiling(x, w, state, 7) is None
+    assert cc._tma_tiling(x, w[:64].contiguous(), None, 1) == (1, 2 * 1023)
+    monkeypatch.setattr(cc, "TMA_MIN_LENGTH", 0)
     x = torch.randn(2, 63, 64).to(torch.bfloat16).to(DEVICE)
     assert cc._tma_tiling(x, w, state, 7) is None
     x = torch.randn(2, 64, 64).to(torch.bfloat16).to(DEVICE)
     assert cc._tma_tiling(x, w, state, 7) == (2, 64)
     assert cc._tma_tiling(x.float(), w.float(), state.float(), 7) is None
     assert cc._tma_tiling(x, w[:, :1].contiguous(), state, 7) is None
+    assert cc._tma_tiling(x, cc.padded_columns(w[:, :1]), state, 7) == (2, 64)
     x48 = torch.randn(2, 64, 48).to(torch.bfloat16).to(DEVICE)
     assert cc._tma_tiling(x48, w[: 7 * 48].contiguous(), _pool(3, 6, 48, g, torch.bfloat16, pad=16), 7) is None
 
@@ -421,14 +436,15 @@ def test_fast_sin_leaves_libdevice_sinf_out_on_hopper() -> None:
     assert len(fast.splitlines()) < len(accurate.splitlines()) / 2
 
 
-@pytest.mark.parametrize("taps", [7, 1])
-def test_tma_kernel_compiles_to_tma_loads_and_async_wgmma_on_hopper(taps: int) -> None:
+@pytest.mark.parametrize(("taps", "hist_add"), [(7, False), (7, True), (1, False)])
+def test_tma_kernel_compiles_to_tma_loads_and_async_wgmma_on_hopper(taps: int, hist_add: bool) -> None:
     """conv_tma on the compiler's output for sm_90 (CI has no GPU): its tiles arrive by TMA (cp.async.bulk.tensor)
     into a pipeline feeding asynchronous wgmma, the history loop too; no per-element address arithmetic."""
     ct = _compiled_kernels("conv_tma")
     bm, bn, bk = 128, 128, 64
     consts = dict(TAPS=taps, HAS_STATE=taps > 1, HAS_BIAS=True, SNAKE_MAIN=taps > 1, HAS_RES=taps == 1,
-                  CLAMP=False, STORE_MAIN=True, HAS_OUT2=taps == 1, FAST_SIN=True, UPCAST=False, BK=bk, BM=bm, BN=bn)
+                  CLAMP=False, STORE_MAIN=True, HAS_OUT2=taps == 1, FAST_SIN=True, HIST_ADD=hist_add, UPCAST=False,
+                  BK=bk, BM=bm, BN=bn)
     act = f"tensordesc<bf16[1,{bm},{bk}]>"
     desc = {"x_desc": act, "st_desc": act, "w_desc": f"tensordesc<bf16[{bk},{bn}]>"}
     kernel = _hopper_compile(ct._conv_tma_kernel, consts, desc, warps=8, stages=3)

@@ -244,11 +244,13 @@ def test_bench_variants_switch_and_restore(fused: ModuleType, codec) -> None:
     assert attn.NUM_WARPS == 2
     restore()
     assert attn.NUM_WARPS == 4
-    for variant, switch, on in (("tma", "TMA", True), ("pointer", "TMA", False), ("accurate_sin", "FAST_SIN", False)):
-        before = getattr(conv, switch)
+    tma = importlib.import_module("voxgate.kernels.conv_tma")
+    for variant, module, switch, on in (("tma_all", conv, "TMA_MIN_LENGTH", 64), ("pointer", conv, "TMA", False),
+                                        ("accurate_sin", conv, "FAST_SIN", False), ("hist_add", tma, "HIST_ADD", True)):
+        before = getattr(module, switch)
         restore = _fused_variant(fs, variant)
-        assert getattr(conv, switch) == on
+        assert getattr(module, switch) == on
         restore()
-        assert getattr(conv, switch) == before
+        assert getattr(module, switch) == before
     with pytest.raises(ValueError, match="unknown variant"):
         _fused_variant(fs, "fastest")
