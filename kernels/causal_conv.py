@@ -378,8 +378,7 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
                 residual: torch.Tensor | None = None, clamp: bool = False, out_dtype: torch.dtype | None = None,
                 snake_out2: Snake | None = None, store_main: bool = True,
                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """x [B, L, Cin] contiguous new inputs; w [taps*Cin, N] (`conv_weight` / `convt_weight`; its rows may be
-    padded, e.g. a [K, 16] buffer's first column: TMA needs 16-byte rows, see `padded_columns`); state [slots,
+    """x [B, L, Cin] contiguous new inputs; w [taps*Cin, N] (`conv_weight` / `convt_weight`); state [slots,
     (taps-1)*dilation, Cin] pool view (last dim contiguous) with slots [B] long, or None for taps == 1.
 
     Returns (out [B, L, N] in out_dtype (default x's), out2 [B, L, N] in x's dtype or None); see the module
@@ -388,10 +387,8 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
     b, length, cin = x.shape
     n = w.shape[1]
     hist = (taps - 1) * dilation
-    assert x.is_contiguous() and w.stride(1) == 1 and w.shape[0] == taps * cin, (x.shape, w.shape, taps)
+    assert x.is_contiguous() and w.is_contiguous() and w.shape[0] == taps * cin, (x.shape, w.shape, taps)
     tiling = _tma_tiling(x, w, state, taps) if TMA else None
-    if tiling is None:  # the pointer kernels read w as [K, N] contiguous (conv_tma also takes padded rows)
-        w = w.contiguous()
     if state is None:
         assert hist == 0, "a conv with more than one tap needs its carried inputs"
         state_arg, slots_arg, st_ss, st_st = x, x, 0, 0
@@ -515,15 +512,6 @@ def advance_state(x: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, num
 
 
 # -- weights and references --------------------------------------------------------------------------------------
-
-def padded_columns(w: torch.Tensor, multiple: int = 16) -> torch.Tensor:
-    """w [K, N] as a view of a zero-padded [K, ceil(N / multiple) * multiple] buffer: rows of a multiple of 16
-    elements, so that conv_tma's descriptor can read a conv with N = 1 (the codec's last conv)."""
-    k, n = w.shape
-    buf = w.new_zeros(k, -(-n // multiple) * multiple)
-    buf[:, :n] = w
-    return buf[:, :n]
-
 
 def conv_weight(w: torch.Tensor) -> torch.Tensor:
     """Conv1d weight [Cout, Cin, taps] -> [taps*Cin, Cout] (row j*Cin + c: tap j, input channel c)."""

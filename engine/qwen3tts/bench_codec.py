@@ -92,13 +92,12 @@ def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype |
 
 
 VARIANTS = ("default", "fuse_units", "fuse_units_96", "split_loads", "offset_loads", "attn_2warps", "split_k",
-            "tma_all", "pointer", "accurate_sin", "hist_add")
-# variant -> (kernels/ module, switch, value): split K on; TMA tiles for every conv with history whose rows fill a
-# tile; the pointer kernel only (TMA off); libdevice's sinf in the epilogues instead of the polynomial; conv_tma's
-# history tiles added in registers (one MMA instead of two)
-_KERNEL_SWITCHES = {"split_k": ("causal_conv", "SPLIT_K", True), "tma_all": ("causal_conv", "TMA_MIN_LENGTH", 64),
-                    "pointer": ("causal_conv", "TMA", False), "accurate_sin": ("causal_conv", "FAST_SIN", False),
-                    "hist_add": ("conv_tma", "HIST_ADD", True)}
+            "tma_min_<rows>", "pointer", "accurate_sin", "two_mma")
+# variant -> (kernels/ module, switch, value): split K on; the pointer kernel only (TMA off); libdevice's sinf in
+# the epilogues instead of the polynomial; conv_tma's history tiles as two MMAs instead of one over their sum.
+# tma_min_<rows> (e.g. tma_min_512): conv_tma for convs with history from batch rows of that length on.
+_KERNEL_SWITCHES = {"split_k": ("causal_conv", "SPLIT_K", True), "pointer": ("causal_conv", "TMA", False),
+                    "accurate_sin": ("causal_conv", "FAST_SIN", False), "two_mma": ("conv_tma", "HIST_ADD", False)}
 
 
 def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
@@ -107,7 +106,10 @@ def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
     if "+" in variant:
         restores = [_fused_variant(cs, v) for v in variant.split("+")]
         return lambda: [restore() for restore in reversed(restores)]
-    if variant not in VARIANTS:
+    switch = _KERNEL_SWITCHES.get(variant)
+    if variant.startswith("tma_min_") and variant[8:].isdigit():
+        switch = ("causal_conv", "TMA_MIN_LENGTH", int(variant[8:]))
+    elif variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
     if variant == "default":
         return lambda: None
@@ -120,8 +122,8 @@ def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
         def restore() -> None:
             cs.fuse_units, cs.fuse_units_channels = old  # type: ignore[attr-defined]
         return restore
-    if variant in _KERNEL_SWITCHES:
-        module_name, name, value = _KERNEL_SWITCHES[variant]
+    if switch is not None:
+        module_name, name, value = switch
         module = importlib.import_module(f"...kernels.{module_name}", __package__)
         old_value = getattr(module, name)
         setattr(module, name, value)

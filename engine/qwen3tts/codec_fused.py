@@ -176,8 +176,6 @@ class FusedCodecStream(StreamingCodec):
             ))
         self.act_out = _snake(codec.decoder[-2], dev)
         self.conv_out = self._conv(codec.decoder[-1].conv, f"decoder.{last}")
-        if dt != torch.float32:  # N = 1: rows padded to 16 columns so that conv_tma's descriptor can read them
-            self.conv_out.w = conv_kernels.padded_columns(self.conv_out.w)
 
     # -- decode -------------------------------------------------------------------------------------------------
     @torch.inference_mode()

@@ -335,7 +335,7 @@ def tma(cc: ModuleType) -> Iterator[ModuleType]:
     (32, 64, 7, 9, 64, 2),   # exactly one tile per row
     (32, 40, 2, 1, 80, 3),   # the transposed-conv form (one carried frame), N not a multiple of the tile
     (64, 32, 1, 1, 9, 5),    # one tap without history: one long row over batch rows
-    (96, 1, 7, 3, 100, 2),   # N = 1 (the codec's last conv) through a weight padded to 16 columns
+    (96, 96, 7, 3, 100, 2),  # the codec's last block: 96 channels, Cin not a multiple of 64
 ])
 @pytest.mark.parametrize(("epilogue", "hist_add"), [("plain", False), ("snake_main", False),
                                                      ("residual_out2", False), ("snake_main", True)])
@@ -357,7 +357,7 @@ def test_tma_conv_matches_torch_and_pointer_kernel(cc: ModuleType, tma: ModuleTy
     elif epilogue == "residual_out2":
         kw.update(residual=torch.randn(b, length, n, generator=g).to(torch.bfloat16).to(DEVICE),
                   snake_out2=_snake(n, g))
-    wk = cc.conv_weight(w) if n > 1 else cc.padded_columns(cc.conv_weight(w))
+    wk = cc.conv_weight(w)
     monkeypatch.setattr(cc, "TMA_MIN_LENGTH", 64)  # the test's short rows take the TMA path too
     monkeypatch.setattr(tma, "HIST_ADD", hist_add)
     assert cc._tma_tiling(x, wk, kw.get("state"), taps) == ((1, b * length) if taps == 1 else (b, length))
@@ -386,7 +386,6 @@ def test_tma_tiling_keeps_short_rows_and_unaligned_convs_on_the_pointer_kernel(c
     assert cc._tma_tiling(x, w, state, 7) == (2, 64)
     assert cc._tma_tiling(x.float(), w.float(), state.float(), 7) is None
     assert cc._tma_tiling(x, w[:, :1].contiguous(), state, 7) is None
-    assert cc._tma_tiling(x, cc.padded_columns(w[:, :1]), state, 7) == (2, 64)
     x48 = torch.randn(2, 64, 48).to(torch.bfloat16).to(DEVICE)
     assert cc._tma_tiling(x48, w[: 7 * 48].contiguous(), _pool(3, 6, 48, g, torch.bfloat16, pad=16), 7) is None
 

@@ -245,8 +245,8 @@ def test_bench_variants_switch_and_restore(fused: ModuleType, codec) -> None:
     restore()
     assert attn.NUM_WARPS == 4
     tma = importlib.import_module("voxgate.kernels.conv_tma")
-    for variant, module, switch, on in (("tma_all", conv, "TMA_MIN_LENGTH", 64), ("pointer", conv, "TMA", False),
-                                        ("accurate_sin", conv, "FAST_SIN", False), ("hist_add", tma, "HIST_ADD", True)):
+    for variant, module, switch, on in (("tma_min_512", conv, "TMA_MIN_LENGTH", 512), ("pointer", conv, "TMA", False),
+                                        ("accurate_sin", conv, "FAST_SIN", False), ("two_mma", tma, "HIST_ADD", False)):
         before = getattr(module, switch)
         restore = _fused_variant(fs, variant)
         assert getattr(module, switch) == on
@@ -254,3 +254,5 @@ def test_bench_variants_switch_and_restore(fused: ModuleType, codec) -> None:
         assert getattr(module, switch) == before
     with pytest.raises(ValueError, match="unknown variant"):
         _fused_variant(fs, "fastest")
+    with pytest.raises(ValueError, match="unknown variant"):
+        _fused_variant(fs, "tma_min_")
