@@ -290,11 +290,12 @@ def _splitk_epilogue_kernel(
 SPLIT_K = os.environ.get("VOXGATE_CONV_SPLIT_K", "0") != "0"
 # Tiles fetched by TMA (kernels/conv_tma.py) where the shapes allow (VOXGATE_CONV_TMA=0: the pointer kernel only).
 # Convs with history take it for batch rows of at least TMA_MIN_LENGTH rows: conv_tma tiles each batch row alone
-# and its first tile reads two tiles per tap, so short rows pay for padding and history. Measured on the H200 at
-# 128 x 1 (docs/codec.md): the 1x1 convs 15-35 % faster; with history, rows of 1920 (block 4) 12 % faster, of
-# 640 (block 3) 13 % slower, of 160 (block 2) 2x slower.
+# and its first tile also reads the history, so short rows pay for padding. Measured on the H200 at 128 x 1
+# (docs/codec.md; history tiles summed in registers): the 1x1 convs 15-35 % faster, the k7 convs over rows of
+# 1920 (block 4) 20 % and of 640 (block 3) 12 % faster, block 4's transposed conv (640) 21 %; rows of 160 (block
+# 2) were 2x slower (two row tiles for 160 rows) with two MMAs per history tap.
 TMA = os.environ.get("VOXGATE_CONV_TMA", "1") != "0"
-TMA_MIN_LENGTH = int(os.environ.get("VOXGATE_CONV_TMA_MIN_LENGTH", "1024"))
+TMA_MIN_LENGTH = int(os.environ.get("VOXGATE_CONV_TMA_MIN_LENGTH", "512"))
 _SPLIT_TILE = dict(BM=64, BN=128, num_warps=4, num_stages=4)  # K step: k_tile(Cin)
 
 
