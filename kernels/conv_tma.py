@@ -9,8 +9,9 @@ That zero fill makes history and batch boundaries free. A tile covers rows t0..t
 tap j reads x[b, t0 + j*d - H + i] through a [B, L, Cin] descriptor: rows before 0 or past L come back zero.
 The rows before 0 are the history, read through a [slots, H, Cin] descriptor of the pool at
 (slot_b, H + t0 + j*d - H + i), where rows at or past H come back zero. The two tiles are complementary, so
-their sum (HIST_ADD) or dot(x_tile, w) + dot(history_tile, w) is the conv (adding exact zeros), and only tiles
-with t0 < H need the second one. Same arguments, epilogue and results as causal_conv (within summation order;
+their sum is the input (adding exact zeros): one MMA per tap with that sum as its register operand, and only
+tiles with t0 < H read the second one (two MMAs from shared memory instead, measured on the H200: 3.02 against
+2.98 ms for the step at 128 x 1). Same arguments, epilogue and results as causal_conv (within summation order;
 bit for bit where the K step matches).
 
 Measured on the H200 (docs/codec.md): the 1x1 convs 15-35 % faster than the pointer kernel, the k7 convs over
@@ -23,8 +24,6 @@ too (tests).
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
@@ -44,8 +43,7 @@ def _conv_tma_kernel(
     ib2_ptr, M, L, CIN, N, HIST, DIL, SNAKE_CH,
     TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
     HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
-    FAST_SIN: tl.constexpr, HIST_ADD: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr,
-    BN: tl.constexpr,
+    FAST_SIN: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
 ):
     # x_desc [B, L, CIN] blocks [1, BM, BK]; st_desc [slots, HIST, CIN] blocks [1, BM, BK]; w_desc [TAPS*CIN, N]
     # blocks [BK, BN]. grid: (cdiv(N, BN), B * cdiv(L, BM)): the column tiles of one row tile run side by side
@@ -67,11 +65,7 @@ def _conv_tma_kernel(
             h = st_desc.load([slot, HIST + s, k0]).reshape(BM, BK)
             if UPCAST:  # Triton's CPU interpreter gets bf16 dots wrong (3.9): same products in fp32
                 a, h, w = a.to(tl.float32), h.to(tl.float32), w.to(tl.float32)
-            if HIST_ADD:  # one of each row's two values is zero: the sum is exact, one MMA from registers
-                acc = tl.dot(a + h, w, acc)
-            else:  # two MMAs straight from shared memory
-                acc = tl.dot(a, w, acc)
-                acc = tl.dot(h, w, acc)
+            acc = tl.dot(a + h, w, acc)  # one of each row's two values is zero: the sum is exact
     else:
         for kk in range(TAPS * kch):
             j = kk // kch
@@ -86,13 +80,6 @@ def _conv_tma_kernel(
     rn = n0 + tl.arange(0, BN)
     _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
               x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2, FAST_SIN)
-
-
-# A tile whose taps reach into the history reads two tiles per tap (new inputs, history), each zero where the other
-# is not: True adds them in registers and runs one MMA with that operand from registers; False runs two MMAs from
-# shared memory (VOXGATE_CONV_TMA_HIST_ADD=0). Measured on the H200: the step at 128 x 1 took 2.98 ms with the
-# add, 3.02 ms with two MMAs.
-HIST_ADD = os.environ.get("VOXGATE_CONV_TMA_HIST_ADD", "1") != "0"
 
 
 def _set_block_shapes(nargs: dict) -> None:
@@ -156,7 +143,6 @@ def conv_tma(args: tuple, flags: dict, batch: int, length: int, autotune: bool) 
                    m, length, cin, n, hist, dil, snake_ch)
     kernel_flags = {k: flags[k] for k in ("TAPS", "HAS_STATE", "HAS_BIAS", "SNAKE_MAIN", "HAS_RES", "CLAMP",
                                           "STORE_MAIN", "HAS_OUT2", "FAST_SIN", "UPCAST")}
-    kernel_flags["HIST_ADD"] = HIST_ADD
 
     def grid(meta: dict) -> tuple[int, int]:
         return triton.cdiv(n, meta["BN"]), batch * triton.cdiv(length, meta["BM"])

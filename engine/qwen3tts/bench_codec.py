@@ -92,12 +92,12 @@ def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype |
 
 
 VARIANTS = ("default", "fuse_units", "fuse_units_96", "split_loads", "offset_loads", "attn_2warps", "split_k",
-            "tma_min_<rows>", "pointer", "accurate_sin", "two_mma")
+            "tma_min_<rows>", "pointer", "accurate_sin")
 # variant -> (kernels/ module, switch, value): split K on; the pointer kernel only (TMA off); libdevice's sinf in
-# the epilogues instead of the polynomial; conv_tma's history tiles as two MMAs instead of one over their sum.
+# the epilogues instead of the polynomial.
 # tma_min_<rows> (e.g. tma_min_512): conv_tma for convs with history from batch rows of that length on.
 _KERNEL_SWITCHES = {"split_k": ("causal_conv", "SPLIT_K", True), "pointer": ("causal_conv", "TMA", False),
-                    "accurate_sin": ("causal_conv", "FAST_SIN", False), "two_mma": ("conv_tma", "HIST_ADD", False)}
+                    "accurate_sin": ("causal_conv", "FAST_SIN", False)}
 
 
 def _fused_variant(cs: StreamingCodec, variant: str) -> Any:

@@ -337,10 +337,9 @@ def tma(cc: ModuleType) -> Iterator[ModuleType]:
     (64, 32, 1, 1, 9, 5),    # one tap without history: one long row over batch rows
     (96, 96, 7, 3, 100, 2),  # the codec's last block: 96 channels, Cin not a multiple of 64
 ])
-@pytest.mark.parametrize(("epilogue", "hist_add"), [("plain", False), ("snake_main", False),
-                                                     ("residual_out2", False), ("snake_main", True)])
+@pytest.mark.parametrize("epilogue", ["plain", "snake_main", "residual_out2"])
 def test_tma_conv_matches_torch_and_pointer_kernel(cc: ModuleType, tma: ModuleType, cin: int, n: int, taps: int,
-                                                    dil: int, length: int, b: int, epilogue: str, hist_add: bool,
+                                                    dil: int, length: int, b: int, epilogue: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """conv_tma's zero-filled tiles (history before each batch row, nothing past its end) give the conv: against
     the fp32 reference (torch's conv1d over [history | new]) and against the pointer kernel."""
@@ -359,7 +358,6 @@ def test_tma_conv_matches_torch_and_pointer_kernel(cc: ModuleType, tma: ModuleTy
                   snake_out2=_snake(n, g))
     wk = cc.conv_weight(w)
     monkeypatch.setattr(cc, "TMA_MIN_LENGTH", 64)  # the test's short rows take the TMA path too
-    monkeypatch.setattr(tma, "HIST_ADD", hist_add)
     assert cc._tma_tiling(x, wk, kw.get("state"), taps) == ((1, b * length) if taps == 1 else (b, length))
     monkeypatch.setattr(cc, "TMA", True)
     got = cc.causal_conv(x, wk, taps, dil, **kw)
@@ -435,14 +433,14 @@ def test_fast_sin_leaves_libdevice_sinf_out_on_hopper() -> None:
     assert len(fast.splitlines()) < len(accurate.splitlines()) / 2
 
 
-@pytest.mark.parametrize(("taps", "hist_add"), [(7, False), (7, True), (1, False)])
-def test_tma_kernel_compiles_to_tma_loads_and_async_wgmma_on_hopper(taps: int, hist_add: bool) -> None:
+@pytest.mark.parametrize("taps", [7, 1])
+def test_tma_kernel_compiles_to_tma_loads_and_async_wgmma_on_hopper(taps: int) -> None:
     """conv_tma on the compiler's output for sm_90 (CI has no GPU): its tiles arrive by TMA (cp.async.bulk.tensor)
     into a pipeline feeding asynchronous wgmma, the history loop too; no per-element address arithmetic."""
     ct = _compiled_kernels("conv_tma")
     bm, bn, bk = 128, 128, 64
     consts = dict(TAPS=taps, HAS_STATE=taps > 1, HAS_BIAS=True, SNAKE_MAIN=taps > 1, HAS_RES=taps == 1,
-                  CLAMP=False, STORE_MAIN=True, HAS_OUT2=taps == 1, FAST_SIN=True, HIST_ADD=hist_add, UPCAST=False,
+                  CLAMP=False, STORE_MAIN=True, HAS_OUT2=taps == 1, FAST_SIN=True, UPCAST=False,
                   BK=bk, BM=bm, BN=bn)
     act = f"tensordesc<bf16[1,{bm},{bk}]>"
     desc = {"x_desc": act, "st_desc": act, "w_desc": f"tensordesc<bf16[{bk},{bn}]>"}

@@ -244,9 +244,8 @@ def test_bench_variants_switch_and_restore(fused: ModuleType, codec) -> None:
     assert attn.NUM_WARPS == 2
     restore()
     assert attn.NUM_WARPS == 4
-    tma = importlib.import_module("voxgate.kernels.conv_tma")
     for variant, module, switch, on in (("tma_min_512", conv, "TMA_MIN_LENGTH", 512), ("pointer", conv, "TMA", False),
-                                        ("accurate_sin", conv, "FAST_SIN", False), ("two_mma", tma, "HIST_ADD", False)):
+                                        ("accurate_sin", conv, "FAST_SIN", False)):
         before = getattr(module, switch)
         restore = _fused_variant(fs, variant)
         assert getattr(module, switch) == on
