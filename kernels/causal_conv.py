@@ -295,7 +295,11 @@ SPLIT_K = os.environ.get("VOXGATE_CONV_SPLIT_K", "0") != "0"
 # 1920 (block 4) 20 % and of 640 (block 3) 12 % faster, block 4's transposed conv (640) 21 %; rows of 160 (block
 # 2) were 2x slower (two row tiles for 160 rows) with two MMAs per history tap.
 TMA = os.environ.get("VOXGATE_CONV_TMA", "1") != "0"
-TMA_MIN_LENGTH = int(os.environ.get("VOXGATE_CONV_TMA_MIN_LENGTH", "512"))
+try:
+    TMA_MIN_LENGTH = int(os.environ.get("VOXGATE_CONV_TMA_MIN_LENGTH", "512"))
+except ValueError:
+    raise ValueError(f"VOXGATE_CONV_TMA_MIN_LENGTH={os.environ['VOXGATE_CONV_TMA_MIN_LENGTH']!r}: a number of rows, "
+                     "e.g. 512") from None
 _SPLIT_TILE = dict(BM=64, BN=128, num_warps=4, num_stages=4)  # K step: k_tile(Cin)
 
 
