@@ -74,6 +74,13 @@ class AudioStream(abc.ABC):
     def cancel(self) -> None:
         """Stop now and free the request's resources. Idempotent; safe from any point of the iteration."""
 
+    def report_playback(self, buffered_s: float) -> None:
+        """Hint from the gateway: this stream's listener holds `buffered_s` seconds of its audio right now (audio
+        sent but not yet played, plus audio made but not yet sent). An engine that schedules by playback deadline
+        (qwen3tts) serves the streams closest to a stall first and lets streams far ahead wait; without hints it
+        assumes playback at 1x from the first chunk. Cheap and thread-safe to call as often as reports arrive;
+        engines without deadlines ignore it."""
+
 
 class Engine(abc.ABC):
     """A speech engine. `start()` loads and warms it; `ready` turns true only after warm-up."""
