@@ -74,7 +74,7 @@ class AudioStream(abc.ABC):
     def cancel(self) -> None:
         """Stop now and free the request's resources. Idempotent; safe from any point of the iteration."""
 
-    def report_playback(self, buffered_s: float) -> None:
+    def report_playback(self, buffered_s: float) -> None:  # noqa: B027 (a hint engines may ignore)
         """Hint from the gateway: this stream's listener holds `buffered_s` seconds of its audio right now (audio
         sent but not yet played, plus audio made but not yet sent). An engine that schedules by playback deadline
         (qwen3tts) serves the streams closest to a stall first and lets streams far ahead wait; without hints it
