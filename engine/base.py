@@ -11,6 +11,7 @@ import abc
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -109,6 +110,10 @@ class Engine(abc.ABC):
     def queue_depth(self) -> int:
         """Requests admitted but not yet producing audio (for /metrics)."""
         return 0
+
+    def register_metrics(self, registry: Any) -> None:  # noqa: B027 (engines without metrics ignore it)
+        """Called once, before start(), with the gateway's Prometheus CollectorRegistry: an engine adds its own
+        families (voxgate_engine_*) there so they appear on GET /metrics."""
 
     def default_voice(self) -> str | None:
         voices = self.voices()

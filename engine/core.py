@@ -21,6 +21,8 @@ from .scheduler import Scheduler, SchedulerConfig, SlotAllocator, StepPlan
 
 class Runner(Protocol):
     max_chunk_frames: int  # widest codec chunk one call takes per stream
+    last_fill_s: float  # host time of the last run() before it waited for the GPU
+    last_bucket: str  # the bucket the last run() replayed
 
     def run(self, plan: StepPlan) -> np.ndarray:
         """Run one step; a bool per decode row: True where the row sampled end-of-speech (no frame made)."""
@@ -35,9 +37,12 @@ class Runner(Protocol):
 class StepOutput:
     chunks: list[tuple[Request, np.ndarray]] = field(default_factory=list)  # audio to hand over, in order
     finished: list[Request] = field(default_factory=list)  # streams whose audio is complete (after chunks)
+    started: list[Request] = field(default_factory=list)  # streams whose first step this was
     num_rows: int = 0
     num_prefill_tokens: int = 0
-    times: dict[str, float] = field(default_factory=dict)  # seconds by part: schedule, run, codec, post
+    num_frames: int = 0  # frames generated
+    bucket: str = ""  # the runner's step bucket ("rows+tokens")
+    times: dict[str, float] = field(default_factory=dict)  # seconds: schedule, fill, gpu, codec, post
 
 
 class EngineCore:
@@ -64,8 +69,10 @@ class EngineCore:
         t1 = time.perf_counter()
         eos = self.runner.run(plan) if not plan.empty else np.zeros(0, dtype=bool)
         t2 = time.perf_counter()
-        out = StepOutput(num_rows=len(plan.decodes), num_prefill_tokens=plan.num_prefill_tokens)
-        self._advance(plan, eos)
+        out = StepOutput(num_rows=len(plan.decodes), num_prefill_tokens=plan.num_prefill_tokens,
+                         bucket=self.runner.last_bucket if not plan.empty else "")
+        out.started = [p.request for p in plan.prefills if p.start == 0]
+        out.num_frames = self._advance(plan, eos)
         chunks = self._chunks()
         t3 = time.perf_counter()
         if chunks:
@@ -82,20 +89,25 @@ class EngineCore:
             if request.ended and request.pending_frames == 0:
                 self.scheduler.finish(request, Status.FINISHED)
                 out.finished.append(request)
-        out.times = {"schedule": t1 - t0, "run": t2 - t1, "post": t3 - t2 + time.perf_counter() - t4,
-                     "codec": t4 - t3}
+        fill = self.runner.last_fill_s if not plan.empty else 0.0
+        out.times = {"schedule": t1 - t0, "fill": fill, "gpu": t2 - t1 - fill, "codec": t4 - t3,
+                     "post": t3 - t2 + time.perf_counter() - t4}
         return out
 
-    def _advance(self, plan: StepPlan, eos: np.ndarray) -> None:
+    def _advance(self, plan: StepPlan, eos: np.ndarray) -> int:
+        """Count what the step made; returns the number of frames."""
         for piece in plan.prefills:
             piece.request.num_prefilled += piece.count
+        made = 0
         for request, ended in zip(plan.decodes, eos.tolist(), strict=True):
             if ended:
                 request.ended, request.finish_reason = True, "eos"
                 continue
             request.num_frames += 1
+            made += 1
             if request.num_frames >= request.frame_budget:
                 request.ended, request.finish_reason = True, "budget"
+        return made
 
     def _chunks(self) -> list[tuple[Request, int]]:
         """The due chunks that fit one codec call (most urgent first); the rest wait for the next step."""

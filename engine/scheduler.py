@@ -36,7 +36,7 @@ class SchedulerConfig:
     max_prefills: int = 4  # new streams whose prompt tokens ride one step
     max_prefill_tokens: int = 256  # prompt tokens per step (the largest prefill bucket)
     deadline_order: bool = True  # rows to the streams closest to a stall when a step cannot take them all
-    urgent_s: float = 0.15  # decode a stream's pending frames early when its listener runs dry within this
+    urgent_s: float = 0.15  # decode a stream's pending frames early when its listener runs dry within this (0: off)
 
     def __post_init__(self) -> None:
         if self.max_rows < 1 or self.max_prefills < 1 or self.max_prefill_tokens < 1:
@@ -139,7 +139,8 @@ class Scheduler:
             pending = r.pending_frames
             if pending <= 0:
                 continue
-            urgent = r.first_audio_at is not None and r.deadline() - now < self.config.urgent_s
+            urgent = (r.first_audio_at is not None and self.config.urgent_s > 0
+                      and r.deadline() - now < self.config.urgent_s)
             if r.ended or urgent:
                 due.append((r, pending))
             elif pending >= r.next_chunk:

@@ -13,7 +13,7 @@ On the CPU (tests, CI) the same buckets run eagerly (GraphSet's enforce_eager).
 
 from __future__ import annotations
 
-import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -101,6 +101,8 @@ class ModelRunner:
         self.codec_steps: GraphSet[tuple[int, int]] = GraphSet(self.device, c.enforce_eager)
         self._io: dict[tuple[int, int], _StepIO] = {}
         self._codec_io: dict[tuple[int, int], tuple[PackedBuffer, HostCopy]] = {}
+        self.last_fill_s, self.last_bucket = 0.0, ""
+        self.forced_codes: dict[int, np.ndarray] = {}  # record_logits (tests): teacher forcing by request id
 
     # -- construction -------------------------------------------------------------------------------------------
     def _codec_class(self) -> type:
@@ -185,6 +187,7 @@ class ModelRunner:
         talker, state, d = self.tts.talker, self.state, io.ints.dev
         frames = torch.zeros(rows, q, dtype=torch.int64, device=self.device)
 
+        @torch.inference_mode()
         def step() -> torch.Tensor:
             parts, slots, positions = [], [], []
             out_frames = frames
@@ -222,6 +225,7 @@ class ModelRunner:
 
     def run(self, plan: StepPlan) -> np.ndarray:
         """One step for the plan: a bool per decode row, True where it sampled end-of-speech."""
+        t0 = time.perf_counter()
         c = self.config
         num_rows, num_tokens = len(plan.decodes), plan.num_prefill_tokens
         rows = smallest_bucket(c.row_buckets, num_rows) if num_rows else 0
@@ -235,6 +239,8 @@ class ModelRunner:
             h["dec_slot"][:num_rows] = [r.slot for r in decodes]
             h["dec_frame"][:num_rows] = frame_index = [r.num_frames for r in decodes]
             h["dec_pos"][:num_rows] = np.asarray([r.num_prompt_tokens for r in decodes]) + frame_index
+            if c.record_logits:
+                self._fill_forced(decodes, h)
         if num_tokens:
             self._fill_prefills(plan, io, rows)
         io.ints.upload()
@@ -244,10 +250,19 @@ class ModelRunner:
         for piece in plan.prefills:
             if piece.start == 0 and piece.request.prompt.ref_codes is not None:
                 self.warm_codec(piece.request)  # after the step reset its codec state
+        self.last_fill_s, self.last_bucket = time.perf_counter() - t0, f"{rows}+{tokens}"
         if not num_rows:
             return np.zeros(0, dtype=bool)
         codes = self.codes_host.fetch(frames, num_rows)
         return codes[:, 0] == self.eos_id
+
+    def _fill_forced(self, decodes: list[Request], h: dict[str, np.ndarray]) -> None:
+        """Tests: rows whose request has codes in `forced_codes` (request_id -> [N, Q]) take them (teacher
+        forcing) instead of their samples."""
+        for i, r in enumerate(decodes):
+            codes = self.forced_codes.get(r.request_id)
+            if codes is not None and r.num_frames < len(codes):
+                h["forced"][i], h["force"][i] = codes[r.num_frames], 1
 
     def _fill_prefills(self, plan: StepPlan, io: _StepIO, rows: int) -> None:
         h = io.ints.host
@@ -283,6 +298,7 @@ class ModelRunner:
         d, ring = io.dev, self.state.ring
         index = torch.arange(width, device=self.device)
 
+        @torch.inference_mode()
         def decode() -> torch.Tensor:
             frame = d["start"][:, None] + index  # [B, W]
             codes = ring[d["slot"][:, None], frame % RING]  # [B, W, Q]
@@ -329,9 +345,3 @@ class ModelRunner:
                 "slots": self.num_slots - 1, "kv_positions": self.config.max_positions,
                 "kv_gib_per_slot": self.kv.slot_bytes / gib}
 
-
-def frame_budget(num_words: int, max_frames: int, factor: float = 2.5, min_seconds: float = 2.0) -> int:
-    """The default runaway guard from the text's length: `factor` times the frames its words take at the
-    benchmark's speaking rate (0.37 s a word), at least `min_seconds`, at most max_frames."""
-    expected = 12.5 * 0.37 * max(1, num_words)
-    return max(1, min(max_frames, max(math.ceil(factor * expected), math.ceil(min_seconds * 12.5))))
