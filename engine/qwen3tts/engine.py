@@ -233,12 +233,18 @@ class Qwen3TTSEngine(Engine):
         except PromptError as exc:
             raise EngineError("bad_request", str(exc)) from exc
 
-    def frame_budget(self, request: SynthesisRequest) -> int:
+    def frame_budget(self, request: SynthesisRequest, prompt_tokens: int) -> int:
         """The runaway guard: budget_factor x the text's expected frames (0.37 s a word), at least min_budget_s,
-        at most max_frames and the request's max_audio_ms."""
+        at most max_frames, the request's max_audio_ms and the positions its slot has left after the prompt.
+        A text whose expected frames alone do not fit is refused (text_too_long)."""
         expected = 12.5 * 0.37 * max(1, len(request.text.split()))
+        room = self.runner.config.max_positions - prompt_tokens
+        if room < math.ceil(expected):
+            raise EngineError("text_too_long", f"the text needs about {math.ceil(expected)} frames after its "
+                              f"{prompt_tokens}-token prompt, but a stream holds {self.runner.config.max_positions} "
+                              "positions (max_positions); send it in shorter pieces")
         frames = max(math.ceil(self.budget_factor * expected), math.ceil(self.min_budget_s / FRAME_S))
-        frames = min(frames, self.max_frames)
+        frames = min(frames, self.max_frames, room)
         if request.max_audio_ms is not None:
             frames = min(frames, math.ceil(request.max_audio_ms / FRAME_MS))
         return max(1, frames)
@@ -247,14 +253,10 @@ class Qwen3TTSEngine(Engine):
         if not self._ready or self.loop is None:
             raise EngineError("not_ready", "the Qwen3-TTS engine is still loading")
         rows = self._prompt(request)
-        budget = self.frame_budget(request)
-        config = self.runner.config
-        if len(rows) + budget > config.max_positions:
-            raise EngineError("text_too_long", f"the prompt ({len(rows)} tokens) and its frame budget ({budget}) "
-                              f"exceed max_positions ({config.max_positions}); send shorter text")
-        if len(rows.trailing) > config.max_trailing:
+        budget = self.frame_budget(request, len(rows))
+        if len(rows.trailing) > self.runner.config.max_trailing:
             raise EngineError("text_too_long", f"text of {len(rows.trailing)} tokens is over the streamed-text "
-                              f"limit ({config.max_trailing})")
+                              f"limit ({self.runner.config.max_trailing})")
         engine_request = Request(rows, len(rows), budget, self.chunk_schedule, self._param_row)
         return self.loop.submit(request, engine_request)
 

@@ -84,8 +84,8 @@ def drive(tts: Qwen3TTS, runner: ModelRunner, streams: list[Stream], greedy: boo
           config: SchedulerConfig | None = None) -> RecordingRunner:
     """Run the streams through an EngineCore until all end: each joins at its step, some are cancelled."""
     recorder = RecordingRunner(runner)
-    core = EngineCore(recorder, runner.kv, config or SchedulerConfig(max_rows=max_rows, max_prefill_tokens=64, urgent_s=0),
-                      max_codec_frames=128)
+    config = config or SchedulerConfig(max_rows=max_rows, max_prefill_tokens=64, urgent_s=0)
+    core = EngineCore(recorder, runner.kv, config, max_codec_frames=128)
     gen = tts.cfg.generation.greedy() if greedy else tts.cfg.generation
     step = 0
     while step < 10_000:
