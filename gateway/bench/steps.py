@@ -67,7 +67,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     engine = create_engine(model=args.checkpoint, **options)  # parses and checks the options as serve would
     t0 = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    tts = Qwen3TTS.from_pretrained(args.checkpoint, device=device, dtype=args.dtype)
+    # the codec in the Talker's dtype, as the engine runs it (bf16 on the GPU)
+    tts = Qwen3TTS.from_pretrained(args.checkpoint, device=device, dtype=args.dtype, codec_dtype=args.dtype)
     t1 = time.perf_counter()
     gen = tts.cfg.generation
     config = RunnerConfig(max_top_k=max(gen.top_k, gen.subtalker_top_k), **engine.loop_options)

@@ -56,5 +56,6 @@ if has gateway; then
     --concurrency 128 --closed-warmup 5 --closed-duration 20 --out "$RES/gateway" --name h200-gateway-fake \
     ${GATEWAY_ARGS:-} 2>&1 | tail -15
 fi
+tar -czf "$OUT/triton.tar.gz" -C "$TRITON_CACHE_DIR" . && log "triton cache saved again"
 log "done"
 tar -czf "$OUT/results.tar.gz" -C "$RES" . && ls -la "$OUT"

@@ -126,10 +126,10 @@ def solo_logits(tts: Qwen3TTS, s: Stream, codes: np.ndarray) -> list[list[torch.
     embeds = prompt.embeds[None]
     cache = talker.new_cache(1, embeds.shape[1] + len(codes) + 1, embeds.dtype, embeds.device)
     hidden = talker(embeds, cache)[:, -1]
-    previous = torch.empty((1, 0), dtype=torch.long)
+    previous = torch.empty((1, 0), dtype=torch.long, device=tts.device)
     out = []
     for step, frame_np in enumerate(codes):
-        frame = torch.as_tensor(frame_np)[None]
+        frame = torch.as_tensor(frame_np, device=tts.device)[None]
         row = [rules.apply(talker.codec_head(hidden).float(), previous).clone()]
 
         def pick(lg: torch.Tensor, row: list[torch.Tensor] = row, frame: torch.Tensor = frame) -> torch.Tensor:
