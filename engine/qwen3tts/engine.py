@@ -195,7 +195,8 @@ class Qwen3TTSEngine(Engine):
                 c = runner.config
                 out |= {"codec": type(runner.codec).__name__, "cuda_graphs": runner.steps.use_graphs,
                         "row_buckets": list(c.row_buckets), "prefill_buckets": list(c.prefill_buckets),
-                        "codec_buckets": [list(b) for b in c.codec_buckets], "attention": runner.attend.__name__,
+                        "codec_buckets": [list(b) for b in c.codec_buckets],
+                        "step_kernels": runner.ops.attend.__name__,
                         "deadline_order": self.scheduler_config.deadline_order, **runner.memory()}
             if tts.device.type == "cuda":
                 out["gpu"] = torch.cuda.get_device_name(tts.device)

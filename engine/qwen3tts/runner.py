@@ -24,7 +24,8 @@ from ..graphs import GraphSet, smallest_bucket
 from ..request import Request
 from ..scheduler import StepPlan
 from ..slot_pool import SlotPool, SlotSpec
-from .batch_step import Attend, DecodeRows, SlotState, decode_frames, embed_rows, talker_tokens
+from .batch_step import DecodeRows, SlotState, StepModel, decode_frames, embed_rows
+from .fused_stack import DecoderOps
 from .generate import Qwen3TTS
 from .layers import rope_tables
 from .prompt import PromptRows
@@ -46,7 +47,7 @@ class RunnerConfig:
     max_top_k: int = 50  # top-k candidates per row (a request's top_k above this is refused)
     codec_buckets: tuple[tuple[int, int], ...] = ((1, 1), (8, 1), (32, 1), (128, 1), (1, 4), (8, 4), (32, 4),
                                                   (64, 4), (1, 16), (4, 16), (16, 16))
-    attention: str = "auto"  # triton | torch | auto (triton on CUDA)
+    attention: str = "auto"  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
     codec: str = "auto"  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = False
     record_logits: bool = False  # tests: keep each step's logits (eager only) and accept forced codes
@@ -98,7 +99,8 @@ class ModelRunner:
         suppress[lc.vocab_size - 1024:] = True  # language, control and speaker rows; EOS stays
         suppress[self.eos_id] = False
         self.suppress = suppress.to(self.device)
-        self.attend = self._attention()
+        self.ops = DecoderOps.for_device(self.device, c.attention)
+        self.model = StepModel(talker, self.ops)
         self.codes_host = HostCopy((c.max_rows, self.num_codes), torch.int64, self.device)
         self.steps: GraphSet[tuple[int, int]] = GraphSet(self.device, c.enforce_eager)
         self.codec_steps: GraphSet[tuple[int, int]] = GraphSet(self.device, c.enforce_eager)
@@ -152,18 +154,6 @@ class ModelRunner:
             ring=torch.zeros(n, RING, self.num_codes, dtype=torch.int64, device=dev),
         )
 
-    def _attention(self) -> Attend:
-        mode = self.config.attention
-        if mode == "auto":
-            mode = "triton" if self.device.type == "cuda" else "torch"
-        if mode == "triton":
-            from ...kernels.slot_attention import slot_attention
-
-            return slot_attention
-        from ...kernels.slot_attention import slot_attention_ref
-
-        return slot_attention_ref
-
     def capture(self) -> None:
         """Build (and on CUDA capture) every step and codec bucket: compiles, tunes, then records the graphs."""
         c = self.config
@@ -208,7 +198,8 @@ class ModelRunner:
                     logits.clear()
                 decode = DecodeRows(d["dec_slot"], d["dec_pos"], d["dec_frame"],
                                     d.get("forced"), d["force"] != 0 if c.record_logits else None)
-                out_frames, x = decode_frames(talker, state, decode, self.eos_id, self.suppress, c.max_top_k, logits)
+                out_frames, x = decode_frames(self.model, state, decode, self.eos_id, self.suppress, c.max_top_k,
+                                              logits)
                 parts.append(x)
                 slots.append(d["dec_slot"])
                 positions.append(d["dec_pos"])
@@ -216,8 +207,7 @@ class ModelRunner:
                 parts.append(embed_rows(talker, d["pre_text"], d["pre_codec"], state.x_vector[d["pre_slot"]]))
                 slots.append(d["pre_slot"])
                 positions.append(d["pre_pos"])
-            out = talker_tokens(talker.model, torch.cat(parts), state, torch.cat(slots), torch.cat(positions),
-                                self.attend)
+            out = self.model.talker_tokens(torch.cat(parts), state, torch.cat(slots), torch.cat(positions))
             if rows:
                 state.hidden.index_copy_(0, d["dec_slot"], out[:rows])
             if np_:
