@@ -35,8 +35,13 @@ class RecordingRunner:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.runner, name)
 
-    def run(self, plan: StepPlan) -> np.ndarray:
-        eos = self.runner.run(plan)
+    def launch(self, plan: StepPlan) -> None:
+        self._plan = plan
+        self.runner.launch(plan)
+
+    def finish_step(self) -> np.ndarray:
+        plan = self._plan
+        eos = self.runner.finish_step()
         rows = len(plan.decodes)
         self.rows_per_step.append(rows)
         if not rows:
@@ -85,7 +90,7 @@ def drive(tts: Qwen3TTS, runner: ModelRunner, streams: list[Stream], greedy: boo
     """Run the streams through an EngineCore until all end: each joins at its step, some are cancelled."""
     recorder = RecordingRunner(runner)
     config = config or SchedulerConfig(max_rows=max_rows, max_prefill_tokens=64, urgent_s=0)
-    core = EngineCore(recorder, runner.kv, config, max_codec_frames=128)
+    core = EngineCore(recorder, runner.kv, config)
     gen = tts.cfg.generation.greedy() if greedy else tts.cfg.generation
     step = 0
     while step < 10_000:
