@@ -180,3 +180,16 @@ def test_abort_frees_the_slot_and_drops_audio_in_flight() -> None:
     assert r.status is Status.ABORTED and pool.available == [2, 1]
     out = core.step()
     assert out.chunks == [] and not core.has_work
+
+
+def test_a_stream_far_ahead_of_its_listener_waits() -> None:
+    clock = [50.0]
+    scheduler = Scheduler(SchedulerConfig(max_ahead_s=30.0), Pool(4), clock=lambda: clock[0])
+    r = _request(tokens=2)
+    scheduler.add(r)
+    scheduler.schedule()
+    r.num_prefilled = 2
+    r.report_playback(31.0, now=clock[0])  # a reader that stopped: its audio piles up unplayed
+    assert scheduler.schedule().decodes == []
+    clock[0] += 2.0  # the listener caught up by two seconds
+    assert scheduler.schedule().decodes == [r]
