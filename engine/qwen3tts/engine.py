@@ -49,7 +49,8 @@ OPTIONS = {
     "kv_memory_fraction": "share of free GPU memory for stream slots (default 0.6)",
     "enforce_eager": "true: no CUDA graphs",
     "deadline_order": "false: rows round-robin instead of to the streams closest to a stall",
-    "urgent_s": "decode pending frames early when a listener runs dry within this (default 0.15)",
+    "urgent_s": "decode pending frames early when a listener runs dry within this (default 0.15; 0: off)",
+    "max_ahead_s": "a stream this far ahead of its listener gets no row (default 30)",
     "attention": "triton | torch | auto",
     "codec": "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto",
     "gil_switch_ms": "CPython's thread switch interval while the loop runs (default 0.5; 0 leaves it)",
@@ -82,7 +83,7 @@ class Qwen3TTSEngine(Engine):
                  row_buckets: Any = "1,2,4,8,16,32,64,96,128", prefill_buckets: Any = "64,256",
                  max_prefills: int = 4, max_slots: int = 257, max_positions: int = 2560,
                  kv_memory_fraction: float = 0.6, enforce_eager: Any = False, deadline_order: Any = True,
-                 urgent_s: float = 0.15, attention: str = "auto", codec: str = "auto",
+                 urgent_s: float = 0.15, max_ahead_s: float = 30.0, attention: str = "auto", codec: str = "auto",
                  gil_switch_ms: float = 0.5) -> None:
         self.chunk_schedule = _ints(chunk_frames)
         self.max_frames, self.budget_factor, self.min_budget_s = int(max_frames), float(budget_factor), \
@@ -102,7 +103,8 @@ class Qwen3TTSEngine(Engine):
             codec=codec)
         self.scheduler_config = SchedulerConfig(max_rows=max(rows), max_prefills=int(max_prefills),
                                                 max_prefill_tokens=max(_ints(prefill_buckets)),
-                                                deadline_order=_flag(deadline_order), urgent_s=float(urgent_s))
+                                                deadline_order=_flag(deadline_order), urgent_s=float(urgent_s),
+                                                max_ahead_s=float(max_ahead_s))
         self.gil_switch_s = float(gil_switch_ms) / 1000 or None
         self.tts: Any = None
         self.runner: Any = None
