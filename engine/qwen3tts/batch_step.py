@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .config import GenerationConfig
 from .fused_stack import DecoderOps, FusedStack
 from .layers import rope_tables
 from .prompt import XVEC
@@ -130,8 +131,24 @@ class DecodeRows:
     force: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class SamplingFeatures:
+    """What the engine's rows can ask of the sampler (static: the captured step leaves the rest out)."""
+
+    candidates: int = 50  # top-k width
+    sampling: bool = True  # some rows sample (else every row is greedy)
+    top_p: bool = False  # some rows have top_p < 1
+
+    @classmethod
+    def of(cls, gen: GenerationConfig) -> SamplingFeatures:
+        ks = (gen.top_k, gen.subtalker_top_k)
+        width = 1 << 16 if 0 in ks else max(1, *ks)  # top_k 0 is no top-k: every id is a candidate
+        return cls(width, gen.do_sample or gen.subtalker_dosample, gen.top_p < 1.0 or gen.subtalker_top_p < 1.0)
+
+
 def decode_frames(model: StepModel, state: SlotState, rows: DecodeRows, eos_id: int, suppress: torch.Tensor,
-                  candidates: int, logits_out: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  features: SamplingFeatures, logits_out: list[torch.Tensor] | None = None,
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one frame per row from its stream's last hidden state: codebook 0 (penalty, EOS block, suppression,
     sampling), then the code predictor's 15 passes. Returns (frames [R, Q] int64, the next Talker input [R, H] =
     F(frame) + T(the stream's next trailing text id)). Marks codebook 0 seen and stores the frame in the ring.
@@ -148,7 +165,7 @@ def decode_frames(model: StepModel, state: SlotState, rows: DecodeRows, eos_id: 
         nonlocal code_k
         cols = (TEMPERATURE, TOP_K, TOP_P, DO_SAMPLE) if code_k == 0 else \
             (SUB_TEMPERATURE, SUB_TOP_K, SUB_TOP_P, SUB_DO_SAMPLE)
-        ids = sample_rows(lg, *(p[:, c] for c in cols), candidates)
+        ids = sample_rows(lg, *(p[:, c] for c in cols), features.candidates, features.top_p, features.sampling)
         if logits_out is not None:
             logits_out.append(lg)
         if rows.forced is not None and rows.force is not None:

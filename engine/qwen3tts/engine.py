@@ -122,6 +122,7 @@ class Qwen3TTSEngine(Engine):
         import torch
 
         from ..metrics import EngineMetrics
+        from .batch_step import SamplingFeatures
         from .generate import Qwen3TTS, Voice
         from .runner import ModelRunner, RunnerConfig
         from .sampling import param_row
@@ -137,7 +138,7 @@ class Qwen3TTSEngine(Engine):
         t1 = time.perf_counter()
         gen = tts.cfg.generation.greedy() if self.greedy else tts.cfg.generation
         self._param_row = param_row(gen)
-        config = RunnerConfig(max_top_k=max(1, gen.top_k, gen.subtalker_top_k), **self.loop_options)
+        config = RunnerConfig(sampling=SamplingFeatures.of(gen), **self.loop_options)
         self.runner = runner = ModelRunner(tts, config)
         runner.capture()
         t2 = time.perf_counter()

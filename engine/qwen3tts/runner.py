@@ -23,7 +23,7 @@ from ..graphs import GraphSet, smallest_bucket
 from ..request import Request
 from ..scheduler import StepPlan
 from ..slot_pool import SlotPool, SlotSpec
-from .batch_step import DecodeRows, SlotState, StepModel, decode_frames, embed_rows
+from .batch_step import DecodeRows, SamplingFeatures, SlotState, StepModel, decode_frames, embed_rows
 from .chunk_decoder import ChunkDecoder
 from .fused_stack import DecoderOps
 from .generate import Qwen3TTS
@@ -44,7 +44,7 @@ class RunnerConfig:
     max_slots: int = 257  # streams + the sink; fewer if the memory budget holds fewer
     kv_memory_fraction: float = 0.6  # of the GPU memory free after loading, for the slots (CUDA)
     max_trailing: int = 1024  # text ids one stream feeds into decode steps (the one-token-per-frame layout)
-    max_top_k: int = 50  # top-k candidates per row (a request's top_k above this is refused)
+    sampling: SamplingFeatures = field(default_factory=SamplingFeatures)  # what rows may ask of the sampler
     codec_buckets: tuple[tuple[int, int], ...] = ((1, 1), (8, 1), (32, 1), (128, 1), (1, 4), (8, 4), (32, 4),
                                                   (64, 4), (1, 16), (4, 16), (16, 16))
     attention: str = "auto"  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
@@ -196,7 +196,7 @@ class ModelRunner:
                     logits.clear()
                 decode = DecodeRows(d["dec_slot"], d["dec_pos"], d["dec_frame"],
                                     d.get("forced"), d["force"] != 0 if c.record_logits else None)
-                out_frames, x = decode_frames(self.model, state, decode, self.eos_id, self.suppress, c.max_top_k,
+                out_frames, x = decode_frames(self.model, state, decode, self.eos_id, self.suppress, c.sampling,
                                               logits)
                 parts.append(x)
                 slots.append(d["dec_slot"])

@@ -54,6 +54,7 @@ def _median_ms(fn: Any, reps: int) -> float:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import torch
+    from voxgate.engine.qwen3tts.batch_step import SamplingFeatures
     from voxgate.engine.qwen3tts.engine import create_engine
     from voxgate.engine.qwen3tts.generate import Qwen3TTS
     from voxgate.engine.qwen3tts.runner import ModelRunner, RunnerConfig
@@ -71,7 +72,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     tts = Qwen3TTS.from_pretrained(args.checkpoint, device=device, dtype=args.dtype, codec_dtype=args.dtype)
     t1 = time.perf_counter()
     gen = tts.cfg.generation
-    config = RunnerConfig(max_top_k=max(gen.top_k, gen.subtalker_top_k), **engine.loop_options)
+    config = RunnerConfig(sampling=SamplingFeatures.of(gen), **engine.loop_options)
     runner = ModelRunner(tts, config)
     runner.capture()
     t2 = time.perf_counter()
