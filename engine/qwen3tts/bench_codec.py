@@ -28,8 +28,11 @@ from typing import Any
 
 import torch
 
+from .checkpoint import load_codec
 from .codec import CodecDecoder
-from .codec_stream import CapturedStep, CodecStream, StreamingCodec, load_codec, snr_db
+from .codec_runner import CodecRunner
+from .codec_state import StreamingCodec
+from .codec_stream import CodecStream, snr_db
 
 LIKE = "Qwen3-TTS-12Hz-0.6B-CustomVoice"  # the smallest Talker to write; the codec is the same in every model
 SHAPES = ((128, 1), (32, 4), (8, 16))
@@ -242,15 +245,17 @@ def _aligned_convs(step: Any) -> str:
 
 def _graph(cs: StreamingCodec, slots: torch.Tensor, codes: torch.Tensor, num: torch.Tensor,
            iters: int) -> dict[str, Any]:
-    """Capture one step (CapturedStep); check a replay against eager from the same state; time replays."""
-    captured = CapturedStep(cs, slots.shape[0], codes.shape[1])
+    """Capture one bucket (CodecRunner, as the engine does); check a replay against eager from the same state;
+    time replays."""
+    bucket = (slots.shape[0], codes.shape[1])
+    runner = CodecRunner(cs, [bucket], progress=False)
     before = cs.pool.data.clone()
     want = cs.step(slots, codes, num).clone()
     cs.pool.data.copy_(before)
-    got = captured(slots, codes, num)
+    got = runner(slots, codes, num)
     torch.cuda.synchronize()
     diff = float((got - want).abs().max())
-    replay = _time(lambda: [captured.graph.replay() for _ in range(10)], "cuda", max(3, iters // 10)) / 10
+    replay = _time(lambda: [runner.graphs(bucket) for _ in range(10)], "cuda", max(3, iters // 10)) / 10
     return {"graph_ms": round(replay * 1e3, 3), "graph_vs_eager_max_abs": diff}
 
 

@@ -30,8 +30,7 @@ from ...kernels.residual_unit import MAX_CHANNELS, residual_unit
 from ...kernels.ring_attention import ring_attention
 from ..slot_pool import SlotPool, SlotSpec
 from .codec import CodecDecoder, SnakeBeta
-from .codec_state import _arange, state_layout
-from .codec_stream import StreamingCodec
+from .codec_state import StreamingCodec, shared_arange, state_layout
 from .layers import rope_tables
 
 
@@ -129,7 +128,7 @@ class FusedCodecStream(StreamingCodec):
             projected += [layer._codebook.table().detach().float() @ w.T for layer in group.vq.layers]
         self.codebook_size = cfg.codebook_size
         self.tables = torch.cat(projected)  # [Q * size, codebook_dim] fp32
-        self.code_offsets = (_arange(len(projected), dev) * cfg.codebook_size).contiguous()
+        self.code_offsets = (shared_arange(len(projected), dev) * cfg.codebook_size).contiguous()
         self.pre_conv = self._conv(codec.pre_conv.conv, "pre_conv")
         tf = codec.pre_transformer
         self.in_proj = (self._cast(tf.input_proj.weight), self._cast(tf.input_proj.bias))
@@ -250,7 +249,7 @@ class FusedCodecStream(StreamingCodec):
         cfg = self.cfg
         kv = self.pool.views["kv"]  # [slots, layers, 2, 71, HD]
         x = F.linear(x, *self.in_proj).view(b * t, -1)
-        positions = (pos0[:, None] + _arange(t, x.device)).reshape(-1)
+        positions = (pos0[:, None] + shared_arange(t, x.device)).reshape(-1)
         cos, sin = (c.view(b, t, -1) for c in rope_tables(positions, self.head_dim, cfg.rope_theta, self.dtype))
         eps = cfg.rms_norm_eps
         for li, w in enumerate(self.layers):

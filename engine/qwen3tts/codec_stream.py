@@ -26,8 +26,7 @@ Caller contract:
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -35,25 +34,17 @@ from torch import nn
 
 from ..slot_pool import SlotPool
 from .codec import CausalConvTranspose, CodecDecoder, SnakeBeta
-from .codec_state import _arange, _tail
-from .codec_state import state_layout as state_layout
-from .codec_state import state_values as state_values
+from .codec_state import StreamingCodec, shared_arange, state_layout
 from .layers import apply_rope, rope_tables
 
 
-def load_codec(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-               ) -> CodecDecoder:
-    """Only the codec decoder of a checkpoint directory (`speech_tokenizer/`), through the project's loader."""
-    from .checkpoint import CODEC_DIR, IGNORED_CODEC_PREFIXES, CodecWeights, load_into, resolve, weight_files
-    from .config import load_config
-
-    directory = resolve(path)
-    cfg = load_config(directory)
-    with torch.device("meta"):
-        weights = CodecWeights(cfg)
-    load_into(weights, weight_files(directory / CODEC_DIR), dtype, torch.device(device), "speech_tokenizer",
-              ignore_prefixes=IGNORED_CODEC_PREFIXES, progress=False)
-    return weights.decoder.eval()
+def _tail(full: torch.Tensor, end: torch.Tensor, size: int, dim: int, out: torch.Tensor) -> None:
+    """out <- full[b, ..., end[b] : end[b] + size, ...] along dim, per row (the last `size` real items)."""
+    idx = end[:, None] + shared_arange(size, full.device)  # [B, size]
+    shape = [full.shape[0]] + [1] * (full.dim() - 1)
+    shape[dim] = size
+    idx = idx.view(shape).expand(*[s if i != dim else size for i, s in enumerate(full.shape)])
+    torch.gather(full, dim, idx, out=out)
 
 
 def conv1d_undilated(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int,
@@ -104,67 +95,6 @@ class _Snake:
         y = xf + self.inv_beta * torch.sin(xf * self.alpha).pow(2)
         y = y if x.dtype == torch.float32 else y.to(x.dtype)
         return y if out is None else out.copy_(y)
-
-
-class StreamingCodec:
-    """What every incremental codec shares: slots in a SlotPool, warm-up, and a one-stream convenience decode.
-
-    A subclass sets pool, layout, device, cfg, samples_per_frame and implements `step`.
-    """
-
-    pool: SlotPool
-    layout: dict
-    device: torch.device
-    samples_per_frame: int
-
-    def step(self, slots: torch.Tensor, codes: torch.Tensor, num_frames: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    # -- slots ------------------------------------------------------------------------------------------------
-    def open(self) -> int:
-        """A fresh slot for a new stream (PoolFull if none: check pool.can_allocate() first)."""
-        return self.pool.allocate()
-
-    def close(self, slot: int) -> None:
-        """Release a stream's slot on end or cancel."""
-        self.pool.free(slot)
-
-    def state_values(self) -> int:
-        return state_values(self.layout)
-
-    max_step_frames: int | None = None  # widest step the implementation takes (None: any)
-
-    def warm(self, slots: torch.Tensor, codes: torch.Tensor, num_frames: torch.Tensor) -> None:
-        """In-context cloning: run the reference codes through the state and discard their audio (in steps of at
-        most max_step_frames: a long reference is several steps, which streaming makes exact)."""
-        width = self.max_step_frames or codes.shape[1]
-        for start in range(0, codes.shape[1], width):
-            chunk = codes[:, start: start + width]
-            self.step(slots, chunk, (num_frames - start).clamp(0, chunk.shape[1]))
-
-    # -- convenience (eager, host-side) -------------------------------------------------------------------------
-    def decode_chunks(self, frames: torch.Tensor, schedule: Sequence[int], ref_codes: torch.Tensor | None = None,
-                      ) -> torch.Tensor:
-        """One stream, alone: frames [N, Q] in chunks of the schedule's widths (the last repeats) -> float [N*spf].
-
-        Opens a slot, optionally warms it with ref_codes [R, Q], and frees it at the end.
-        """
-        slot = self.open()
-        try:
-            slots = torch.tensor([slot], device=self.device)
-            if ref_codes is not None:
-                r = ref_codes.shape[0]
-                self.warm(slots, ref_codes[None].to(self.device), torch.tensor([r], device=self.device))
-            out, start, k = [], 0, 0
-            while start < frames.shape[0]:
-                w = min(schedule[min(k, len(schedule) - 1)], frames.shape[0] - start)
-                chunk = frames[None, start: start + w].to(self.device)
-                out.append(self.step(slots, chunk, torch.tensor([w], device=self.device))[0])
-                start, k = start + w, k + 1
-            return torch.cat(out) if out else torch.zeros(0, device=self.device)
-        finally:
-            self.close(slot)
-
 
 
 class CodecStream(StreamingCodec):
@@ -343,12 +273,12 @@ class CodecStream(StreamingCodec):
         b, t = x.shape[:2]
         past = kv.shape[4]  # W - 1
         x = tf.input_proj(x)
-        positions = pos0[:, None] + _arange(t, x.device)
+        positions = pos0[:, None] + shared_arange(t, x.device)
         cos, sin = rope_tables(positions.reshape(-1), cfg.head_dim, cfg.rope_theta, x.dtype)
         cos, sin = cos.view(b, 1, t, -1), sin.view(b, 1, t, -1)
         # Key j of [cached past ++ new] sits at position pos0 - past + j; query i at pos0 + i.
-        j = _arange(past + t, x.device)
-        i = _arange(t, x.device)[:, None]
+        j = shared_arange(past + t, x.device)
+        i = shared_arange(t, x.device)[:, None]
         mask = (j >= i) & (j <= i + past)  # [T, K]: causal, and within the window of past + 1
         mask = mask[None, None] & (j >= past - pos0[:, None])[:, None, None, :]  # [B, 1, T, K]: keys that exist
         for li, layer in enumerate(tf.layers):
@@ -371,46 +301,3 @@ def snr_db(x: torch.Tensor, ref: torch.Tensor) -> float:
     """Signal-to-noise ratio of x against ref in dB (inf when equal)."""
     noise = (x.double() - ref.double()).pow(2).sum()
     return float(10 * torch.log10(ref.double().pow(2).sum() / noise)) if noise > 0 else float("inf")
-
-
-class CapturedStep:
-    """CodecStream.step for one (rows, frames) bucket, captured in a CUDA graph (replay: no Python per module).
-
-    Inputs are copied into static buffers; rows beyond the caller's point at the sink slot with 0 frames. The
-    capture's warm-up runs on sink rows only, so live streams are untouched. The returned audio is a view of the
-    graph's static output: use it (or clone it) before the next replay.
-    """
-
-    def __init__(self, stream: StreamingCodec, rows: int, frames: int, mempool: tuple[int, int] | None = None,
-                 warmup: int = 3, enforce_eager: bool = False) -> None:
-        dev = stream.device
-        self.stream, self.rows, self.frames = stream, rows, frames
-        self.slots = torch.zeros(rows, dtype=torch.long, device=dev)
-        self.codes = torch.zeros(rows, frames, stream.cfg.num_quantizers, dtype=torch.long, device=dev)
-        self.num_frames = torch.zeros(rows, dtype=torch.long, device=dev)
-        self.graph: torch.cuda.CUDAGraph | None = None
-        if enforce_eager or dev.type != "cuda":  # same buffers and padding, the step run eagerly
-            return
-        side = torch.cuda.Stream(device=dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                stream.step(self.slots, self.codes, self.num_frames)
-        torch.cuda.current_stream(dev).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=mempool):
-            self.audio = stream.step(self.slots, self.codes, self.num_frames)
-
-    def __call__(self, slots: torch.Tensor, codes: torch.Tensor, num_frames: torch.Tensor) -> torch.Tensor:
-        n, t = codes.shape[:2]
-        assert n <= self.rows and t <= self.frames, (n, t, self.rows, self.frames)
-        self.slots[:n].copy_(slots)
-        self.slots[n:] = 0
-        self.codes[:n, :t].copy_(codes)
-        self.num_frames[:n].copy_(num_frames)
-        self.num_frames[n:] = 0
-        if self.graph is None:
-            self.audio = self.stream.step(self.slots, self.codes, self.num_frames)
-        else:
-            self.graph.replay()
-        return self.audio[:n, : t * self.stream.samples_per_frame]

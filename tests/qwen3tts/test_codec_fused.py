@@ -45,8 +45,8 @@ WINDOW = 8
 @pytest.fixture(scope="module")
 def codec(tiny_ckpt: Callable[[str], Path]):
     """The tiny synthetic codec's weights in a decoder whose attention window is WINDOW frames."""
+    from voxgate.engine.qwen3tts.checkpoint import load_codec
     from voxgate.engine.qwen3tts.codec import CodecDecoder
-    from voxgate.engine.qwen3tts.codec_stream import load_codec
 
     tiny = load_codec(tiny_ckpt("cv17"), device=DEVICE, dtype=torch.float32)
     small = CodecDecoder(dataclasses.replace(tiny.cfg, sliding_window=WINDOW)).to(DEVICE)
@@ -196,9 +196,9 @@ def test_bf16_quality_matches_the_reference_stream(fused: ModuleType, codec) -> 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (a CUDA graph)")
 def test_captured_step_replays_the_eager_step(fused: ModuleType, codec, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A CapturedStep of the fused stream (padding rows on the sink) equals the eager step from the same state,
-    bit for bit (fixed conv tiles: tuning could pick other tiles for the captured batch size)."""
-    from voxgate.engine.qwen3tts.codec_stream import CapturedStep
+    """A CodecRunner bucket of the fused stream (a CUDA graph; padding rows on the sink) equals the eager step from
+    the same state, bit for bit (fixed conv tiles: tuning could pick other tiles for the captured batch size)."""
+    from voxgate.engine.qwen3tts.codec_runner import CodecRunner
 
     monkeypatch.setattr(importlib.import_module("voxgate.kernels.causal_conv"), "AUTOTUNE", False)
 
@@ -206,14 +206,15 @@ def test_captured_step_replays_the_eager_step(fused: ModuleType, codec, monkeypa
     slots = torch.tensor([1, 3], device=DEVICE)
     warm = torch.randint(0, 2048, (2, 9, 16), device=DEVICE)
     fs.step(slots, warm, torch.tensor([9, 5], device=DEVICE))
-    captured = CapturedStep(fs, rows=4, frames=4)
+    runner = CodecRunner(fs, [(4, 4)], progress=False)
+    assert runner.graphs.use_graphs
     codes = torch.randint(0, 2048, (2, 3, 16), device=DEVICE)
     n = torch.tensor([3, 2], device=DEVICE)
     before = fs.pool.data.clone()
     want = fs.step(slots, codes, n).clone()
     after = fs.pool.data.clone()
     fs.pool.data.copy_(before)
-    got = captured(slots, codes, n)
+    got = runner(slots, codes, n)
     torch.cuda.synchronize()
     torch.testing.assert_close(got, want[:, : 3 * fs.samples_per_frame], atol=0, rtol=0)
     torch.testing.assert_close(fs.pool.data[1:], after[1:], atol=0, rtol=0)  # slot 0 is the sink

@@ -37,7 +37,7 @@ def _one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def codec(tiny_ckpt: Callable[[str], Path]) -> CodecDecoder:
-    from voxgate.engine.qwen3tts.codec_stream import load_codec
+    from voxgate.engine.qwen3tts.checkpoint import load_codec
 
     return load_codec(tiny_ckpt("cv17"), dtype=torch.float32)
 
@@ -133,26 +133,6 @@ def test_interleaved_batch_equals_each_alone(codec: CodecDecoder) -> None:
         assert_within_1_lsb(alone[i], _whole(codec, lengths[i], 10 + i))
 
 
-def test_captured_step_pads_rows_and_frames(codec: CodecDecoder) -> None:
-    """A bucket of 4 rows x 8 frames serving 2 streams (eager off CUDA, with the same static buffers)."""
-    from voxgate.engine.qwen3tts.codec_stream import CapturedStep, CodecStream
-
-    cs = CodecStream(codec, num_slots=3)
-    step = CapturedStep(cs, rows=4, frames=8)
-    a, b = _codes(6, 60), _codes(24, 61)
-    slots = torch.tensor([cs.open(), cs.open()])
-    out_a, out_b = [], []
-    for k in range(3):
-        na = 3 if k < 2 else 0  # stream a: two 3-frame chunks, then idle; its row is padded with garbage codes
-        row_a = torch.cat([a[3 * k: 3 * k + na], _codes(8 - na, 70 + k)])
-        audio = step(slots, torch.stack([row_a, b[8 * k: 8 * k + 8]]), torch.tensor([na, 8]))
-        assert audio.shape == (2, 8 * 1920)
-        out_a.append(audio[0, : na * 1920].clone())
-        out_b.append(audio[1].clone())
-    assert_within_1_lsb(torch.cat(out_a), codec.decode(a))
-    assert_within_1_lsb(torch.cat(out_b), _whole(codec, 24, 61))
-
-
 def test_reused_slot_carries_nothing(codec: CodecDecoder) -> None:
     from voxgate.engine.qwen3tts.codec_stream import CodecStream
 
@@ -232,7 +212,7 @@ def test_bf16_snr(codec: CodecDecoder) -> None:
 def test_state_size_at_real_shapes(shared: Path) -> None:
     """The per-stream state of the real 12 Hz decoder is design §9's 1,298,496 values."""
     from voxgate.engine.qwen3tts.codec import CodecDecoder
-    from voxgate.engine.qwen3tts.codec_stream import state_layout, state_values
+    from voxgate.engine.qwen3tts.codec_state import state_layout, state_values
     from voxgate.engine.qwen3tts.config import CodecDecoderConfig
 
     raw = json.loads((shared / "checkpoints/Qwen3-TTS-12Hz-1.7B-CustomVoice/speech_tokenizer/config.json").read_text())

@@ -52,7 +52,8 @@ def test_snake_matches_reference(snake_mod: ModuleType, shape: tuple[int, int, i
 def test_stream_with_fused_snake_equals_whole(snake_mod: ModuleType, tiny_ckpt: Callable[[str], Path],
                                               no_tf32: None) -> None:
     """The kernel wired into CodecStream (fp32): streamed audio stays within 1 LSB of the whole decode."""
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream, load_codec
+    from voxgate.engine.qwen3tts.checkpoint import load_codec
+    from voxgate.engine.qwen3tts.codec_stream import CodecStream
 
     codec = load_codec(tiny_ckpt("cv17"), device=DEVICE)
     cs = CodecStream(codec, num_slots=2, fused_snake=True)
