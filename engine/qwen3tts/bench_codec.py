@@ -9,8 +9,8 @@ Self-contained: it writes a synthetic checkpoint (random weights at the real sha
 temporary directory, loads only the codec, and writes DIR/codec_bench.json and DIR/codec_bench.md:
 1. exactness: a > 300-frame utterance streamed in chunks vs one whole decode, fp32, TF32 off (PCM16 LSBs);
 2. bf16 (SnakeBeta and the clamp in fp32) vs the fp32 whole decode: SNR over random utterances (median, worst);
-3. speed of one step, rows x new frames in (128 x 1, 32 x 4, 8 x 16), bf16 and fp32 (reference: dilated convs
-   as-is or as undilated convs over interleaved subsequences); eager, and CUDA-graph replay on CUDA.
+3. speed of one step, rows x new frames in (128 x 1, 32 x 4, 8 x 16), bf16 and fp32; eager, and CUDA-graph
+   replay on CUDA.
 Without shared data (no real configs to copy), the codec alone is drawn in memory with the same initialiser.
 """
 
@@ -274,9 +274,8 @@ def profile_step(cs: StreamingCodec, rows: int, frames: int, device: str, path: 
         _sync(device)
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=key, row_limit=25)
-    what = (f"undilate={cs.undilate}, fused_snake={cs.fused_snake}" if isinstance(cs, CodecStream)
-            else type(cs).__name__)
-    path.write_text(f"one eager step, {rows} rows x {frames} frames, {getattr(cs, 'dtype', '')}, {what}\n{table}\n")
+    path.write_text(f"one eager step, {rows} rows x {frames} frames, {getattr(cs, 'dtype', '')}, "
+                    f"{type(cs).__name__}\n{table}\n")
     kernels = [e for e in prof.events() if cuda and e.device_type == torch.autograd.DeviceType.CUDA]
     return {"file": path.name, "rows": rows, "frames": frames, "cuda_kernels_per_step": len(kernels) if cuda else None}
 
@@ -285,7 +284,7 @@ def _variant(s: dict[str, Any]) -> str:
     if s.get("path") == "fused":
         extra = "" if s.get("variant", "default") == "default" else f", {s['variant']}"
         return f"fused (Triton, time-major{extra})"
-    return f"reference, undilate={s['undilate']}, fused snake={s['fused_snake']}"
+    return "reference (PyTorch)"
 
 
 def conv_breakdown(cs: StreamingCodec, rows: int, frames: int, device: str) -> list[dict[str, Any]]:
@@ -356,8 +355,7 @@ def render_md(r: dict[str, Any]) -> str:
                 f"ERROR\n```\n{snr['error']}```" if "error" in snr else
                 f"{snr.get('utterances')} utterances ({snr.get('frames')} frames, chunks {snr.get('schedule')}): "
                 f"median {snr.get('median_db')} dB, worst {snr.get('worst_db')} dB")]
-    lines += [f"- fused SnakeBeta (Triton) errors, reference path: {r.get('fused_snake_errors')}",
-              f"- profile of one eager bf16 step, fused path: {r.get('profile')}", "",
+    lines += [f"- profile of one eager bf16 step, fused path: {r.get('profile')}", "",
               "| step | dtype | rows x frames | eager ms | graph ms | x realtime/stream | audio-s/s |",
               "|---|---|---|---|---|---|---|"]
     for s in r["speed"]:
@@ -441,35 +439,25 @@ def main(argv: list[str] | None = None) -> int:
             cs = _stream(path, codec, max_rows + 1, dtype)
             report[f"slot_bytes_{name}"] = cs.pool.slot_bytes
             report["state_values"] = cs.state_values()
-            # reference: (undilate, fused SnakeBeta); the kernel is on by default for bf16 on CUDA, off for fp32
-            combos: list[tuple[bool, bool]] = [(False, False)]
-            if isinstance(cs, CodecStream):
-                combos = [(False, True), (True, True)] if dtype == torch.bfloat16 else [(False, False)]
-            elif dtype == torch.bfloat16 and not args.speed_only:
+            if not isinstance(cs, CodecStream) and dtype == torch.bfloat16 and not args.speed_only:
                 report["profile"] = section("profile", profile_step, cs, max_rows, 1, dev, out / "codec_profile.txt")
                 if dev.startswith("cuda"):
                     report["conv_breakdown"] = section("conv breakdown", conv_breakdown, cs, max_rows, 1, dev)
-            for undilate, fused in combos:
-                if isinstance(cs, CodecStream):
-                    cs.undilate = undilate
-                    fused = cs.set_fused_snake(fused and dev.startswith("cuda"))  # off CUDA: the PyTorch ops
-                    report.setdefault("fused_snake_errors", {})[name] = cs.fused_snake_error
-                # fused path, bf16: each requested variant of the kernels (the first is the default)
-                variants = args.variants.split(",") if path == "fused" and dtype == torch.bfloat16 else ["default"]
-                baseline: dict[tuple[int, int], torch.Tensor] = {}
-                for variant in variants:
-                    restore = _fused_variant(cs, variant)
-                    for rows, frames in SHAPES:
-                        s = section(f"speed {path} {name} {variant} undilate={undilate} fused_snake={fused}", speed,
-                                    cs, rows, frames, dev, args.iters, baseline)
-                        s.update(path=path, dtype=name, undilate=undilate, fused_snake=fused, rows=rows,
-                                 frames=frames, variant=variant)
-                        report["speed"].append(s)
-                    if args.speed_only and path == "fused" and dev.startswith("cuda"):  # where each variant's time goes
-                        report.setdefault("conv_breakdowns", {})[variant] = section(
-                            f"conv breakdown {variant}", conv_breakdown, cs, max_rows, 1, dev)
-                        save()  # section() saved before its value was stored here
-                    restore()
+            # fused path, bf16: each requested variant of the kernels (the first is the default)
+            variants = args.variants.split(",") if path == "fused" and dtype == torch.bfloat16 else ["default"]
+            baseline: dict[tuple[int, int], torch.Tensor] = {}
+            for variant in variants:
+                restore = _fused_variant(cs, variant)
+                for rows, frames in SHAPES:
+                    s = section(f"speed {path} {name} {variant}", speed, cs, rows, frames, dev, args.iters,
+                                baseline)
+                    s.update(path=path, dtype=name, rows=rows, frames=frames, variant=variant)
+                    report["speed"].append(s)
+                if args.speed_only and path == "fused" and dev.startswith("cuda"):  # where each variant's time goes
+                    report.setdefault("conv_breakdowns", {})[variant] = section(
+                        f"conv breakdown {variant}", conv_breakdown, cs, max_rows, 1, dev)
+                    save()  # section() saved before its value was stored here
+                restore()
             del cs
             if dev.startswith("cuda"):
                 torch.cuda.empty_cache()
