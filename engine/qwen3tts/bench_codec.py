@@ -17,12 +17,12 @@ Without shared data (no real configs to copy), the codec alone is drawn in memor
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import statistics
 import tempfile
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -86,76 +86,47 @@ def _pcm(x: torch.Tensor) -> torch.Tensor:
     return (x.clamp(-1, 1) * 32767).round().to(torch.int32)
 
 
-def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None) -> StreamingCodec:
+def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None,
+            tuned: bool = True) -> StreamingCodec:
+    """`fused` (FusedCodecStream; tuned=False: fixed conv tiles, for runs over many shapes) or `reference`."""
     if path == "fused":
+        from ...kernels.causal_conv import ConvOptions
         from .codec_fused import FusedCodecStream
 
-        return FusedCodecStream(codec, num_slots, dtype=dtype)
+        return FusedCodecStream(codec, num_slots, dtype=dtype, conv_options=ConvOptions(autotune=tuned))
     return CodecStream(codec, num_slots, dtype=dtype)
 
 
-VARIANTS = ("default", "fuse_units", "fuse_units_96", "split_loads", "offset_loads", "attn_2warps", "split_k",
-            "tma_min_<rows>", "pointer", "accurate_sin")
-# variant -> (kernels/ module, switch, value): split K on; the pointer kernel only (TMA off); libdevice's sinf in
-# the epilogues instead of the polynomial.
-# tma_min_<rows> (e.g. tma_min_512): conv_tma for convs with history from batch rows of that length on.
-_KERNEL_SWITCHES = {"split_k": ("causal_conv", "SPLIT_K", True), "pointer": ("causal_conv", "TMA", False),
-                    "accurate_sin": ("causal_conv", "FAST_SIN", False)}
+# Fused-path variants: each a change from the measured defaults (docs/codec.md has what each measured);
+# "tma_min_<rows>" sets ConvOptions.tma_min_length; join variants with "+".
+VARIANTS = ("default", "pointer", "accurate_sin", "no_autotune", "attn_2warps", "tma_min_<rows>")
 
 
-def _fused_variant(cs: StreamingCodec, variant: str) -> Any:
-    """Switch the fused step to a kernel variant, or to several joined by "+" (offset_loads+fuse_units);
-    returns a function that switches it back."""
-    if "+" in variant:
-        restores = [_fused_variant(cs, v) for v in variant.split("+")]
-        return lambda: [restore() for restore in reversed(restores)]
-    switch = _KERNEL_SWITCHES.get(variant)
-    if variant.startswith("tma_min_") and variant[8:].isdigit():
-        switch = ("causal_conv", "TMA_MIN_LENGTH", int(variant[8:]))
-    elif variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
-    if variant == "default":
-        return lambda: None
-    if variant.startswith("fuse_units"):  # fuse_units_96: the last block's units only
-        old = cs.fuse_units, cs.fuse_units_channels  # type: ignore[attr-defined]
-        cs.fuse_units = True  # type: ignore[attr-defined]
-        if variant != "fuse_units":
-            cs.fuse_units_channels = int(variant.split("_")[-1])  # type: ignore[attr-defined]
+def variant_settings(variant: str) -> tuple[Any, int]:
+    """(ConvOptions, attention warps) of a fused-path variant, or of several joined by "+"."""
+    from ...kernels.causal_conv import ConvOptions
 
-        def restore() -> None:
-            cs.fuse_units, cs.fuse_units_channels = old  # type: ignore[attr-defined]
-        return restore
-    if switch is not None:
-        module_name, name, value = switch
-        module = importlib.import_module(f"...kernels.{module_name}", __package__)
-        old_value = getattr(module, name)
-        setattr(module, name, value)
-        return lambda: setattr(module, name, old_value)
-    if variant == "attn_2warps":
-        from ...kernels import ring_attention
-
-        warps, ring_attention.NUM_WARPS = ring_attention.NUM_WARPS, 2
-        return lambda: setattr(ring_attention, "NUM_WARPS", warps)
-    from ...kernels import causal_conv
-
-    old, causal_conv.LOADS = causal_conv.LOADS, variant.removesuffix("_loads")
-    return lambda: setattr(causal_conv, "LOADS", old)
-
-
-def _conv_autotune(on: bool) -> bool:
-    """Switch the fused path's conv autotuning (kernels/causal_conv.py); returns the previous setting."""
-    try:
-        from ...kernels import causal_conv
-    except ImportError:  # no triton: the fused path is not runnable anyway
-        return on
-    old, causal_conv.AUTOTUNE = causal_conv.AUTOTUNE, on
-    return old
+    options, warps = ConvOptions(), 4
+    for part in variant.split("+"):
+        if part == "pointer":
+            options = replace(options, tma=False)
+        elif part == "accurate_sin":
+            options = replace(options, fast_sin=False)
+        elif part == "no_autotune":
+            options = replace(options, autotune=False)
+        elif part == "attn_2warps":
+            warps = 2
+        elif part.startswith("tma_min_") and part[8:].isdigit():
+            options = replace(options, tma_min_length=int(part[8:]))
+        elif part != "default":
+            raise ValueError(f"unknown variant {part!r}: one of {', '.join(VARIANTS)}")
+    return options, warps
 
 
 def exactness(codec: CodecDecoder, device: str, frames: int, path: str = "reference") -> dict[str, Any]:
     codes = _codes(frames, 1, device)
     whole = codec.decode(codes)
-    cs = _stream(path, codec, 2)
+    cs = _stream(path, codec, 2, tuned=False)
     out: dict[str, Any] = {"frames": frames}
     for name, schedule in (("4,8,16", [4, 8, 16]), ("1,3,8,16", [1, 3, 8, 16])):
         got = cs.decode_chunks(codes, schedule)
@@ -166,7 +137,7 @@ def exactness(codec: CodecDecoder, device: str, frames: int, path: str = "refere
 
 
 def bf16_snr(codec: CodecDecoder, device: str, utterances: int, path: str = "reference") -> dict[str, Any]:
-    cs = _stream(path, codec, 2, torch.bfloat16)
+    cs = _stream(path, codec, 2, torch.bfloat16, tuned=False)  # many chunk widths: no tuning per shape
     lengths = torch.randint(20, 121, (utterances,), generator=torch.Generator().manual_seed(7)).tolist()
     snrs = []
     for i, n in enumerate(lengths):
@@ -208,10 +179,7 @@ def speed(cs: StreamingCodec, rows: int, frames: int, device: str, iters: int,
         first = baseline.setdefault((rows, frames), audio)
         if first is not audio:
             res["snr_vs_first_variant_db"] = round(snr_db(audio, first), 1)
-    eager = _time(lambda: cs.step(slots, codes, num), device, iters)
-    res["eager_ms"] = round(eager * 1e3, 3)
-    if not isinstance(cs, CodecStream):
-        res["aligned_convs"] = _aligned_convs(lambda: cs.step(slots, codes, num))
+    res["eager_ms"] = round(_time(lambda: cs.step(slots, codes, num), device, iters) * 1e3, 3)
     if device.startswith("cuda"):
         try:
             res.update(_graph(cs, slots, codes, num, iters))
@@ -221,26 +189,6 @@ def speed(cs: StreamingCodec, rows: int, frames: int, device: str, iters: int,
     res["x_realtime_per_stream"] = round(frames * FRAME_S / best, 1)
     res["audio_s_per_s"] = round(rows * frames * FRAME_S / best, 1)
     return res
-
-
-def _aligned_convs(step: Any) -> str:
-    """Fused path: how many of one step's conv launches had their row offsets declared aligned (the condition
-    for LOADS="offset" to stage the activation tile), as "aligned/launches"."""
-    from ...kernels import causal_conv as ccm
-
-    flags = []
-    load_flags = ccm.load_flags
-
-    def recording(x: torch.Tensor, state: torch.Tensor | None) -> dict[str, object]:
-        flags.append(load_flags(x, state))
-        return flags[-1]
-
-    ccm.load_flags = recording
-    try:
-        step()
-    finally:
-        ccm.load_flags = load_flags
-    return f"{sum(bool(f['ALIGNED']) for f in flags)}/{len(flags)}"
 
 
 def _graph(cs: StreamingCodec, slots: torch.Tensor, codes: torch.Tensor, num: torch.Tensor,
@@ -287,55 +235,51 @@ def _variant(s: dict[str, Any]) -> str:
     return "reference (PyTorch)"
 
 
-def conv_breakdown(cs: StreamingCodec, rows: int, frames: int, device: str) -> list[dict[str, Any]]:
+def conv_breakdown(cs: Any, rows: int, frames: int, device: str) -> list[dict[str, Any]]:
     """Fused path, one eager step under the profiler: each conv kernel's GPU time (the profiler's kernel records,
     in launch order, matched to the step's conv calls), its GEMM shape, achieved TFLOP/s, and the tuned tile."""
     from torch.profiler import ProfilerActivity, profile
 
     from ...kernels import causal_conv as ccm
+    from ...kernels import conv_tma
 
     slots = torch.arange(1, rows + 1, device=device)
     codes = torch.randint(0, 2048, (rows, frames, 16), device=device)
     num = torch.full((rows,), frames, device=device)
     cs.step(slots, codes, num)  # tuned before timing
+    options = cs.conv_options
     calls: list[tuple[Any, tuple[int, ...], str]] = []
-    run = cs._run  # type: ignore[attr-defined]
+    run = cs._run
 
     def recording_run(conv: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        state = None if conv.state is None else cs.pool.views[conv.state]  # type: ignore[attr-defined]
-        tma = ccm.TMA and ccm._tma_tiling(x, conv.w, state, conv.taps) is not None
+        state = None if conv.state is None else cs.pool.views[conv.state]
+        tma = options.tma and ccm._tma_tiling(x, conv.w, state, conv.taps, options.tma_min_length) is not None
         out = run(conv, x, *args, **kwargs)
         if tma:
-            from ...kernels import conv_tma
-
-            tile = f"TMA {conv_tma._conv_tma_tuned.best_config}" if ccm.AUTOTUNE else "TMA fixed"
+            tile = f"TMA {conv_tma._conv_tma_tuned.best_config}" if options.autotune else "TMA fixed"
         else:
-            tile = getattr(ccm._causal_conv_tuned, "best_config", None) if ccm.AUTOTUNE else "fixed"
+            tile = getattr(ccm._causal_conv_tuned, "best_config", None) if options.autotune else "fixed"
         calls.append((conv, tuple(x.shape), str(tile)))
         return out
 
-    cs._run = recording_run  # type: ignore[attr-defined]
+    cs._run = recording_run
     try:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             cs.step(slots, codes, num)
             torch.cuda.synchronize()
     finally:
-        del cs._run  # type: ignore[attr-defined]
-    names = ("_causal_conv_kernel", "_causal_conv_splitk_kernel", "_splitk_epilogue_kernel", "_conv_tma_kernel")
+        del cs._run
+    names = ("_causal_conv_kernel", "_conv_tma_kernel")
     kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
                       and any(name in e.name for name in names)), key=lambda e: e.time_range.start)
+    if len(kernels) != len(calls):
+        raise RuntimeError(f"{len(kernels)} conv kernels profiled for {len(calls)} conv calls")
     table = []
-    for conv, (b, length, cin), tile in calls:
+    for (conv, (b, length, cin), tile), event in zip(calls, kernels, strict=True):
         m, n, k = b * length, conv.w.shape[1], conv.taps * cin
-        parts = ccm.split_k_plan(m, n, cin, conv.taps, torch.device(device))
-        events, kernels = kernels[: 1 + (parts > 1)], kernels[1 + (parts > 1):]  # split: parts + epilogue
-        if parts > 1:
-            tile = f"split-K x{parts}, {ccm._SPLIT_TILE}"
-        us = sum(e.time_range.elapsed_us() for e in events)
+        us = event.time_range.elapsed_us()
         table.append({"conv": conv.state or "1x1", "M": m, "N": n, "K": k, "dilation": conv.dilation,
                       "us": round(us, 1), "tflops": round(2 * m * n * k / us / 1e6, 1), "tile": tile})
-    if kernels:
-        raise RuntimeError(f"{len(kernels)} conv kernels profiled beyond the {len(calls)} conv calls")
     return table
 
 
@@ -431,10 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         for dtype in (torch.bfloat16,) if args.speed_only else (torch.bfloat16, torch.float32):
             if dtype == torch.float32:  # after the bf16 speeds, the headline numbers
-                tune = _conv_autotune(False)  # many chunk widths here: no tuning per shape
                 report[f"exactness_{path}"] = section(f"exactness {path}", exactness, codec, dev, args.frames, path)
                 report[f"snr_{path}"] = section(f"snr {path}", bf16_snr, codec, dev, args.utterances, path)
-                _conv_autotune(tune)
             name = "bf16" if dtype == torch.bfloat16 else "fp32"
             cs = _stream(path, codec, max_rows + 1, dtype)
             report[f"slot_bytes_{name}"] = cs.pool.slot_bytes
@@ -447,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
             variants = args.variants.split(",") if path == "fused" and dtype == torch.bfloat16 else ["default"]
             baseline: dict[tuple[int, int], torch.Tensor] = {}
             for variant in variants:
-                restore = _fused_variant(cs, variant)
+                if path == "fused":
+                    cs.conv_options, cs.attention_warps = variant_settings(variant)  # type: ignore[attr-defined]
                 for rows, frames in SHAPES:
                     s = section(f"speed {path} {name} {variant}", speed, cs, rows, frames, dev, args.iters,
                                 baseline)
@@ -457,7 +400,6 @@ def main(argv: list[str] | None = None) -> int:
                     report.setdefault("conv_breakdowns", {})[variant] = section(
                         f"conv breakdown {variant}", conv_breakdown, cs, max_rows, 1, dev)
                     save()  # section() saved before its value was stored here
-                restore()
             del cs
             if dev.startswith("cuda"):
                 torch.cuda.empty_cache()

@@ -16,7 +16,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from .test_codec_stream import _codes, _pcm
+from .test_codec_stream import _codes
+from .test_codec_stream import _pcm as pcm16
 from .triton_mode import DEVICE, kernel_module
 
 pytest.importorskip("triton")
@@ -34,7 +35,7 @@ def _one_thread() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def fused() -> ModuleType:
     """codec_fused bound to kernel modules runnable here (the interpreter without a GPU)."""
-    for name in ("causal_conv", "conv_tma", "residual_unit", "codec_norms", "ring_attention"):
+    for name in ("causal_conv", "conv_tma", "codec_norms", "ring_attention"):
         kernel_module(name)
     return importlib.reload(importlib.import_module("voxgate.engine.qwen3tts.codec_fused"))
 
@@ -60,7 +61,7 @@ def _whole(codec, frames: int, seed: int) -> torch.Tensor:
 
 def assert_within_1_lsb(got: torch.Tensor, want: torch.Tensor) -> None:
     assert got.shape == want.shape, (got.shape, want.shape)
-    diff = (_pcm(got.cpu()) - _pcm(want.cpu())).abs()
+    diff = (pcm16(got.cpu()) - pcm16(want.cpu())).abs()
     assert diff.numel() == 0 or int(diff.max()) <= 1, f"{int((diff > 1).sum())} samples off by > 1 LSB"
 
 
@@ -72,33 +73,12 @@ def test_state_matches_the_reference_layout(fused: ModuleType, codec) -> None:
     assert fs.pool.slot_bytes == ref.pool.slot_bytes
 
 
-@pytest.mark.parametrize(("schedule", "fuse_units"), [([4, 8], False), ([1, 3, 16], False), ([4, 8], True)])
-def test_streamed_equals_whole_decode(fused: ModuleType, codec, schedule: list[int], fuse_units: bool) -> None:
-    """20 frames (the key ring of 7 wraps) in chunks, within 1 LSB of the whole decode; also with each residual
-    unit in one kernel."""
+@pytest.mark.parametrize("schedule", [[4, 8], [1, 3, 16]])
+def test_streamed_equals_whole_decode(fused: ModuleType, codec, schedule: list[int]) -> None:
+    """20 frames (the key ring of 7 wraps) in chunks, within 1 LSB of the whole decode."""
     fs = fused.FusedCodecStream(codec, 3)
-    fs.fuse_units = fuse_units
     got = fs.decode_chunks(_codes(20, 5).to(DEVICE), schedule)
     assert_within_1_lsb(got, _whole(codec, 20, 5))
-
-
-def test_fuse_units_channels_limits_which_units_fuse(fused: ModuleType, codec,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """fuse_units_channels: only residual units at most that wide run as one kernel; the rest take two conv
-    launches, and the audio is the same within 1 LSB."""
-    widths = []
-    one_kernel = fused.residual_unit
-
-    def recording(a: torch.Tensor, *args, **kwargs):
-        widths.append(a.shape[-1])
-        return one_kernel(a, *args, **kwargs)
-
-    monkeypatch.setattr(fused, "residual_unit", recording)
-    fs = fused.FusedCodecStream(codec, 2)
-    fs.fuse_units, fs.fuse_units_channels = True, 12  # the tiny decoder's blocks: 24, 12, 6, 3 channels
-    got = fs.decode_chunks(_codes(6, 4).to(DEVICE), [6])
-    assert sorted(set(widths)) == [3, 6, 12], widths
-    assert_within_1_lsb(got, _whole(codec, 6, 4))
 
 
 def test_interleaved_rows_equal_each_alone(fused: ModuleType, codec) -> None:
@@ -192,17 +172,15 @@ def test_bf16_quality_matches_the_reference_stream(fused: ModuleType, codec) -> 
     assert got > (want - 1.5 if DEVICE == "cuda" else 12.0), (got, want)
 
 
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (a CUDA graph)")
-def test_captured_step_replays_the_eager_step(fused: ModuleType, codec, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_captured_step_replays_the_eager_step(fused: ModuleType, codec) -> None:
     """A CodecRunner bucket of the fused stream (a CUDA graph; padding rows on the sink) equals the eager step from
     the same state, bit for bit (fixed conv tiles: tuning could pick other tiles for the captured batch size)."""
     from voxgate.engine.qwen3tts.codec_runner import CodecRunner
+    from voxgate.kernels.causal_conv import ConvOptions
 
-    monkeypatch.setattr(importlib.import_module("voxgate.kernels.causal_conv"), "AUTOTUNE", False)
-
-    fs = fused.FusedCodecStream(codec, 4, dtype=torch.bfloat16)
+    fs = fused.FusedCodecStream(codec, 4, dtype=torch.bfloat16, conv_options=ConvOptions(autotune=False))
     slots = torch.tensor([1, 3], device=DEVICE)
     warm = torch.randint(0, 2048, (2, 9, 16), device=DEVICE)
     fs.step(slots, warm, torch.tensor([9, 5], device=DEVICE))
@@ -220,39 +198,15 @@ def test_captured_step_replays_the_eager_step(fused: ModuleType, codec, monkeypa
     torch.testing.assert_close(fs.pool.data[1:], after[1:], atol=0, rtol=0)  # slot 0 is the sink
 
 
-def test_bench_variants_switch_and_restore(fused: ModuleType, codec) -> None:
-    """bench_codec --variants: each variant switches the fused step and its restore switches it back."""
-    from voxgate.engine.qwen3tts.bench_codec import _fused_variant
+def test_bench_variants_set_kernel_options() -> None:
+    """bench_codec --variants: each variant is a change from the measured defaults; "+" combines them."""
+    from voxgate.engine.qwen3tts.bench_codec import variant_settings
+    from voxgate.kernels.causal_conv import ConvOptions
 
-    conv = importlib.import_module("voxgate.kernels.causal_conv")
-    fs = fused.FusedCodecStream(codec, 2)
-    loads = conv.LOADS
-    restore = _fused_variant(fs, "fuse_units")
-    assert fs.fuse_units
-    restore()
-    assert not fs.fuse_units
-    restore = _fused_variant(fs, "offset_loads+fuse_units_96+split_k")
-    assert fs.fuse_units and fs.fuse_units_channels == 96 and conv.LOADS == "offset" and conv.SPLIT_K
-    restore()
-    assert not fs.fuse_units and fs.fuse_units_channels == 256 and loads == conv.LOADS and not conv.SPLIT_K
-    for variant, mode in (("split_loads", "split"), ("offset_loads", "offset")):
-        restore = _fused_variant(fs, variant)
-        assert mode == conv.LOADS
-        restore()
-        assert loads == conv.LOADS
-    attn = importlib.import_module("voxgate.kernels.ring_attention")
-    restore = _fused_variant(fs, "attn_2warps")
-    assert attn.NUM_WARPS == 2
-    restore()
-    assert attn.NUM_WARPS == 4
-    for variant, module, switch, on in (("tma_min_512", conv, "TMA_MIN_LENGTH", 512), ("pointer", conv, "TMA", False),
-                                        ("accurate_sin", conv, "FAST_SIN", False)):
-        before = getattr(module, switch)
-        restore = _fused_variant(fs, variant)
-        assert getattr(module, switch) == on
-        restore()
-        assert getattr(module, switch) == before
-    with pytest.raises(ValueError, match="unknown variant"):
-        _fused_variant(fs, "fastest")
-    with pytest.raises(ValueError, match="unknown variant"):
-        _fused_variant(fs, "tma_min_")
+    assert variant_settings("default") == (ConvOptions(), 4)
+    assert variant_settings("pointer") == (ConvOptions(tma=False), 4)
+    assert variant_settings("accurate_sin+attn_2warps") == (ConvOptions(fast_sin=False), 2)
+    assert variant_settings("tma_min_1024+no_autotune") == (ConvOptions(tma_min_length=1024, autotune=False), 4)
+    for bad in ("fastest", "tma_min_", "offset_loads", "split_k", "fuse_units"):
+        with pytest.raises(ValueError, match="unknown variant"):
+            variant_settings(bad)
