@@ -181,9 +181,3 @@ class CodecStream(StreamingCodec):
             _tail(k, n, past, dim=2, out=kv[:, li, 0])
             _tail(v, n, past, dim=2, out=kv[:, li, 1])
         return tf.output_proj(tf.norm(x))
-
-
-def snr_db(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """Signal-to-noise ratio of x against ref in dB (inf when equal)."""
-    noise = (x.double() - ref.double()).pow(2).sum()
-    return float(10 * torch.log10(ref.double().pow(2).sum() / noise)) if noise > 0 else float("inf")

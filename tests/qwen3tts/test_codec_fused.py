@@ -15,9 +15,9 @@ from types import ModuleType
 
 import pytest
 import torch
+from voxgate.gateway.bench.codec_measure import pcm16, snr_db
 
 from .test_codec_stream import _codes
-from .test_codec_stream import _pcm as pcm16
 from .triton_mode import DEVICE, kernel_module
 
 pytest.importorskip("triton")
@@ -161,7 +161,7 @@ def test_bf16_quality_matches_the_reference_stream(fused: ModuleType, codec) -> 
     PyTorch rounds). Triton's CPU interpreter truncates to bf16 instead of rounding to nearest, a bias at every
     stored activation (measured here: 15.5 dB against the reference's 30.4 dB), so on the CPU this only catches
     gross errors; on CUDA the kernels round as PyTorch does and the bound is tight."""
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream, snr_db
+    from voxgate.engine.qwen3tts.codec_stream import CodecStream
 
     codes = _codes(16, 12)
     whole = _whole(codec, 16, 12)
@@ -196,17 +196,3 @@ def test_captured_step_replays_the_eager_step(fused: ModuleType, codec) -> None:
     torch.cuda.synchronize()
     torch.testing.assert_close(got, want[:, : 3 * fs.samples_per_frame], atol=0, rtol=0)
     torch.testing.assert_close(fs.pool.data[1:], after[1:], atol=0, rtol=0)  # slot 0 is the sink
-
-
-def test_bench_variants_set_kernel_options() -> None:
-    """bench_codec --variants: each variant is a change from the measured defaults; "+" combines them."""
-    from voxgate.engine.qwen3tts.bench_codec import variant_settings
-    from voxgate.kernels.causal_conv import ConvOptions
-
-    assert variant_settings("default") == (ConvOptions(), 4)
-    assert variant_settings("pointer") == (ConvOptions(tma=False), 4)
-    assert variant_settings("accurate_sin+attn_2warps") == (ConvOptions(fast_sin=False), 2)
-    assert variant_settings("tma_min_1024+no_autotune") == (ConvOptions(tma_min_length=1024, autotune=False), 4)
-    for bad in ("fastest", "tma_min_", "offset_loads", "split_k", "fuse_units"):
-        with pytest.raises(ValueError, match="unknown variant"):
-            variant_settings(bad)

@@ -1,23 +1,9 @@
-"""Benchmark of the incremental codec: exactness at real shapes, bf16 SNR, step speed, for both step
-implementations (`reference`: codec_stream.CodecStream, PyTorch/cuDNN; `fused`: codec_fused.FusedCodecStream,
-time-major Triton kernels).
-
-    python -m voxgate.engine.qwen3tts.bench_codec --out DIR                       # CUDA, real shapes
-    python -m voxgate.engine.qwen3tts.bench_codec --out DIR --device cpu --tiny   # dry run
-
-Self-contained: it writes a synthetic checkpoint (random weights at the real shapes, through synthetic.py) into a
-temporary directory, loads only the codec, and writes DIR/codec_bench.json and DIR/codec_bench.md:
-1. exactness: a > 300-frame utterance streamed in chunks vs one whole decode, fp32, TF32 off (PCM16 LSBs);
-2. bf16 (SnakeBeta and the clamp in fp32) vs the fp32 whole decode: SNR over random utterances (median, worst);
-3. speed of one step, rows x new frames in (128 x 1, 32 x 4, 8 x 16), bf16 and fp32; eager, and CUDA-graph
-   replay on CUDA.
-Without shared data (no real configs to copy), the codec alone is drawn in memory with the same initialiser.
-"""
+"""The codec benchmark's measurements (`voxgate bench codec`, codec.py): a codec to measure, exactness, bf16 SNR,
+step speed eager and replayed from a CUDA graph, and where a fused step's time goes. Imports torch: loaded only
+when the benchmark runs (or by the tests, which share `pcm16` and `snr_db`)."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -28,14 +14,13 @@ from typing import Any
 
 import torch
 
-from .checkpoint import load_codec
-from .codec import CodecDecoder
-from .codec_runner import CodecRunner
-from .codec_state import StreamingCodec
-from .codec_stream import CodecStream, snr_db
+from ...engine.qwen3tts.checkpoint import load_codec
+from ...engine.qwen3tts.codec import CodecDecoder
+from ...engine.qwen3tts.codec_runner import CodecRunner
+from ...engine.qwen3tts.codec_state import StreamingCodec
+from ...engine.qwen3tts.codec_stream import CodecStream
 
 LIKE = "Qwen3-TTS-12Hz-0.6B-CustomVoice"  # the smallest Talker to write; the codec is the same in every model
-SHAPES = ((128, 1), (32, 4), (8, 16))
 PATHS = ("fused", "reference")
 FRAME_S = 0.08
 # design §9 (speech_tokenizer/config.json decoder_config): used only when the shared configs are absent
@@ -43,10 +28,26 @@ REAL_CODEC = dict(codebook_size=2048, codebook_dim=512, num_quantizers=16, laten
                   intermediate_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16,
                   head_dim=64, sliding_window=72, rope_theta=10000.0, rms_norm_eps=1e-5, layer_scale_initial_scale=0.01,
                   decoder_dim=1536, upsampling_ratios=[2, 2], upsample_rates=[8, 5, 4, 3])
+# Fused-path variants: each a change from the measured defaults (docs/codec.md has what each measured);
+# "tma_min_<rows>" sets ConvOptions.tma_min_length; join variants with "+".
+VARIANTS = ("default", "pointer", "accurate_sin", "no_autotune", "attn_2warps", "tma_min_<rows>")
+
+
+def pcm16(x: torch.Tensor) -> torch.Tensor:
+    """Float audio in [-1, 1] as PCM16 sample values (int32, to subtract without overflow)."""
+    return (x.clamp(-1, 1) * 32767).round().to(torch.int32)
+
+
+def snr_db(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """Signal-to-noise ratio of x against ref in dB (inf when equal)."""
+    noise = (x.double() - ref.double()).pow(2).sum()
+    return float(10 * torch.log10(ref.double().pow(2).sum() / noise)) if noise > 0 else float("inf")
 
 
 def make_codec(device: str, tiny: bool, shared: str | None, seed: int = 0) -> tuple[CodecDecoder, dict[str, Any]]:
-    from .synthetic import TINY_CODEC, random_state, write_synthetic
+    """The codec of a synthetic checkpoint, written and loaded through the real writer and loader; without the
+    shared configs, the codec alone drawn in memory at the shapes of design §9 with the same initialiser."""
+    from ...engine.qwen3tts.synthetic import TINY_CODEC, random_state, write_synthetic
 
     start = time.perf_counter()
     try:
@@ -56,7 +57,7 @@ def make_codec(device: str, tiny: bool, shared: str | None, seed: int = 0) -> tu
             codec = load_codec(tmp, device=device, dtype=torch.float32)
         info = {"checkpoint": f"synthetic {LIKE}{' (tiny)' if tiny else ''}, written and loaded"}
     except FileNotFoundError as exc:
-        from .config import CodecDecoderConfig
+        from ...engine.qwen3tts.config import CodecDecoderConfig
 
         cfg = CodecDecoderConfig.from_dict({**REAL_CODEC, **(TINY_CODEC if tiny else {})})
         with torch.device("meta"):
@@ -72,34 +73,17 @@ def make_codec(device: str, tiny: bool, shared: str | None, seed: int = 0) -> tu
     return codec, info
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def _codes(frames: int, seed: int, device: str) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 2048, (frames, 16), generator=g).to(device)
-
-
-def _pcm(x: torch.Tensor) -> torch.Tensor:
-    return (x.clamp(-1, 1) * 32767).round().to(torch.int32)
-
-
-def _stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None,
-            tuned: bool = True) -> StreamingCodec:
+def make_stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None,
+                tuned: bool = True) -> StreamingCodec:
     """`fused` (FusedCodecStream; tuned=False: fixed conv tiles, for runs over many shapes) or `reference`."""
     if path == "fused":
+        from ...engine.qwen3tts.codec_fused import FusedCodecStream
         from ...kernels.causal_conv import ConvOptions
-        from .codec_fused import FusedCodecStream
 
         return FusedCodecStream(codec, num_slots, dtype=dtype, conv_options=ConvOptions(autotune=tuned))
+    if path != "reference":
+        raise ValueError(f"unknown codec path {path!r}: one of {', '.join(PATHS)}")
     return CodecStream(codec, num_slots, dtype=dtype)
-
-
-# Fused-path variants: each a change from the measured defaults (docs/codec.md has what each measured);
-# "tma_min_<rows>" sets ConvOptions.tma_min_length; join variants with "+".
-VARIANTS = ("default", "pointer", "accurate_sin", "no_autotune", "attn_2warps", "tma_min_<rows>")
 
 
 def variant_settings(variant: str) -> tuple[Any, int]:
@@ -123,21 +107,33 @@ def variant_settings(variant: str) -> tuple[Any, int]:
     return options, warps
 
 
-def exactness(codec: CodecDecoder, device: str, frames: int, path: str = "reference") -> dict[str, Any]:
+def _codes(frames: int, seed: int, device: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 2048, (frames, 16), generator=g).to(device)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def exactness(codec: CodecDecoder, device: str, frames: int, path: str) -> dict[str, Any]:
+    """A long utterance streamed in chunks vs one whole decode, in the codec's dtype (fp32: PCM16 LSBs)."""
     codes = _codes(frames, 1, device)
     whole = codec.decode(codes)
-    cs = _stream(path, codec, 2, tuned=False)
+    cs = make_stream(path, codec, 2, tuned=False)
     out: dict[str, Any] = {"frames": frames}
     for name, schedule in (("4,8,16", [4, 8, 16]), ("1,3,8,16", [1, 3, 8, 16])):
         got = cs.decode_chunks(codes, schedule)
-        out[name] = {"max_lsb": int((_pcm(got) - _pcm(whole)).abs().max()),
+        out[name] = {"max_lsb": int((pcm16(got) - pcm16(whole)).abs().max()),
                      "max_abs": float((got - whole).abs().max())}
     out["pass"] = all(v["max_lsb"] <= 1 for k, v in out.items() if isinstance(v, dict))
     return out
 
 
-def bf16_snr(codec: CodecDecoder, device: str, utterances: int, path: str = "reference") -> dict[str, Any]:
-    cs = _stream(path, codec, 2, torch.bfloat16, tuned=False)  # many chunk widths: no tuning per shape
+def bf16_snr(codec: CodecDecoder, device: str, utterances: int, path: str) -> dict[str, Any]:
+    """bf16 streamed (chunks 4, 8, 16) against the fp32 whole decode, over random utterances of 20-120 frames."""
+    cs = make_stream(path, codec, 2, torch.bfloat16, tuned=False)  # many chunk widths: no tuning per shape
     lengths = torch.randint(20, 121, (utterances,), generator=torch.Generator().manual_seed(7)).tolist()
     snrs = []
     for i, n in enumerate(lengths):
@@ -228,13 +224,6 @@ def profile_step(cs: StreamingCodec, rows: int, frames: int, device: str, path: 
     return {"file": path.name, "rows": rows, "frames": frames, "cuda_kernels_per_step": len(kernels) if cuda else None}
 
 
-def _variant(s: dict[str, Any]) -> str:
-    if s.get("path") == "fused":
-        extra = "" if s.get("variant", "default") == "default" else f", {s['variant']}"
-        return f"fused (Triton, time-major{extra})"
-    return "reference (PyTorch)"
-
-
 def conv_breakdown(cs: Any, rows: int, frames: int, device: str) -> list[dict[str, Any]]:
     """Fused path, one eager step under the profiler: each conv kernel's GPU time (the profiler's kernel records,
     in launch order, matched to the step's conv calls), its GEMM shape, achieved TFLOP/s, and the tuned tile."""
@@ -281,136 +270,3 @@ def conv_breakdown(cs: Any, rows: int, frames: int, device: str) -> list[dict[st
         table.append({"conv": conv.state or "1x1", "M": m, "N": n, "K": k, "dilation": conv.dilation,
                       "us": round(us, 1), "tflops": round(2 * m * n * k / us / 1e6, 1), "tile": tile})
     return table
-
-
-def render_md(r: dict[str, Any]) -> str:
-    lines = [f"# Incremental codec benchmark ({r['device_name']}, torch {r['torch']})", "",
-             f"- checkpoint: {r['checkpoint']} ({r['checkpoint_s']} s)",
-             f"- state per stream: {r['state_values']:,} values; pool slot {r['slot_bytes_bf16']:,} B in bf16, "
-             f"{r['slot_bytes_fp32']:,} B in fp32"]
-    for path in PATHS:
-        ex, snr = r.get(f"exactness_{path}", {}), r.get(f"snr_{path}", {})
-        lines += [
-            f"- {path}: exactness (fp32, TF32 off, streamed vs whole): " + (
-                f"ERROR\n```\n{ex['error']}```" if "error" in ex else f"{ex.get('frames')} frames, " + ", ".join(
-                    f"chunks {k}: {v['max_lsb']} LSB (max abs {v['max_abs']:.2e})"
-                    for k, v in ex.items() if isinstance(v, dict))),
-            f"- {path}: bf16 vs fp32 SNR: " + (
-                f"ERROR\n```\n{snr['error']}```" if "error" in snr else
-                f"{snr.get('utterances')} utterances ({snr.get('frames')} frames, chunks {snr.get('schedule')}): "
-                f"median {snr.get('median_db')} dB, worst {snr.get('worst_db')} dB")]
-    lines += [f"- profile of one eager bf16 step, fused path: {r.get('profile')}", "",
-              "| step | dtype | rows x frames | eager ms | graph ms | x realtime/stream | audio-s/s |",
-              "|---|---|---|---|---|---|---|"]
-    for s in r["speed"]:
-        if "error" in s:
-            lines.append(f"| {_variant(s)} | {s['dtype']} | {s['rows']} x {s['frames']} | error | | | |")
-            continue
-        graph = s.get("graph_ms", "error" if "graph_error" in s else "-")
-        lines.append(f"| {_variant(s)} | {s['dtype']} | {s['rows']} x {s['frames']} | {s['eager_ms']} | {graph} "
-                     f"| {s['x_realtime_per_stream']} | {s['audio_s_per_s']} |")
-    convs = r.get("conv_breakdown")
-    if isinstance(convs, list):
-        total = sum(c["us"] for c in convs)
-        lines += ["", f"Fused bf16 step, 128 x 1, each conv kernel (profiler; {total:.0f} us in all):", "",
-                  "| conv | M | N | K | dilation | us | TFLOP/s | tile |", "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {c['conv']} | {c['M']} | {c['N']} | {c['K']} | {c['dilation']} | {c['us']} | {c['tflops']} "
-                  f"| {c['tile']} |" for c in convs]
-    errors = [s.get("graph_error") or s["error"] for s in r["speed"] if "graph_error" in s or "error" in s]
-    if errors:
-        lines += ["", f"{len(errors)} speed errors; the first:", "```", errors[0], "```"]
-    lines += ["", f"Total {r['total_s']} s."]
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--tiny", action="store_true", help="tiny codec widths (CPU dry run)")
-    p.add_argument("--shared", default=None, help="shared data root (default: $VOXGATE_SHARED or <repo>/../shared)")
-    p.add_argument("--frames", type=int, default=310, help="exactness utterance length (> 300)")
-    p.add_argument("--utterances", type=int, default=32, help="bf16 SNR utterances")
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--paths", default=",".join(PATHS), help="step implementations to run (comma-separated)")
-    p.add_argument("--variants", default="default",
-                   help=f"fused path, bf16: kernel variants to time, comma-separated ({', '.join(VARIANTS)}); "
-                        "join variants with + to combine them")
-    p.add_argument("--speed-only", action="store_true", help="bf16 step speeds only (no exactness, SNR, fp32)")
-    p.add_argument("--watchdog", type=float, default=0, help="print every thread's stack every N s (0: off)")
-    args = p.parse_args(argv)
-    if args.watchdog:
-        import faulthandler
-
-        faulthandler.dump_traceback_later(args.watchdog, repeat=True)
-    start = time.perf_counter()
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    dev = args.device
-    paths = [x for x in args.paths.split(",") if x]
-    report: dict[str, Any] = {"device": dev, "torch": torch.__version__, "paths": paths,
-                              "device_name": torch.cuda.get_device_name() if dev.startswith("cuda") else "cpu"}
-    codec, info = make_codec(dev, args.tiny, args.shared)
-    report.update(info)
-    print(info, flush=True)
-
-    def save() -> None:
-        report["total_s"] = round(time.perf_counter() - start, 1)
-        (out / "codec_bench.json").write_text(json.dumps(report, indent=2))
-
-    def section(name: str, fn: Any, *fn_args: Any) -> Any:
-        """Run one part; a failure is recorded in the report (and the .md) instead of losing the rest."""
-        t0 = time.perf_counter()
-        try:
-            value = fn(*fn_args)
-        except Exception:
-            value = {"error": traceback.format_exc(limit=6)}
-        print(f"[{time.perf_counter() - start:7.1f} s] {name} ({time.perf_counter() - t0:.1f} s): {value}", flush=True)
-        save()
-        return value
-
-    report["speed"] = []
-    max_rows = max(r for r, _ in SHAPES)
-    for path in paths:
-        for dtype in (torch.bfloat16,) if args.speed_only else (torch.bfloat16, torch.float32):
-            if dtype == torch.float32:  # after the bf16 speeds, the headline numbers
-                report[f"exactness_{path}"] = section(f"exactness {path}", exactness, codec, dev, args.frames, path)
-                report[f"snr_{path}"] = section(f"snr {path}", bf16_snr, codec, dev, args.utterances, path)
-            name = "bf16" if dtype == torch.bfloat16 else "fp32"
-            cs = _stream(path, codec, max_rows + 1, dtype)
-            report[f"slot_bytes_{name}"] = cs.pool.slot_bytes
-            report["state_values"] = cs.state_values()
-            if not isinstance(cs, CodecStream) and dtype == torch.bfloat16 and not args.speed_only:
-                report["profile"] = section("profile", profile_step, cs, max_rows, 1, dev, out / "codec_profile.txt")
-                if dev.startswith("cuda"):
-                    report["conv_breakdown"] = section("conv breakdown", conv_breakdown, cs, max_rows, 1, dev)
-            # fused path, bf16: each requested variant of the kernels (the first is the default)
-            variants = args.variants.split(",") if path == "fused" and dtype == torch.bfloat16 else ["default"]
-            baseline: dict[tuple[int, int], torch.Tensor] = {}
-            for variant in variants:
-                if path == "fused":
-                    cs.conv_options, cs.attention_warps = variant_settings(variant)  # type: ignore[attr-defined]
-                for rows, frames in SHAPES:
-                    s = section(f"speed {path} {name} {variant}", speed, cs, rows, frames, dev, args.iters,
-                                baseline)
-                    s.update(path=path, dtype=name, rows=rows, frames=frames, variant=variant)
-                    report["speed"].append(s)
-                if args.speed_only and path == "fused" and dev.startswith("cuda"):  # where each variant's time goes
-                    report.setdefault("conv_breakdowns", {})[variant] = section(
-                        f"conv breakdown {variant}", conv_breakdown, cs, max_rows, 1, dev)
-                    save()  # section() saved before its value was stored here
-            del cs
-            if dev.startswith("cuda"):
-                torch.cuda.empty_cache()
-    save()
-    if args.speed_only:
-        print(json.dumps(report["speed"], indent=1))
-        return 0
-    (out / "codec_bench.md").write_text(render_md(report))
-    print(render_md(report))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
