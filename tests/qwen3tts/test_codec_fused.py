@@ -196,3 +196,51 @@ def test_captured_step_replays_the_eager_step(fused: ModuleType, codec) -> None:
     torch.cuda.synchronize()
     torch.testing.assert_close(got, want[:, : 3 * fs.samples_per_frame], atol=0, rtol=0)
     torch.testing.assert_close(fs.pool.data[1:], after[1:], atol=0, rtol=0)  # slot 0 is the sink
+
+
+# -- mutation checks: a wrong slice or fold of a 1-D parameter must fail the comparison --------------------------
+
+def _fold_gamma_out_of_the_bias(fs, codec) -> tuple[torch.Tensor, torch.Tensor]:
+    """ConvNeXt's gamma folded into pwconv2's weight but not its bias."""
+    right = fs.upsample[0]["pw2_bias"]
+    fs.upsample[0]["pw2_bias"] = codec.upsample[0][1].pwconv2.bias.detach().to(right.dtype)
+    return right, fs.upsample[0]["pw2_bias"]
+
+
+def _interleave_the_convt_bias(fs, codec) -> tuple[torch.Tensor, torch.Tensor]:
+    """A transposed conv's bias laid out per output sample (repeat_interleave) instead of per channel (repeat)."""
+    blk = fs.blocks[1]
+    right = blk.convt.bias
+    blk.convt.bias = codec.decoder[2].block[1].conv.bias.detach().repeat_interleave(blk.stride).to(right.dtype)
+    return right, blk.convt.bias
+
+
+def _swap_the_layer_scales(fs, codec) -> tuple[torch.Tensor, torch.Tensor]:
+    """LayerScale of the MLP folded into o_proj (attention's own scale left out)."""
+    layer, w = codec.pre_transformer.layers[0], fs.layers[0]
+    right = w["o_t"]
+    w["o_t"] = (layer.mlp_layer_scale.scale[:, None] * layer.self_attn.o_proj.weight).T.detach().to(right.dtype)
+    return right, w["o_t"]
+
+
+def _swap_a_units_snakes(fs, codec) -> tuple[torch.Tensor, torch.Tensor]:
+    """A residual unit's second SnakeBeta read with its first one's parameters."""
+    unit = fs.blocks[0].units[0]
+    right = unit.act2
+    unit.act2 = fs.blocks[0].unit_acts[0]
+    return torch.stack(right), torch.stack(unit.act2)
+
+
+@pytest.mark.parametrize("mutate", [_fold_gamma_out_of_the_bias, _interleave_the_convt_bias, _swap_the_layer_scales,
+                                    _swap_a_units_snakes])
+def test_a_wrong_fold_is_caught(fused: ModuleType, codec, mutate: Callable) -> None:
+    """The fused stream with one deliberately wrong fold of 1-D parameters differs from the whole decode by more
+    than 1 LSB (the comparison every test above makes). With the old synthetic checkpoints (biases 0, norm weights
+    and SnakeBeta parameters constant, gamma and LayerScale constant) each mutated tensor equalled the right one,
+    so all four passed; the first assert checks that this checkpoint tells them apart."""
+    fs = fused.FusedCodecStream(codec, 2)
+    right, wrong = mutate(fs, codec)
+    assert not torch.equal(right, wrong)
+    got = fs.decode_chunks(_codes(1, 21).to(DEVICE), [1])  # one frame: the interpreter is slow
+    diff = (pcm16(got.cpu()) - pcm16(_whole(codec, 1, 21).cpu())).abs()
+    assert int(diff.max()) > 1, int(diff.max())

@@ -191,3 +191,18 @@ def test_config_without_a_stream_slot_is_refused(codec: CodecDecoder) -> None:
 
     with pytest.raises(NoUsableSlot):
         CodecStream(codec, num_slots=1)
+
+
+def test_swapped_snake_parameters_are_caught(codec: CodecDecoder) -> None:
+    """A mutation check of this file's oracle: the reference stream with two residual units' SnakeBeta parameters
+    exchanged (a wrong slice of 1-D parameters, which constant synthetic parameters would hide) is off by far more
+    than 1 LSB."""
+    from voxgate.engine.qwen3tts.codec_stream import CodecStream
+
+    cs = CodecStream(codec, num_slots=2)
+    unit0, unit1 = list(codec.decoder[1].block)[2:4]
+    a, b = cs.snakes[id(unit0.act1)], cs.snakes[id(unit1.act1)]
+    assert not torch.equal(a.alpha, b.alpha) and not torch.equal(a.inv_beta, b.inv_beta)
+    cs.snakes[id(unit0.act1)], cs.snakes[id(unit1.act1)] = b, a
+    got = cs.decode_chunks(_codes(8, 3), [4])
+    assert int((pcm16(got) - pcm16(_whole(codec, 8, 3))).abs().max()) > 30
