@@ -2,14 +2,14 @@
 engine/qwen3tts/codec_stream.CodecStream, plain PyTorch; `fused`: codec_fused.FusedCodecStream, Triton kernels).
 
     voxgate bench codec --out DIR                                 # CUDA, real shapes
-    voxgate bench codec --out DIR --device cpu --tiny --paths reference   # dry run
+    voxgate bench codec --out DIR --device cpu --tiny --paths reference --shapes 3x1,2x2   # dry run
 
 Self-contained: it writes a synthetic checkpoint (random weights at the real shapes, through synthetic.py) into a
 temporary directory, loads only the codec, and writes DIR/codec_bench.json and DIR/codec_bench.md:
 1. exactness: a > 300-frame utterance streamed in chunks vs one whole decode, fp32, TF32 off (PCM16 LSBs);
 2. bf16 (SnakeBeta and the clamp in fp32) vs the fp32 whole decode: SNR over random utterances (median, worst);
-3. speed of one step, rows x new frames in (128 x 1, 32 x 4, 8 x 16), bf16 and fp32, eager and (CUDA) replayed
-   from a captured graph; the fused path's kernel variants (`--variants`) side by side.
+3. speed of one step, rows x new frames in (128 x 1, 32 x 4, 8 x 16; `--shapes`), bf16 and fp32, eager and (CUDA)
+   replayed from a captured graph; the fused path's kernel variants (`--variants`) side by side.
 Torch is imported here, so the `voxgate` command imports this module only when this subcommand runs.
 """
 
@@ -38,7 +38,16 @@ from .codec_measure import (
     variant_settings,
 )
 
-SHAPES = ((128, 1), (32, 4), (8, 16))  # rows x new frames of the timed steps
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """"128x1,32x4" -> [(128, 1), (32, 4)] (ValueError naming the bad item)."""
+    shapes = []
+    for item in text.split(","):
+        rows, _, frames = item.strip().partition("x")
+        if not (rows.isdigit() and frames.isdigit() and int(rows) > 0 and int(frames) > 0):
+            raise ValueError(f"--shapes: {item!r} is not ROWSxFRAMES (e.g. 128x1)")
+        shapes.append((int(rows), int(frames)))
+    return shapes
 
 
 def render_md(r: dict[str, Any]) -> str:
@@ -91,6 +100,7 @@ def codec_main(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown codec path {unknown[0]!r}: one of {', '.join(PATHS)}")
         for v in variants:
             variant_settings(v)
+        shapes = parse_shapes(args.shapes)
     except ValueError as exc:
         print(f"voxgate bench codec: {exc}", file=sys.stderr)
         return 2
@@ -124,7 +134,7 @@ def codec_main(args: argparse.Namespace) -> int:
         save()
         return value
 
-    max_rows = max(r for r, _ in SHAPES)
+    max_rows = max(r for r, _ in shapes)
     for path in paths:
         for dtype in (torch.bfloat16,) if args.speed_only else (torch.bfloat16, torch.float32):
             name = "bf16" if dtype == torch.bfloat16 else "fp32"
@@ -143,7 +153,7 @@ def codec_main(args: argparse.Namespace) -> int:
             for variant in variants if fused_bf16 else ["default"]:
                 if path == "fused":
                     cs.conv_options, cs.attention_warps = variant_settings(variant)  # type: ignore[attr-defined]
-                for rows, frames in SHAPES:
+                for rows, frames in shapes:
                     s = section(f"speed {path} {name} {variant}", speed, cs, rows, frames, dev, args.iters, baseline)
                     s.update(path=path, dtype=name, rows=rows, frames=frames, variant=variant)
                     report["speed"].append(s)

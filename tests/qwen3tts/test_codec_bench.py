@@ -22,13 +22,11 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(old)
 
 
-def test_dry_run_through_the_cli(tmp_path: Path, shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from voxgate.gateway.bench import codec
+def test_dry_run_through_the_cli(tmp_path: Path, shared: Path) -> None:
     from voxgate.gateway.cli import main
 
-    monkeypatch.setattr(codec, "SHAPES", ((3, 1), (2, 2)))
     args = ["bench", "codec", "--out", str(tmp_path), "--device", "cpu", "--tiny", "--iters", "1", "--frames", "9",
-            "--utterances", "1", "--shared", str(shared.parent), "--paths", "reference"]
+            "--utterances", "1", "--shared", str(shared.parent), "--paths", "reference", "--shapes", "3x1,2x2"]
     assert main(args) == 0
     report = json.loads((tmp_path / "codec_bench.json").read_text())
     assert report["exactness_reference"]["pass"] and report["state_values"] > 0
@@ -52,7 +50,8 @@ def test_variants_set_kernel_options() -> None:
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), [("--variants", "default,split_k", "unknown variant 'split_k'"),
-                                                     ("--paths", "fused,cudnn", "unknown codec path 'cudnn'")])
+                                                     ("--paths", "fused,cudnn", "unknown codec path 'cudnn'"),
+                                                     ("--shapes", "128x1,8", "'8' is not ROWSxFRAMES")])
 def test_bad_names_fail_in_one_line_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str,
                                                      value: str, message: str) -> None:
     from voxgate.gateway.cli import main
