@@ -39,13 +39,11 @@ _CONFIGS = [
 @dataclass(frozen=True, slots=True)
 class ConvOptions:
     """How causal_conv launches; the defaults are the measured ones (docs/codec.md has the H200 numbers).
-
     autotune: tune the tile per (M, N, Cin, taps) for 16-bit inputs on CUDA (off: one fixed tile; fp32 always
     runs a fixed tile). fast_sin: SnakeBeta's sin in 16-bit epilogues as a short polynomial instead of
     libdevice's sinf (3.89 -> 3.18 ms per 128 x 1 step). tma: kernels/conv_tma.py where it applies (off: the
     pointer kernel only); tma_min_length: the shortest batch rows with history that take it (512: rows of 160
-    were 2x slower through TMA, rows of 640 and 1920 12 % and 20 % faster).
-    """
+    were 2x slower through TMA, rows of 640 and 1920 12 % and 20 % faster)."""
 
     autotune: bool = True
     fast_sin: bool = True
