@@ -1,6 +1,7 @@
 """`voxgate bench`: `run` (against a running gateway or one it starts), `baseline` (qwen-tts reference arm),
-`gpu-suite` (everything in one GPU call), `steps` (the engine loop's steps per bucket) and `replot` (re-render a
-report.json). No torch or matplotlib here."""
+`gpu-suite` (everything in one GPU call), `steps` (the engine loop's steps per bucket), `codec` (the incremental
+codec alone: exactness, bf16 SNR, step speed), `replot` (re-render a report.json) and `merge`. No torch or
+matplotlib here."""
 
 from __future__ import annotations
 
@@ -70,6 +71,23 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--no-plots", action="store_true")
 
 
+def add_codec_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="write codec_bench.json and codec_bench.md here (a folder)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--tiny", action="store_true", help="tiny codec widths (CPU dry run)")
+    p.add_argument("--shared", default=None, help="shared data root (default: $VOXGATE_SHARED or <repo>/../shared)")
+    p.add_argument("--frames", type=int, default=310, help="exactness utterance length (> 300)")
+    p.add_argument("--utterances", type=int, default=32, help="bf16 SNR utterances")
+    p.add_argument("--iters", type=int, default=30, help="timed steps per shape (median)")
+    p.add_argument("--shapes", default="128x1,32x4,8x16", help="timed steps, ROWSxFRAMES, comma-separated")
+    p.add_argument("--paths", default="fused,reference", help="step implementations, comma-separated: fused, reference")
+    p.add_argument("--variants", default="default",
+                   help="fused path, bf16: kernel variants to time, comma-separated (default, pointer, accurate_sin, "
+                        "no_autotune, attn_2warps, tma_min_<rows>; join with + to combine); docs/codec.md")
+    p.add_argument("--speed-only", action="store_true", help="bf16 step speeds only (no exactness, SNR, fp32)")
+    p.add_argument("--watchdog", type=float, default=0, help="print every thread's stack every N s (0: off)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench_command", required=True)
     add_run_arguments(sub.add_parser("run", help="closed loop and open-loop SLO capacity against a gateway"))
@@ -97,6 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .steps import add_arguments as add_steps_arguments
 
     add_steps_arguments(sub.add_parser("steps", help="the engine loop's captured steps timed per bucket (GPU)"))
+    add_codec_arguments(sub.add_parser("codec", help="the incremental codec alone: exactness, bf16 SNR, step speed"))
     r = sub.add_parser("replot", help="re-render report.md and plots from a report.json")
     r.add_argument("report", help="path to report.json")
     m = sub.add_parser("merge", help="join reports (e.g. the parts of a full GPU run) into one folder")
@@ -121,6 +140,10 @@ def run(args: argparse.Namespace) -> int:
         from .steps import steps_main
 
         return steps_main(args)
+    if args.bench_command == "codec":
+        from .codec import codec_main
+
+        return codec_main(args)
     if args.bench_command == "merge":
         from .report import merge
 
