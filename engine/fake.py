@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import itertools
+import math
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -23,12 +25,14 @@ SECONDS_PER_WORD = 0.37  # the synthetic-weight length rule of shared/workloads/
 PERIOD_SAMPLES = 2 * SAMPLE_RATE
 
 
+_T = np.arange(PERIOD_SAMPLES, dtype=np.float64) / SAMPLE_RATE
+_ENVELOPE = 8000.0 * (0.5 + 0.3 * np.sin(2 * np.pi * 3.0 * _T))  # a syllable-rate wobble: silence detection works
+
+
 @functools.lru_cache(maxsize=256)
 def _tone_period(k: int) -> np.ndarray:
     freq = 180.0 + k * 1.5  # 180..562 Hz
-    t = np.arange(PERIOD_SAMPLES, dtype=np.float64) / SAMPLE_RATE
-    envelope = 0.5 + 0.3 * np.sin(2 * np.pi * 3.0 * t)  # a syllable-rate wobble so silence detection is testable
-    period = np.round(8000.0 * envelope * np.sin(2 * np.pi * freq * t)).astype(np.int16)
+    period = np.round(_ENVELOPE * np.sin((2 * np.pi * freq) * _T)).astype(np.int16)
     period.flags.writeable = False
     return period
 
@@ -41,7 +45,8 @@ def _slice(period: np.ndarray, num_samples: int, offset: int) -> np.ndarray:
     start = offset % PERIOD_SAMPLES
     if start + num_samples <= PERIOD_SAMPLES:
         return period[start : start + num_samples].copy()
-    return np.take(period, np.arange(start, start + num_samples) % PERIOD_SAMPLES)
+    whole, rest = divmod(start + num_samples - PERIOD_SAMPLES, PERIOD_SAMPLES)
+    return np.concatenate([period[start:], *([period] * whole), period[:rest]])
 
 
 def fake_audio(text: str, voice: str, num_samples: int, offset: int = 0) -> np.ndarray:
@@ -52,9 +57,12 @@ def fake_audio(text: str, voice: str, num_samples: int, offset: int = 0) -> np.n
 def fake_audio_ref(text: str, voice: str, num_samples: int, offset: int = 0) -> np.ndarray:
     """The signal computed directly (the reference `fake_audio`'s period table is checked against)."""
     freq = 180.0 + _tone_index(text, voice) * 1.5
-    t = (np.arange(offset, offset + num_samples, dtype=np.int64) % PERIOD_SAMPLES) / SAMPLE_RATE
-    envelope = 0.5 + 0.3 * np.sin(2 * np.pi * 3.0 * t)
-    return np.round(8000.0 * envelope * np.sin(2 * np.pi * freq * t)).astype(np.int16)
+    out = np.empty(num_samples, np.int16)
+    for i in range(num_samples):  # one sample at a time, as the formula reads
+        t = ((offset + i) % PERIOD_SAMPLES) / SAMPLE_RATE
+        envelope = 8000.0 * (0.5 + 0.3 * math.sin(2 * math.pi * 3.0 * t))
+        out[i] = round(envelope * math.sin(2 * math.pi * freq * t))
+    return out
 
 
 def fake_duration_samples(text: str) -> int:
@@ -64,17 +72,18 @@ def fake_duration_samples(text: str) -> int:
 
 class _Device:
     """A virtual device clock: each chunk reserves its compute time after the work already reserved, and the
-    stream sleeps until its reservation ends (one timer per chunk; no lock hand-offs through the event loop)."""
+    stream sleeps until its reservation ends (no lock hand-offs through the event loop). A wait under a
+    millisecond (finer than the loop's timers) only yields; the debt is slept off once it adds up."""
 
     def __init__(self, rtf: float) -> None:
         self.rtf = rtf
         self.free_at = 0.0
 
     async def run(self, samples: int) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = asyncio.get_running_loop().time()
         self.free_at = max(now, self.free_at) + samples / SAMPLE_RATE / self.rtf
-        await asyncio.sleep(self.free_at - now)
+        wait = self.free_at - now
+        await asyncio.sleep(wait if wait >= 0.001 else 0)
 
 
 class FakeStream(AudioStream):
@@ -92,7 +101,7 @@ class FakeStream(AudioStream):
         total = fake_duration_samples(self.request.text)
         if self.request.max_audio_ms is not None:
             total = min(total, self.request.max_audio_ms * SAMPLE_RATE // 1000)
-        chunk = engine.chunk_ms * SAMPLE_RATE // 1000
+        schedule = [ms * SAMPLE_RATE // 1000 for ms in engine.chunk_schedule_ms]
         period = _tone_period(_tone_index(self.request.text, self._voice))
         device = engine.device if engine.device is not None else _Device(engine.device_rtf)
         engine._waiting += 1
@@ -101,8 +110,10 @@ class FakeStream(AudioStream):
         finally:
             engine._waiting -= 1
         produced = 0
-        while produced < total and not self._cancelled:
-            n = min(chunk, total - produced)
+        for index in itertools.count():
+            if produced >= total or self._cancelled:
+                break
+            n = min(schedule[min(index, len(schedule) - 1)], total - produced)
             await device.run(n)
             if self._cancelled:
                 break
@@ -112,16 +123,19 @@ class FakeStream(AudioStream):
 
 class FakeEngine(Engine):
     """Options: `device_rtf` (audio-s per wall-s), `shared_device` (true: `device_rtf` is the total of all streams;
-    false: of each stream), `chunk_ms`, `first_chunk_ms`."""
+    false: of each stream), `chunk_ms` (one chunk length, or a schedule "320,640,1280" whose last entry repeats,
+    like qwen3tts's 4, 8, 16 codec frames), `first_chunk_ms`."""
 
     name = "fake"
 
-    def __init__(self, device_rtf: float = 50.0, chunk_ms: int = 320, first_chunk_ms: float = 5.0,
+    def __init__(self, device_rtf: float = 50.0, chunk_ms: int | str = 320, first_chunk_ms: float = 5.0,
                  shared_device: bool = True) -> None:
-        if device_rtf <= 0 or chunk_ms <= 0 or first_chunk_ms < 0:
+        schedule = [int(x) for x in str(chunk_ms).split(",") if x.strip()]
+        if device_rtf <= 0 or not schedule or min(schedule) <= 0 or first_chunk_ms < 0:
             raise ValueError("device_rtf and chunk_ms must be positive, first_chunk_ms non-negative")
         self.device_rtf = float(device_rtf)
-        self.chunk_ms = int(chunk_ms)
+        self.chunk_schedule_ms = schedule
+        self.chunk_ms = schedule[0]
         self.first_chunk_ms = float(first_chunk_ms)
         self.shared_device = bool(shared_device)
         self.device = _Device(self.device_rtf) if self.shared_device else None
@@ -129,6 +143,8 @@ class FakeEngine(Engine):
         self._waiting = 0
 
     async def start(self) -> None:
+        for k in range(256):  # every tone's period, once per process (~1 s, 25 MB), so none is made mid-stream
+            _tone_period(k)
         self._ready = True
 
     async def stop(self) -> None:
@@ -144,7 +160,7 @@ class FakeEngine(Engine):
 
     def info(self) -> dict[str, object]:
         return {"name": self.name, "device_rtf": self.device_rtf, "shared_device": self.shared_device,
-                "chunk_ms": self.chunk_ms}
+                "chunk_ms": self.chunk_schedule_ms}
 
     def voices(self) -> list[VoiceInfo]:
         return [VoiceInfo("tone-a", "Tone A", ("en",)), VoiceInfo("tone-b", "Tone B", ("en",))]

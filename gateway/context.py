@@ -24,6 +24,11 @@ log = logging.getLogger("voxgate.context")
 MAX_AHEAD_S = 20.0
 
 
+def _takes_hints(stream: AudioStream) -> bool:
+    """Whether the engine overrides `report_playback` (computing hints for one that ignores them is waste)."""
+    return type(stream).report_playback is not AudioStream.report_playback
+
+
 class ContextState(enum.Enum):
     OPEN = "open"  # text may still arrive
     ENDING = "ending"  # context.end received; speaking what is left
@@ -120,7 +125,7 @@ class Context:
 
     def hint_playback(self) -> None:
         """Tell the engine how much audio this context's listener holds (issue 12's deadline scheduling)."""
-        if self.stream is not None and self.listener_buffered is not None:
+        if self.stream is not None and self.listener_buffered is not None and _takes_hints(self.stream):
             self.stream.report_playback(max(0, self.listener_buffered()) / self.timeline_rate)
 
     def first_audio_ms(self) -> float | None:

@@ -38,6 +38,7 @@ class Track:
                            pacing["feedback_interval_ms"], timeline=self)
         self.inflight: OutFrame | None = None  # a frame the sender is waiting to queue (the writer is full)
         self._codec_reset = FLAG_CODEC_RESET if fmt.codec == "opus" else 0
+        self._max_samples = fmt.frame_samples
 
     # ---- contexts ------------------------------------------------------------------------------------------
 
@@ -133,19 +134,34 @@ class Track:
                 continue
             await self.wake.wait()
 
+    def _take_long(self, context: Context, ready: ReadyFrame) -> tuple[bytes, int, float]:
+        """Long frames: the ready audio that follows joins this frame, up to `frame_ms` (a backlog is sent in
+        fewer, longer messages; nothing waits for audio that does not exist yet)."""
+        parts, samples, ready_at = [ready.frame.payload], ready.frame.samples, ready.ready_at
+        frames = context.frames
+        while frames and isinstance(frames[0], ReadyFrame) and samples + frames[0].frame.samples <= self._max_samples:
+            more = context.pop()
+            assert isinstance(more, ReadyFrame)
+            parts.append(more.frame.payload)
+            samples += more.frame.samples
+            ready_at = more.ready_at
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), samples, ready_at
+
     async def _send_frame(self, context: Context) -> None:
         ready = context.pop()
         assert isinstance(ready, ReadyFrame)
-        frame = ready.frame
-        flags = frame.flags
+        flags = ready.frame.flags
+        if self.fmt.long_frames:
+            payload, samples, ready_at = self._take_long(context, ready)
+        else:
+            payload, samples, ready_at = ready.frame.payload, ready.frame.samples, ready.ready_at
         if context.end_pts == context.start_pts:
             flags |= FLAG_FIRST | self._codec_reset
         if context.produced_all and not context.ready_frames:
             flags |= FLAG_LAST
-        out = OutFrame(context, self.fmt.codec_id, flags, context.ctx, self.number, frame.samples, self.pts,
-                       frame.payload)
+        out = OutFrame(context, self.fmt.codec_id, flags, context.ctx, self.number, samples, self.pts, payload)
         # Advance before the await: a cancel during the await withdraws the frame and rewinds (`withdraw`).
-        self._advance(context, frame.samples, ready.ready_at)
+        self._advance(context, samples, ready_at)
         self.inflight = out
         try:
             await self.writer.put_frame(out)  # False (not queued) if a cancel came meanwhile: it was rewound

@@ -41,9 +41,11 @@ class OutEvent:
 
 class SocketWriter:
     def __init__(self, send_bytes: Callable[[bytes], Awaitable[None]], send_text: Callable[[str], Awaitable[None]],
-                 max_frames: int, on_frame_written: Callable[[OutFrame, float], None]) -> None:
+                 max_frames: int, on_frame_written: Callable[[OutFrame, float], None],
+                 send_now: Callable[[bytes | str], bool] | None = None) -> None:
         self._send_bytes = send_bytes
         self._send_text = send_text
+        self._send_now = send_now  # writes at once if the socket takes it without waiting (ws_transport.py)
         self._max = max_frames
         self._ordered: deque[OutFrame | OutEvent] = deque()
         self._urgent: deque[JsonItem] = deque()
@@ -127,17 +129,21 @@ class SocketWriter:
                     data = HEADER.pack(1, item.codec, item.flags, item.ctx, self._seq, item.track, item.samples,
                                        item.pts) + item.payload
                     self._seq = (self._seq + 1) & 0xFFFFFFFF
-                    written_at = self._sending_since = time.monotonic()
-                    await self._send_bytes(data)
-                    self._sending_since = None
+                    written_at = time.monotonic()
+                    if self._send_now is None or not self._send_now(data):
+                        self._sending_since = written_at
+                        await self._send_bytes(data)
+                        self._sending_since = None
                     self._on_frame_written(item, written_at)
                     continue
                 item = item.item
             message = item() if callable(item) else item
             if message is not None:
-                self._sending_since = time.monotonic()
-                await self._send_text(json.dumps(message, separators=(",", ":")))
-                self._sending_since = None
+                text = json.dumps(message, separators=(",", ":"))
+                if self._send_now is None or not self._send_now(text):
+                    self._sending_since = time.monotonic()
+                    await self._send_text(text)
+                    self._sending_since = None
 
     def close(self) -> None:
         self.closed = True

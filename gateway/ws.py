@@ -32,7 +32,7 @@ from .protocol import (
 from .session import Session
 from .state import GatewayState
 from .writer import SocketWriter
-from .ws_transport import FORCE_CLOSE
+from .ws_transport import FORCE_CLOSE, SEND_NOW
 
 log = logging.getLogger("voxgate.ws")
 MAX_URGENT_BACKLOG = 1024  # control messages waiting for a client that stopped reading
@@ -77,7 +77,7 @@ async def tts_websocket(websocket: WebSocket) -> None:
         session.on_frame_written(frame, written_at)
 
     writer = SocketWriter(websocket.send_bytes, websocket.send_text, state.config.writer_queue_frames,
-                          on_frame_written)
+                          on_frame_written, websocket.scope.get("extensions", {}).get(SEND_NOW))
     session = Session(state.engine, state.config, state.metrics, writer)
     writer_task = asyncio.get_running_loop().create_task(writer.run())
     state.session_opened()

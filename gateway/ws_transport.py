@@ -5,6 +5,9 @@ uvicorn writes a close frame only once the transport is writable again, and clos
 protocol offers the app the ASGI extension `voxgate.force_close(text, code, reason, grace_s)`: it writes an
 optional last text frame and the close frame into the transport at once (behind whatever is unsent), and aborts
 the transport if the peer has not closed within `grace_s`.
+
+It also offers `voxgate.send_now(data) -> bool`: a message written at once, without the three coroutine layers
+of the ASGI send, when the transport takes it without waiting (False: the caller uses the ASGI send, which waits).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.exceptions import InvalidState
 
 FORCE_CLOSE = "voxgate.force_close"
+SEND_NOW = "voxgate.send_now"
 
 
 class VoxgateWebSocketProtocol(WebSocketsSansIOProtocol):
@@ -23,6 +27,21 @@ class VoxgateWebSocketProtocol(WebSocketsSansIOProtocol):
         scope = getattr(self, "scope", None)
         if scope is not None:
             scope["extensions"][FORCE_CLOSE] = self.force_close
+            scope["extensions"][SEND_NOW] = self.send_now
+
+    def send_now(self, data: bytes | str) -> bool:
+        if not (self.handshake_complete and self.writable.is_set()) or self.close_sent or self.disconnected \
+                or self.initial_response is not None:
+            return False
+        try:
+            if isinstance(data, str):
+                self.conn.send_text(data.encode())
+            else:
+                self.conn.send_binary(data)
+        except InvalidState:
+            return False
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        return True
 
     def force_close(self, text: str | None, code: int, reason: str, grace_s: float) -> None:
         if self.disconnected:

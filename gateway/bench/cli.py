@@ -57,7 +57,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     load.add_argument("--drain", type=float, default=60.0, help="s to wait for requests in flight at a phase end")
     load.add_argument("--warmup-requests", type=int, default=4, help="sequential requests before any phase")
     load.add_argument("--no-length-rule", action="store_true", help="natural length: no max_audio_ms per request")
-    load.add_argument("--frame-ms", type=int, default=20, choices=[10, 20, 40, 60])
+    load.add_argument("--frame-ms", type=int, default=20,
+                      help="10, 20, 40, 60, or (asap long frames) a multiple of 20 up to 1280: what the engine "
+                           "made, up to that, per message")
+    load.add_argument("--codec", default="pcm_s16le", choices=["pcm_s16le", "opus"])
     load.add_argument("--voice")
     load.add_argument("--deflate", action="store_true", help="offer WebSocket permessage-deflate (off by default)")
     out = p.add_argument_group("report")

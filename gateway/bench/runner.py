@@ -36,6 +36,7 @@ class Plan:
     frame_ms: int = 20
     voice: str | None = None
     deflate: bool = False
+    codec: str = "pcm_s16le"
     stop_at: float | None = None  # time.monotonic() after which no phase starts that would not end in time
     skipped: list[str] = field(default_factory=list)  # phases left out for want of time
 
