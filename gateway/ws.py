@@ -147,7 +147,7 @@ async def _close(websocket: WebSocket, code: int, reason: str, unsent: dict | No
         except (RuntimeError, OSError, WebSocketDisconnect):
             return  # the client left first
     if force is not None:
-        force(json.dumps(unsent) if unsent is not None else None, code, reason, CLOSE_GRACE_S)
+        force(json.dumps(unsent, separators=(",", ":")) if unsent is not None else None, code, reason, CLOSE_GRACE_S)
 
 
 async def _drain_urgent(writer: SocketWriter, timeout: float = CLOSE_GRACE_S) -> bool:

@@ -3,8 +3,8 @@
 uvicorn writes a close frame only once the transport is writable again, and closes the transport gracefully
 (flushing what is buffered): a peer that never reads keeps both waiting forever, and the socket with them. This
 protocol offers the app the ASGI extension `voxgate.force_close(text, code, reason, grace_s)`: it writes an
-optional last text frame and the close frame into the transport at once (behind whatever is unsent), and aborts
-the transport if the peer has not closed within `grace_s`.
+optional last text frame and the close frame into the transport at once (behind whatever is unsent), and resets
+the connection if the peer has not closed within `grace_s`.
 
 It also offers `voxgate.send_now(data) -> bool`: a message written at once, without the three coroutine layers
 of the ASGI send, when the transport takes it without waiting (False: the caller uses the ASGI send, which waits).
@@ -12,6 +12,8 @@ of the ASGI send, when the transport takes it without waiting (False: the caller
 
 from __future__ import annotations
 
+import socket
+import struct
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -59,5 +61,10 @@ class VoxgateWebSocketProtocol(WebSocketsSansIOProtocol):
         self.loop.call_later(grace_s, self._abort_unless_closed)
 
     def _abort_unless_closed(self) -> None:
-        if not self.disconnected:
-            self.transport.abort()
+        if self.disconnected:
+            return
+        # A reset, not a close: a closed socket with unsent data lingers in the kernel, probing a zero window.
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
