@@ -232,3 +232,14 @@ def test_gc_tuning_freezes_raises_the_threshold_measures_and_undoes():
     finally:
         tuning.undo()
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_fake_audio_period_table_equals_the_formula_on_random_spans():
+    from voxgate.engine.fake import fake_audio, fake_audio_ref
+
+    rng = np.random.default_rng()
+    for _ in range(10):
+        text, voice = str(rng.integers(0, 10**9)), str(rng.choice(["tone-a", "tone-b"]))
+        offset, n = int(rng.integers(0, 10**7)), int(rng.integers(1, 5000))
+        assert np.array_equal(fake_audio(text, voice, n, offset), fake_audio_ref(text, voice, n, offset))
+    assert np.array_equal(fake_audio("t", "tone-a", 100_000, 47_000), fake_audio_ref("t", "tone-a", 100_000, 47_000))
