@@ -1,0 +1,166 @@
+"""The batched step's math: the Talker over tokens of many streams with its KV cache in a slot pool, prompt rows
+embedded from ids, and one decode step for many rows. Plain PyTorch over the port's modules (talker.py,
+code_predictor.py, layers.py), with no host sync and no shape that depends on data, so the runner can capture it
+in a CUDA graph per bucket. The eager batch-1 path (generate.py) is the reference every piece is tested against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .fused_stack import DecoderOps, FusedStack
+from .layers import rope_tables
+from .prompt import XVEC
+from .sampling import (
+    DO_SAMPLE,
+    MIN_NEW,
+    PENALTY,
+    SUB_DO_SAMPLE,
+    SUB_TEMPERATURE,
+    SUB_TOP_K,
+    SUB_TOP_P,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+    codebook_zero_rules,
+    sample_rows,
+)
+from .talker import Talker
+
+
+@dataclass
+class SlotState:
+    """Per-stream tensors the step reads and writes in place, indexed by slot (slot 0: the padding sink)."""
+
+    k_cache: list[torch.Tensor]  # per layer [S, Hkv, P, D] (views into the KV SlotPool)
+    v_cache: list[torch.Tensor]
+    cos: torch.Tensor  # [P, D] RoPE tables for positions 0..P-1
+    sin: torch.Tensor
+    hidden: torch.Tensor  # [S, H] the Talker's last post-norm output of each stream
+    seen: torch.Tensor  # [S, V] bool: codebook-0 ids generated so far (repetition penalty)
+    params: torch.Tensor  # [S, NUM_PARAMS] float32 sampling parameters (sampling.py columns)
+    trailing: torch.Tensor  # [S, T + 1] int64 text ids added to decode steps 0.. (tts_pad from trailing_len on)
+    trailing_len: torch.Tensor  # [S] int64
+    x_vector: torch.Tensor  # [S, H] Base: the speaker row of the prompt
+    ring: torch.Tensor  # [S, RING, Q] int64 frames by index % RING, until the codec has them
+
+
+class StepModel:
+    """The Talker and its code predictor as the batched step runs them: both stacks fused (fused_stack.py), the
+    predictor's RoPE tables for its 16 depth positions, and the constant index tensors of each row count."""
+
+    def __init__(self, talker: Talker, ops: DecoderOps) -> None:
+        self.talker = talker
+        self.predictor = talker.code_predictor
+        self.talker_stack = FusedStack(talker.model, ops)
+        self.predictor_stack = FusedStack(self.predictor.model, ops)
+        pc = self.predictor.cfg
+        p = next(talker.parameters())
+        self.num_codes = self.predictor.num_code_groups
+        self.depth_cos, self.depth_sin = rope_tables(torch.arange(self.num_codes, device=p.device), pc.head_dim,
+                                                     pc.rope_theta, p.dtype)
+        self._constants: dict[str, torch.Tensor] = {}
+
+    def constant(self, name: str, build: Callable[[torch.device], torch.Tensor]) -> torch.Tensor:
+        """An int64 constant built once (outside any capture's replays: stable address, no launch per step)."""
+        if name not in self._constants:
+            self._constants[name] = build(self.depth_cos.device)
+        return self._constants[name]
+
+    def talker_tokens(self, x: torch.Tensor, state: SlotState, slots: torch.Tensor,
+                      positions: torch.Tensor) -> torch.Tensor:
+        """x [N, H]: one token each at (slots[i], positions[i]) -> post-norm hidden [N, H]; keys and values go
+        into the slot pool, and each token attends to its own slot's positions 0..positions[i]."""
+        return self.talker_stack.forward(x, state.k_cache, state.v_cache, slots, positions, state.cos, state.sin)
+
+    def depth_loop(self, hidden: torch.Tensor, c0_embed: torch.Tensor,
+                   pick: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """CodePredictor.predict for R rows at once: codes 1..15 [R, Q-1]. Pass 0 runs proj(h) and proj(C(c0)) at
+        positions 0 and 1, pass k the previous code's embedding at position k+1; the keys and values live in a
+        small per-step store [R, Hkv, Q, D] per layer (each row is its own "slot")."""
+        pred, cfg = self.predictor, self.predictor.cfg
+        r = hidden.shape[0]
+        stack = self.predictor_stack
+        store = torch.empty((len(stack.layers), 2, r, cfg.num_key_value_heads, self.num_codes, cfg.head_dim),
+                            dtype=hidden.dtype, device=hidden.device)
+        ks, vs = list(store[:, 0]), list(store[:, 1])
+        rows = self.constant(f"rows{r}", lambda dev: torch.arange(r, device=dev))
+        x = pred.small_to_mtp_projection(torch.cat([hidden, c0_embed]))  # [2R, Hcp]: position 0 rows, then 1
+        out = stack.forward(x, ks, vs, self.constant(f"rows{r}x2", lambda dev: torch.arange(2 * r, device=dev) % r),
+                            self.constant(f"pos01-{r}", lambda dev: torch.arange(2 * r, device=dev) // r),
+                            self.depth_cos, self.depth_sin)[r:]
+        codes = []
+        for k in range(self.num_codes - 1):
+            code = pick(pred.lm_head[k](out).float())
+            codes.append(code)
+            if k + 1 < self.num_codes - 1:  # E_15 is never fed back: it only enters the Talker's frame sum
+                x = pred.small_to_mtp_projection(pred.model.codec_embedding[k](code))
+                pos = self.constant(f"pos{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 2, device=dev))
+                out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin)
+        return torch.stack(codes, dim=-1)
+
+
+def embed_rows(talker: Talker, text: torch.Tensor, codec: torch.Tensor, x_vector: torch.Tensor) -> torch.Tensor:
+    """Prompt rows from ids (prompt.PromptRows): text [N] and codec [N, Q] int64 (NO_ID absent, XVEC in column 0:
+    the row's x-vector), x_vector [N, H] -> [N, H] = T(text) + sum_k table_k(codec[:, k]) (+ x-vector).
+
+    The codec term is stacked then summed as Talker.frame_embed sums a frame; absent terms are exact zeros, so
+    every row equals build_prompt's up to the batch size of the matmuls."""
+    zero = torch.zeros((), dtype=x_vector.dtype, device=x_vector.device)
+    t = torch.where((text >= 0)[:, None], talker.text_embed(text.clamp(min=0)), zero)
+    tables = [talker.model.codec_embedding, *talker.code_predictor.model.codec_embedding]
+    rows = torch.stack([table(codec[:, k].clamp(min=0)) for k, table in enumerate(tables)], dim=-2)  # [N, Q, H]
+    c = torch.where((codec >= 0)[..., None], rows, zero).sum(-2)
+    out = t + c
+    return torch.where((codec[:, 0] == XVEC)[:, None], out + x_vector, out)
+
+
+@dataclass
+class DecodeRows:
+    """A step's decode rows: slot, KV position of the new frame's input, and frames made so far (= the frame's
+    index), each [R] int64. Teacher forcing (tests): `forced` [R, Q] codes used where `force` [R] is set."""
+
+    slots: torch.Tensor
+    positions: torch.Tensor
+    frame_index: torch.Tensor
+    forced: torch.Tensor | None = None
+    force: torch.Tensor | None = None
+
+
+def decode_frames(model: StepModel, state: SlotState, rows: DecodeRows, eos_id: int, suppress: torch.Tensor,
+                  candidates: int, logits_out: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one frame per row from its stream's last hidden state: codebook 0 (penalty, EOS block, suppression,
+    sampling), then the code predictor's 15 passes. Returns (frames [R, Q] int64, the next Talker input [R, H] =
+    F(frame) + T(the stream's next trailing text id)). Marks codebook 0 seen and stores the frame in the ring.
+    logits_out (tests): receives the fp32 logits of codebook 0 [R, V] then of codebooks 1..15 [R, V'] each."""
+    talker, slots = model.talker, rows.slots
+    h = state.hidden[slots]  # [R, H]
+    p = state.params[slots]  # [R, NUM_PARAMS]
+    logits = talker.codec_head(h).float()
+    logits = codebook_zero_rules(logits, state.seen[slots], p[:, PENALTY], rows.frame_index, p[:, MIN_NEW], eos_id,
+                                 suppress)
+    code_k = 0
+
+    def pick(lg: torch.Tensor) -> torch.Tensor:
+        nonlocal code_k
+        cols = (TEMPERATURE, TOP_K, TOP_P, DO_SAMPLE) if code_k == 0 else \
+            (SUB_TEMPERATURE, SUB_TOP_K, SUB_TOP_P, SUB_DO_SAMPLE)
+        ids = sample_rows(lg, *(p[:, c] for c in cols), candidates)
+        if logits_out is not None:
+            logits_out.append(lg)
+        if rows.forced is not None and rows.force is not None:
+            ids = torch.where(rows.force, rows.forced[:, code_k], ids)
+        code_k += 1
+        return ids
+
+    c0 = pick(logits)
+    state.seen.index_put_((slots, c0), torch.ones_like(c0, dtype=torch.bool))
+    rest = model.depth_loop(h, talker.codec_embed(c0), pick)  # [R, Q-1]
+    frames = torch.cat([c0[:, None], rest], dim=1)
+    state.ring[slots, rows.frame_index % state.ring.shape[1]] = frames
+    text_index = torch.minimum(rows.frame_index, state.trailing_len[slots])
+    text = talker.text_embed(state.trailing[slots, text_index])
+    return frames, talker.frame_embed(frames) + text
