@@ -100,6 +100,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .steps import add_arguments as add_steps_arguments
 
     add_steps_arguments(sub.add_parser("steps", help="the engine loop's captured steps timed per bucket (GPU)"))
+    from .soak import add_arguments as add_soak_arguments
+
+    add_soak_arguments(sub.add_parser("soak", help="many concurrent sessions on the fake engine, every frame checked"))
+    from .stuck import add_arguments as add_stuck_arguments
+
+    add_stuck_arguments(sub.add_parser("stuck", help="server memory per client that stops reading, until let go"))
     r = sub.add_parser("replot", help="re-render report.md and plots from a report.json")
     r.add_argument("report", help="path to report.json")
     m = sub.add_parser("merge", help="join reports (e.g. the parts of a full GPU run) into one folder")
@@ -124,6 +130,14 @@ def run(args: argparse.Namespace) -> int:
         from .steps import steps_main
 
         return steps_main(args)
+    if args.bench_command == "stuck":
+        from .stuck import stuck_main
+
+        return stuck_main(args)
+    if args.bench_command == "soak":
+        from .soak import soak_main
+
+        return soak_main(args)
     if args.bench_command == "merge":
         from .report import merge
 
