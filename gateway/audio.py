@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import struct
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -121,12 +122,20 @@ class EncodedFrame:
 _opus_pool: ThreadPoolExecutor | None = None
 
 
+OPUS_SWITCH_INTERVAL_S = 0.0005
+
+
 def configure_opus_pool(threads: int) -> None:
-    """Encode Opus on `threads` worker threads (0: on the event loop's thread). Process-wide; set at app start."""
+    """Encode Opus on `threads` worker threads (0: on the event loop's thread). Process-wide; set at app start.
+
+    Each packet's encode releases the GIL and takes it back; with CPython's 5 ms switch interval a worker can wait
+    that long for a busy event loop to let go, so with a pool the interval is shortened (0.5 ms)."""
     global _opus_pool
     if _opus_pool is not None:
         _opus_pool.shutdown(wait=False)
     _opus_pool = ThreadPoolExecutor(threads, thread_name_prefix="opus") if threads > 0 else None
+    if threads > 0:
+        sys.setswitchinterval(OPUS_SWITCH_INTERVAL_S)
 
 
 class FrameEncoder(abc.ABC):

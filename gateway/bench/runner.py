@@ -72,7 +72,7 @@ async def _scraped(base_url: str, phase: Callable[[], Any]) -> tuple[PhaseResult
 
 
 async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any]:
-    target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate)
+    target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate, plan.codec)
     await target.open()
     closed: list[dict[str, Any]] = []
     open_loop: list[dict[str, Any]] = []
