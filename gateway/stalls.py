@@ -51,24 +51,34 @@ class StallStats:
 
 
 class FrameLog:
-    """Recent frames of one track, by pts."""
+    """Recent frames of one track, by pts: four columns of plain numbers (no object per frame, so thousands of
+    records per session add nothing for the garbage collector to traverse)."""
 
     def __init__(self) -> None:
-        self._frames: deque[FrameRecord] = deque(maxlen=_HISTORY_FRAMES)
+        self._pts: deque[int] = deque(maxlen=_HISTORY_FRAMES)
+        self._samples: deque[int] = deque(maxlen=_HISTORY_FRAMES)
+        self._ready_at: deque[float] = deque(maxlen=_HISTORY_FRAMES)
+        self._sent_at: deque[float] = deque(maxlen=_HISTORY_FRAMES)
 
     def record(self, frame: FrameRecord) -> None:
-        self._frames.append(frame)
+        self.add(frame.pts, frame.samples, frame.ready_at, frame.sent_at)
+
+    def add(self, pts: int, samples: int, ready_at: float, sent_at: float) -> None:
+        self._pts.append(pts)
+        self._samples.append(samples)
+        self._ready_at.append(ready_at)
+        self._sent_at.append(sent_at)
 
     def rewind(self, pts: int) -> None:
         """Forget frames at or after `pts` (they were withdrawn by a cancel before being written)."""
-        while self._frames and self._frames[-1].pts >= pts:
-            self._frames.pop()
+        while self._pts and self._pts[-1] >= pts:
+            for column in (self._pts, self._samples, self._ready_at, self._sent_at):
+                column.pop()
 
     def find(self, pts: int) -> FrameRecord | None:
-        starts = [f.pts for f in self._frames]
-        i = bisect.bisect_right(starts, pts) - 1
-        if i >= 0 and pts < self._frames[i].pts + self._frames[i].samples:
-            return self._frames[i]
+        i = bisect.bisect_right(self._pts, pts) - 1
+        if i >= 0 and pts < self._pts[i] + self._samples[i]:
+            return FrameRecord(self._pts[i], self._samples[i], self._ready_at[i], self._sent_at[i])
         return None
 
     def attribute(self, pts: int, needed_at: float, audio_ready: bool) -> str:

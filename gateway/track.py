@@ -16,7 +16,7 @@ from .audio import AudioFormat
 from .context import Context, FlushMark, ReadyFrame
 from .pacer import Pacer
 from .protocol import FLAG_CODEC_RESET, FLAG_FIRST, FLAG_LAST, Playback
-from .stalls import FrameLog, FrameRecord, NewStalls, UnderrunLedger, stall_causes
+from .stalls import FrameLog, NewStalls, UnderrunLedger, stall_causes
 from .writer import OutFrame, SocketWriter
 
 
@@ -170,7 +170,7 @@ class Track:
 
     def _advance(self, context: Context, samples: int, ready_at: float) -> None:
         self.pacer.before_send()
-        self.log.record(FrameRecord(self.pts, samples, ready_at, time.monotonic()))
+        self.log.add(self.pts, samples, ready_at, time.monotonic())
         self.pts += samples
         context.end_pts = self.pts
         self.frames_sent += 1
