@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from voxgate.engine.base import SAMPLE_RATE, EngineError, SynthesisRequest
+from voxgate.engine.base import SAMPLE_RATE
 
 from .auth import token_from_request
+from .context import synthesize_pcm
 from .state import GatewayState
-from .textsplit import TextSegmenter
 
 
 def _error(status: int, message: str, code: str, kind: str = "invalid_request_error") -> JSONResponse:
@@ -74,45 +74,30 @@ async def speech(request: Request) -> Response:
     budget_ms = min(limit_ms, body.get("max_audio_ms", limit_ms))
     if budget_ms <= 0:
         return _error(400, "max_audio_ms must be positive", "invalid_value")
-    segments = TextSegmenter()
-    parts = segments.append(text) + segments.flush()
+
+    errors: list[str] = []
 
     async def audio() -> AsyncIterator[bytes]:
         if fmt == "wav":
             yield wav_header_open_ended()
-        budget = budget_ms * SAMPLE_RATE // 1000
         first = True
-        for part in parts:
-            if budget <= 0:
-                break
-            stream = state.engine.open_stream(SynthesisRequest(part, voice, body.get("language"),
-                                                               body.get("instruct"),
-                                                               max_audio_ms=max(1, budget * 1000 // SAMPLE_RATE)))
-            try:
-                async for chunk in stream:
-                    chunk = chunk[:budget]
-                    budget -= len(chunk)
-                    if first and len(chunk):
-                        metrics.first_audio.labels("http").observe(time.monotonic() - t_request)
-                        first = False
-                    data = chunk.astype("<i2", copy=False).tobytes()
-                    metrics.bytes_out.labels("http").inc(len(data))
-                    metrics.audio_seconds.labels("http").inc(len(chunk) / SAMPLE_RATE)
-                    yield data
-                    if budget <= 0:
-                        break
-            finally:
-                stream.cancel()  # also on client disconnect: the engine stops at once
+        async for data in synthesize_pcm(state.engine, text, voice, body.get("language"), body.get("instruct"),
+                                         budget_ms * SAMPLE_RATE // 1000, errors):
+            if first:
+                metrics.first_audio.labels("http").observe(time.monotonic() - t_request)
+                first = False
+            metrics.bytes_out.labels("http").inc(len(data))
+            metrics.audio_seconds.labels("http").inc(len(data) / 2 / SAMPLE_RATE)
+            yield data
 
     media = "audio/wav" if fmt == "wav" else "audio/pcm"
     headers = {"X-Sample-Rate": str(SAMPLE_RATE), "X-Channels": "1", "Cache-Control": "no-store"}
     metrics.http_requests.labels("200").inc()
     if body.get("stream", True):
         return StreamingResponse(audio(), media_type=media, headers=headers)
-    try:
-        data = b"".join([piece async for piece in audio()])
-    except EngineError as exc:
-        return _error(500, exc.message, exc.code, "server_error")
+    data = b"".join([piece async for piece in audio()])
+    if errors and len(data) <= 44:
+        return _error(500, "; ".join(errors), "synthesis_failed", "server_error")
     if fmt == "wav":  # a complete file: real sizes
         data = data[:4] + struct.pack("<I", len(data) - 8) + data[8:40] + struct.pack("<I", len(data) - 44) + data[44:]
     return Response(data, media_type=media, headers=headers)

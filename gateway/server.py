@@ -12,6 +12,8 @@ import uvicorn
 from starlette.applications import Starlette
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+from .ws_transport import VoxgateWebSocketProtocol
+
 log = logging.getLogger("voxgate.server")
 
 
@@ -34,10 +36,10 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
 
 
 def uvicorn_config(app: Starlette, host: str, port: int, **kwargs: Any) -> uvicorn.Config:
-    max_message = app.state.voxgate.config.limits.max_message_bytes
-    return uvicorn.Config(app, host=host, port=port, http=NoDelayHTTPProtocol, ws="auto",
-                          ws_max_size=4 * max_message, ws_ping_interval=20.0, ws_ping_timeout=20.0,
-                          lifespan="on", **kwargs)
+    config = app.state.voxgate.config
+    return uvicorn.Config(app, host=host, port=port, http=NoDelayHTTPProtocol, ws=VoxgateWebSocketProtocol,
+                          ws_max_size=4 * config.limits.max_message_bytes, ws_ping_interval=20.0,
+                          ws_ping_timeout=20.0, ws_per_message_deflate=config.ws_deflate, lifespan="on", **kwargs)
 
 
 class BackgroundServer:

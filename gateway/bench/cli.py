@@ -60,7 +60,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     load.add_argument("--drain", type=float, default=60.0, help="s to wait for requests in flight at a phase end")
     load.add_argument("--warmup-requests", type=int, default=4, help="sequential requests before any phase")
     load.add_argument("--no-length-rule", action="store_true", help="natural length: no max_audio_ms per request")
-    load.add_argument("--frame-ms", type=int, default=20, choices=[10, 20, 40, 60])
+    load.add_argument("--frame-ms", type=int, default=20,
+                      help="10, 20, 40, 60, or (asap long frames) a multiple of 20 up to 1280: what the engine "
+                           "made, up to that, per message")
+    load.add_argument("--codec", default="pcm_s16le", choices=["pcm_s16le", "opus"])
     load.add_argument("--voice")
     load.add_argument("--deflate", action="store_true", help="offer WebSocket permessage-deflate (off by default)")
     out = p.add_argument_group("report")
@@ -116,6 +119,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_steps_arguments(sub.add_parser("steps", help="the engine loop's captured steps timed per bucket (GPU)"))
     add_codec_arguments(sub.add_parser("codec", help="the incremental codec alone: exactness, bf16 SNR, step speed"))
+    from .soak import add_arguments as add_soak_arguments
+
+    add_soak_arguments(sub.add_parser("soak", help="many concurrent sessions on the fake engine, every frame checked"))
+    from .stuck import add_arguments as add_stuck_arguments
+
+    add_stuck_arguments(sub.add_parser("stuck", help="server memory per client that stops reading, until let go"))
     r = sub.add_parser("replot", help="re-render report.md and plots from a report.json")
     r.add_argument("report", help="path to report.json")
     m = sub.add_parser("merge", help="join reports (e.g. the parts of a full GPU run) into one folder")
@@ -144,6 +153,14 @@ def run(args: argparse.Namespace) -> int:
         from .codec import codec_main
 
         return codec_main(args)
+    if args.bench_command == "stuck":
+        from .stuck import stuck_main
+
+        return stuck_main(args)
+    if args.bench_command == "soak":
+        from .soak import soak_main
+
+        return soak_main(args)
     if args.bench_command == "merge":
         from .report import merge
 
