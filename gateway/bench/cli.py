@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 # suite.PROFILES, kept light (no import of the suite here)
-SUITE_PROFILES = ["quick", "eager", "loop", "loop-passages", "full-closed", "full-sentences", "full-passages"]
+SUITE_PROFILES = ["quick", "eager", "loop", "loop-final", "loop-passages", "full-closed", "full-sentences",
+                  "full-passages"]
 
 
 def _floats(text: str) -> list[float]:
