@@ -45,7 +45,12 @@ class Track:
     def add(self, context: Context) -> None:
         self.queue.append(context)
         context.timeline_rate = self.fmt.sample_rate
-        context.listener_buffered = lambda: self.listener_buffered(context)
+        # Hints only where the server knows playback: client_clock reports it, realtime paces it. An asap client
+        # plays on its own clock, which the server cannot see; a 1x guess from the track's first frame grows with
+        # every context it speaks faster than real time, and would make the engine hold the stream back as "far
+        # ahead" (max_ahead_s). Without hints the engine assumes 1x playback from each stream's first chunk.
+        if self.pacer.mode != "asap":
+            context.listener_buffered = lambda: self.listener_buffered(context)
 
     def listener_buffered(self, context: Context) -> int:
         """Samples the listener of `context` holds or will hold before it runs dry: what was sent and not yet

@@ -38,10 +38,10 @@ class HintRecordingEngine(RecordingEngine):
         return HintedStream(self.inner.open_stream(request), sink, hints)
 
 
-@pytest.mark.parametrize("pacing", ["client_clock", "asap"])
+@pytest.mark.parametrize("pacing", ["client_clock", "realtime"])
 async def test_every_stream_gets_sane_playback_hints(gateway, pacing):
-    # The engine makes 4x real time: an asap listener's holding grows ~3 s per second of wall time; a paced one's
-    # stays near the target plus what is made and not sent (bounded by synthesis running at most 20 s ahead).
+    # The engine makes 4x real time: a paced listener's holding stays near the target plus what is made and not
+    # sent (bounded by synthesis running at most 20 s ahead).
     engine = HintRecordingEngine(FakeEngine(device_rtf=4, chunk_ms=200, first_chunk_ms=0))
     server = gateway(engine=engine)
     async with VoxgateClient(server.ws_url, pacing=pacing, target_buffer_ms=150) as client:
@@ -59,3 +59,15 @@ async def test_every_stream_gets_sane_playback_hints(gateway, pacing):
     assert len(result.audio) == round(10 * 0.37 * 24000)
     if pacing == "client_clock":  # playback reports (every 50 ms) bring hints between chunks too
         assert len(hints) >= chunks + 5
+
+
+async def test_asap_streams_get_no_hints(gateway):
+    """An asap client plays on a clock the server cannot see: a 1x guess from the track's first frame would grow with
+    every context spoken faster than real time, and the engine would hold the client's next streams back as "far
+    ahead" (the closed-loop benchmark once ran at 1x because of it). The engine's own rule applies instead."""
+    engine = HintRecordingEngine(FakeEngine(device_rtf=4, chunk_ms=200, first_chunk_ms=0))
+    server = gateway(engine=engine)
+    async with VoxgateClient(server.ws_url, pacing="asap") as client:
+        await client.speak("a", "word " * 4)
+        await client.speak("b", "word " * 4)
+    assert [len(h) for h in engine.hints] == [0, 0]
