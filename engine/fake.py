@@ -68,6 +68,7 @@ class FakeEngine(Engine):
     """Options: `device_rtf` (total audio-s per wall-s), `chunk_ms`, `first_chunk_ms`."""
 
     name = "fake"
+    supports_instruct = False
 
     def __init__(self, device_rtf: float = 50.0, chunk_ms: int = 320, first_chunk_ms: float = 5.0) -> None:
         if device_rtf <= 0 or chunk_ms <= 0 or first_chunk_ms < 0:

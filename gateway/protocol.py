@@ -289,8 +289,12 @@ def parse_message(raw: str | bytes) -> Message:
 def _invalid_message(raw: str | bytes, exc: msgspec.ValidationError) -> ProtocolError:
     try:
         envelope = _envelope.decode(raw)
-    except (msgspec.ValidationError, RecursionError):
+    except msgspec.ValidationError:
         return invalid("a message must be a JSON object with a 'type'")
+    except msgspec.DecodeError as malformed:  # past the point where the typed decoder stopped
+        return invalid(f"malformed JSON: {str(malformed).removeprefix('JSON is malformed: ')}")
+    except RecursionError:
+        return invalid("malformed JSON: nested too deeply")
     kind = envelope.type
     context_id = envelope.context_id if isinstance(envelope.context_id, str) else None
     if not isinstance(kind, str):

@@ -12,6 +12,9 @@ import uvicorn
 from starlette.applications import Starlette
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+from . import logfilters
+from .shutdown import DrainingServer
+
 log = logging.getLogger("voxgate.server")
 
 
@@ -35,9 +38,16 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
 
 def uvicorn_config(app: Starlette, host: str, port: int, **kwargs: Any) -> uvicorn.Config:
     max_message = app.state.voxgate.config.limits.max_message_bytes
-    return uvicorn.Config(app, host=host, port=port, http=NoDelayHTTPProtocol, ws="auto",
-                          ws_max_size=4 * max_message, ws_ping_interval=20.0, ws_ping_timeout=20.0,
-                          lifespan="on", **kwargs)
+    config = uvicorn.Config(app, host=host, port=port, http=NoDelayHTTPProtocol, ws="auto",
+                            ws_max_size=4 * max_message, ws_ping_interval=20.0, ws_ping_timeout=20.0,
+                            lifespan="on", timeout_graceful_shutdown=1.0, **kwargs)
+    logfilters.install()  # after uvicorn.Config, which (re)configures its loggers
+    return config
+
+
+def draining_server(app: Starlette, config: uvicorn.Config) -> DrainingServer:
+    """The uvicorn server that drains the app on SIGTERM and always ends (shutdown.py)."""
+    return DrainingServer(config, app.state.voxgate.drain)
 
 
 class BackgroundServer:
@@ -48,7 +58,7 @@ class BackgroundServer:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = self.sock.getsockname()[:2]
-        self.server = uvicorn.Server(uvicorn_config(app, self.host, self.port, log_level="warning"))
+        self.server = draining_server(app, uvicorn_config(app, self.host, self.port, log_level="warning"))
         self.thread = threading.Thread(target=self._run, name="uvicorn", daemon=True)
 
     @property
@@ -69,6 +79,12 @@ class BackgroundServer:
                 raise RuntimeError("the server failed to start")
             threading.Event().wait(0.01)
         return self
+
+    def drain(self) -> None:
+        """What SIGTERM does to `voxgate serve`, without the signal (and without the process-ending watchdog)."""
+        loop = self.server._loop
+        assert loop is not None
+        loop.call_soon_threadsafe(self.server.request_drain)
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True

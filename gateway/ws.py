@@ -12,6 +12,7 @@ from .auth import token_from_websocket
 from .protocol import (
     PROTOCOL,
     WS_1000_NORMAL_CLOSURE,
+    WS_1001_GOING_AWAY,
     WS_1008_POLICY_VIOLATION,
     WS_1011_INTERNAL_ERROR,
     WS_4001_UNAUTHORIZED,
@@ -56,6 +57,10 @@ async def tts_websocket(websocket: WebSocket) -> None:
         await _refuse(websocket, ProtocolError("unauthorized", "a valid token is required",
                                                close_code=WS_4001_UNAUTHORIZED), state)
         return
+    if state.drain.draining:
+        await _refuse(websocket, ProtocolError("shutting_down", "the server is shutting down",
+                                               close_code=WS_1001_GOING_AWAY), state)
+        return
     if state.sessions >= state.config.max_sessions:
         await _refuse(websocket, ProtocolError("too_many_sessions", "the server is at its session limit; retry later",
                                                close_code=WS_4029_TOO_MANY_SESSIONS), state)
@@ -68,11 +73,26 @@ async def tts_websocket(websocket: WebSocket) -> None:
     writer = SocketWriter(websocket.send_bytes, websocket.send_text, state.config.writer_queue_frames,
                           on_frame_written)
     session = Session(state.engine, state.config, state.metrics, writer)
-    writer_task = asyncio.get_running_loop().create_task(writer.run())
+    loop = asyncio.get_running_loop()
+    writer_task = loop.create_task(writer.run())
+    reader = loop.create_task(_read_loop(websocket, session, writer, writer_task))
+    going_away = False
+
+    def end_for_shutdown() -> None:  # drain.py: the session's contexts are over (or the grace is)
+        nonlocal going_away
+        going_away = True
+        reader.cancel()
+
     state.session_opened()
+    state.drain.add_session(session, end_for_shutdown)
     close_code, reason = WS_1000_NORMAL_CLOSURE, ""
     try:
-        await _read_loop(websocket, session, writer, writer_task)
+        try:
+            await reader
+        except asyncio.CancelledError:
+            if not going_away or asyncio.current_task().cancelling():
+                raise
+            close_code, reason = WS_1001_GOING_AWAY, "shutting_down"
     except ProtocolError as exc:
         close_code, reason = exc.close_code or WS_4400_PROTOCOL_VIOLATION, exc.code
         state.metrics.errors.labels(exc.code).inc()
@@ -82,12 +102,15 @@ async def tts_websocket(websocket: WebSocket) -> None:
     except Exception:
         log.exception("session %s failed", session.session_id)
         close_code, reason = WS_1011_INTERNAL_ERROR, "internal_error"
+        state.metrics.errors.labels("internal_error").inc()
         writer.put_urgent(ProtocolError("internal_error", "internal error; the session is closed",
                                         close_code=WS_1011_INTERNAL_ERROR).to_json())
     finally:
+        reader.cancel()
+        state.drain.remove_session(session)
         await session.close()
-        if close_code != -1 and not writer_task.done():
-            await _drain_urgent(writer)
+        if close_code not in (-1, WS_1001_GOING_AWAY) and not writer_task.done():
+            await _drain_urgent(writer)  # (going away: the drain already waited for the final message)
         writer.close()
         writer_task.cancel()
         await asyncio.gather(writer_task, return_exceptions=True)
