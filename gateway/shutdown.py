@@ -77,18 +77,22 @@ class DrainingServer(uvicorn.Server):
             server.close()
         connections = self.server_state.connections
         for connection in list(connections):
-            connection.shutdown()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CLOSE_GRACE_S
-        while connections and loop.time() < deadline:
-            await asyncio.sleep(0.02)
+            connection.shutdown()  # idle HTTP: closed; busy HTTP: after its response; WebSocket: close frame
+        await self._until_closed(CLOSE_GRACE_S)
         if connections:
             log.warning("aborting %d connection(s) that did not close in time", len(connections))
-        for connection in list(connections):
-            transport = getattr(connection, "transport", None)
-            if transport is not None:
-                transport.abort()
-        await super().shutdown(sockets)
+            for connection in list(connections):
+                transport = getattr(connection, "transport", None)
+                if transport is not None:
+                    transport.abort()
+            await self._until_closed(0.1)  # connection_lost runs on the next loop iterations
+        await super().shutdown(sockets)  # (every connection is gone: it goes on to the lifespan's shutdown)
+
+    async def _until_closed(self, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.server_state.connections and loop.time() < deadline:
+            await asyncio.sleep(0.01)
 
 
 def _hard_exit(after_s: float) -> None:
