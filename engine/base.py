@@ -11,6 +11,7 @@ import abc
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class AudioStream(abc.ABC):
     def cancel(self) -> None:
         """Stop now and free the request's resources. Idempotent; safe from any point of the iteration."""
 
-    def report_playback(self, buffered_s: float) -> None:
+    def report_playback(self, buffered_s: float) -> None:  # noqa: B027 (a hint engines may ignore)
         """Hint from the gateway: this stream's listener holds `buffered_s` seconds of its audio right now (audio
         sent but not yet played, plus audio made but not yet sent). An engine that schedules by playback deadline
         (qwen3tts) serves the streams closest to a stall first and lets streams far ahead wait; without hints it
@@ -110,6 +111,10 @@ class Engine(abc.ABC):
     def queue_depth(self) -> int:
         """Requests admitted but not yet producing audio (for /metrics)."""
         return 0
+
+    def register_metrics(self, registry: Any) -> None:  # noqa: B027 (engines without metrics ignore it)
+        """Called once, before start(), with the gateway's Prometheus CollectorRegistry: an engine adds its own
+        families (voxgate_engine_*) there so they appear on GET /metrics."""
 
     def default_voice(self) -> str | None:
         voices = self.voices()

@@ -53,7 +53,8 @@ def slot_bytes(layout: Mapping[str, SlotSpec]) -> int:
 class SlotPool:
     """`num_slots` slots of `layout` on `device`; slot 0 is the sink, slots 1..num_slots-1 serve streams."""
 
-    def __init__(self, layout: Mapping[str, SlotSpec], num_slots: int, device: str | torch.device = "cpu") -> None:
+    def __init__(self, layout: Mapping[str, SlotSpec], num_slots: int, device: str | torch.device = "cpu",
+                 zero_on_allocate: bool = True) -> None:
         if num_slots < 2:
             raise NoUsableSlot(f"num_slots={num_slots} leaves no usable slot: slot {SINK} is the padding sink, so "
                                f"N slots hold N-1 streams; configure num_slots >= 2")
@@ -66,6 +67,9 @@ class SlotPool:
         self.views = self._views(self.data)
         self.free_slots: deque[int] = deque(range(1, num_slots))
         self.used_slots: set[int] = set()
+        # False where every value is written before it is read (the Talker's KV cache: position p is written by
+        # the step that first reads it), so a new stream costs no memset of its slot.
+        self.zero_on_allocate = zero_on_allocate
 
     @classmethod
     def from_budget(cls, layout: Mapping[str, SlotSpec], budget_bytes: int, max_slots: int | None = None,
@@ -127,13 +131,14 @@ class SlotPool:
         return len(self.free_slots) >= n
 
     def allocate(self) -> int:
-        """A free slot, already zeroed (one launch). Raises PoolFull when none is free: never blocks."""
+        """A free slot, zeroed (one launch) unless zero_on_allocate is off. Raises PoolFull when none is free."""
         if not self.free_slots:
             raise PoolFull(f"all {self.max_streams} stream slots are in use; check can_allocate() and wait")
         slot = self.free_slots.popleft()
         assert slot != SINK and slot not in self.used_slots, slot
         self.used_slots.add(slot)
-        self.reset([slot])
+        if self.zero_on_allocate:
+            self.reset([slot])
         return slot
 
     def free(self, slot: int) -> None:

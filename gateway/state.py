@@ -16,6 +16,7 @@ class GatewayState:
         self.engine = engine
         self.config = config
         self.metrics = GatewayMetrics(lambda: float(engine.queue_depth))
+        engine.register_metrics(self.metrics.registry)
         self.sessions = 0
         self.drain = Drain(config.shutdown_grace_s)
 

@@ -63,6 +63,9 @@ class RecordingEngine(Engine):
     def info(self) -> dict[str, object]:
         return self.inner.info()
 
+    def register_metrics(self, registry: Any) -> None:
+        self.inner.register_metrics(registry)
+
     def open_stream(self, request: SynthesisRequest) -> AudioStream:
         sink: list[np.ndarray] = []
         self.produced.append((request, sink))

@@ -1,25 +1,23 @@
-"""The Qwen3-TTS adapter behind `voxgate.engine.base.Engine`: eager, batch 1 per request.
+"""The Qwen3-TTS adapter behind `voxgate.engine.base.Engine`: voices, prompt checks, and the wiring of the batched
+engine loop (engine/loop.py -> core.py -> scheduler.py, with qwen3tts/runner.py doing the GPU work).
 
-One worker thread owns the model (one GPU, one request at a time; the batched engine loop is a later issue), so
-synthesis never runs on the event loop. Each request streams: every `chunk_frames` frames the new frames go through
-the incremental codec (codec_stream.CodecStream: the request holds a slot of carried state, each frame is decoded
-once, and the audio is final because the codec is causal with zero lookahead, design §9) and the new samples are
-sent. Cancel sets an event checked before every frame and ends the iteration at once; a request cancelled before
-its turn never runs.
+Every request becomes one stream of the loop: a slot of Talker KV cache and codec state, one row of each step
+while it generates, and chunks of PCM16 as its codec chunks come due. On CUDA the steps replay CUDA graphs; on
+the CPU the same loop runs eagerly (tests and CI drive gateway -> loop -> codec end to end on a tiny checkpoint).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import math
-import threading
-from collections.abc import AsyncIterator
+import time
 from typing import Any
 
-import numpy as np
-
 from ..base import AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
+from ..core import EngineCore, StepOutput
+from ..loop import EngineLoop
+from ..request import FRAME_S, Request
+from ..scheduler import SchedulerConfig
 
 FRAME_MS = 80  # 12.5 Hz
 ISO_LANGUAGES = {"zh": "chinese", "en": "english", "de": "german", "it": "italian", "pt": "portuguese",
@@ -28,145 +26,181 @@ NATIVE = {"vivian": "zh", "serena": "zh", "uncle_fu": "zh", "dylan": "zh", "eric
           "aiden": "en", "ono_anna": "ja", "sohee": "ko"}
 DESIGN_VOICE = "design"  # VoiceDesign: the request's instruct describes the voice
 CLONE_VOICE = "clone"  # Base: the x-vector of the `ref_audio` option
-_END = object()
+
+# Engine options (`--engine-option key=value`), with their meaning; create_engine refuses anything else.
+OPTIONS = {
+    "model": "checkpoint directory or Hugging Face repo id (required)",
+    "device": "cuda, cuda:N or cpu (default: cuda when available)",
+    "dtype": "Talker dtype: bf16 (CUDA default), fp16, fp32 (CPU default)",
+    "codec_dtype": "codec dtype (default: the Talker's)",
+    "max_frames": "hard cap on frames per stream (80 ms each; default 2048)",
+    "budget_factor": "frame budget = this x the text's expected frames (default 2.5), at least min_budget_s",
+    "min_budget_s": "the smallest frame budget, in seconds of audio (default 2)",
+    "chunk_frames": "codec chunk schedule in frames, e.g. 1,2,4,8,16 (the last repeats)",
+    "ref_audio": "Base: a 16-bit WAV whose x-vector is the `clone` voice",
+    "greedy": "true: greedy decoding (no sampling)",
+    "warmup": "false: skip the warm-up stream at start",
+    "max_rows": "decode rows per step (the largest row bucket; default 128)",
+    "row_buckets": "captured row buckets, e.g. 1,2,4,8,16,32,64,96,128",
+    "prefill_buckets": "captured prompt-token buckets per step, e.g. 64,256",
+    "max_prefills": "new prompts per step (default 4)",
+    "max_slots": "streams held at once, plus one (default 257; fewer if memory is short)",
+    "max_positions": "KV positions per stream: prompt + frames (default 2560)",
+    "kv_memory_fraction": "share of free GPU memory for stream slots (default 0.6)",
+    "enforce_eager": "true: no CUDA graphs",
+    "deadline_order": "false: rows round-robin instead of to the streams closest to a stall",
+    "urgent_s": "decode pending frames early when a listener runs dry within this (default 0.15)",
+    "max_codec_frames": "rows x width of one codec call (default 256)",
+    "attention": "triton | torch | auto",
+}
 
 
-class Qwen3TTSStream(AudioStream):
-    def __init__(self, engine: Qwen3TTSEngine, request: SynthesisRequest, inputs: Any, max_frames: int) -> None:
-        self.request = request
-        self._engine = engine
-        self._inputs = inputs
-        self._max_frames = max_frames
-        self._cancel = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._started = False
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
 
-    def cancel(self) -> None:
-        if self._cancel.is_set():
-            return
-        self._cancel.set()
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, _END)
 
-    def _emit(self, item: Any) -> None:  # worker thread -> event loop
-        if self._loop is not None and not self._cancel.is_set():
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-
-    def _run(self) -> None:
-        """Worker thread: generate, decode at chunk boundaries, emit int16 chunks."""
-        engine = self._engine
-        engine._waiting -= 1
-        if self._cancel.is_set():
-            return
-        try:
-            for chunk in engine._synthesize(self._inputs, self._max_frames, self._cancel):
-                self._emit(chunk)
-        except Exception as exc:  # surfaced to the consumer, not lost in the thread
-            self._emit(exc)
-        finally:
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._queue.put_nowait, _END)
-
-    async def __aiter__(self) -> AsyncIterator[np.ndarray]:
-        if self._started:
-            raise RuntimeError("an AudioStream can be iterated once")
-        self._started = True
-        self._loop = asyncio.get_running_loop()
-        if self._cancel.is_set():
-            return
-        self._engine._waiting += 1
-        self._engine._streams.add(self)
-        self._engine._executor.submit(self._run)
-        try:
-            while True:
-                item = await self._queue.get()
-                if item is _END or self._cancel.is_set():
-                    return
-                if isinstance(item, Exception):
-                    raise EngineError("synthesis_failed", f"synthesis failed: {item}") from item
-                yield item
-        finally:
-            self.cancel()  # the consumer left early: stop the worker at the next frame
-            self._engine._streams.discard(self)
+def _ints(value: Any) -> tuple[int, ...]:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return tuple(int(x) for x in items)
 
 
 class Qwen3TTSEngine(Engine):
     name = "qwen3tts"
 
-    def __init__(self, model: str, device: str | None = None, dtype: str | None = None, max_frames: int = 2048,
-                 chunk_frames: int | str = "4,8,16", ref_audio: str | None = None, greedy: bool = False,
-                 warmup: bool = True) -> None:
-        # The chunk schedule: a small first chunk for quick first audio, then larger ones (the last one repeats).
-        schedule = tuple(int(x) for x in str(chunk_frames).split(","))
-        if max_frames <= 0 or not schedule or min(schedule) <= 0:
+    def __init__(self, model: str, device: str | None = None, dtype: str | None = None,
+                 codec_dtype: str | None = None, max_frames: int = 2048, budget_factor: float = 2.5,
+                 min_budget_s: float = 2.0, chunk_frames: Any = "1,2,4,8,16", ref_audio: str | None = None,
+                 greedy: Any = False, warmup: Any = True, max_rows: int = 128,
+                 row_buckets: Any = "1,2,4,8,16,32,64,96,128", prefill_buckets: Any = "64,256",
+                 max_prefills: int = 4, max_slots: int = 257, max_positions: int = 2560,
+                 kv_memory_fraction: float = 0.6, enforce_eager: Any = False, deadline_order: Any = True,
+                 urgent_s: float = 0.15, max_codec_frames: int = 256, attention: str = "auto") -> None:
+        self.chunk_schedule = _ints(chunk_frames)
+        self.max_frames, self.budget_factor, self.min_budget_s = int(max_frames), float(budget_factor), \
+            float(min_budget_s)
+        if self.max_frames <= 0 or not self.chunk_schedule or min(self.chunk_schedule) <= 0:
             raise ValueError("max_frames and chunk_frames must be positive")
-        self.chunk_schedule = schedule
-        self.model_path = model
-        self.device = device
-        self.dtype = dtype
-        self.max_frames = int(max_frames)
+        self.model_path, self.device, self.dtype, self.codec_dtype = model, device, dtype, codec_dtype
         self.ref_audio = ref_audio
-        self.greedy = greedy
-        self.warmup = warmup
+        self.greedy, self.warmup = _flag(greedy), _flag(warmup)
+        rows = tuple(b for b in _ints(row_buckets) if b <= int(max_rows))
+        if not rows:
+            raise ValueError("max_rows must be at least the smallest row bucket")
+        self.loop_options: dict[str, Any] = dict(
+            row_buckets=rows, prefill_buckets=_ints(prefill_buckets), max_prefills=int(max_prefills),
+            max_slots=int(max_slots), max_positions=int(max_positions),
+            kv_memory_fraction=float(kv_memory_fraction), enforce_eager=_flag(enforce_eager), attention=attention)
+        self.scheduler_config = SchedulerConfig(max_rows=max(rows), max_prefills=int(max_prefills),
+                                                max_prefill_tokens=max(_ints(prefill_buckets)),
+                                                deadline_order=_flag(deadline_order), urgent_s=float(urgent_s))
+        self.max_codec_frames = int(max_codec_frames)
         self.tts: Any = None
-        self.codec_stream: Any = None  # CodecStream with one usable slot: requests run one at a time
+        self.runner: Any = None
+        self.loop: EngineLoop | None = None
+        self.metrics: Any = None
+        self._registry: Any = None
         self._voice_kwargs: dict[str, Any] = {}
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3tts")
+        self._param_row: list[float] = []
         self._ready = False
-        self._waiting = 0
-        self._streams: set[Qwen3TTSStream] = set()
+        self.timings: dict[str, float] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def _load(self) -> None:
+        """Worker thread: load, size the slots, compile and capture, warm up (each with progress output)."""
         import torch
 
-        from .codec_stream import CodecStream
+        from ..metrics import EngineMetrics
         from .generate import Qwen3TTS, Voice
+        from .runner import ModelRunner, RunnerConfig
+        from .sampling import param_row
         from .wav import read_wav
 
+        t0 = time.perf_counter()
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = self.dtype or ("bf16" if device.startswith("cuda") else "fp32")
-        self.tts = Qwen3TTS.from_pretrained(self.model_path, device=device, dtype=dtype)
-        self.codec_stream = CodecStream(self.tts.codec, num_slots=2)
-        if self.tts.cfg.tts_model_type == "base" and self.ref_audio:
+        self.tts = tts = Qwen3TTS.from_pretrained(self.model_path, device=device, dtype=dtype,
+                                                  codec_dtype=self.codec_dtype or dtype)
+        if device == "cpu":
+            torch.set_num_threads(1)  # tiny CPU steps: OpenMP threads only fight the event loop for the cores
+        t1 = time.perf_counter()
+        gen = tts.cfg.generation.greedy() if self.greedy else tts.cfg.generation
+        self._param_row = param_row(gen)
+        config = RunnerConfig(max_top_k=max(1, gen.top_k, gen.subtalker_top_k), **self.loop_options)
+        self.runner = runner = ModelRunner(tts, config)
+        runner.capture()
+        t2 = time.perf_counter()
+        if tts.cfg.tts_model_type == "base" and self.ref_audio:
             audio, sr = read_wav(self.ref_audio)
-            self._voice_kwargs[CLONE_VOICE] = Voice(x_vector=self.tts.speaker_embedding(audio, sr))
-        if self.warmup:
-            voice = self.voices()[0].id if self.voices() else None
-            if voice is not None:
-                inputs = self._inputs(SynthesisRequest(text="Warm up.", voice=voice, instruct="A calm voice."))
-                for _ in self._synthesize(inputs, 2, threading.Event()):
-                    pass
+            self._voice_kwargs[CLONE_VOICE] = Voice(x_vector=tts.speaker_embedding(audio, sr))
+        self.metrics = EngineMetrics(self._registry)
+        core = EngineCore(runner, runner.kv, self.scheduler_config, self.max_codec_frames)
+        self.loop = EngineLoop(core, "qwen3tts", on_step=self._on_step)
+        self.timings = {"load_s": t1 - t0, "capture_s": t2 - t1}
+
+    def _on_step(self, out: StepOutput, seconds: float) -> None:
+        if self.metrics is not None and out.bucket:
+            self.metrics.observe(out, out.bucket, seconds)
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._load)
+        started = time.perf_counter()
+        await asyncio.get_running_loop().run_in_executor(None, self._load)
+        assert self.loop is not None
+        self.loop.start()
         self._ready = True
+        if self.warmup and self.voices():
+            t0 = time.perf_counter()
+            voice = self.voices()[0].id
+            stream = self.open_stream(SynthesisRequest(text="Warm up.", voice=voice, instruct="A calm voice.",
+                                                       max_audio_ms=4 * FRAME_MS))
+            async for _ in stream:
+                pass
+            self.timings["warmup_s"] = time.perf_counter() - t0
+        self.timings["cold_start_s"] = time.perf_counter() - started
 
     async def stop(self) -> None:
         self._ready = False
-        for stream in list(self._streams):
-            stream.cancel()  # the running job stops at its next frame; queued ones never start
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.loop is not None:
+            await self.loop.stop()
 
     @property
     def ready(self) -> bool:
         return self._ready
 
+    def register_metrics(self, registry: Any) -> None:
+        self._registry = registry
+
     def info(self) -> dict[str, Any]:
-        tts = self.tts
-        loaded = tts is not None
-        return {"name": self.name, "model": self.model_path, "model_type": tts.cfg.tts_model_type if loaded else None,
-                "device": str(tts.device) if loaded else self.device,
-                "dtype_talker": str(next(tts.talker.parameters()).dtype) if loaded else self.dtype,
-                "dtype_codec": str(next(tts.codec.parameters()).dtype) if loaded else None,
-                "chunk_schedule_frames": list(self.chunk_schedule), "codec": "incremental (each frame decoded once)",
-                "max_frames": self.max_frames, "batching": "none (eager, one request at a time)"}
+        tts, runner = self.tts, self.runner
+        out: dict[str, Any] = {"name": self.name, "model": self.model_path,
+                               "chunk_schedule_frames": list(self.chunk_schedule), "max_frames": self.max_frames,
+                               "frame_budget": f"{self.budget_factor} x expected frames, >= {self.min_budget_s} s",
+                               "batching": "engine loop (batched steps)", "timings_s": self.timings}
+        if tts is not None:
+            import torch
+
+            out |= {"model_type": tts.cfg.tts_model_type, "device": str(tts.device),
+                    "dtype_talker": str(next(tts.talker.parameters()).dtype),
+                    "dtype_codec": str(next(tts.codec.parameters()).dtype)}
+            if runner is not None:
+                c = runner.config
+                out |= {"codec": type(runner.codec).__name__, "cuda_graphs": runner.steps.use_graphs,
+                        "row_buckets": list(c.row_buckets), "prefill_buckets": list(c.prefill_buckets),
+                        "codec_buckets": [list(b) for b in c.codec_buckets], "attention": runner.attend.__name__,
+                        "deadline_order": self.scheduler_config.deadline_order, **runner.memory()}
+            if tts.device.type == "cuda":
+                out["gpu"] = torch.cuda.get_device_name(tts.device)
+        return out
 
     @property
     def queue_depth(self) -> int:
-        return self._waiting
+        return self.loop.queue_depth if self.loop is not None else 0
 
     def voices(self) -> list[VoiceInfo]:
         if self.tts is None:
@@ -181,9 +215,9 @@ class Qwen3TTSEngine(Engine):
         return []
 
     # -- requests --------------------------------------------------------------------------------------------------
-    def _inputs(self, request: SynthesisRequest) -> Any:
+    def _prompt(self, request: SynthesisRequest) -> Any:
         from .generate import Voice
-        from .prompt import PromptError
+        from .prompt import PromptError, prompt_rows
 
         voice_id = request.voice or self.default_voice()
         if voice_id not in {v.id for v in self.voices()}:
@@ -195,59 +229,44 @@ class Qwen3TTSEngine(Engine):
         voice = self._voice_kwargs.get(voice_id) or (Voice(speaker=voice_id) if voice_id not in
                                                      (DESIGN_VOICE, CLONE_VOICE) else None)
         try:
-            return self.tts.prompt_inputs(request.text, voice, language, request.instruct)
+            return prompt_rows(self.tts.cfg, self.tts.prompt_inputs(request.text, voice, language, request.instruct))
         except PromptError as exc:
             raise EngineError("bad_request", str(exc)) from exc
 
-    def open_stream(self, request: SynthesisRequest) -> Qwen3TTSStream:
-        if not self._ready or self.tts is None:
-            raise EngineError("not_ready", "the Qwen3-TTS engine is still loading")
-        inputs = self._inputs(request)
-        max_frames = self.max_frames
+    def frame_budget(self, request: SynthesisRequest, prompt_tokens: int) -> int:
+        """The runaway guard: budget_factor x the text's expected frames (0.37 s a word), at least min_budget_s,
+        at most max_frames, the request's max_audio_ms and the positions its slot has left after the prompt.
+        A text whose expected frames alone do not fit is refused (text_too_long)."""
+        expected = 12.5 * 0.37 * max(1, len(request.text.split()))
+        room = self.runner.config.max_positions - prompt_tokens
+        if room < math.ceil(expected):
+            raise EngineError("text_too_long", f"the text needs about {math.ceil(expected)} frames after its "
+                              f"{prompt_tokens}-token prompt, but a stream holds {self.runner.config.max_positions} "
+                              "positions (max_positions); send it in shorter pieces")
+        frames = max(math.ceil(self.budget_factor * expected), math.ceil(self.min_budget_s / FRAME_S))
+        frames = min(frames, self.max_frames, room)
         if request.max_audio_ms is not None:
-            max_frames = min(max_frames, math.ceil(request.max_audio_ms / FRAME_MS))
-        return Qwen3TTSStream(self, request, inputs, max_frames)
+            frames = min(frames, math.ceil(request.max_audio_ms / FRAME_MS))
+        return max(1, frames)
 
-    def _synthesize(self, inputs: Any, max_frames: int, cancel: threading.Event) -> Any:
-        """Worker thread: yield int16 chunks of final audio, one per `chunk_frames` frames (and the remainder)."""
-        import torch
-
-        tts = self.tts
-        gen = tts.cfg.generation.greedy() if self.greedy else tts.cfg.generation
-        prompt = tts.build(inputs)
-        codec = self.codec_stream
-        slot = torch.tensor([codec.open()], device=codec.device)
-        try:
-            if prompt.ref_codes is not None:  # ICL: the reference frames warm the codec state, their audio unused
-                ref = prompt.ref_codes.to(codec.device)
-                codec.warm(slot, ref[None], torch.tensor([ref.shape[0]], device=codec.device))
-            pending: list[torch.Tensor] = []
-            chunks = 0
-            for frame in tts.frames(prompt, gen, max_frames, cancel=cancel):
-                pending.append(frame)
-                if len(pending) >= self.chunk_schedule[min(chunks, len(self.chunk_schedule) - 1)]:
-                    yield self._decode(slot, pending)
-                    pending, chunks = [], chunks + 1
-            if pending and not cancel.is_set():
-                yield self._decode(slot, pending)
-        finally:
-            codec.close(int(slot[0]))  # end, cancel or error: the slot is free for the next request
-
-    def _decode(self, slot: Any, frames: list[Any]) -> np.ndarray:
-        """The audio of new frames [n, 16], continuing the request's codec state."""
-        import torch
-
-        from .wav import to_int16
-
-        codec = self.codec_stream
-        codes = torch.stack(frames).to(codec.device)[None]
-        audio = codec.step(slot, codes, torch.tensor([codes.shape[1]], device=codec.device))[0]
-        return to_int16(audio.cpu().numpy())
+    def open_stream(self, request: SynthesisRequest) -> AudioStream:
+        if not self._ready or self.loop is None:
+            raise EngineError("not_ready", "the Qwen3-TTS engine is still loading")
+        rows = self._prompt(request)
+        budget = self.frame_budget(request, len(rows))
+        if len(rows.trailing) > self.runner.config.max_trailing:
+            raise EngineError("text_too_long", f"text of {len(rows.trailing)} tokens is over the streamed-text "
+                              f"limit ({self.runner.config.max_trailing})")
+        engine_request = Request(rows, len(rows), budget, self.chunk_schedule, self._param_row)
+        return self.loop.submit(request, engine_request)
 
 
 def create_engine(**options: Any) -> Qwen3TTSEngine:
-    """Options: model (dir or HF repo id), device, dtype, max_frames, chunk_frames, ref_audio (Base), greedy,
-    warmup."""
+    """The engine from `--engine-option` values (strings from the command line, typed values from TOML)."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        valid = "; ".join(f"{k}: {v}" for k, v in OPTIONS.items())
+        raise ValueError(f"unknown qwen3tts engine option(s) {', '.join(unknown)}; valid options: {valid}")
     if "model" not in options:
         raise ValueError("the qwen3tts engine needs a `model` option (checkpoint directory or HF repo id)")
     return Qwen3TTSEngine(**options)

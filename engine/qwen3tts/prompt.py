@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .config import Qwen3TTSConfig
@@ -131,3 +132,101 @@ def build_prompt(talker: Talker, cfg: Qwen3TTSConfig, inp: PromptInputs) -> Prom
         segments.append(T(ids(text[3:4])) + codec_rows[-1])
         trailing = torch.cat([T(ids(text[4:-5])), tts_eos[None]])
     return Prompt(embeds=torch.cat(segments), trailing=trailing, tts_pad=tts_pad, ref_codes=ref_codes)
+
+
+NO_ID = -1  # a row without this term
+XVEC = -2  # the codec column-0 marker of the speaker row of a Base prompt: the stream's x-vector goes there
+
+
+@dataclass(slots=True)
+class PromptRows:
+    """A prompt as token ids, for the batched engine (its step embeds them inside a captured graph).
+
+    Row i's embedding is T(text[i]) + sum_k table_k(codec[i, k]) (+ the x-vector where codec[i, 0] == XVEC), with
+    table_0 the Talker's codec table and table_k (k >= 1) the code predictor's k-th embedding; NO_ID terms are
+    absent. It is `build_prompt`'s `embeds` row for row. `trailing` are the text ids added to decode steps 0, 1, ...
+    (tts_pad after them).
+    """
+
+    text: np.ndarray  # [T] int64
+    codec: np.ndarray  # [T, Q] int64
+    trailing: list[int]
+    x_vector: torch.Tensor | None = None  # [H]
+    ref_codes: torch.Tensor | None = None  # ICL: frames that warm the codec state [T_ref, Q]
+
+    def __len__(self) -> int:
+        return int(self.text.shape[0])
+
+
+def prompt_rows(cfg: Qwen3TTSConfig, inp: PromptInputs) -> PromptRows:
+    """`build_prompt` as ids (same validation, same rows): see PromptRows."""
+    tc = cfg.talker
+    q = tc.num_code_groups
+    if len(inp.text_ids) < 9:
+        raise PromptError("text_ids must tokenize the whole target string (role, content, tail)")
+    if inp.speaker:
+        if inp.x_vector is not None:
+            raise PromptError("give either a speaker or an x-vector, not both")
+        if inp.speaker.lower() not in tc.spk_id:
+            raise PromptError(f"speaker {inp.speaker!r} is not supported; choose one of {cfg.speakers}")
+        speaker = [tc.spk_id[inp.speaker.lower()]]
+    elif inp.x_vector is not None:
+        speaker = [XVEC]
+    else:
+        speaker = []
+    lid = language_id(cfg, inp.language, inp.speaker)
+    prefix = ([tc.codec_nothink_id, tc.codec_think_bos_id, tc.codec_think_eos_id] if lid is None
+              else [tc.codec_think_id, tc.codec_think_bos_id, lid, tc.codec_think_eos_id])
+    codec_ids = [*prefix, *speaker, tc.codec_pad_id, tc.codec_bos_id]
+    n = len(codec_ids)
+    pad, bos, eos = cfg.tts_pad_token_id, cfg.tts_bos_token_id, cfg.tts_eos_token_id
+    text: list[int] = []
+    codec: list[list[int]] = []
+
+    def row(t: int, c: list[int] | int | None = None) -> None:
+        text.append(t)
+        frame = [NO_ID] * q
+        if isinstance(c, int):
+            frame[0] = c
+        elif c is not None:
+            frame = list(c)
+        codec.append(frame)
+
+    for t in inp.instruct_ids or []:
+        row(t)
+    ids = inp.text_ids
+    for t in ids[:3]:
+        row(t)
+    for i in range(n - 1):  # control block: tts_pad on all but the last row, which carries tts_bos
+        row(bos if i == n - 2 else pad, codec_ids[i])
+    content = ids[3:-5]
+    trailing: list[int] = []
+    ref_codes = None
+    if inp.ref_codes is not None:
+        if inp.ref_ids is None:
+            raise PromptError("in-context cloning needs the reference transcript")
+        ref_codes = inp.ref_codes.to(dtype=torch.long)
+        frames = ref_codes.tolist()
+        x = [*inp.ref_ids[3:-2], *content, eos]
+        y: list[list[int] | int] = [tc.codec_bos_id, *frames]
+        if inp.non_streaming:
+            for t in x:
+                row(t, tc.codec_pad_id)
+            for c in y:
+                row(pad, c)
+        elif len(x) > len(y):
+            for t, c in zip(x, y, strict=False):
+                row(t, c)
+            trailing = x[len(y):]
+        else:
+            for j, c in enumerate(y):
+                row(x[j] if j < len(x) else pad, c)
+    elif inp.non_streaming:
+        for t in [*content, eos]:
+            row(t, tc.codec_pad_id)
+        row(pad, codec_ids[-1])
+    else:
+        row(ids[3], codec_ids[-1])
+        trailing = [*ids[4:-5], eos]
+    return PromptRows(np.asarray(text, dtype=np.int64), np.asarray(codec, dtype=np.int64), trailing,
+                      inp.x_vector, ref_codes)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .config import GenerationConfig
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
@@ -74,3 +76,58 @@ class CodebookZeroRules:
         if self.suppress.device != logits.device:
             self.suppress = self.suppress.to(logits.device)
         return logits.masked_fill_(self.suppress, float("-inf"))
+
+
+# -- batched: one row per stream, each with its own parameters (tensors), no host sync (CUDA-graph safe) -----------
+
+# Columns of the per-slot parameter table [slots, NUM_PARAMS] float32 (engine/qwen3tts/runner.py).
+TEMPERATURE, TOP_K, TOP_P, DO_SAMPLE, PENALTY, MIN_NEW = 0, 1, 2, 3, 4, 5  # codebook 0 (the Talker)
+SUB_TEMPERATURE, SUB_TOP_K, SUB_TOP_P, SUB_DO_SAMPLE = 6, 7, 8, 9  # codebooks 1..15 (the code predictor)
+NUM_PARAMS = 10
+
+
+def param_row(gen: GenerationConfig, min_new_tokens: int = 2) -> list[float]:
+    """One stream's row of the parameter table from its generation settings."""
+    row = [0.0] * NUM_PARAMS
+    row[TEMPERATURE], row[TOP_K], row[TOP_P] = gen.temperature, gen.top_k, gen.top_p
+    row[DO_SAMPLE], row[PENALTY], row[MIN_NEW] = float(gen.do_sample), gen.repetition_penalty, min_new_tokens
+    row[SUB_TEMPERATURE], row[SUB_TOP_K], row[SUB_TOP_P] = gen.subtalker_temperature, gen.subtalker_top_k, \
+        gen.subtalker_top_p
+    row[SUB_DO_SAMPLE] = float(gen.subtalker_dosample)
+    return row
+
+
+def codebook_zero_rules(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor, num_frames: torch.Tensor,
+                        min_new: torch.Tensor, eos_id: int, suppress: torch.Tensor) -> torch.Tensor:
+    """CodebookZeroRules.apply per row: logits [R, V] fp32, seen [R, V] bool (codebook-0 ids generated so far),
+    penalty/min_new [R] float, num_frames [R] int. Penalty over each seen id once (as the reference's gather and
+    scatter over a list with duplicates), EOS blocked below min_new frames, specials other than EOS suppressed."""
+    pen = penalty[:, None]
+    logits = torch.where(seen, torch.where(logits < 0, logits * pen, logits / pen), logits)
+    block = (num_frames.to(min_new.dtype) < min_new)[:, None] & (torch.arange(logits.shape[1], device=logits.device)
+                                                                == eos_id)[None, :]
+    return logits.masked_fill(block | suppress[None, :], float("-inf"))
+
+
+def sample_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                do_sample: torch.Tensor, candidates: int) -> torch.Tensor:
+    """`pick` per row: fp32 logits [R, V] and per-row parameters [R] -> ids [R].
+
+    Greedy rows take the first maximum. Sampled rows: temperature, top-k (k <= `candidates`, the static width of
+    one topk over all rows), top-p over what top-k left, then one draw by the exponential race (argmax p / E with
+    E ~ Exp(1), which picks i with probability p_i / sum p): the same distribution as the reference's multinomial,
+    without its host sync. A seeded run therefore does not reproduce the reference's draws; greedy runs are exact.
+    """
+    greedy = logits.argmax(dim=-1)
+    k = min(candidates, logits.shape[-1])
+    scaled = logits / temperature.clamp(min=1e-5)[:, None]
+    values, index = scaled.topk(k, dim=-1)  # sorted, largest first
+    ranks = torch.arange(k, device=logits.device)[None, :]
+    keep = ranks < top_k.clamp(min=1)[:, None]
+    probs = values.masked_fill(~keep, float("-inf")).softmax(dim=-1)
+    # top-p: keep a token while the mass before it is below top_p (the first always; top_p >= 1 keeps all)
+    before = probs.cumsum(dim=-1) - probs
+    probs = probs.masked_fill((before >= top_p[:, None]) & (top_p[:, None] < 1.0), 0.0)
+    race = probs / torch.empty_like(probs).exponential_()
+    sampled = index.gather(1, race.argmax(dim=-1, keepdim=True)).squeeze(1)
+    return torch.where(do_sample > 0, sampled, greedy)

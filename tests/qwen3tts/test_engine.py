@@ -1,4 +1,5 @@
-"""The Engine adapter: streams int16 chunks equal to the offline decode, off the event loop, and cancels at once."""
+"""The Engine adapter on the batched loop: streams int16 chunks equal to the offline decode, off the event loop,
+cancels at once, and frees its slots."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from voxgate.engine.qwen3tts.wav import to_int16
 
 
 async def _engine(path: Path, **kw: object) -> object:
-    engine = create_engine(model=str(path), device="cpu", dtype="fp32", greedy=True, **kw)
+    small = dict(row_buckets="1,2,4,8", prefill_buckets="32,64", max_slots=9, max_positions=512, max_rows=8)
+    engine = create_engine(model=str(path), device="cpu", dtype="fp32", greedy=True, **{**small, **kw})
     await engine.start()
     return engine
 
 
 async def test_stream_equals_offline_synthesis(tiny_ckpt: Callable[[str], Path]) -> None:
-    engine = await _engine(tiny_ckpt("cv17"), max_frames=30, chunk_frames=7)
+    engine = await _engine(tiny_ckpt("cv17"), max_frames=30, chunk_frames=7, budget_factor=100)
     try:
         assert engine.ready and [v.id for v in engine.voices()][:2] == ["serena", "vivian"]
         stream = engine.open_stream(SynthesisRequest(text="Hello there.", voice="ryan", language="en"))
@@ -72,7 +74,8 @@ async def test_cancel_stops_at_once_and_loop_stays_free(tiny_ckpt: Callable[[str
         nxt = engine.open_stream(SynthesisRequest(text="Next.", voice="ryan", max_audio_ms=160))
         assert sum([len(c) async for c in nxt]) == 2 * 1920
         assert time.perf_counter() - start < 10
-        pool = engine.codec_stream.pool  # the cancelled request's codec slot was freed
+        await asyncio.sleep(0.2)  # the loop frees a cancelled stream's slot at its next step boundary
+        pool = engine.runner.kv  # the cancelled request's slot (KV and codec state) was freed
         assert pool.num_free == pool.max_streams
     finally:
         await engine.stop()
@@ -102,12 +105,35 @@ def test_registry_creates_it(tiny_ckpt: Callable[[str], Path]) -> None:
     assert torch.cuda.is_available() or engine.device == "cpu"
 
 
-async def test_stop_cancels_open_streams(tiny_ckpt: Callable[[str], Path]) -> None:
+async def test_stop_ends_open_streams_with_an_error(tiny_ckpt: Callable[[str], Path]) -> None:
+    """A stream cut by the engine's stop says so (engine_stopped), instead of ending as if it were complete."""
     engine = await _engine(tiny_ckpt("cv06"), max_frames=100_000, chunk_frames=1)
     stream = engine.open_stream(SynthesisRequest(text="Endless.", voice="ryan"))
     got = 0
-    async for _chunk in stream:
-        got += 1
-        if got == 1:
-            await engine.stop()
-    assert got == 1 and not engine.ready
+    with pytest.raises(EngineError) as err:
+        async for _chunk in stream:
+            got += 1
+            if got == 1:
+                await engine.stop()
+    assert err.value.code == "engine_stopped" and not engine.ready
+    with pytest.raises(EngineError, match="loading"):
+        engine.open_stream(SynthesisRequest(text="After.", voice="ryan"))
+
+
+async def test_text_over_the_position_limit_is_refused(tiny_ckpt: Callable[[str], Path]) -> None:
+    engine = await _engine(tiny_ckpt("cv06"), max_positions=64, warmup=False)
+    try:
+        with pytest.raises(EngineError, match="max_positions") as err:
+            engine.open_stream(SynthesisRequest(text="word " * 200, voice="ryan"))
+        assert err.value.code == "text_too_long"
+        # a text that fits at 1x but not at the budget factor gets the room its slot has
+        stream = engine.open_stream(SynthesisRequest(text="word " * 6, voice="ryan"))
+        assert stream.engine_request.frame_budget == 64 - stream.engine_request.num_prompt_tokens
+        stream.cancel()
+    finally:
+        await engine.stop()
+
+
+def test_unknown_option_lists_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown qwen3tts engine option.*chunkframes.*valid options: model"):
+        create_engine(model="x", chunkframes="4")

@@ -1,0 +1,93 @@
+"""Bucketed CUDA-graph capture, shared by the decode step and the codec.
+
+A serving step runs on whatever rows are live, but a captured graph replays fixed shapes. So each user of this
+module builds, per bucket, a step function over static buffers (`make(bucket)`), and `GraphSet` captures one graph
+per bucket: largest first, all in one memory pool (a smaller graph's temporaries fit in the blocks the larger one
+left), each after an eager warm-up on a side stream (kernels compile and tune, allocators settle, lazy
+initialisation happens outside the capture). A call replays the bucket's graph and returns its static outputs:
+views that the next replay of any graph in the set may overwrite, so use or copy them first.
+
+`enforce_eager` (and every non-CUDA device) keeps the same buckets, buffers and padding but calls the step
+functions directly: CPU tests exercise exactly the code the graphs were captured from.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import torch
+
+K = TypeVar("K", bound=Hashable)
+StepFn = Callable[[], Any]
+
+
+@dataclass
+class _Entry:
+    fn: StepFn
+    graph: torch.cuda.CUDAGraph | None = None
+    out: Any = None
+
+
+class GraphSet(Generic[K]):
+    """One captured step per bucket key; `set(key)` replays it (or runs it eagerly) and returns its outputs."""
+
+    def __init__(self, device: torch.device | str, enforce_eager: bool = False, warmup: int = 2) -> None:
+        self.device = torch.device(device)
+        self.use_graphs = self.device.type == "cuda" and not enforce_eager
+        self.pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
+        self.warmup = warmup
+        self.entries: dict[K, _Entry] = {}
+        self.capture_s: dict[K, float] = {}
+
+    def capture(self, buckets: Iterable[K], make: Callable[[K], StepFn], size: Callable[[K], float],
+                desc: str = "capture", progress: bool = True) -> None:
+        """Build and capture every bucket, largest `size` first, with a progress bar (compiling, tuning and
+        capturing can take minutes on a cold start: say so instead of a silent wait)."""
+        from tqdm import tqdm
+
+        order = sorted(set(buckets), key=lambda b: (size(b), repr(b)), reverse=True)
+        bar = tqdm(order, desc=desc, unit="graph", disable=not progress)
+        for key in bar:
+            bar.set_postfix_str(str(key))
+            t0 = time.perf_counter()
+            self.add(key, make(key))
+            self.capture_s[key] = time.perf_counter() - t0
+
+    def add(self, key: K, fn: StepFn) -> None:
+        entry = self.entries[key] = _Entry(fn)
+        if not self.use_graphs:
+            return
+        current = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup):
+                fn()
+        current.wait_stream(side)
+        entry.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(entry.graph, pool=self.pool):
+            entry.out = fn()
+
+    def __call__(self, key: K) -> Any:
+        entry = self.entries[key]
+        if entry.graph is None:
+            return entry.fn()
+        entry.graph.replay()
+        return entry.out
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.entries
+
+    def keys(self) -> list[K]:
+        return list(self.entries)
+
+
+def smallest_bucket(buckets: Iterable[int], n: int) -> int:
+    """The smallest bucket >= n (ValueError when n is over the largest)."""
+    fitting = [b for b in buckets if b >= n]
+    if not fitting:
+        raise ValueError(f"{n} is over the largest bucket ({max(buckets, default=0)})")
+    return min(fitting)

@@ -1,0 +1,173 @@
+"""EngineLoop: one worker thread owns the GPU and steps an EngineCore; asyncio sees only streams.
+
+The event loop talks to the worker through a thread-safe inbox (add, abort) and a wake-up event; deadline hints
+are plain attribute writes on the request (read once per step). After each step the worker makes one hand-off
+into the event loop (`call_soon_threadsafe` once per step, not once per chunk) that fills every stream's queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+
+from .base import AudioStream, EngineError, SynthesisRequest
+from .core import EngineCore, StepOutput
+from .request import Request, Status
+
+log = logging.getLogger("voxgate.engine.loop")
+_END = object()
+
+
+class LoopStream(AudioStream):
+    """One request's audio: chunks arrive in an asyncio.Queue filled by the loop's per-step hand-off."""
+
+    def __init__(self, loop: EngineLoop, request: SynthesisRequest, engine_request: Request) -> None:
+        self.request = request
+        self.engine_request = engine_request
+        self._loop = loop
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._done = False
+        self._iterated = False
+        engine_request.sink = self
+
+    def cancel(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._loop.abort(self.engine_request)
+        self._queue.put_nowait(_END)
+
+    def report_playback(self, buffered_s: float) -> None:
+        self.engine_request.report_playback(buffered_s)
+
+    def _put(self, item: Any) -> None:  # on the event loop
+        if not self._done:
+            if item is _END or isinstance(item, BaseException):
+                self._done = True
+            self._queue.put_nowait(item)
+
+    async def __aiter__(self) -> AsyncIterator[np.ndarray]:
+        if self._iterated:
+            raise RuntimeError("an AudioStream can be iterated once")
+        self._iterated = True
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.cancel()  # the consumer left early (or the end came): free the slot at the next step
+
+
+class EngineLoop:
+    """Steps `core` on a worker thread while it has work; `on_step(output, seconds)` sees every step there."""
+
+    def __init__(self, core: EngineCore, name: str = "engine",
+                 on_step: Callable[[StepOutput, float], None] | None = None) -> None:
+        self.core = core
+        self.name = name
+        self.on_step = on_step
+        self._inbox: deque[tuple[str, Request]] = deque()
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self.steps = 0
+        self.error: str | None = None  # set when a step failed (the streams of that moment got the error)
+
+    # -- event-loop side ------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._aloop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name=f"{self.name}-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: SynthesisRequest, engine_request: Request) -> LoopStream:
+        if self._thread is None or self._stop:
+            raise EngineError("not_ready", "the engine is not running")
+        stream = LoopStream(self, request, engine_request)
+        self._inbox.append(("add", engine_request))
+        self._wake.set()
+        return stream
+
+    def abort(self, engine_request: Request) -> None:
+        self._inbox.append(("abort", engine_request))
+        self._wake.set()
+
+    async def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 30.0)
+            self._thread = None
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests admitted but not yet producing audio."""
+        s = self.core.scheduler
+        return len(s.waiting) + sum(1 for r in s.running if r.first_audio_at is None)
+
+    # -- worker side ------------------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop:
+            self._drain_inbox()
+            if not self.core.has_work:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            t0 = time.perf_counter()
+            try:
+                out = self.core.step()
+            except Exception as exc:  # a failed step fails its streams, never the process
+                log.exception("engine step failed")
+                self.error = f"{type(exc).__name__}: {exc}"
+                failed = self.core.fail_all()
+                error = EngineError("synthesis_failed", f"synthesis failed: {type(exc).__name__}")
+                self._hand_over([(r, error) for r in failed])
+                continue
+            self.steps += 1
+            items: list[tuple[Request, Any]] = [(r, pcm) for r, pcm in out.chunks]
+            items += [(r, _END) for r in out.finished]
+            if items:
+                self._hand_over(items)
+            if self.on_step is not None:
+                self.on_step(out, time.perf_counter() - t0)
+        # Stopping: whatever is still live ends with an error its consumer can show.
+        self._drain_inbox()
+        failed = self.core.fail_all("stopped")
+        if failed:
+            self._hand_over([(r, EngineError("engine_stopped", "the engine stopped")) for r in failed])
+
+    def _drain_inbox(self) -> None:
+        while self._inbox:
+            op, request = self._inbox.popleft()
+            if op == "add":
+                if request.status is Status.WAITING and request.sink is not None and not request.sink._done:
+                    self.core.add(request)
+            else:
+                self.core.abort(request)
+
+    def _hand_over(self, items: list[tuple[Request, Any]]) -> None:
+        loop = self._aloop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(_deliver, items)
+        except RuntimeError:  # the event loop closed meanwhile
+            pass
+
+
+def _deliver(items: list[tuple[Request, Any]]) -> None:
+    for request, item in items:
+        sink = request.sink
+        if sink is not None:
+            sink._put(item)

@@ -1,0 +1,347 @@
+"""ModelRunner: every GPU mechanic of the batched Qwen3-TTS engine in one place.
+
+- The Talker's KV cache lives in a SlotPool ([layers, 2, kv_heads, positions, head_dim] per slot) and is read in
+  place by the attention (kernels/slot_attention.py): never gathered or scattered. Slot 0 is the padding sink.
+- A step (batch_step.py) is captured once per bucket (decode rows R, prefill tokens P): R rows make one frame each
+  while up to `max_prefills` prompts ride along as extra Talker tokens (chunked when longer than P). Inputs cross
+  in one host-to-device copy, the new frames come back in one device-to-host copy: the step's only sync.
+- The codec decodes the frames of every stream due a chunk in one captured call per bucket (rows, width): frames
+  gathered from the per-slot ring the step wrote, decoded from each slot's codec state (FusedCodecStream on CUDA,
+  the plain CodecStream elsewhere), turned into PCM16 on the GPU, copied back once.
+On the CPU (tests, CI) the same buckets run eagerly (GraphSet's enforce_eager).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..graphs import GraphSet, smallest_bucket
+from ..request import Request
+from ..scheduler import StepPlan
+from ..slot_pool import SlotPool, SlotSpec
+from .batch_step import Attend, DecodeRows, SlotState, decode_frames, embed_rows, talker_tokens
+from .generate import Qwen3TTS
+from .layers import rope_tables
+from .prompt import PromptRows
+from .sampling import NUM_PARAMS
+from .step_buffers import HostCopy, PackedBuffer
+
+RING = 64  # frames a stream may have made and not yet decoded (>= the widest codec chunk)
+
+
+@dataclass(slots=True)
+class RunnerConfig:
+    row_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 96, 128)
+    prefill_buckets: tuple[int, ...] = (64, 256)  # prompt tokens per step (a longer prompt spans steps)
+    max_prefills: int = 4  # prompts per step
+    max_positions: int = 2560  # prompt + frames per stream (KV positions per slot)
+    max_slots: int = 257  # streams + the sink; fewer if the memory budget holds fewer
+    kv_memory_fraction: float = 0.6  # of the GPU memory free after loading, for the slots (CUDA)
+    max_trailing: int = 1024  # text ids one stream feeds into decode steps (the one-token-per-frame layout)
+    max_top_k: int = 50  # top-k candidates per row (a request's top_k above this is refused)
+    codec_buckets: tuple[tuple[int, int], ...] = ((1, 1), (8, 1), (32, 1), (128, 1), (1, 4), (8, 4), (32, 4),
+                                                  (64, 4), (1, 16), (4, 16), (16, 16))
+    attention: str = "auto"  # triton | torch | auto (triton on CUDA)
+    enforce_eager: bool = False
+    record_logits: bool = False  # tests: keep each step's logits (eager only) and accept forced codes
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.row_buckets or min(self.row_buckets) < 1 or not self.prefill_buckets:
+            raise ValueError("row_buckets and prefill_buckets need positive sizes")
+        if max(w for _, w in self.codec_buckets) > RING:
+            raise ValueError(f"codec chunks are at most {RING} frames wide")
+        if self.attention not in ("auto", "triton", "torch"):
+            raise ValueError("attention must be auto, triton or torch")
+
+    @property
+    def max_rows(self) -> int:
+        return max(self.row_buckets)
+
+
+@dataclass
+class _StepIO:
+    ints: PackedBuffer
+    floats: PackedBuffer | None
+    logits: list[torch.Tensor] = field(default_factory=list)
+
+
+class ModelRunner:
+    def __init__(self, tts: Qwen3TTS, config: RunnerConfig | None = None, num_slots: int | None = None) -> None:
+        self.tts = tts
+        self.cfg = tts.cfg
+        self.config = c = config or RunnerConfig()
+        self.device = tts.device
+        talker = tts.talker
+        lc = self.cfg.talker.layers
+        self.dtype = next(talker.parameters()).dtype
+        self.eos_id = self.cfg.talker.codec_eos_token_id
+        self.num_codes = self.cfg.talker.num_code_groups
+        self.max_chunk_frames = max(w for _, w in c.codec_buckets)
+        kv_layout = {"kv": SlotSpec((lc.num_hidden_layers, 2, lc.num_key_value_heads, c.max_positions, lc.head_dim),
+                                    self.dtype)}
+        codec_cls = self._codec_class()
+        n = num_slots or self._slots_for_budget(kv_layout, codec_cls)
+        self.kv = SlotPool(kv_layout, n, self.device, zero_on_allocate=False)
+        self.codec = codec_cls(tts.codec, n)
+        self.num_slots = n
+        self.state = self._slot_state(n)
+        suppress = torch.zeros(lc.vocab_size, dtype=torch.bool)
+        suppress[lc.vocab_size - 1024:] = True  # language, control and speaker rows; EOS stays
+        suppress[self.eos_id] = False
+        self.suppress = suppress.to(self.device)
+        self.attend = self._attention()
+        self.codes_host = HostCopy((c.max_rows, self.num_codes), torch.int64, self.device)
+        self.steps: GraphSet[tuple[int, int]] = GraphSet(self.device, c.enforce_eager)
+        self.codec_steps: GraphSet[tuple[int, int]] = GraphSet(self.device, c.enforce_eager)
+        self._io: dict[tuple[int, int], _StepIO] = {}
+        self._codec_io: dict[tuple[int, int], tuple[PackedBuffer, HostCopy]] = {}
+        self.last_fill_s, self.last_bucket = 0.0, ""
+        self.forced_codes: dict[int, np.ndarray] = {}  # record_logits (tests): teacher forcing by request id
+
+    # -- construction -------------------------------------------------------------------------------------------
+    def _codec_class(self) -> type:
+        from ...kernels import causal_conv
+
+        if causal_conv.runs_on(self.device):
+            from .codec_fused import FusedCodecStream
+
+            return FusedCodecStream
+        from .codec_stream import CodecStream
+
+        return CodecStream
+
+    def _slots_for_budget(self, kv_layout: dict[str, SlotSpec], codec_cls: type) -> int:
+        if self.device.type != "cuda":
+            return min(self.config.max_slots, 17)
+        from ..slot_pool import slot_bytes
+        from .codec_state import state_layout
+
+        per = slot_bytes(kv_layout) + slot_bytes(state_layout(self.tts.codec, self.dtype)) + 64 * 1024
+        free, _ = torch.cuda.mem_get_info(self.device)
+        n = min(self.config.max_slots, int(free * self.config.kv_memory_fraction) // per)
+        if n < 2:
+            raise RuntimeError(f"not enough GPU memory for one stream ({per / 2**20:.0f} MiB a slot, "
+                               f"{free / 2**30:.1f} GiB free): lower max_positions")
+        return n
+
+    def _slot_state(self, n: int) -> SlotState:
+        c, lc = self.config, self.cfg.talker.layers
+        kv = self.kv["kv"]  # [S, L, 2, Hkv, P, D]
+        cos, sin = rope_tables(torch.arange(c.max_positions, device=self.device), lc.head_dim, lc.rope_theta,
+                               self.dtype)
+        dev, h = self.device, lc.hidden_size
+        return SlotState(
+            k_cache=[kv[:, i, 0] for i in range(lc.num_hidden_layers)],
+            v_cache=[kv[:, i, 1] for i in range(lc.num_hidden_layers)],
+            cos=cos, sin=sin,
+            hidden=torch.zeros(n, h, dtype=self.dtype, device=dev),
+            seen=torch.zeros(n, lc.vocab_size, dtype=torch.bool, device=dev),
+            params=torch.zeros(n, NUM_PARAMS, dtype=torch.float32, device=dev),
+            trailing=torch.zeros(n, c.max_trailing + 1, dtype=torch.int64, device=dev),
+            trailing_len=torch.zeros(n, dtype=torch.int64, device=dev),
+            x_vector=torch.zeros(n, h, dtype=self.dtype, device=dev),
+            ring=torch.zeros(n, RING, self.num_codes, dtype=torch.int64, device=dev),
+        )
+
+    def _attention(self) -> Attend:
+        mode = self.config.attention
+        if mode == "auto":
+            mode = "triton" if self.device.type == "cuda" else "torch"
+        if mode == "triton":
+            from ...kernels.slot_attention import slot_attention
+
+            return slot_attention
+        from ...kernels.slot_attention import slot_attention_ref
+
+        return slot_attention_ref
+
+    def capture(self) -> None:
+        """Build (and on CUDA capture) every step and codec bucket: compiles, tunes, then records the graphs."""
+        c = self.config
+        keys = [(r, 0) for r in c.row_buckets] + [(r, p) for r in (0, *c.row_buckets) for p in c.prefill_buckets]
+        self.codec_steps.capture(c.codec_buckets, self._make_codec, size=lambda b: b[0] * b[1],
+                                 desc="codec graphs (compile, tune, capture)", progress=c.progress)
+        self.steps.capture(keys, self._make_step, size=lambda b: b[0] * 16 + b[1],
+                           desc="decode-step graphs", progress=c.progress)
+
+    # -- the step -------------------------------------------------------------------------------------------------
+    def _make_step(self, key: tuple[int, int]) -> Callable[[], torch.Tensor]:
+        rows, tokens = key
+        c, q = self.config, self.num_codes
+        np_ = c.max_prefills if tokens else 0
+        ints = {"dec_slot": (rows,), "dec_pos": (rows,), "dec_frame": (rows,),
+                "pre_slot": (tokens,), "pre_pos": (tokens,), "pre_text": (tokens,), "pre_codec": (tokens, q),
+                "done_idx": (np_,), "done_slot": (np_,), "new_slot": (np_,), "new_tlen": (np_,),
+                "new_trailing": (np_, c.max_trailing + 1)}
+        if c.record_logits:
+            ints |= {"forced": (rows, q), "force": (rows,)}
+        io = _StepIO(PackedBuffer(ints, torch.int64, self.device),
+                     PackedBuffer({"new_params": (np_, NUM_PARAMS)}, torch.float32, self.device) if np_ else None)
+        self._io[key] = io
+        talker, state, d = self.tts.talker, self.state, io.ints.dev
+        frames = torch.zeros(rows, q, dtype=torch.int64, device=self.device)
+
+        @torch.inference_mode()
+        def step() -> torch.Tensor:
+            parts, slots, positions = [], [], []
+            out_frames = frames
+            if np_:
+                assert io.floats is not None
+                new = d["new_slot"]
+                state.params.index_copy_(0, new, io.floats.dev["new_params"])
+                state.trailing.index_copy_(0, new, d["new_trailing"])
+                state.trailing_len.index_copy_(0, new, d["new_tlen"])
+                state.seen.index_fill_(0, new, False)
+                self.codec.pool.data.index_fill_(0, new, 0)  # a fresh codec state: the whole decode's zero padding
+            if rows:
+                logits = io.logits if c.record_logits else None
+                if logits is not None:
+                    logits.clear()
+                decode = DecodeRows(d["dec_slot"], d["dec_pos"], d["dec_frame"],
+                                    d.get("forced"), d["force"] != 0 if c.record_logits else None)
+                out_frames, x = decode_frames(talker, state, decode, self.eos_id, self.suppress, c.max_top_k, logits)
+                parts.append(x)
+                slots.append(d["dec_slot"])
+                positions.append(d["dec_pos"])
+            if tokens:
+                parts.append(embed_rows(talker, d["pre_text"], d["pre_codec"], state.x_vector[d["pre_slot"]]))
+                slots.append(d["pre_slot"])
+                positions.append(d["pre_pos"])
+            out = talker_tokens(talker.model, torch.cat(parts), state, torch.cat(slots), torch.cat(positions),
+                                self.attend)
+            if rows:
+                state.hidden.index_copy_(0, d["dec_slot"], out[:rows])
+            if np_:
+                state.hidden.index_copy_(0, d["done_slot"], out[rows + d["done_idx"]])
+            return out_frames
+
+        return step
+
+    def run(self, plan: StepPlan) -> np.ndarray:
+        """One step for the plan: a bool per decode row, True where it sampled end-of-speech."""
+        t0 = time.perf_counter()
+        c = self.config
+        num_rows, num_tokens = len(plan.decodes), plan.num_prefill_tokens
+        rows = smallest_bucket(c.row_buckets, num_rows) if num_rows else 0
+        tokens = smallest_bucket(c.prefill_buckets, num_tokens) if num_tokens else 0
+        key = (rows, tokens)
+        io = self._io[key]
+        io.ints.clear()
+        h = io.ints.host
+        if num_rows:
+            decodes = plan.decodes
+            h["dec_slot"][:num_rows] = [r.slot for r in decodes]
+            h["dec_frame"][:num_rows] = frame_index = [r.num_frames for r in decodes]
+            h["dec_pos"][:num_rows] = np.asarray([r.num_prompt_tokens for r in decodes]) + frame_index
+            if c.record_logits:
+                self._fill_forced(decodes, h)
+        if num_tokens:
+            self._fill_prefills(plan, io, rows)
+        io.ints.upload()
+        if io.floats is not None:
+            io.floats.upload()
+        frames = self.steps(key)
+        for piece in plan.prefills:
+            if piece.start == 0 and piece.request.prompt.ref_codes is not None:
+                self.warm_codec(piece.request)  # after the step reset its codec state
+        self.last_fill_s, self.last_bucket = time.perf_counter() - t0, f"{rows}+{tokens}"
+        if not num_rows:
+            return np.zeros(0, dtype=bool)
+        codes = self.codes_host.fetch(frames, num_rows)
+        return codes[:, 0] == self.eos_id
+
+    def _fill_forced(self, decodes: list[Request], h: dict[str, np.ndarray]) -> None:
+        """Tests: rows whose request has codes in `forced_codes` (request_id -> [N, Q]) take them (teacher
+        forcing) instead of their samples."""
+        for i, r in enumerate(decodes):
+            codes = self.forced_codes.get(r.request_id)
+            if codes is not None and r.num_frames < len(codes):
+                h["forced"][i], h["force"][i] = codes[r.num_frames], 1
+
+    def _fill_prefills(self, plan: StepPlan, io: _StepIO, rows: int) -> None:
+        h = io.ints.host
+        assert io.floats is not None
+        params = io.floats.host["new_params"]
+        params.fill(0)
+        offset = 0
+        for j, piece in enumerate(plan.prefills):
+            request, start, count = piece.request, piece.start, piece.count
+            prompt: PromptRows = request.prompt
+            end = offset + count
+            h["pre_slot"][offset:end] = request.slot
+            h["pre_pos"][offset:end] = np.arange(start, start + count)
+            h["pre_text"][offset:end] = prompt.text[start: start + count]
+            h["pre_codec"][offset:end] = prompt.codec[start: start + count]
+            if piece.completes:
+                h["done_idx"][j], h["done_slot"][j] = end - 1, request.slot
+            if start == 0:  # the stream's first piece: its per-slot state is set inside the step
+                h["new_slot"][j] = request.slot
+                h["new_tlen"][j] = len(prompt.trailing)
+                h["new_trailing"][j] = self.cfg.tts_pad_token_id
+                h["new_trailing"][j, : len(prompt.trailing)] = prompt.trailing
+                params[j] = request.sampling
+                if prompt.x_vector is not None:  # Base: the speaker row (rare, so one eager copy)
+                    self.state.x_vector[request.slot] = prompt.x_vector.to(self.device, self.dtype)
+            offset = end
+
+    # -- the codec ------------------------------------------------------------------------------------------------
+    def _make_codec(self, key: tuple[int, int]) -> Callable[[], torch.Tensor]:
+        rows, width = key
+        io = PackedBuffer({"slot": (rows,), "start": (rows,), "count": (rows,)}, torch.int64, self.device)
+        self._codec_io[key] = io, HostCopy((rows, width * self.codec.samples_per_frame), torch.int16, self.device)
+        d, ring = io.dev, self.state.ring
+        index = torch.arange(width, device=self.device)
+
+        @torch.inference_mode()
+        def decode() -> torch.Tensor:
+            frame = d["start"][:, None] + index  # [B, W]
+            codes = ring[d["slot"][:, None], frame % RING]  # [B, W, Q]
+            # Padding frames may hold anything (an EOS sample, the sink's garbage): zeros never reach the output.
+            codes = torch.where((index < d["count"][:, None])[..., None], codes, 0)
+            audio = self.codec.step(d["slot"], codes, d["count"])
+            return (audio.clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
+
+        return decode
+
+    def decode(self, chunks: Sequence[tuple[Request, int]]) -> list[np.ndarray]:
+        """PCM16 of each stream's next n frames (after its num_decoded), one codec call for all of them."""
+        num, width = len(chunks), max(n for _, n in chunks)
+        key = min((b for b in self.config.codec_buckets if b[0] >= num and b[1] >= width),
+                  key=lambda b: (b[0] * b[1], b), default=None)
+        if key is None:
+            raise ValueError(f"no codec bucket holds {num} rows x {width} frames")
+        io, pcm_host = self._codec_io[key]
+        io.clear()
+        io.host["slot"][:num] = [r.slot for r, _ in chunks]
+        io.host["start"][:num] = [r.num_decoded for r, _ in chunks]
+        io.host["count"][:num] = [n for _, n in chunks]
+        io.upload()
+        pcm = pcm_host.fetch(self.codec_steps(key), num)
+        spf = self.codec.samples_per_frame
+        return [pcm[i, : n * spf].copy() for i, (_, n) in enumerate(chunks)]
+
+    def warm_codec(self, request: Request) -> None:
+        """In-context cloning: run the reference frames through the stream's fresh codec state (audio unused).
+        Eager, once per such stream, after the step that reset its slot."""
+        ref = request.prompt.ref_codes
+        if ref is None:
+            return
+        slots = torch.tensor([request.slot], device=self.device)
+        self.codec.warm(slots, ref[None].to(self.device), torch.tensor([ref.shape[0]], device=self.device))
+
+    def last_logits(self, key: tuple[int, int]) -> list[torch.Tensor]:
+        """record_logits: the logits of the bucket's last step (codebook 0, then 1..15), eager runs only."""
+        return self._io[key].logits
+
+    def memory(self) -> dict[str, float]:
+        gib = 2**30
+        return {"kv_slots_gib": self.kv.nbytes() / gib, "codec_slots_gib": self.codec.pool.nbytes() / gib,
+                "slots": self.num_slots - 1, "kv_positions": self.config.max_positions,
+                "kv_gib_per_slot": self.kv.slot_bytes / gib}
+

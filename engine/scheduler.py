@@ -1,0 +1,163 @@
+"""Which streams run in the next step: plain Python over `Request` numbers, no tensors (nano-vllm's scheduler).
+
+A step has up to `max_rows` decode rows (one new frame each) plus up to `max_prefill_tokens` prompt tokens of up
+to `max_prefills` new streams riding along, so a new prompt never stalls decoding and decoding never waits
+behind a prompt. Admission takes a slot (`can_allocate` first; a stream waits for a slot, it never fails for
+lack of one) in arrival order. A long prompt is split over steps (chunked prefill).
+
+Deadlines: when more streams can decode than a step has rows, rows go to the streams whose listeners run dry
+first (`Request.generation_deadline`); the rest wait a step. `deadline_order=False` takes them round-robin
+instead (the comparison arm of the benchmark).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .request import Request, Status
+
+
+class SlotAllocator:
+    """The slot bookkeeping the scheduler needs (engine.slot_pool.SlotPool has this shape)."""
+
+    def can_allocate(self, n: int = 1) -> bool: ...  # pragma: no cover - protocol
+
+    def allocate(self) -> int: ...  # pragma: no cover - protocol
+
+    def free(self, slot: int) -> None: ...  # pragma: no cover - protocol
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    max_rows: int = 128  # decode rows per step (the largest captured bucket)
+    max_prefills: int = 4  # new streams whose prompt tokens ride one step
+    max_prefill_tokens: int = 256  # prompt tokens per step (the largest prefill bucket)
+    deadline_order: bool = True  # rows to the streams closest to a stall when a step cannot take them all
+    urgent_s: float = 0.15  # decode a stream's pending frames early when its listener runs dry within this (0: off)
+
+    def __post_init__(self) -> None:
+        if self.max_rows < 1 or self.max_prefills < 1 or self.max_prefill_tokens < 1:
+            raise ValueError("max_rows, max_prefills and max_prefill_tokens must be at least 1")
+        if self.urgent_s < 0:
+            raise ValueError("urgent_s must be >= 0")
+
+
+@dataclass(slots=True)
+class Prefill:
+    request: Request
+    start: int  # first prompt token of this step's piece
+    count: int  # tokens in this step
+
+    @property
+    def completes(self) -> bool:
+        return self.start + self.count == self.request.num_prompt_tokens
+
+
+@dataclass(slots=True)
+class StepPlan:
+    decodes: list[Request] = field(default_factory=list)  # one new frame each, in row order
+    prefills: list[Prefill] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.decodes and not self.prefills
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(p.count for p in self.prefills)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, slots: SlotAllocator,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.slots = slots
+        self.clock = clock
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self._rotation = 0  # round-robin start when deadline_order is off
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, request: Request) -> None:
+        request.status = Status.WAITING
+        self.waiting.append(request)
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        cfg = self.config
+        now = self.clock()
+        budget = cfg.max_prefill_tokens
+        # Streams already prefilling continue first (their slot is held), then new ones in arrival order.
+        for request in self.running:
+            if not request.prefilled and budget > 0 and len(plan.prefills) < cfg.max_prefills:
+                budget -= self._prefill(plan, request, budget, now)
+        while (self.waiting and budget > 0 and len(plan.prefills) < cfg.max_prefills
+               and self.slots.can_allocate()):
+            request = self.waiting.popleft()
+            request.slot = self.slots.allocate()
+            request.status = Status.RUNNING
+            self.running.append(request)
+            budget -= self._prefill(plan, request, budget, now)
+        plan.decodes = self._rows([r for r in self.running if r.can_decode], now)
+        for request in plan.decodes:
+            if request.first_step_at is None:
+                request.first_step_at = now
+        return plan
+
+    @staticmethod
+    def _prefill(plan: StepPlan, request: Request, budget: int, now: float) -> int:
+        count = min(budget, request.num_prompt_tokens - request.num_prefilled)
+        plan.prefills.append(Prefill(request, request.num_prefilled, count))
+        if request.first_step_at is None:
+            request.first_step_at = now
+        return count
+
+    def _rows(self, candidates: list[Request], now: float) -> list[Request]:
+        rows = self.config.max_rows
+        if len(candidates) <= rows:
+            return candidates
+        if self.config.deadline_order:
+            candidates.sort(key=Request.generation_deadline)
+            return candidates[:rows]
+        start = self._rotation % len(candidates)
+        self._rotation += rows
+        return (candidates[start:] + candidates[:start])[:rows]
+
+    def due_chunks(self, now: float | None = None) -> list[tuple[Request, int]]:
+        """(request, frames) for every stream whose next codec chunk is due, most urgent first: its schedule's
+        width is pending (that width), or its frames have ended (all pending), or, once it is playing, its
+        listener runs dry within `urgent_s` (all pending: a short chunk now beats a pause)."""
+        now = self.clock() if now is None else now
+        due = []
+        for r in self.running:
+            pending = r.pending_frames
+            if pending <= 0:
+                continue
+            urgent = (r.first_audio_at is not None and self.config.urgent_s > 0
+                      and r.deadline() - now < self.config.urgent_s)
+            if r.ended or urgent:
+                due.append((r, pending))
+            elif pending >= r.next_chunk:
+                due.append((r, r.next_chunk))
+        due.sort(key=lambda item: item[0].deadline())
+        return due
+
+    def finish(self, request: Request, status: Status, reason: str | None = None) -> None:
+        """End a stream: free its slot at this step boundary (end, cancel or error)."""
+        if request.status in (Status.FINISHED, Status.ABORTED):
+            return
+        if request.status is Status.WAITING:
+            if request in self.waiting:  # a stream cancelled before the loop took it in was never added
+                self.waiting.remove(request)
+        else:
+            self.running.remove(request)
+            self.slots.free(request.slot)
+        request.status = status
+        if reason is not None:
+            request.finish_reason = reason

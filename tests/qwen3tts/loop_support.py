@@ -1,0 +1,144 @@
+"""Helpers for the engine-loop tests: a runner that records every row's frames, an EngineCore driven step by step
+with streams joining, finishing and being cancelled, and the eager batch-1 references (codes, teacher-forced
+logits) each stream is compared with."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from voxgate.engine.core import EngineCore
+from voxgate.engine.qwen3tts.generate import Qwen3TTS
+from voxgate.engine.qwen3tts.prompt import prompt_rows
+from voxgate.engine.qwen3tts.runner import ModelRunner, RunnerConfig
+from voxgate.engine.qwen3tts.sampling import param_row
+from voxgate.engine.request import Request
+from voxgate.engine.scheduler import SchedulerConfig, StepPlan
+
+SMALL = dict(row_buckets=(1, 2, 4, 8, 16), prefill_buckets=(16, 64), max_positions=320, max_trailing=96,
+             codec_buckets=((1, 1), (4, 1), (16, 1), (4, 4), (16, 4), (4, 16), (8, 16)), progress=False)
+
+
+class RecordingRunner:
+    """A ModelRunner that keeps each decode row's frame (EOS samples excluded) and its logits when recording."""
+
+    def __init__(self, runner: ModelRunner) -> None:
+        self.runner = runner
+        self.codes: dict[int, list[np.ndarray]] = defaultdict(list)
+        self.logits: dict[int, list[list[torch.Tensor]]] = defaultdict(list)  # per frame: [codebook 0, 1..15]
+        self.rows_per_step: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.runner, name)
+
+    def run(self, plan: StepPlan) -> np.ndarray:
+        eos = self.runner.run(plan)
+        rows = len(plan.decodes)
+        self.rows_per_step.append(rows)
+        if not rows:
+            return eos
+        frames = self.runner.codes_host.array[:rows].copy()
+        recorded = self.runner.last_logits(self._key(plan)) if self.runner.config.record_logits else None
+        for i, (request, ended) in enumerate(zip(plan.decodes, eos, strict=True)):
+            if recorded:
+                self.logits[request.request_id].append([lg[i].clone() for lg in recorded])
+            if not ended:
+                self.codes[request.request_id].append(frames[i])
+        return eos
+
+    def _key(self, plan: StepPlan) -> tuple[int, int]:
+        rows, tokens = self.runner.last_bucket.split("+")
+        return int(rows), int(tokens)
+
+
+@dataclass
+class Stream:
+    text: str
+    budget: int
+    join_step: int
+    speaker: str = "ryan"
+    non_streaming: bool = True
+    schedule: tuple[int, ...] = (1, 2, 4)
+    cancel_step: int | None = None
+    request: Request | None = None
+    audio: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def codes_id(self) -> int:
+        assert self.request is not None
+        return self.request.request_id
+
+
+def make_runner(tts: Qwen3TTS, num_slots: int = 17, **overrides: Any) -> ModelRunner:
+    runner = ModelRunner(tts, RunnerConfig(**{**SMALL, **overrides}), num_slots=num_slots)
+    runner.capture()
+    return runner
+
+
+def drive(tts: Qwen3TTS, runner: ModelRunner, streams: list[Stream], greedy: bool = True, max_rows: int = 16,
+          forced: Callable[[Stream], np.ndarray | None] | None = None,
+          config: SchedulerConfig | None = None) -> RecordingRunner:
+    """Run the streams through an EngineCore until all end: each joins at its step, some are cancelled."""
+    recorder = RecordingRunner(runner)
+    config = config or SchedulerConfig(max_rows=max_rows, max_prefill_tokens=64, urgent_s=0)
+    core = EngineCore(recorder, runner.kv, config, max_codec_frames=128)
+    gen = tts.cfg.generation.greedy() if greedy else tts.cfg.generation
+    step = 0
+    while step < 10_000:
+        for s in streams:
+            if s.join_step == step:
+                inputs = tts.prompt_inputs(s.text, s.speaker, "english", non_streaming=s.non_streaming)
+                rows = prompt_rows(tts.cfg, inputs)
+                s.request = Request(rows, len(rows), s.budget, s.schedule, param_row(gen))
+                if forced is not None and (codes := forced(s)) is not None:
+                    runner.forced_codes[s.request.request_id] = codes
+                core.add(s.request)
+            if s.cancel_step == step and s.request is not None:
+                core.abort(s.request)
+        if not core.has_work and all(s.join_step <= step for s in streams):
+            break
+        out = core.step()
+        for request, pcm in out.chunks:
+            next(s for s in streams if s.request is request).audio.append(pcm)
+        step += 1
+    assert not core.has_work, "streams did not finish"
+    return recorder
+
+
+def solo_codes(tts: Qwen3TTS, s: Stream) -> np.ndarray:
+    """The stream alone through the eager batch-1 path (greedy): [N, Q]."""
+    prompt = tts.build(tts.prompt_inputs(s.text, s.speaker, "english", non_streaming=s.non_streaming))
+    return tts.generate_codes(prompt, tts.cfg.generation.greedy(), s.budget).cpu().numpy()
+
+
+@torch.inference_mode()
+def solo_logits(tts: Qwen3TTS, s: Stream, codes: np.ndarray) -> list[list[torch.Tensor]]:
+    """Teacher-forced eager batch-1 run over `codes`: per frame, the fp32 logits of codebook 0 (after the penalty,
+    EOS and suppression rules) and of codebooks 1..15, as the reference computes them."""
+    prompt = tts.build(tts.prompt_inputs(s.text, s.speaker, "english", non_streaming=s.non_streaming))
+    talker, rules = tts.talker, tts.rules
+    gen = tts.cfg.generation
+    rules.penalty, rules.min_new_tokens = gen.repetition_penalty, 2
+    embeds = prompt.embeds[None]
+    cache = talker.new_cache(1, embeds.shape[1] + len(codes) + 1, embeds.dtype, embeds.device)
+    hidden = talker(embeds, cache)[:, -1]
+    previous = torch.empty((1, 0), dtype=torch.long)
+    out = []
+    for step, frame_np in enumerate(codes):
+        frame = torch.as_tensor(frame_np)[None]
+        row = [rules.apply(talker.codec_head(hidden).float(), previous).clone()]
+
+        def pick(lg: torch.Tensor, row: list[torch.Tensor] = row, frame: torch.Tensor = frame) -> torch.Tensor:
+            row.append(lg.clone())
+            return frame[:, len(row) - 1]
+
+        talker.code_predictor.predict(hidden, talker.codec_embed(frame[:, 0]), pick)
+        out.append([lg[0] for lg in row])
+        text = prompt.trailing[step] if step < prompt.trailing.shape[0] else prompt.tts_pad
+        hidden = talker((talker.frame_embed(frame) + text)[:, None], cache)[:, -1]
+        previous = torch.cat([previous, frame[:, :1]], dim=1)
+    return out
