@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import typing
 from typing import Any
 
 from .base import Engine
@@ -25,17 +24,16 @@ def create_engine(name: str, **options: Any) -> Engine:
     module_name, factory_name = target.split(":")
     factory = getattr(importlib.import_module(module_name), factory_name)
     valid = option_names(factory)
-    unknown = sorted(set(options) - set(valid))
+    unknown = sorted(set(options) - set(valid or options))
     if unknown:
         raise ValueError(f"unknown option(s) for the {name} engine: {', '.join(unknown)}; "
-                         f"its options: {', '.join(valid) or 'none'}")
+                         f"its options: {', '.join(valid or []) or 'none'}")
     return factory(**options)
 
 
-def option_names(factory: Any) -> list[str]:
-    """The keyword options a factory takes: its parameters, or (a `**options` function) its returned class's."""
+def option_names(factory: Any) -> list[str] | None:
+    """The keyword options a factory takes; None for a `**options` factory, which checks its options itself."""
     params = inspect.signature(factory).parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in params):
-        returned = typing.get_type_hints(factory).get("return")
-        params = inspect.signature(returned).parameters.values() if inspect.isclass(returned) else []
+        return None
     return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
