@@ -128,7 +128,7 @@ def decode_frames(talker: Talker, state: SlotState, rows: DecodeRows, eos_id: in
         return ids
 
     c0 = pick(logits)
-    state.seen[slots, c0] = True
+    state.seen.index_put_((slots, c0), torch.ones_like(c0, dtype=torch.bool))
     rest = talker.code_predictor.predict(h, talker.codec_embed(c0), pick)  # [R, Q-1]
     frames = torch.cat([c0[:, None], rest], dim=1)
     state.ring[slots, rows.frame_index % state.ring.shape[1]] = frames

@@ -52,6 +52,7 @@ OPTIONS = {
     "urgent_s": "decode pending frames early when a listener runs dry within this (default 0.15)",
     "max_codec_frames": "rows x width of one codec call (default 256)",
     "attention": "triton | torch | auto",
+    "codec": "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto",
 }
 
 
@@ -81,7 +82,8 @@ class Qwen3TTSEngine(Engine):
                  row_buckets: Any = "1,2,4,8,16,32,64,96,128", prefill_buckets: Any = "64,256",
                  max_prefills: int = 4, max_slots: int = 257, max_positions: int = 2560,
                  kv_memory_fraction: float = 0.6, enforce_eager: Any = False, deadline_order: Any = True,
-                 urgent_s: float = 0.15, max_codec_frames: int = 256, attention: str = "auto") -> None:
+                 urgent_s: float = 0.15, max_codec_frames: int = 256, attention: str = "auto",
+                 codec: str = "auto") -> None:
         self.chunk_schedule = _ints(chunk_frames)
         self.max_frames, self.budget_factor, self.min_budget_s = int(max_frames), float(budget_factor), \
             float(min_budget_s)
@@ -96,7 +98,8 @@ class Qwen3TTSEngine(Engine):
         self.loop_options: dict[str, Any] = dict(
             row_buckets=rows, prefill_buckets=_ints(prefill_buckets), max_prefills=int(max_prefills),
             max_slots=int(max_slots), max_positions=int(max_positions),
-            kv_memory_fraction=float(kv_memory_fraction), enforce_eager=_flag(enforce_eager), attention=attention)
+            kv_memory_fraction=float(kv_memory_fraction), enforce_eager=_flag(enforce_eager), attention=attention,
+            codec=codec)
         self.scheduler_config = SchedulerConfig(max_rows=max(rows), max_prefills=int(max_prefills),
                                                 max_prefill_tokens=max(_ints(prefill_buckets)),
                                                 deadline_order=_flag(deadline_order), urgent_s=float(urgent_s))

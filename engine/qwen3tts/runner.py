@@ -47,6 +47,7 @@ class RunnerConfig:
     codec_buckets: tuple[tuple[int, int], ...] = ((1, 1), (8, 1), (32, 1), (128, 1), (1, 4), (8, 4), (32, 4),
                                                   (64, 4), (1, 16), (4, 16), (16, 16))
     attention: str = "auto"  # triton | torch | auto (triton on CUDA)
+    codec: str = "auto"  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = False
     record_logits: bool = False  # tests: keep each step's logits (eager only) and accept forced codes
     progress: bool = True
@@ -58,6 +59,8 @@ class RunnerConfig:
             raise ValueError(f"codec chunks are at most {RING} frames wide")
         if self.attention not in ("auto", "triton", "torch"):
             raise ValueError("attention must be auto, triton or torch")
+        if self.codec not in ("auto", "fused", "reference"):
+            raise ValueError("codec must be auto, fused or reference")
 
     @property
     def max_rows(self) -> int:
@@ -108,7 +111,7 @@ class ModelRunner:
     def _codec_class(self) -> type:
         from ...kernels import causal_conv
 
-        if causal_conv.runs_on(self.device):
+        if self.config.codec == "fused" or (self.config.codec == "auto" and causal_conv.runs_on(self.device)):
             from .codec_fused import FusedCodecStream
 
             return FusedCodecStream
@@ -252,6 +255,8 @@ class ModelRunner:
                 self.warm_codec(piece.request)  # after the step reset its codec state
         self.last_fill_s, self.last_bucket = time.perf_counter() - t0, f"{rows}+{tokens}"
         if not num_rows:
+            if self.device.type == "cuda":  # nothing to read back, but the inputs' copy must finish before the
+                torch.cuda.current_stream(self.device).synchronize()  # host refills this bucket's buffer
             return np.zeros(0, dtype=bool)
         codes = self.codes_host.fetch(frames, num_rows)
         return codes[:, 0] == self.eos_id

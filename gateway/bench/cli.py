@@ -1,5 +1,6 @@
 """`voxgate bench`: `run` (against a running gateway or one it starts), `baseline` (qwen-tts reference arm),
-`gpu-suite` (everything in one GPU call) and `replot` (re-render a report.json). No torch or matplotlib here."""
+`gpu-suite` (everything in one GPU call), `steps` (the engine loop's steps per bucket) and `replot` (re-render a
+report.json). No torch or matplotlib here."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SUITE_PROFILES = ["quick", "eager", "full-closed", "full-sentences", "full-passages"]  # suite.PROFILES, kept light
+# suite.PROFILES, kept light (no import of the suite here)
+SUITE_PROFILES = ["quick", "eager", "loop", "loop-passages", "full-closed", "full-sentences", "full-passages"]
 
 
 def _floats(text: str) -> list[float]:
@@ -92,6 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--reference-path", help="PYTHONPATH prefix for the baseline (qwen-tts, transformers 4.57.3)")
     s.add_argument("--rate-start", type=float, help="first open-loop rate of the profile's search")
     s.add_argument("--budget-s", type=float, default=540.0, help="stop starting phases after this many seconds")
+    from .steps import add_arguments as add_steps_arguments
+
+    add_steps_arguments(sub.add_parser("steps", help="the engine loop's captured steps timed per bucket (GPU)"))
     r = sub.add_parser("replot", help="re-render report.md and plots from a report.json")
     r.add_argument("report", help="path to report.json")
     from .parse import add_arguments as add_parse_arguments
@@ -119,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
         from .parse import parse_main
 
         return parse_main(args)
+    if args.bench_command == "steps":
+        from .steps import steps_main
+
+        return steps_main(args)
     if args.bench_command == "merge":
         from .report import merge
 

@@ -186,21 +186,24 @@ def _server_section(report: dict[str, Any]) -> list[str]:
         for family, entry in (p.get("server") or {}).items():
             if entry["type"] != "histogram":
                 continue
+            # seconds shown in ms; counts (rows, tokens per step) as they are
+            scale = 1e3 if family.endswith("_seconds") else 1.0
             for labels, h in entry["series"].items():
                 rows.append(
-                    f"| {label} | `{family}` | {labels} | {h['count']:.0f} | {_f(h['mean'] * 1e3, 2)} | "
-                    f"{_f(_x1e3(h['p50']))} | {_f(_x1e3(h['p99']))} |"
+                    f"| {label} | `{family}` | {labels} | {h['count']:.0f} | {_f(h['mean'] * scale, 2)} | "
+                    f"{_f(_scaled(h['p50'], scale))} | {_f(_scaled(h['p99'], scale))} |"
                 )
     if rows:
-        lines += ["| phase | histogram | labels | count | mean ms | p50 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
+        lines += ["| phase | histogram | labels | count | mean (ms for _seconds) | p50 | p99 |",
+                  "|---|---|---|---|---|---|---|"]
         lines += rows
     else:
         lines.append("No server histograms were exposed.")
     return [*lines, ""]
 
 
-def _x1e3(v: float | None) -> float | None:
-    return None if v is None else v * 1e3
+def _scaled(v: float | None, scale: float) -> float | None:
+    return None if v is None else v * scale
 
 
 def _phase_label(params: dict[str, Any]) -> str:

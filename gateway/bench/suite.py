@@ -52,6 +52,28 @@ PROFILES: dict[str, dict[str, Any]] = {
         duration_s=20,
         baseline_runs=5,
     ),
+    # The batched engine loop in one call (after `voxgate bench steps` tuned the kernels): closed loop at the issue's
+    # concurrencies, then open loop at set rates (idle first audio at 1 req/s, then the capacity region); shorter
+    # phases than the contract's, one seed: the full-* profiles are the contract.
+    "loop": dict(
+        concurrencies=[1, 8, 32, 128],
+        closed_warmup_s=4,
+        closed_duration_s=15,
+        rates=[1.0, 40.0, 80.0, 120.0, 160.0],
+        seeds=[1],
+        warmup_s=5,
+        duration_s=15,
+        baseline_runs=0,
+    ),
+    "loop-passages": dict(
+        workloads=["passages"],
+        concurrencies=[],
+        rates=[4.0, 8.0, 16.0],
+        seeds=[1],
+        warmup_s=5,
+        duration_s=20,
+        baseline_runs=0,
+    ),
     "full-closed": dict(concurrencies=[1, 8, 32, 64, 128], closed_warmup_s=5, closed_duration_s=30, baseline_runs=5),
     "full-sentences": dict(
         workloads=["sentences"],

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The engine loop (issue 12) in one device call on the H200, from the repo root, carrying `.whl` (wheels, see
+# docs/benchmarks.md), `.gpu_shared` (a copy of ../shared) and `.tcache` (Triton's cache from an earlier call,
+# optional: it saves the codec kernels' compile and tuning):
+#   run(command="STAGES=tests,steps,suite bash tests/qwen3tts/gpu_loop.sh", carry=[".whl", ".gpu_shared", ".tcache"])
+# Stages (STAGES, comma-separated): tests (the `gpu` loop tests at real shapes), steps (`voxgate bench steps`: every
+# captured bucket timed), suite (`voxgate bench gpu-suite --profile $PROFILE` through the gateway, default loop),
+# gateway (the gateway alone on the fake engine at 1,000x real time, closed loop c=128). Everything comes back as
+# $OUT/results.tar.gz, and Triton's cache as $OUT/triton.tar.gz (carry it back as .tcache/triton.tar.gz).
+set -o pipefail
+export PYTHONUNBUFFERED=1 VOXGATE_SHARED=$PWD/.gpu_shared VOXGATE_WORKLOADS=$PWD/.gpu_shared/workloads
+OUT=${OUT:-/tmp/out}; RES=/tmp/res; mkdir -p "$OUT" "$RES"
+STAGES=${STAGES:-tests,steps,suite}; PROFILE=${PROFILE:-loop}; CKPT=${CKPT:-/tmp/ck17}
+T0=$(date +%s); log() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$RES/gpu_loop.log"; }
+has() { case ",$STAGES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+# voxgate from this tree as the `voxgate` namespace; the gateway's wheels apart from the reference's
+mkdir -p /tmp/vx/voxgate /tmp/whl-gw
+for d in engine gateway kernels web configs; do ln -sfn "$PWD/$d" "/tmp/vx/voxgate/$d"; done
+for w in .whl/*.whl; do
+  case "$(basename "$w")" in transformers-*|tokenizers-*|huggingface_hub-*|qwen_tts-*) ;; *) cp "$w" /tmp/whl-gw/ ;; esac
+done
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-gw \
+  /tmp/whl-gw/*.whl || exit 1
+export PYTHONPATH=/tmp/site-gw:/tmp/vx
+export TRITON_CACHE_DIR=/tmp/tcache; mkdir -p "$TRITON_CACHE_DIR"
+[ -f .tcache/triton.tar.gz ] && tar -xzf .tcache/triton.tar.gz -C "$TRITON_CACHE_DIR" && log "triton cache restored"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$RES/gpu_loop.log"
+python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,
+'transformers', transformers.__version__)" | tee -a "$RES/gpu_loop.log"
+
+log "checkpoint"
+python3 tests/qwen3tts/gpu_bench.py write --out "$CKPT" --json "$RES/write.json" 2>&1 | tail -2
+
+if has tests; then
+  log "gpu tests"
+  VOXGATE_GPU_CKPT=$CKPT VOXGATE_GPU_RESULTS=$RES timeout ${TESTS_S:-240} python3 -m pytest ${TESTS:-tests/qwen3tts/test_gpu_loop.py} \
+    -c /dev/null --confcutdir=tests/qwen3tts -p no:cacheprovider -q -rs -W ignore::pytest.PytestUnknownMarkWarning \
+    2>&1 | tail -25 | tee "$RES/pytest.log"
+fi
+if has steps; then
+  log "bench steps"
+  timeout ${STEPS_S:-330} python3 -m voxgate.gateway.cli bench steps --checkpoint "$CKPT" --out "$RES/steps" \
+    ${STEPS_ARGS:-} 2>&1 | grep -v "it/s\]" | tail -60 | tee "$RES/steps.log"
+fi
+tar -czf "$OUT/triton.tar.gz" -C "$TRITON_CACHE_DIR" . && log "triton cache saved ($(du -h "$OUT/triton.tar.gz" | cut -f1))"
+if has suite; then
+  log "gpu-suite $PROFILE"
+  timeout ${SUITE_S:-400} python3 -m voxgate.gateway.cli bench gpu-suite --profile "$PROFILE" --out "$RES/suite" \
+    --checkpoint "$CKPT" --budget-s ${BUDGET:-330} --skip-baseline ${SUITE_ARGS:-} 2>&1 \
+    | grep -v "pad_token_id\|it/s\]" | tail -40
+fi
+if has gateway; then
+  log "gateway alone (fake engine, 1000x)"
+  timeout ${GATEWAY_S:-150} python3 -m voxgate.gateway.cli bench run --engine fake --engine-option device_rtf=1000 \
+    --concurrency 128 --closed-warmup 5 --closed-duration 20 --out "$RES/gateway" --name h200-gateway-fake \
+    ${GATEWAY_ARGS:-} 2>&1 | tail -15
+fi
+log "done"
+tar -czf "$OUT/results.tar.gz" -C "$RES" . && ls -la "$OUT"
