@@ -80,12 +80,6 @@ class BackgroundServer:
             threading.Event().wait(0.01)
         return self
 
-    def drain(self) -> None:
-        """What SIGTERM does to `voxgate serve`, without the signal (and without the process-ending watchdog)."""
-        loop = self.server._loop
-        assert loop is not None
-        loop.call_soon_threadsafe(self.server.request_drain)
-
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)

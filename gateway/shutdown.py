@@ -52,7 +52,7 @@ class DrainingServer(uvicorn.Server):
         self._loop.call_soon_threadsafe(self.request_drain)
 
     def request_drain(self) -> None:
-        """Start draining (on the loop); called again, cut the grace short. Also usable without signals (tests)."""
+        """Start draining (on the loop); called again, cut the grace short."""
         self.drain.start()
         if self._drain_task is None:
             self._drain_task = asyncio.get_running_loop().create_task(self._drain_then_exit())
