@@ -90,6 +90,7 @@ class Drain:
 
         def goodbye() -> dict[str, Any]:
             written.set()
+            session.metrics.errors.labels("shutting_down").inc()
             return SHUTTING_DOWN
 
         session.writer.put_event(goodbye)
