@@ -8,7 +8,7 @@ import json
 import socket
 import time
 
-from conftest import bystander
+from harness import bystander
 from raw import _read_head
 from voxgate.gateway.config import GatewayConfig
 

@@ -7,7 +7,7 @@ import asyncio
 
 import httpx
 import pytest
-from conftest import bystander
+from harness import bystander
 from raw import RawWebSocket
 from voxgate.gateway.config import GatewayConfig
 

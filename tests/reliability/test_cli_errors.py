@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import VOXGATE, free_port
+from harness import VOXGATE, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

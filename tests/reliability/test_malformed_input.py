@@ -10,7 +10,7 @@ import logging
 import httpx
 import pytest
 import websockets
-from conftest import bystander
+from harness import bystander
 from raw import RawWebSocket
 from support import connect, next_json
 from voxgate.gateway.config import GatewayConfig
