@@ -1,9 +1,10 @@
 """EngineCore: `add`, `abort`, and `step()` = schedule -> run -> postprocess. Synchronous, single-threaded: the
 engine loop (loop.py) owns it from one worker thread; nothing here knows about asyncio.
 
-The model side is a `Runner` (engine/qwen3tts/runner.py): `run(plan)` executes one step for the plan's rows and
-returns which decode rows sampled the end-of-speech code; `decode(chunks)` turns the frames of the streams due a
-chunk into PCM16, all in one codec call.
+The model side is a `Runner` (engine/qwen3tts/runner.py): `launch(plan)` starts one step for the plan's rows,
+`finish_step()` says which decode rows sampled the end-of-speech code. Its `chunks` decoder turns the frames of the
+streams due a chunk into PCM16, one codec call a step, launched after the step and collected in the next
+iteration, so the codec runs on the GPU beside the next decode step.
 """
 
 from __future__ import annotations
@@ -19,17 +20,31 @@ from .request import Request, Status
 from .scheduler import Scheduler, SchedulerConfig, SlotAllocator, StepPlan
 
 
-class Runner(Protocol):
-    max_chunk_frames: int  # widest codec chunk one call takes per stream
-    last_fill_s: float  # host time of the last run() before it waited for the GPU
-    last_bucket: str  # the bucket the last run() replayed
+class ChunkCalls(Protocol):
+    max_width: int  # widest chunk one call takes per stream
 
-    def run(self, plan: StepPlan) -> np.ndarray:
-        """Run one step; a bool per decode row: True where the row sampled end-of-speech (no frame made)."""
+    def bucket_for(self, rows: int, width: int) -> object | None:
+        """Something (a bucket) when one call can take rows x width, else None."""
         ...
 
-    def decode(self, chunks: Sequence[tuple[Request, int]]) -> list[np.ndarray]:
-        """PCM16 of each stream's next `n` frames (those after `num_decoded`), one codec call for all."""
+    def launch(self, chunks: Sequence[tuple[Request, int]]) -> None:
+        """Start decoding each stream's next n frames (those after its num_decoded)."""
+        ...
+
+    def collect(self) -> list[tuple[Request, np.ndarray]]:
+        """The launched call's PCM16 per chunk, in order (waits for it); [] when none is in flight."""
+        ...
+
+
+class Runner(Protocol):
+    chunks: ChunkCalls
+    last_fill_s: float  # host time of the last launch()
+    last_bucket: str  # the bucket the last launch() replayed
+
+    def launch(self, plan: StepPlan) -> None: ...
+
+    def finish_step(self) -> np.ndarray:
+        """Wait for the launched step; a bool per decode row: True where the row sampled end-of-speech."""
         ...
 
 
@@ -46,11 +61,9 @@ class StepOutput:
 
 
 class EngineCore:
-    def __init__(self, runner: Runner, slots: SlotAllocator, config: SchedulerConfig | None = None,
-                 max_codec_frames: int = 256) -> None:
+    def __init__(self, runner: Runner, slots: SlotAllocator, config: SchedulerConfig | None = None) -> None:
         self.runner = runner
         self.scheduler = Scheduler(config or SchedulerConfig(), slots)
-        self.max_codec_frames = max_codec_frames  # padded rows x width of one codec call
 
     @property
     def has_work(self) -> bool:
@@ -67,31 +80,38 @@ class EngineCore:
         t0 = time.perf_counter()
         plan = self.scheduler.schedule()
         t1 = time.perf_counter()
-        eos = self.runner.run(plan) if not plan.empty else np.zeros(0, dtype=bool)
-        t2 = time.perf_counter()
+        if not plan.empty:
+            self.runner.launch(plan)
         out = StepOutput(num_rows=len(plan.decodes), num_prefill_tokens=plan.num_prefill_tokens,
                          bucket=self.runner.last_bucket if not plan.empty else "")
         out.started = [p.request for p in plan.prefills if p.start == 0]
+        t2 = time.perf_counter()
+        # The codec call of the last iteration ran beside this step: its audio first.
+        now = time.monotonic()
+        for request, pcm in self.runner.chunks.collect():
+            if request.status is Status.ABORTED:
+                continue
+            if request.first_audio_at is None:
+                request.first_audio_at = now
+            out.chunks.append((request, pcm))
+        t3 = time.perf_counter()
+        eos = self.runner.finish_step() if not plan.empty else np.zeros(0, dtype=bool)
+        t4 = time.perf_counter()
         out.num_frames = self._advance(plan, eos)
         chunks = self._chunks()
-        t3 = time.perf_counter()
         if chunks:
-            audio = self.runner.decode(chunks)
-            now = time.monotonic()
-            for (request, n), pcm in zip(chunks, audio, strict=True):
+            self.runner.chunks.launch(chunks)
+            for request, n in chunks:
                 request.num_decoded += n
                 request.num_chunks += 1
-                if request.first_audio_at is None:
-                    request.first_audio_at = now
-                out.chunks.append((request, pcm))
-        t4 = time.perf_counter()
+        in_flight = {id(r) for r, _ in self.runner.chunks.in_flight}
         for request in list(self.scheduler.running):
-            if request.ended and request.pending_frames == 0:
+            if request.ended and request.pending_frames == 0 and id(request) not in in_flight:
                 self.scheduler.finish(request, Status.FINISHED)
                 out.finished.append(request)
         fill = self.runner.last_fill_s if not plan.empty else 0.0
-        out.times = {"schedule": t1 - t0, "fill": fill, "gpu": t2 - t1 - fill, "codec": t4 - t3,
-                     "post": t3 - t2 + time.perf_counter() - t4}
+        out.times = {"schedule": t1 - t0, "fill": fill, "gpu": t4 - t3, "codec": t3 - t2,
+                     "post": time.perf_counter() - t4 + (t2 - t1 - fill)}
         return out
 
     def _advance(self, plan: StepPlan, eos: np.ndarray) -> int:
@@ -110,17 +130,17 @@ class EngineCore:
         return made
 
     def _chunks(self) -> list[tuple[Request, int]]:
-        """The due chunks that fit one codec call (most urgent first); the rest wait for the next step."""
-        cap = self.runner.max_chunk_frames
+        """The due chunks one codec call takes (most urgent first): each joins while some bucket holds the call
+        with it; a chunk that does not fit waits for the next step."""
+        calls = self.runner.chunks
         chosen: list[tuple[Request, int]] = []
         width = 0
         for request, n in self.scheduler.due_chunks():
-            n = min(n, cap)
-            w = max(width, n)
-            if chosen and (len(chosen) + 1) * w > self.max_codec_frames:
-                break
+            n = min(n, calls.max_width)
+            if calls.bucket_for(len(chosen) + 1, max(width, n)) is None:
+                continue
             chosen.append((request, n))
-            width = w
+            width = max(width, n)
         return chosen
 
     def fail_all(self, reason: str = "error") -> list[Request]:

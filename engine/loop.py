@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -73,8 +74,12 @@ class EngineLoop:
     """Steps `core` on a worker thread while it has work; `on_step(output, seconds)` sees every step there."""
 
     def __init__(self, core: EngineCore, name: str = "engine",
-                 on_step: Callable[[StepOutput, float], None] | None = None) -> None:
+                 on_step: Callable[[StepOutput, float], None] | None = None,
+                 gil_switch_s: float | None = 0.0005) -> None:
         self.core = core
+        # The worker needs the GIL back after every wait for the GPU; with CPython's default 5 ms switch interval
+        # a busy event loop can hold it that long each time, stretching every step. Process-wide, set at start.
+        self.gil_switch_s = gil_switch_s
         self.name = name
         self.on_step = on_step
         self._inbox: deque[tuple[str, Request]] = deque()
@@ -88,6 +93,8 @@ class EngineLoop:
     # -- event-loop side ------------------------------------------------------------------------------------------
     def start(self) -> None:
         self._aloop = asyncio.get_running_loop()
+        if self.gil_switch_s is not None and sys.getswitchinterval() > self.gil_switch_s:
+            sys.setswitchinterval(self.gil_switch_s)
         self._thread = threading.Thread(target=self._run, name=f"{self.name}-loop", daemon=True)
         self._thread.start()
 

@@ -7,7 +7,8 @@ lack of one) in arrival order. A long prompt is split over steps (chunked prefil
 
 Deadlines: when more streams can decode than a step has rows, rows go to the streams whose listeners run dry
 first (`Request.generation_deadline`); the rest wait a step. `deadline_order=False` takes them round-robin
-instead (the comparison arm of the benchmark).
+instead (the comparison arm of the benchmark). A stream more than `max_ahead_s` ahead of its listener waits
+whatever the load: a client that stops reading stops its stream's generation too.
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ class SchedulerConfig:
     max_prefill_tokens: int = 256  # prompt tokens per step (the largest prefill bucket)
     deadline_order: bool = True  # rows to the streams closest to a stall when a step cannot take them all
     urgent_s: float = 0.15  # decode a stream's pending frames early when its listener runs dry within this (0: off)
+    max_ahead_s: float = 30.0  # a stream this far ahead of its listener gets no row (a stuck reader's backpressure)
 
     def __post_init__(self) -> None:
         if self.max_rows < 1 or self.max_prefills < 1 or self.max_prefill_tokens < 1:
             raise ValueError("max_rows, max_prefills and max_prefill_tokens must be at least 1")
-        if self.urgent_s < 0:
-            raise ValueError("urgent_s must be >= 0")
+        if self.urgent_s < 0 or self.max_ahead_s <= 0:
+            raise ValueError("urgent_s must be >= 0 and max_ahead_s > 0")
 
 
 @dataclass(slots=True)
@@ -104,7 +106,8 @@ class Scheduler:
             request.status = Status.RUNNING
             self.running.append(request)
             budget -= self._prefill(plan, request, budget, now)
-        plan.decodes = self._rows([r for r in self.running if r.can_decode], now)
+        limit = now + cfg.max_ahead_s
+        plan.decodes = self._rows([r for r in self.running if r.can_decode and r.generation_deadline() < limit], now)
         for request in plan.decodes:
             if request.first_step_at is None:
                 request.first_step_at = now

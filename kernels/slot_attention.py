@@ -125,8 +125,10 @@ def slot_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     past its length. Fine at test sizes and for the CPU engine; on a GPU at real sizes, use slot_attention."""
     _check(q, k_cache, v_cache, slots, lengths)
     positions = k_cache.shape[2]
-    keys, values = k_cache[slots], v_cache[slots]  # [N, Hkv, P, D]
     visible = torch.arange(positions, device=q.device)[None, :] < lengths[:, None]  # [N, P]
+    # positions past a token's length may hold anything (unwritten memory): zeroed, so they cannot turn into NaN
+    keep = visible[:, None, :, None]
+    keys, values = (torch.where(keep, c[slots], 0) for c in (k_cache, v_cache))  # [N, Hkv, P, D]
     o = F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=visible[:, None, None],
                                        enable_gqa=q.shape[1] != keys.shape[1])
     return o[:, :, 0]

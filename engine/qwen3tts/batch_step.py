@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .layers import DecoderStack, apply_rope
+from .config import GenerationConfig
+from .fused_stack import DecoderOps, FusedStack
+from .layers import rope_tables
 from .prompt import XVEC
 from .sampling import (
     DO_SAMPLE,
@@ -28,9 +30,6 @@ from .sampling import (
     sample_rows,
 )
 from .talker import Talker
-
-# (q [N, Hq, D], k_cache [S, Hkv, P, D], v_cache, slots [N], lengths [N]) -> [N, Hq, D]
-Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -50,28 +49,59 @@ class SlotState:
     ring: torch.Tensor  # [S, RING, Q] int64 frames by index % RING, until the codec has them
 
 
-def talker_tokens(stack: DecoderStack, x: torch.Tensor, state: SlotState, slots: torch.Tensor,
-                  positions: torch.Tensor, attend: Attend) -> torch.Tensor:
-    """x [N, H]: one token each at (slots[i], positions[i]) -> post-norm hidden [N, H]. Each token's key and value
-    are written into its slot first; then it attends to its slot's positions 0..positions[i] (own length only)."""
-    n = x.shape[0]
-    cos, sin = state.cos[positions][:, None], state.sin[positions][:, None]  # [N, 1, D]
-    lengths = positions + 1
-    for i, layer in enumerate(stack.layers):
-        a = layer.self_attn
-        h = layer.input_layernorm(x)
-        q = a.q_proj(h).view(n, a.heads, a.head_dim)
-        k = a.k_proj(h).view(n, a.kv_heads, a.head_dim)
-        v = a.v_proj(h).view(n, a.kv_heads, a.head_dim)
-        if a.q_norm is not None and a.k_norm is not None:
-            q, k = a.q_norm(q), a.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        state.k_cache[i][slots, :, positions] = k
-        state.v_cache[i][slots, :, positions] = v
-        o = attend(q, state.k_cache[i], state.v_cache[i], slots, lengths)
-        x = x + a.o_proj(o.reshape(n, -1))
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return stack.norm(x)
+class StepModel:
+    """The Talker and its code predictor as the batched step runs them: both stacks fused (fused_stack.py), the
+    predictor's RoPE tables for its 16 depth positions, and the constant index tensors of each row count."""
+
+    def __init__(self, talker: Talker, ops: DecoderOps) -> None:
+        self.talker = talker
+        self.predictor = talker.code_predictor
+        self.talker_stack = FusedStack(talker.model, ops)
+        self.predictor_stack = FusedStack(self.predictor.model, ops)
+        pc = self.predictor.cfg
+        p = next(talker.parameters())
+        self.num_codes = self.predictor.num_code_groups
+        self.depth_cos, self.depth_sin = rope_tables(torch.arange(self.num_codes, device=p.device), pc.head_dim,
+                                                     pc.rope_theta, p.dtype)
+        self._constants: dict[str, torch.Tensor] = {}
+
+    def constant(self, name: str, build: Callable[[torch.device], torch.Tensor]) -> torch.Tensor:
+        """An int64 constant built once (outside any capture's replays: stable address, no launch per step)."""
+        if name not in self._constants:
+            self._constants[name] = build(self.depth_cos.device)
+        return self._constants[name]
+
+    def talker_tokens(self, x: torch.Tensor, state: SlotState, slots: torch.Tensor,
+                      positions: torch.Tensor) -> torch.Tensor:
+        """x [N, H]: one token each at (slots[i], positions[i]) -> post-norm hidden [N, H]; keys and values go
+        into the slot pool, and each token attends to its own slot's positions 0..positions[i]."""
+        return self.talker_stack.forward(x, state.k_cache, state.v_cache, slots, positions, state.cos, state.sin)
+
+    def depth_loop(self, hidden: torch.Tensor, c0_embed: torch.Tensor,
+                   pick: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """CodePredictor.predict for R rows at once: codes 1..15 [R, Q-1]. Pass 0 runs proj(h) and proj(C(c0)) at
+        positions 0 and 1, pass k the previous code's embedding at position k+1; the keys and values live in a
+        small per-step store [R, Hkv, Q, D] per layer (each row is its own "slot")."""
+        pred, cfg = self.predictor, self.predictor.cfg
+        r = hidden.shape[0]
+        stack = self.predictor_stack
+        store = torch.empty((len(stack.layers), 2, r, cfg.num_key_value_heads, self.num_codes, cfg.head_dim),
+                            dtype=hidden.dtype, device=hidden.device)
+        ks, vs = list(store[:, 0]), list(store[:, 1])
+        rows = self.constant(f"rows{r}", lambda dev: torch.arange(r, device=dev))
+        x = pred.small_to_mtp_projection(torch.cat([hidden, c0_embed]))  # [2R, Hcp]: position 0 rows, then 1
+        out = stack.forward(x, ks, vs, self.constant(f"rows{r}x2", lambda dev: torch.arange(2 * r, device=dev) % r),
+                            self.constant(f"pos01-{r}", lambda dev: torch.arange(2 * r, device=dev) // r),
+                            self.depth_cos, self.depth_sin)[r:]
+        codes = []
+        for k in range(self.num_codes - 1):
+            code = pick(pred.lm_head[k](out).float())
+            codes.append(code)
+            if k + 1 < self.num_codes - 1:  # E_15 is never fed back: it only enters the Talker's frame sum
+                x = pred.small_to_mtp_projection(pred.model.codec_embedding[k](code))
+                pos = self.constant(f"pos{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 2, device=dev))
+                out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin)
+        return torch.stack(codes, dim=-1)
 
 
 def embed_rows(talker: Talker, text: torch.Tensor, codec: torch.Tensor, x_vector: torch.Tensor) -> torch.Tensor:
@@ -101,13 +131,29 @@ class DecodeRows:
     force: torch.Tensor | None = None
 
 
-def decode_frames(talker: Talker, state: SlotState, rows: DecodeRows, eos_id: int, suppress: torch.Tensor,
-                  candidates: int, logits_out: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class SamplingFeatures:
+    """What the engine's rows can ask of the sampler (static: the captured step leaves the rest out)."""
+
+    candidates: int = 50  # top-k width
+    sampling: bool = True  # some rows sample (else every row is greedy)
+    top_p: bool = False  # some rows have top_p < 1
+
+    @classmethod
+    def of(cls, gen: GenerationConfig) -> SamplingFeatures:
+        ks = (gen.top_k, gen.subtalker_top_k)
+        width = 1 << 16 if 0 in ks else max(1, *ks)  # top_k 0 is no top-k: every id is a candidate
+        return cls(width, gen.do_sample or gen.subtalker_dosample, gen.top_p < 1.0 or gen.subtalker_top_p < 1.0)
+
+
+def decode_frames(model: StepModel, state: SlotState, rows: DecodeRows, eos_id: int, suppress: torch.Tensor,
+                  features: SamplingFeatures, logits_out: list[torch.Tensor] | None = None,
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one frame per row from its stream's last hidden state: codebook 0 (penalty, EOS block, suppression,
     sampling), then the code predictor's 15 passes. Returns (frames [R, Q] int64, the next Talker input [R, H] =
     F(frame) + T(the stream's next trailing text id)). Marks codebook 0 seen and stores the frame in the ring.
     logits_out (tests): receives the fp32 logits of codebook 0 [R, V] then of codebooks 1..15 [R, V'] each."""
-    slots = rows.slots
+    talker, slots = model.talker, rows.slots
     h = state.hidden[slots]  # [R, H]
     p = state.params[slots]  # [R, NUM_PARAMS]
     logits = talker.codec_head(h).float()
@@ -119,7 +165,7 @@ def decode_frames(talker: Talker, state: SlotState, rows: DecodeRows, eos_id: in
         nonlocal code_k
         cols = (TEMPERATURE, TOP_K, TOP_P, DO_SAMPLE) if code_k == 0 else \
             (SUB_TEMPERATURE, SUB_TOP_K, SUB_TOP_P, SUB_DO_SAMPLE)
-        ids = sample_rows(lg, *(p[:, c] for c in cols), candidates)
+        ids = sample_rows(lg, *(p[:, c] for c in cols), features.candidates, features.top_p, features.sampling)
         if logits_out is not None:
             logits_out.append(lg)
         if rows.forced is not None and rows.force is not None:
@@ -129,7 +175,7 @@ def decode_frames(talker: Talker, state: SlotState, rows: DecodeRows, eos_id: in
 
     c0 = pick(logits)
     state.seen.index_put_((slots, c0), torch.ones_like(c0, dtype=torch.bool))
-    rest = talker.code_predictor.predict(h, talker.codec_embed(c0), pick)  # [R, Q-1]
+    rest = model.depth_loop(h, talker.codec_embed(c0), pick)  # [R, Q-1]
     frames = torch.cat([c0[:, None], rest], dim=1)
     state.ring[slots, rows.frame_index % state.ring.shape[1]] = frames
     text_index = torch.minimum(rows.frame_index, state.trailing_len[slots])

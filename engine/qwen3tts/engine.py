@@ -49,10 +49,11 @@ OPTIONS = {
     "kv_memory_fraction": "share of free GPU memory for stream slots (default 0.6)",
     "enforce_eager": "true: no CUDA graphs",
     "deadline_order": "false: rows round-robin instead of to the streams closest to a stall",
-    "urgent_s": "decode pending frames early when a listener runs dry within this (default 0.15)",
-    "max_codec_frames": "rows x width of one codec call (default 256)",
+    "urgent_s": "decode pending frames early when a listener runs dry within this (default 0.15; 0: off)",
+    "max_ahead_s": "a stream this far ahead of its listener gets no row (default 30)",
     "attention": "triton | torch | auto",
     "codec": "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto",
+    "gil_switch_ms": "CPython's thread switch interval while the loop runs (default 0.5; 0 leaves it)",
 }
 
 
@@ -82,8 +83,8 @@ class Qwen3TTSEngine(Engine):
                  row_buckets: Any = "1,2,4,8,16,32,64,96,128", prefill_buckets: Any = "64,256",
                  max_prefills: int = 4, max_slots: int = 257, max_positions: int = 2560,
                  kv_memory_fraction: float = 0.6, enforce_eager: Any = False, deadline_order: Any = True,
-                 urgent_s: float = 0.15, max_codec_frames: int = 256, attention: str = "auto",
-                 codec: str = "auto") -> None:
+                 urgent_s: float = 0.15, max_ahead_s: float = 30.0, attention: str = "auto", codec: str = "auto",
+                 gil_switch_ms: float = 0.5) -> None:
         self.chunk_schedule = _ints(chunk_frames)
         self.max_frames, self.budget_factor, self.min_budget_s = int(max_frames), float(budget_factor), \
             float(min_budget_s)
@@ -102,8 +103,9 @@ class Qwen3TTSEngine(Engine):
             codec=codec)
         self.scheduler_config = SchedulerConfig(max_rows=max(rows), max_prefills=int(max_prefills),
                                                 max_prefill_tokens=max(_ints(prefill_buckets)),
-                                                deadline_order=_flag(deadline_order), urgent_s=float(urgent_s))
-        self.max_codec_frames = int(max_codec_frames)
+                                                deadline_order=_flag(deadline_order), urgent_s=float(urgent_s),
+                                                max_ahead_s=float(max_ahead_s))
+        self.gil_switch_s = float(gil_switch_ms) / 1000 or None
         self.tts: Any = None
         self.runner: Any = None
         self.loop: EngineLoop | None = None
@@ -120,6 +122,7 @@ class Qwen3TTSEngine(Engine):
         import torch
 
         from ..metrics import EngineMetrics
+        from .batch_step import SamplingFeatures
         from .generate import Qwen3TTS, Voice
         from .runner import ModelRunner, RunnerConfig
         from .sampling import param_row
@@ -135,7 +138,7 @@ class Qwen3TTSEngine(Engine):
         t1 = time.perf_counter()
         gen = tts.cfg.generation.greedy() if self.greedy else tts.cfg.generation
         self._param_row = param_row(gen)
-        config = RunnerConfig(max_top_k=max(1, gen.top_k, gen.subtalker_top_k), **self.loop_options)
+        config = RunnerConfig(sampling=SamplingFeatures.of(gen), **self.loop_options)
         self.runner = runner = ModelRunner(tts, config)
         runner.capture()
         t2 = time.perf_counter()
@@ -143,8 +146,8 @@ class Qwen3TTSEngine(Engine):
             audio, sr = read_wav(self.ref_audio)
             self._voice_kwargs[CLONE_VOICE] = Voice(x_vector=tts.speaker_embedding(audio, sr))
         self.metrics = EngineMetrics(self._registry)
-        core = EngineCore(runner, runner.kv, self.scheduler_config, self.max_codec_frames)
-        self.loop = EngineLoop(core, "qwen3tts", on_step=self._on_step)
+        core = EngineCore(runner, runner.kv, self.scheduler_config)
+        self.loop = EngineLoop(core, "qwen3tts", on_step=self._on_step, gil_switch_s=self.gil_switch_s)
         self.timings = {"load_s": t1 - t0, "capture_s": t2 - t1}
 
     def _on_step(self, out: StepOutput, seconds: float) -> None:
@@ -195,7 +198,8 @@ class Qwen3TTSEngine(Engine):
                 c = runner.config
                 out |= {"codec": type(runner.codec).__name__, "cuda_graphs": runner.steps.use_graphs,
                         "row_buckets": list(c.row_buckets), "prefill_buckets": list(c.prefill_buckets),
-                        "codec_buckets": [list(b) for b in c.codec_buckets], "attention": runner.attend.__name__,
+                        "codec_buckets": [list(b) for b in c.codec_buckets],
+                        "step_kernels": runner.ops.attend.__name__,
                         "deadline_order": self.scheduler_config.deadline_order, **runner.memory()}
             if tts.device.type == "cuda":
                 out["gpu"] = torch.cuda.get_device_name(tts.device)

@@ -5,16 +5,15 @@
 - A step (batch_step.py) is captured once per bucket (decode rows R, prefill tokens P): R rows make one frame each
   while up to `max_prefills` prompts ride along as extra Talker tokens (chunked when longer than P). Inputs cross
   in one host-to-device copy, the new frames come back in one device-to-host copy: the step's only sync.
-- The codec decodes the frames of every stream due a chunk in one captured call per bucket (rows, width): frames
-  gathered from the per-slot ring the step wrote, decoded from each slot's codec state (FusedCodecStream on CUDA,
-  the plain CodecStream elsewhere), turned into PCM16 on the GPU, copied back once.
+- The codec decodes the frames of every stream due a chunk in one captured call (chunk_decoder.py), on a CUDA
+  stream of its own so that it runs beside the next decode step.
 On the CPU (tests, CI) the same buckets run eagerly (GraphSet's enforce_eager).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +23,9 @@ from ..graphs import GraphSet, smallest_bucket
 from ..request import Request
 from ..scheduler import StepPlan
 from ..slot_pool import SlotPool, SlotSpec
-from .batch_step import Attend, DecodeRows, SlotState, decode_frames, embed_rows, talker_tokens
+from .batch_step import DecodeRows, SamplingFeatures, SlotState, StepModel, decode_frames, embed_rows
+from .chunk_decoder import ChunkDecoder
+from .fused_stack import DecoderOps
 from .generate import Qwen3TTS
 from .layers import rope_tables
 from .prompt import PromptRows
@@ -43,10 +44,10 @@ class RunnerConfig:
     max_slots: int = 257  # streams + the sink; fewer if the memory budget holds fewer
     kv_memory_fraction: float = 0.6  # of the GPU memory free after loading, for the slots (CUDA)
     max_trailing: int = 1024  # text ids one stream feeds into decode steps (the one-token-per-frame layout)
-    max_top_k: int = 50  # top-k candidates per row (a request's top_k above this is refused)
+    sampling: SamplingFeatures = field(default_factory=SamplingFeatures)  # what rows may ask of the sampler
     codec_buckets: tuple[tuple[int, int], ...] = ((1, 1), (8, 1), (32, 1), (128, 1), (1, 4), (8, 4), (32, 4),
                                                   (64, 4), (1, 16), (4, 16), (16, 16))
-    attention: str = "auto"  # triton | torch | auto (triton on CUDA)
+    attention: str = "auto"  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
     codec: str = "auto"  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = False
     record_logits: bool = False  # tests: keep each step's logits (eager only) and accept forced codes
@@ -85,7 +86,6 @@ class ModelRunner:
         self.dtype = next(talker.parameters()).dtype
         self.eos_id = self.cfg.talker.codec_eos_token_id
         self.num_codes = self.cfg.talker.num_code_groups
-        self.max_chunk_frames = max(w for _, w in c.codec_buckets)
         kv_layout = {"kv": SlotSpec((lc.num_hidden_layers, 2, lc.num_key_value_heads, c.max_positions, lc.head_dim),
                                     self.dtype)}
         codec_cls = self._codec_class()
@@ -98,12 +98,14 @@ class ModelRunner:
         suppress[lc.vocab_size - 1024:] = True  # language, control and speaker rows; EOS stays
         suppress[self.eos_id] = False
         self.suppress = suppress.to(self.device)
-        self.attend = self._attention()
+        self.ops = DecoderOps.for_device(self.device, c.attention)
+        self.model = StepModel(talker, self.ops)
         self.codes_host = HostCopy((c.max_rows, self.num_codes), torch.int64, self.device)
         self.steps: GraphSet[tuple[int, int]] = GraphSet(self.device, c.enforce_eager)
-        self.codec_steps: GraphSet[tuple[int, int]] = GraphSet(self.device, c.enforce_eager)
+        self.chunks = ChunkDecoder(self.codec, self.state.ring, c.codec_buckets, self.device, c.enforce_eager,
+                                   c.progress)
         self._io: dict[tuple[int, int], _StepIO] = {}
-        self._codec_io: dict[tuple[int, int], tuple[PackedBuffer, HostCopy]] = {}
+        self._pending: tuple[torch.Tensor, int] | None = None  # the launched step's frames and row count
         self.last_fill_s, self.last_bucket = 0.0, ""
         self.forced_codes: dict[int, np.ndarray] = {}  # record_logits (tests): teacher forcing by request id
 
@@ -152,24 +154,11 @@ class ModelRunner:
             ring=torch.zeros(n, RING, self.num_codes, dtype=torch.int64, device=dev),
         )
 
-    def _attention(self) -> Attend:
-        mode = self.config.attention
-        if mode == "auto":
-            mode = "triton" if self.device.type == "cuda" else "torch"
-        if mode == "triton":
-            from ...kernels.slot_attention import slot_attention
-
-            return slot_attention
-        from ...kernels.slot_attention import slot_attention_ref
-
-        return slot_attention_ref
-
     def capture(self) -> None:
         """Build (and on CUDA capture) every step and codec bucket: compiles, tunes, then records the graphs."""
         c = self.config
         keys = [(r, 0) for r in c.row_buckets] + [(r, p) for r in (0, *c.row_buckets) for p in c.prefill_buckets]
-        self.codec_steps.capture(c.codec_buckets, self._make_codec, size=lambda b: b[0] * b[1],
-                                 desc="codec graphs (compile, tune, capture)", progress=c.progress)
+        self.chunks.capture()
         self.steps.capture(keys, self._make_step, size=lambda b: b[0] * 16 + b[1],
                            desc="decode-step graphs", progress=c.progress)
 
@@ -201,14 +190,14 @@ class ModelRunner:
                 state.trailing.index_copy_(0, new, d["new_trailing"])
                 state.trailing_len.index_copy_(0, new, d["new_tlen"])
                 state.seen.index_fill_(0, new, False)
-                self.codec.pool.data.index_fill_(0, new, 0)  # a fresh codec state: the whole decode's zero padding
             if rows:
                 logits = io.logits if c.record_logits else None
                 if logits is not None:
                     logits.clear()
                 decode = DecodeRows(d["dec_slot"], d["dec_pos"], d["dec_frame"],
                                     d.get("forced"), d["force"] != 0 if c.record_logits else None)
-                out_frames, x = decode_frames(talker, state, decode, self.eos_id, self.suppress, c.max_top_k, logits)
+                out_frames, x = decode_frames(self.model, state, decode, self.eos_id, self.suppress, c.sampling,
+                                              logits)
                 parts.append(x)
                 slots.append(d["dec_slot"])
                 positions.append(d["dec_pos"])
@@ -216,8 +205,7 @@ class ModelRunner:
                 parts.append(embed_rows(talker, d["pre_text"], d["pre_codec"], state.x_vector[d["pre_slot"]]))
                 slots.append(d["pre_slot"])
                 positions.append(d["pre_pos"])
-            out = talker_tokens(talker.model, torch.cat(parts), state, torch.cat(slots), torch.cat(positions),
-                                self.attend)
+            out = self.model.talker_tokens(torch.cat(parts), state, torch.cat(slots), torch.cat(positions))
             if rows:
                 state.hidden.index_copy_(0, d["dec_slot"], out[:rows])
             if np_:
@@ -228,6 +216,11 @@ class ModelRunner:
 
     def run(self, plan: StepPlan) -> np.ndarray:
         """One step for the plan: a bool per decode row, True where it sampled end-of-speech."""
+        self.launch(plan)
+        return self.finish_step()
+
+    def launch(self, plan: StepPlan) -> None:
+        """Fill the plan's inputs (one copy to the GPU) and replay its bucket's step; `finish_step` waits."""
         t0 = time.perf_counter()
         c = self.config
         num_rows, num_tokens = len(plan.decodes), plan.num_prefill_tokens
@@ -249,11 +242,14 @@ class ModelRunner:
         io.ints.upload()
         if io.floats is not None:
             io.floats.upload()
-        frames = self.steps(key)
-        for piece in plan.prefills:
-            if piece.start == 0 and piece.request.prompt.ref_codes is not None:
-                self.warm_codec(piece.request)  # after the step reset its codec state
+        self._pending = self.steps(key), num_rows
         self.last_fill_s, self.last_bucket = time.perf_counter() - t0, f"{rows}+{tokens}"
+
+    def finish_step(self) -> np.ndarray:
+        """Wait for the launched step: a bool per decode row, True where it sampled end-of-speech (no frame)."""
+        assert self._pending is not None, "launch a step first"
+        frames, num_rows = self._pending
+        self._pending = None
         if not num_rows:
             if self.device.type == "cuda":  # nothing to read back, but the inputs' copy must finish before the
                 torch.cuda.current_stream(self.device).synchronize()  # host refills this bucket's buffer
@@ -294,51 +290,6 @@ class ModelRunner:
                 if prompt.x_vector is not None:  # Base: the speaker row (rare, so one eager copy)
                     self.state.x_vector[request.slot] = prompt.x_vector.to(self.device, self.dtype)
             offset = end
-
-    # -- the codec ------------------------------------------------------------------------------------------------
-    def _make_codec(self, key: tuple[int, int]) -> Callable[[], torch.Tensor]:
-        rows, width = key
-        io = PackedBuffer({"slot": (rows,), "start": (rows,), "count": (rows,)}, torch.int64, self.device)
-        self._codec_io[key] = io, HostCopy((rows, width * self.codec.samples_per_frame), torch.int16, self.device)
-        d, ring = io.dev, self.state.ring
-        index = torch.arange(width, device=self.device)
-
-        @torch.inference_mode()
-        def decode() -> torch.Tensor:
-            frame = d["start"][:, None] + index  # [B, W]
-            codes = ring[d["slot"][:, None], frame % RING]  # [B, W, Q]
-            # Padding frames may hold anything (an EOS sample, the sink's garbage): zeros never reach the output.
-            codes = torch.where((index < d["count"][:, None])[..., None], codes, 0)
-            audio = self.codec.step(d["slot"], codes, d["count"])
-            return (audio.clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
-
-        return decode
-
-    def decode(self, chunks: Sequence[tuple[Request, int]]) -> list[np.ndarray]:
-        """PCM16 of each stream's next n frames (after its num_decoded), one codec call for all of them."""
-        num, width = len(chunks), max(n for _, n in chunks)
-        key = min((b for b in self.config.codec_buckets if b[0] >= num and b[1] >= width),
-                  key=lambda b: (b[0] * b[1], b), default=None)
-        if key is None:
-            raise ValueError(f"no codec bucket holds {num} rows x {width} frames")
-        io, pcm_host = self._codec_io[key]
-        io.clear()
-        io.host["slot"][:num] = [r.slot for r, _ in chunks]
-        io.host["start"][:num] = [r.num_decoded for r, _ in chunks]
-        io.host["count"][:num] = [n for _, n in chunks]
-        io.upload()
-        pcm = pcm_host.fetch(self.codec_steps(key), num)
-        spf = self.codec.samples_per_frame
-        return [pcm[i, : n * spf].copy() for i, (_, n) in enumerate(chunks)]
-
-    def warm_codec(self, request: Request) -> None:
-        """In-context cloning: run the reference frames through the stream's fresh codec state (audio unused).
-        Eager, once per such stream, after the step that reset its slot."""
-        ref = request.prompt.ref_codes
-        if ref is None:
-            return
-        slots = torch.tensor([request.slot], device=self.device)
-        self.codec.warm(slots, ref[None].to(self.device), torch.tensor([ref.shape[0]], device=self.device))
 
     def last_logits(self, key: tuple[int, int]) -> list[torch.Tensor]:
         """record_logits: the logits of the bucket's last step (codebook 0, then 1..15), eager runs only."""

@@ -89,10 +89,11 @@ NUM_PARAMS = 10
 def param_row(gen: GenerationConfig, min_new_tokens: int = 2) -> list[float]:
     """One stream's row of the parameter table from its generation settings."""
     row = [0.0] * NUM_PARAMS
-    row[TEMPERATURE], row[TOP_K], row[TOP_P] = gen.temperature, gen.top_k, gen.top_p
+    no_limit = float(1 << 30)  # top_k 0 means no top-k
+    row[TEMPERATURE], row[TOP_K], row[TOP_P] = gen.temperature, gen.top_k or no_limit, gen.top_p
     row[DO_SAMPLE], row[PENALTY], row[MIN_NEW] = float(gen.do_sample), gen.repetition_penalty, min_new_tokens
-    row[SUB_TEMPERATURE], row[SUB_TOP_K], row[SUB_TOP_P] = gen.subtalker_temperature, gen.subtalker_top_k, \
-        gen.subtalker_top_p
+    row[SUB_TEMPERATURE], row[SUB_TOP_K], row[SUB_TOP_P] = gen.subtalker_temperature, \
+        gen.subtalker_top_k or no_limit, gen.subtalker_top_p
     row[SUB_DO_SAMPLE] = float(gen.subtalker_dosample)
     return row
 
@@ -110,24 +111,30 @@ def codebook_zero_rules(logits: torch.Tensor, seen: torch.Tensor, penalty: torch
 
 
 def sample_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                do_sample: torch.Tensor, candidates: int) -> torch.Tensor:
+                do_sample: torch.Tensor, candidates: int, use_top_p: bool = True,
+                use_sampling: bool = True) -> torch.Tensor:
     """`pick` per row: fp32 logits [R, V] and per-row parameters [R] -> ids [R].
 
     Greedy rows take the first maximum. Sampled rows: temperature, top-k (k <= `candidates`, the static width of
-    one topk over all rows), top-p over what top-k left, then one draw by the exponential race (argmax p / E with
-    E ~ Exp(1), which picks i with probability p_i / sum p): the same distribution as the reference's multinomial,
-    without its host sync. A seeded run therefore does not reproduce the reference's draws; greedy runs are exact.
+    one topk over all rows), top-p over what top-k left, then one draw by the Gumbel-max race (argmax of
+    logit/T - log E with E ~ Exp(1) picks i with probability softmax_i): the reference's distribution without its
+    host sync. A seeded run therefore does not reproduce the reference's draws; greedy runs are exact.
+
+    use_top_p / use_sampling: static switches for what no row of this engine can need (its generation settings
+    have top_p = 1 / no sampling): the ops are left out of the captured step.
     """
     greedy = logits.argmax(dim=-1)
+    if not use_sampling:
+        return greedy
     k = min(candidates, logits.shape[-1])
-    scaled = logits / temperature.clamp(min=1e-5)[:, None]
-    values, index = scaled.topk(k, dim=-1)  # sorted, largest first
+    values, index = logits.topk(k, dim=-1)  # sorted, largest first; dividing by T > 0 keeps the order
+    values = values / temperature.clamp(min=1e-5)[:, None]
     ranks = torch.arange(k, device=logits.device)[None, :]
-    keep = ranks < top_k.clamp(min=1)[:, None]
-    probs = values.masked_fill(~keep, float("-inf")).softmax(dim=-1)
-    # top-p: keep a token while the mass before it is below top_p (the first always; top_p >= 1 keeps all)
-    before = probs.cumsum(dim=-1) - probs
-    probs = probs.masked_fill((before >= top_p[:, None]) & (top_p[:, None] < 1.0), 0.0)
-    race = probs / torch.empty_like(probs).exponential_()
+    values = values.masked_fill(ranks >= top_k.clamp(min=1)[:, None], float("-inf"))
+    if use_top_p:  # keep a token while the mass before it is below top_p (the first always; top_p >= 1 keeps all)
+        probs = values.softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs
+        values = values.masked_fill((before >= top_p[:, None]) & (top_p[:, None] < 1.0), float("-inf"))
+    race = values - torch.empty_like(values).exponential_().log()
     sampled = index.gather(1, race.argmax(dim=-1, keepdim=True)).squeeze(1)
     return torch.where(do_sample > 0, sampled, greedy)

@@ -54,6 +54,7 @@ def _median_ms(fn: Any, reps: int) -> float:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import torch
+    from voxgate.engine.qwen3tts.batch_step import SamplingFeatures
     from voxgate.engine.qwen3tts.engine import create_engine
     from voxgate.engine.qwen3tts.generate import Qwen3TTS
     from voxgate.engine.qwen3tts.runner import ModelRunner, RunnerConfig
@@ -67,15 +68,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     engine = create_engine(model=args.checkpoint, **options)  # parses and checks the options as serve would
     t0 = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    tts = Qwen3TTS.from_pretrained(args.checkpoint, device=device, dtype=args.dtype)
+    # the codec in the Talker's dtype, as the engine runs it (bf16 on the GPU)
+    tts = Qwen3TTS.from_pretrained(args.checkpoint, device=device, dtype=args.dtype, codec_dtype=args.dtype)
     t1 = time.perf_counter()
     gen = tts.cfg.generation
-    config = RunnerConfig(max_top_k=max(gen.top_k, gen.subtalker_top_k), **engine.loop_options)
+    config = RunnerConfig(sampling=SamplingFeatures.of(gen), **engine.loop_options)
     runner = ModelRunner(tts, config)
     runner.capture()
     t2 = time.perf_counter()
     cold = {"load_s": t1 - t0, "capture_s": t2 - t1,
-            "codec_capture_s": dict(map(lambda kv: (str(kv[0]), kv[1]), runner.codec_steps.capture_s.items())),
+            "codec_capture_s": dict(map(lambda kv: (str(kv[0]), kv[1]), runner.chunks.graphs.capture_s.items())),
             "step_capture_s": dict(map(lambda kv: (str(kv[0]), kv[1]), runner.steps.capture_s.items()))}
     row = param_row(gen)
     max_rows = max(config.row_buckets)
@@ -119,14 +121,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         steps.append({"rows": rows, "prefill_tokens": tokens, "gpu_ms": gpu, "run_ms": wall,
                       "host_ms": max(0.0, wall - gpu), "ceiling_audio_s_per_s": rows * FRAME_S / (wall / 1000)})
     codec = []
-    for key in sorted(runner.codec_steps.keys()):
+    for key in sorted(runner.chunks.graphs.keys()):
         rows, width = key
-        io, _ = runner._codec_io[key]
+        io, _ = runner.chunks._io[key]
         io.clear()
         io.host["slot"][:] = slots[:rows] if rows <= len(slots) else (slots * rows)[:rows]
         io.host["count"][:] = width
         io.upload()
-        ms = _median_ms(lambda key=key: runner.codec_steps(key), args.reps)
+        ms = _median_ms(lambda key=key: runner.chunks.graphs(key), args.reps)
         codec.append({"rows": rows, "frames": width, "gpu_ms": ms, "ms_per_frame": ms / (rows * width)})
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)"
     return {"checkpoint": args.checkpoint, "dtype": args.dtype, "context": args.context, "cold_start": cold,

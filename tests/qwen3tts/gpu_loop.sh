@@ -35,7 +35,8 @@ python3 tests/qwen3tts/gpu_bench.py write --out "$CKPT" --json "$RES/write.json"
 if has tests; then
   log "gpu tests"
   VOXGATE_GPU_CKPT=$CKPT VOXGATE_GPU_RESULTS=$RES timeout ${TESTS_S:-240} python3 -m pytest ${TESTS:-tests/qwen3tts/test_gpu_loop.py} \
-    -c /dev/null --confcutdir=tests/qwen3tts -p no:cacheprovider -q -rs -W ignore::pytest.PytestUnknownMarkWarning \
+    -k "${TESTS_K:-}" -c /dev/null --confcutdir=tests/qwen3tts -p no:cacheprovider -q -rs \
+    -W ignore::pytest.PytestUnknownMarkWarning \
     2>&1 | tail -25 | tee "$RES/pytest.log"
 fi
 if has steps; then
@@ -56,5 +57,6 @@ if has gateway; then
     --concurrency 128 --closed-warmup 5 --closed-duration 20 --out "$RES/gateway" --name h200-gateway-fake \
     ${GATEWAY_ARGS:-} 2>&1 | tail -15
 fi
+tar -czf "$OUT/triton.tar.gz" -C "$TRITON_CACHE_DIR" . && log "triton cache saved again"
 log "done"
 tar -czf "$OUT/results.tar.gz" -C "$RES" . && ls -la "$OUT"

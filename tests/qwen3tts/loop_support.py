@@ -35,8 +35,13 @@ class RecordingRunner:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.runner, name)
 
-    def run(self, plan: StepPlan) -> np.ndarray:
-        eos = self.runner.run(plan)
+    def launch(self, plan: StepPlan) -> None:
+        self._plan = plan
+        self.runner.launch(plan)
+
+    def finish_step(self) -> np.ndarray:
+        plan = self._plan
+        eos = self.runner.finish_step()
         rows = len(plan.decodes)
         self.rows_per_step.append(rows)
         if not rows:
@@ -85,7 +90,7 @@ def drive(tts: Qwen3TTS, runner: ModelRunner, streams: list[Stream], greedy: boo
     """Run the streams through an EngineCore until all end: each joins at its step, some are cancelled."""
     recorder = RecordingRunner(runner)
     config = config or SchedulerConfig(max_rows=max_rows, max_prefill_tokens=64, urgent_s=0)
-    core = EngineCore(recorder, runner.kv, config, max_codec_frames=128)
+    core = EngineCore(recorder, runner.kv, config)
     gen = tts.cfg.generation.greedy() if greedy else tts.cfg.generation
     step = 0
     while step < 10_000:
@@ -126,10 +131,10 @@ def solo_logits(tts: Qwen3TTS, s: Stream, codes: np.ndarray) -> list[list[torch.
     embeds = prompt.embeds[None]
     cache = talker.new_cache(1, embeds.shape[1] + len(codes) + 1, embeds.dtype, embeds.device)
     hidden = talker(embeds, cache)[:, -1]
-    previous = torch.empty((1, 0), dtype=torch.long)
+    previous = torch.empty((1, 0), dtype=torch.long, device=tts.device)
     out = []
     for step, frame_np in enumerate(codes):
-        frame = torch.as_tensor(frame_np)[None]
+        frame = torch.as_tensor(frame_np, device=tts.device)[None]
         row = [rules.apply(talker.codec_head(hidden).float(), previous).clone()]
 
         def pick(lg: torch.Tensor, row: list[torch.Tensor] = row, frame: torch.Tensor = frame) -> torch.Tensor:

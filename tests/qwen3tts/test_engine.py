@@ -24,7 +24,8 @@ async def _engine(path: Path, **kw: object) -> object:
 
 
 async def test_stream_equals_offline_synthesis(tiny_ckpt: Callable[[str], Path]) -> None:
-    engine = await _engine(tiny_ckpt("cv17"), max_frames=30, chunk_frames=7, budget_factor=100)
+    # urgent_s=0: chunks exactly as scheduled (on a slow CPU the listener model would ask for early chunks)
+    engine = await _engine(tiny_ckpt("cv17"), max_frames=30, chunk_frames=7, budget_factor=100, urgent_s=0)
     try:
         assert engine.ready and [v.id for v in engine.voices()][:2] == ["serena", "vivian"]
         stream = engine.open_stream(SynthesisRequest(text="Hello there.", voice="ryan", language="en"))
@@ -137,3 +138,14 @@ async def test_text_over_the_position_limit_is_refused(tiny_ckpt: Callable[[str]
 def test_unknown_option_lists_the_valid_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown qwen3tts engine option.*chunkframes.*valid options: model"):
         create_engine(model="x", chunkframes="4")
+
+
+def test_the_qwen3tts_preset_is_a_valid_engine_configuration() -> None:
+    """configs/qwen3tts.toml: every engine option it sets is one the engine takes, with a sane value."""
+    from voxgate.gateway.config import load_config
+
+    config = load_config("qwen3tts")
+    assert config.engine == "qwen3tts"
+    engine = create_engine(**config.engine_options)
+    assert engine.chunk_schedule == (1, 2, 4, 8, 16) and engine.scheduler_config.max_rows == 128
+    assert engine.loop_options["max_positions"] == 2560 and engine.loop_options["max_slots"] == 257

@@ -152,3 +152,41 @@ def test_prompt_rows_embed_like_build_prompt(tiny_ckpt: Callable[[str], Path], o
             trailing = tts.talker.text_embed(torch.as_tensor(rows.trailing, dtype=torch.long)) if rows.trailing \
                 else want.trailing
             torch.testing.assert_close(trailing, want.trailing, rtol=1e-5, atol=1e-6)
+
+
+def test_in_context_clone_streams_equal_the_whole_decode(tiny_ckpt: Callable[[str], Path]) -> None:
+    """Base, in-context: the reference frames warm the codec state at the stream's first chunk (on the codec's own
+    stream on CUDA), the prompt carries the x-vector and the reference's frames; codes and audio as alone."""
+    from voxgate.engine.core import EngineCore
+    from voxgate.engine.qwen3tts.generate import Voice
+    from voxgate.engine.qwen3tts.prompt import prompt_rows
+    from voxgate.engine.qwen3tts.sampling import param_row
+    from voxgate.engine.request import Request
+    from voxgate.engine.scheduler import SchedulerConfig
+
+    from .loop_support import RecordingRunner
+
+    base = Qwen3TTS.from_pretrained(tiny_ckpt("base17"), dtype=torch.float32, progress=False)
+    h = base.cfg.talker.layers.hidden_size
+    gen = base.cfg.generation.greedy()
+    runner = make_runner(base)
+    recorder = RecordingRunner(runner)
+    core = EngineCore(recorder, runner.kv, SchedulerConfig(max_rows=4, max_prefill_tokens=64, urgent_s=0))
+    cases = []
+    for i, (text, frames) in enumerate([("Cloned speech, first.", 6), ("Second clone.", 30)]):
+        voice = Voice(x_vector=torch.randn(h), ref_text="Some reference words.",
+                      ref_codes=torch.randint(0, 2048, (frames, 16)))
+        inputs = base.prompt_inputs(text, voice, "english")
+        rows = prompt_rows(base.cfg, inputs)
+        request = Request(rows, len(rows), 9 + i, (2, 4), param_row(gen))
+        core.add(request)
+        cases.append((request, inputs, []))
+    while core.has_work:
+        for request, pcm in core.step().chunks:
+            next(c for c in cases if c[0] is request)[2].append(pcm)
+    for request, inputs, audio in cases:
+        prompt = base.build(inputs)
+        alone = base.generate_codes(prompt, gen, request.frame_budget)
+        np.testing.assert_array_equal(np.stack(recorder.codes[request.request_id]), alone.numpy())
+        whole = to_int16(base.decode(alone, prompt.ref_codes))
+        assert np.abs(np.concatenate(audio).astype(np.int32) - whole).max() <= 1

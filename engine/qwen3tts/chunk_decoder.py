@@ -1,0 +1,135 @@
+"""The codec side of the engine loop: the frames of every stream due a chunk, decoded in one captured call.
+
+One call per step decodes any mix of streams and widths: rows padded to a bucket (rows, width), frames gathered
+from the per-slot ring the decode step wrote, each stream continuing its own codec state (FusedCodecStream on CUDA,
+the plain CodecStream elsewhere), audio turned into PCM16 on the GPU and copied back once. A stream's first chunk
+resets its codec state inside the same call (the whole decode's zero padding), so the decode step never touches the
+codec's pool; an in-context clone's first chunk is warmed with its reference frames first.
+
+On CUDA the call runs on a stream of its own: `launch` returns at once, the next decode step (on the main stream)
+runs beside it on the GPU, and `collect` waits for it one loop iteration later. The two never touch the same
+memory: the step writes ring entries of frames the call does not read, and only the call reads or writes codec state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..graphs import GraphSet
+from ..request import Request
+from .step_buffers import HostCopy, PackedBuffer
+
+Bucket = tuple[int, int]  # (rows, frames per row)
+
+
+class ChunkDecoder:
+    def __init__(self, codec: Any, ring: torch.Tensor, buckets: Sequence[Bucket], device: torch.device,
+                 enforce_eager: bool = False, progress: bool = True) -> None:
+        self.codec = codec  # FusedCodecStream or CodecStream: .step, .pool, .warm, .samples_per_frame
+        self.ring = ring  # [slots, RING, Q] int64
+        self.buckets = sorted(set(buckets), key=lambda b: (b[0] * b[1], b))
+        self.device = device
+        self.progress = progress
+        self.graphs: GraphSet[Bucket] = GraphSet(device, enforce_eager)
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._io: dict[Bucket, tuple[PackedBuffer, HostCopy]] = {}
+        self._in_flight: tuple[Sequence[tuple[Request, int]], np.ndarray, torch.cuda.Event | None] | None = None
+
+    @property
+    def max_width(self) -> int:
+        return max(w for _, w in self.buckets)
+
+    def capture(self) -> None:
+        self.graphs.capture(self.buckets, self._make, size=lambda b: b[0] * b[1],
+                            desc="codec graphs (compile, tune, capture)", progress=self.progress)
+
+    def bucket_for(self, rows: int, width: int) -> Bucket | None:
+        """The cheapest bucket holding rows x width (None when none does)."""
+        return next((b for b in self.buckets if b[0] >= rows and b[1] >= width), None)
+
+    def _make(self, key: Bucket) -> Callable[[], torch.Tensor]:
+        rows, width = key
+        io = PackedBuffer({"slot": (rows,), "start": (rows,), "count": (rows,), "reset": (rows,)}, torch.int64,
+                          self.device)
+        spf = self.codec.samples_per_frame
+        self._io[key] = io, HostCopy((rows, width * spf), torch.int16, self.device)
+        d, ring, ring_len = io.dev, self.ring, self.ring.shape[1]
+        index = torch.arange(width, device=self.device)
+
+        @torch.inference_mode()
+        def decode() -> torch.Tensor:
+            self.codec.pool.data.index_fill_(0, d["reset"], 0)  # first chunks start from zeros
+            frame = d["start"][:, None] + index  # [B, W]
+            codes = ring[d["slot"][:, None], frame % ring_len]  # [B, W, Q]
+            # Padding frames may hold anything (an EOS sample, the sink's garbage): zeros never reach the output.
+            codes = torch.where((index < d["count"][:, None])[..., None], codes, 0)
+            audio = self.codec.step(d["slot"], codes, d["count"])
+            return (audio.clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
+
+        return decode
+
+    def launch(self, chunks: Sequence[tuple[Request, int]]) -> None:
+        """Start decoding each stream's next n frames (after its num_decoded); `collect` returns the audio."""
+        assert self._in_flight is None, "collect the last call first"
+        key = self.bucket_for(len(chunks), max(n for _, n in chunks))
+        if key is None:
+            raise ValueError(f"no codec bucket holds {len(chunks)} rows x {max(n for _, n in chunks)} frames")
+        io, pcm_host = self._io[key]
+        io.clear()
+        h, num = io.host, len(chunks)
+        h["slot"][:num] = [r.slot for r, _ in chunks]
+        h["start"][:num] = [r.num_decoded for r, _ in chunks]
+        h["count"][:num] = [n for _, n in chunks]
+        clones = []
+        for i, (r, _) in enumerate(chunks):
+            if r.num_decoded == 0:
+                if r.prompt.ref_codes is None:
+                    h["reset"][i] = r.slot
+                else:
+                    clones.append(r)
+        with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
+            if self.stream is not None:  # the step that wrote these frames is done: the host read its codes
+                self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            for r in clones:
+                self._warm(r)
+            io.upload()
+            pcm = self.graphs(key)
+            pcm_host.tensor[:num].copy_(pcm[:num], non_blocking=True)
+            event = None
+            if self.stream is not None:
+                event = torch.cuda.Event()
+                event.record(self.stream)
+        self._in_flight = (chunks, pcm_host.array[:num], event)
+
+    def collect(self) -> list[tuple[Request, np.ndarray]]:
+        """The audio of the call `launch` started (waits for it): (request, PCM16 of its n frames) in order."""
+        if self._in_flight is None:
+            return []
+        chunks, pcm, event = self._in_flight
+        self._in_flight = None
+        if event is not None:
+            event.synchronize()
+        spf = self.codec.samples_per_frame
+        return [(r, pcm[i, : n * spf].copy()) for i, (r, n) in enumerate(chunks)]
+
+    @property
+    def in_flight(self) -> Sequence[tuple[Request, int]]:
+        return self._in_flight[0] if self._in_flight is not None else ()
+
+    def decode(self, chunks: Sequence[tuple[Request, int]]) -> list[np.ndarray]:
+        """launch + collect: the PCM16 of each chunk, in order (tests, benchmarks)."""
+        self.launch(chunks)
+        return [pcm for _, pcm in self.collect()]
+
+    def _warm(self, request: Request) -> None:
+        """In-context cloning: a fresh state, then the reference frames through it (their audio unused)."""
+        ref = request.prompt.ref_codes
+        slots = torch.tensor([request.slot], device=self.device)
+        self.codec.pool.reset([request.slot])
+        self.codec.warm(slots, ref[None].to(self.device), torch.tensor([ref.shape[0]], device=self.device))
+

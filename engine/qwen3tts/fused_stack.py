@@ -1,0 +1,96 @@
+"""A decoder stack (the Talker's or the code predictor's) run token-major with fused weights and fused ops, for the
+batched step: about 10 launches a layer instead of ~45 (a captured step is launch-bound: each tiny kernel costs a
+few microseconds of the GPU's time, whatever its work).
+
+Per layer: [add +] RMSNorm (one kernel, kernels/add_rms_norm.py), q|k|v as one matmul, q/k-norm + RoPE + the
+key/value write into the layer's KV store (kernels/qk_norm_rope.py), attention over each token's own positions
+(kernels/slot_attention.py), o_proj, gate|up as one matmul, SiLU * up, down_proj. The modules' own weights become
+views of the fused matrices, so nothing is stored twice and the eager path (layers.py, the reference every piece
+is tested against) keeps working on the same tensors. `DecoderOps` picks the Triton kernels (CUDA) or their
+plain-PyTorch references (CPU, tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .layers import DecoderStack
+
+
+@dataclass(frozen=True)
+class DecoderOps:
+    add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    qk_norm_rope: Callable[..., torch.Tensor]
+    attend: Callable[..., torch.Tensor]
+
+    @classmethod
+    def for_device(cls, device: torch.device, kernels: str = "auto") -> DecoderOps:
+        """kernels: triton | torch | auto (Triton on CUDA, the references elsewhere)."""
+        use_triton = kernels == "triton" or (kernels == "auto" and device.type == "cuda")
+        if use_triton:
+            from ...kernels.add_rms_norm import add_rms_norm
+            from ...kernels.qk_norm_rope import qk_norm_rope
+            from ...kernels.slot_attention import slot_attention
+
+            return cls(add_rms_norm, qk_norm_rope, slot_attention)
+        from ...kernels.add_rms_norm import add_rms_norm_ref
+        from ...kernels.qk_norm_rope import qk_norm_rope_ref
+        from ...kernels.slot_attention import slot_attention_ref
+
+        return cls(add_rms_norm_ref, qk_norm_rope_ref, slot_attention_ref)
+
+
+def _share(linear: nn.Linear, view: torch.Tensor) -> None:
+    linear.weight = nn.Parameter(view, requires_grad=False)
+
+
+class FusedStack:
+    """Fused weights of `stack` (its modules rewired to views of them) and the token-major forward."""
+
+    def __init__(self, stack: DecoderStack, ops: DecoderOps) -> None:
+        cfg = stack.cfg
+        self.ops = ops
+        self.eps = cfg.rms_norm_eps
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.intermediate = cfg.intermediate_size
+        self.layers = []
+        with torch.no_grad():
+            for layer in stack.layers:
+                a, m = layer.self_attn, layer.mlp
+                qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).contiguous()
+                nq, nk = a.q_proj.weight.shape[0], a.k_proj.weight.shape[0]
+                _share(a.q_proj, qkv[:nq])
+                _share(a.k_proj, qkv[nq: nq + nk])
+                _share(a.v_proj, qkv[nq + nk:])
+                gate_up = torch.cat([m.gate_proj.weight, m.up_proj.weight]).contiguous()
+                _share(m.gate_proj, gate_up[: self.intermediate])
+                _share(m.up_proj, gate_up[self.intermediate:])
+                assert a.q_norm is not None and a.k_norm is not None
+                self.layers.append((layer.input_layernorm.weight, qkv, a.q_norm.weight, a.k_norm.weight,
+                                    a.o_proj.weight, layer.post_attention_layernorm.weight, gate_up,
+                                    m.down_proj.weight))
+        self.final_norm = stack.norm.weight
+
+    def forward(self, x: torch.Tensor, k_store: list[torch.Tensor], v_store: list[torch.Tensor], slots: torch.Tensor,
+                positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x [N, H] tokens at (slots[i], positions[i]) of the per-layer stores [S, Hkv, P, D]; cos/sin [P', D]
+        tables indexed by position -> the stack's post-norm output [N, H]. Each token's key and value are written
+        before it attends to positions 0..positions[i] of its slot."""
+        ops, n = self.ops, x.shape[0]
+        lengths = positions + 1
+        x, h = ops.add_rms_norm(x.contiguous(), None, self.layers[0][0], self.eps)
+        for i, (_, qkv_w, qn, kn, o_w, post_w, gate_up_w, down_w) in enumerate(self.layers):
+            q = ops.qk_norm_rope(F.linear(h, qkv_w), qn, kn, cos, sin, positions, k_store[i], v_store[i], slots,
+                                 self.heads, self.kv_heads, self.eps)
+            o = ops.attend(q, k_store[i], v_store[i], slots, lengths)
+            x, h = ops.add_rms_norm(x, F.linear(o.view(n, -1), o_w), post_w, self.eps)
+            gate, up = F.linear(h, gate_up_w).split(self.intermediate, dim=-1)
+            down = F.linear(F.silu(gate) * up, down_w)
+            nxt = self.layers[i + 1][0] if i + 1 < len(self.layers) else self.final_norm
+            x, h = ops.add_rms_norm(x, down, nxt, self.eps)
+        return h

@@ -1,0 +1,66 @@
+"""The residual add and the next RMSNorm of a decoder layer in one pass: x + delta is stored (it is the residual
+stream) and normalized (it feeds the next projection). Without delta, a plain RMSNorm.
+
+Roundings are layers.RMSNorm's and PyTorch's: the sum is rounded to the storage dtype (a bf16 add is an fp32 add
+rounded), the norm reads that rounded sum, reduces in fp32, rounds the normalized value, then multiplies by the
+weight and rounds again. In a decode step this replaces ~8 small kernels (add, cast, pow, mean, add, rsqrt, mul,
+cast, mul) with one; nothing syncs with the host, so it can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(a, b):
+    return a + b
+
+
+@triton.jit
+def _add_rms_norm_kernel(x_ptr, d_ptr, w_ptr, sum_ptr, out_ptr, channels, eps, HAS_DELTA: tl.constexpr,
+                         BLOCK_C: tl.constexpr):
+    # x, delta, sum, out: [M, channels] contiguous; w: [channels]. grid: M, one row per program.
+    row = tl.program_id(0).to(tl.int64)
+    c = tl.arange(0, BLOCK_C)
+    cm = c < channels
+    dtype = out_ptr.dtype.element_ty
+    x = tl.load(x_ptr + row * channels + c, mask=cm, other=0.0).to(tl.float32)
+    if HAS_DELTA:
+        x = (x + tl.load(d_ptr + row * channels + c, mask=cm, other=0.0).to(tl.float32)).to(dtype)
+        tl.store(sum_ptr + row * channels + c, x, mask=cm)
+        x = x.to(tl.float32)
+    r = tl.rsqrt(tl.reduce(x * x, 0, _add) / channels + eps)
+    xn = (x * r).to(dtype).to(tl.float32)
+    w = tl.load(w_ptr + c, mask=cm, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * channels + c, (w * xn).to(dtype), mask=cm)
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """x, delta [M, C] contiguous (delta None: no add), weight [C], all one dtype -> (x + delta, RMSNorm of it)."""
+    assert x.dim() == 2 and x.is_contiguous(), (x.shape, x.stride())
+    rows, channels = x.shape
+    assert weight.shape == (channels,) and weight.dtype == x.dtype, (weight.shape, weight.dtype, x.dtype)
+    total = x
+    if delta is not None:
+        assert delta.shape == x.shape and delta.dtype == x.dtype and delta.is_contiguous(), (delta.shape, x.shape)
+        total = torch.empty_like(x)
+    out = torch.empty_like(x)
+    if rows == 0:
+        return total, out
+    block = triton.next_power_of_2(channels)
+    _add_rms_norm_kernel[(rows,)](x, delta if delta is not None else x, weight, total, out, channels, eps,
+                                  HAS_DELTA=delta is not None, BLOCK_C=block, num_warps=max(1, min(8, block // 256)))
+    return total, out
+
+
+def add_rms_norm_ref(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float,
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same in plain PyTorch, layers.RMSNorm's arithmetic."""
+    total = x if delta is None else x + delta
+    xf = total.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return total, weight * (xf if total.dtype == torch.float32 else xf.to(total.dtype))

@@ -1,0 +1,111 @@
+"""Qwen3 attention's inputs in one launch: per token, RMSNorm of every query and key head over head_dim (q/k-norm),
+rotate-half RoPE at the token's position, and the key and value written into a KV store at (slot, position).
+
+qkv is one fused projection's output, [N, (Hq + 2 Hkv) * D]: q heads, then k heads, then v heads. The store is any
+[slots, Hkv, positions, D] view (the Talker's slot pool, or a step's small depth-loop cache). Roundings follow
+layers.py: the normalized value rounded, times the weight rounded, then x*cos and rotate(x)*sin each rounded and
+their sum rounded (in bf16 the three RoPE products round separately, as PyTorch's eager ops do). In place of ~30
+small kernels per layer (two norms, two RoPEs, two cache writes); capturable in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(a, b):
+    return a + b
+
+
+@triton.jit
+def _qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slots_ptr, q_ptr, k_ptr, v_ptr,
+                         k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, eps,
+                         HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr):
+    # qkv [N, (HQ + 2 HKV) * D] contiguous; q out [N, HQ, D] contiguous; cos/sin [P, D] contiguous; k/v store
+    # [slots, HKV, P, D] with strides (s0, s1, s2, 1). grid: (N, HQ + HKV): one head of one token per program.
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    dtype = q_ptr.dtype.element_ty
+    d = tl.arange(0, D)
+    partner = tl.where(d < D // 2, d + D // 2, d - D // 2)  # rotate_half reads the other half
+    sign = tl.where(d < D // 2, -1.0, 1.0)
+    pos = tl.load(pos_ptr + t)
+    row = qkv_ptr + t * ((HQ + 2 * HKV) * D) + h * D
+    x = tl.load(row + d).to(tl.float32)
+    xp = tl.load(row + partner).to(tl.float32)
+    is_q = h < HQ
+    w_ptr = tl.where(is_q, qw_ptr, kw_ptr)
+    r = tl.rsqrt(tl.reduce(x * x, 0, _add) / D + eps)
+    xn = ((x * r).to(dtype).to(tl.float32) * tl.load(w_ptr + d).to(tl.float32)).to(dtype).to(tl.float32)
+    xpn = ((xp * r).to(dtype).to(tl.float32) * tl.load(w_ptr + partner).to(tl.float32)).to(dtype).to(tl.float32)
+    cos = tl.load(cos_ptr + pos * D + d).to(tl.float32)
+    sin = tl.load(sin_ptr + pos * D + d).to(tl.float32)
+    y = ((xn * cos).to(dtype).to(tl.float32) + (sign * xpn * sin).to(dtype).to(tl.float32)).to(dtype)
+    if is_q:
+        tl.store(q_ptr + (t * HQ + h) * D + d, y)
+    else:
+        j = (h - HQ).to(tl.int64)
+        slot = tl.load(slots_ptr + t).to(tl.int64)
+        tl.store(k_ptr + slot * k_s0 + j * k_s1 + pos * k_s2 + d, y)
+        v = tl.load(qkv_ptr + t * ((HQ + 2 * HKV) * D) + (HQ + HKV + j) * D + d)
+        tl.store(v_ptr + slot * v_s0 + j * v_s1 + pos * v_s2 + d, v)
+
+
+def _check(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+           positions: torch.Tensor, k_store: torch.Tensor, v_store: torch.Tensor, slots: torch.Tensor, heads: int,
+           kv_heads: int) -> None:
+    n, width = qkv.shape
+    d = q_weight.shape[0]
+    assert width == (heads + 2 * kv_heads) * d and qkv.is_contiguous(), (qkv.shape, heads, kv_heads, d)
+    assert k_weight.shape == (d,) and cos.shape == sin.shape and cos.shape[1] == d, (k_weight.shape, cos.shape)
+    assert k_store.shape == v_store.shape and k_store.shape[1] == kv_heads and k_store.shape[3] == d, k_store.shape
+    assert k_store.stride(3) == 1 and v_store.stride(3) == 1 and cos.is_contiguous() and sin.is_contiguous()
+    assert positions.shape == slots.shape == (n,) and positions.dtype == slots.dtype == torch.int64
+    assert qkv.dtype == q_weight.dtype == k_weight.dtype == cos.dtype == k_store.dtype, (qkv.dtype, k_store.dtype)
+
+
+def qk_norm_rope(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, cos: torch.Tensor,
+                 sin: torch.Tensor, positions: torch.Tensor, k_store: torch.Tensor, v_store: torch.Tensor,
+                 slots: torch.Tensor, heads: int, kv_heads: int, eps: float) -> torch.Tensor:
+    """qkv [N, (heads + 2 kv_heads) * D], q_weight/k_weight [D], cos/sin [P, D] tables, positions/slots [N]
+    int64; writes keys and values into k_store/v_store [S, kv_heads, P, D] at (slots[i], :, positions[i]) and
+    returns the queries [N, heads, D], normalized and rotated."""
+    _check(qkv, q_weight, k_weight, cos, sin, positions, k_store, v_store, slots, heads, kv_heads)
+    n, d = qkv.shape[0], q_weight.shape[0]
+    assert d & (d - 1) == 0 and d >= 2, d
+    q = torch.empty((n, heads, d), dtype=qkv.dtype, device=qkv.device)
+    if n == 0:
+        return q
+    _qk_norm_rope_kernel[(n, heads + kv_heads)](
+        qkv, q_weight, k_weight, cos, sin, positions, slots, q, k_store, v_store,
+        k_store.stride(0), k_store.stride(1), k_store.stride(2), v_store.stride(0), v_store.stride(1),
+        v_store.stride(2), eps, HQ=heads, HKV=kv_heads, D=d, num_warps=1 if d <= 64 else 2)
+    return q
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * (xf if x.dtype == torch.float32 else xf.to(x.dtype))
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def qk_norm_rope_ref(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, cos: torch.Tensor,
+                     sin: torch.Tensor, positions: torch.Tensor, k_store: torch.Tensor, v_store: torch.Tensor,
+                     slots: torch.Tensor, heads: int, kv_heads: int, eps: float) -> torch.Tensor:
+    """The same in plain PyTorch: layers.Attention's q/k-norm and apply_rope, then the two store writes."""
+    _check(qkv, q_weight, k_weight, cos, sin, positions, k_store, v_store, slots, heads, kv_heads)
+    n, d = qkv.shape[0], q_weight.shape[0]
+    q, k, v = qkv.view(n, heads + 2 * kv_heads, d).split((heads, kv_heads, kv_heads), dim=1)
+    c, s = cos[positions][:, None], sin[positions][:, None]
+    q = _rope(_rms(q, q_weight, eps), c, s)
+    k_store[slots, :, positions] = _rope(_rms(k, k_weight, eps), c, s)
+    v_store[slots, :, positions] = v
+    return q

@@ -1,0 +1,195 @@
+"""The engine core without a model: scheduling (admission, rows by deadline, chunked prefill, chunks due), the
+codec call's make-up (only what a bucket holds, the rest waits), and finishing only after the last audio."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from voxgate.engine.core import EngineCore
+from voxgate.engine.request import FRAME_S, Request, Status
+from voxgate.engine.scheduler import Scheduler, SchedulerConfig, StepPlan
+
+
+class Pool:
+    """SlotPool's bookkeeping only."""
+
+    def __init__(self, n: int) -> None:
+        self.available = list(range(1, n + 1))
+
+    def can_allocate(self, n: int = 1) -> bool:
+        return len(self.available) >= n
+
+    def allocate(self) -> int:
+        return self.available.pop(0)
+
+    def free(self, slot: int) -> None:
+        self.available.append(slot)
+
+
+class Chunks:
+    """A codec that holds buckets (rows, width) and returns silence of the right length, one call in flight."""
+
+    def __init__(self, buckets: Sequence[tuple[int, int]]) -> None:
+        self.buckets = list(buckets)
+        self.max_width = max(w for _, w in buckets)
+        self.calls: list[list[tuple[int, int]]] = []
+        self.in_flight: Sequence[tuple[Request, int]] = ()
+
+    def bucket_for(self, rows: int, width: int) -> tuple[int, int] | None:
+        return next((b for b in self.buckets if b[0] >= rows and b[1] >= width), None)
+
+    def launch(self, chunks: Sequence[tuple[Request, int]]) -> None:
+        assert not self.in_flight and self.bucket_for(len(chunks), max(n for _, n in chunks)) is not None
+        self.calls.append([(r.request_id, n) for r, n in chunks])
+        self.in_flight = list(chunks)
+
+    def collect(self) -> list[tuple[Request, np.ndarray]]:
+        out = [(r, np.zeros(n * 1920, np.int16)) for r, n in self.in_flight]
+        self.in_flight = ()
+        return out
+
+
+class FakeRunner:
+    """Every decode row makes a frame; rows listed in `eos_at` (request_id -> frame) sample EOS there."""
+
+    def __init__(self, buckets: Sequence[tuple[int, int]] = ((16, 1), (4, 4), (2, 16))) -> None:
+        self.chunks = Chunks(buckets)
+        self.last_fill_s, self.last_bucket = 0.0, "x"
+        self.eos_at: dict[int, int] = {}
+        self.plans: list[StepPlan] = []
+
+    def launch(self, plan: StepPlan) -> None:
+        self.plans.append(plan)
+
+    def finish_step(self) -> np.ndarray:
+        plan = self.plans[-1]
+        return np.array([self.eos_at.get(r.request_id) == r.num_frames for r in plan.decodes], dtype=bool)
+
+
+def _request(tokens: int = 10, budget: int = 8, schedule: tuple[int, ...] = (1, 2, 4)) -> Request:
+    return Request(prompt=None, num_prompt_tokens=tokens, frame_budget=budget, chunk_schedule=schedule)
+
+
+def _run(core: EngineCore, limit: int = 500) -> list:
+    outs = []
+    for _ in range(limit):
+        if not core.has_work:
+            break
+        outs.append(core.step())
+    assert not core.has_work
+    return outs
+
+
+def test_every_frame_reaches_the_listener_and_streams_finish_after_their_last_chunk() -> None:
+    runner = FakeRunner()
+    core = EngineCore(runner, Pool(8), SchedulerConfig(max_rows=16, max_prefill_tokens=32, urgent_s=0))
+    requests = [_request(budget=5 + i, schedule=((1, 2, 4), (16,), (3,))[i % 3]) for i in range(6)]
+    runner.eos_at[requests[1].request_id] = 3  # stops early on EOS: 3 frames
+    for r in requests:
+        core.add(r)
+    audio: dict[int, int] = {}
+    finished: set[int] = set()
+    for out in _run(core):
+        for r, pcm in out.chunks:  # a step hands over its chunks before its ends: never audio after an end
+            assert r.request_id not in finished
+            audio[r.request_id] = audio.get(r.request_id, 0) + len(pcm) // 1920
+        for r in out.finished:
+            assert r.status is Status.FINISHED and r.pending_frames == 0
+            finished.add(r.request_id)
+    for r in requests:
+        assert audio[r.request_id] == r.num_frames == (3 if r is requests[1] else r.frame_budget)
+        assert r.finish_reason == ("eos" if r is requests[1] else "budget")
+
+
+def test_a_codec_call_takes_only_what_a_bucket_holds() -> None:
+    """Many streams due wide chunks at once (closed loop at high concurrency): never a call no bucket holds; the
+    rest waits and still gets every frame."""
+    runner = FakeRunner(buckets=((16, 1), (4, 4), (2, 16)))
+    core = EngineCore(runner, Pool(40), SchedulerConfig(max_rows=40, max_prefill_tokens=400, max_prefills=40,
+                                                        urgent_s=0))
+    requests = [_request(budget=40, schedule=(16,)) for _ in range(20)]
+    for r in requests:
+        core.add(r)
+    _run(core)
+    for call in runner.chunks.calls:
+        assert runner.chunks.bucket_for(len(call), max(n for _, n in call)) is not None
+    assert all(r.num_decoded == 40 for r in requests)
+
+
+def test_rows_go_to_the_streams_closest_to_a_stall() -> None:
+    clock = [100.0]
+    scheduler = Scheduler(SchedulerConfig(max_rows=2), Pool(8), clock=lambda: clock[0])
+    requests = [_request(tokens=4) for _ in range(4)]
+    for r in requests:
+        scheduler.add(r)
+    scheduler.schedule()  # admits all four (prefill)
+    for r in requests:
+        r.num_prefilled = r.num_prompt_tokens
+        r.first_audio_at, r.num_decoded = 90.0, 0
+    ahead = [5.0, 0.1, 3.0, 0.5]  # seconds each listener has left
+    for r, s in zip(requests, ahead, strict=True):
+        r.report_playback(s, now=clock[0])
+    assert scheduler.schedule().decodes == [requests[1], requests[3]]
+    scheduler.config.deadline_order = False  # round robin: everyone in turn
+    seen = {id(r) for _ in range(2) for r in scheduler.schedule().decodes}
+    assert len(seen) == 4
+
+
+def test_admission_waits_for_slots_and_long_prompts_are_split() -> None:
+    scheduler = Scheduler(SchedulerConfig(max_rows=8, max_prefill_tokens=16, max_prefills=4), Pool(2))
+    long, a, b = _request(tokens=40), _request(tokens=5), _request(tokens=5)
+    for r in (long, a, b):
+        scheduler.add(r)
+    plan = scheduler.schedule()
+    assert [(p.request, p.start, p.count) for p in plan.prefills] == [(long, 0, 16)]  # the token budget is spent
+    long.num_prefilled += 16
+    plan = scheduler.schedule()
+    assert [(p.request, p.start, p.count) for p in plan.prefills] == [(long, 16, 16)]
+    long.num_prefilled += 16
+    plan = scheduler.schedule()
+    assert [(p.request, p.count) for p in plan.prefills] == [(long, 8), (a, 5)]  # two slots: b waits
+    assert list(scheduler.waiting) == [b] and plan.prefills[0].completes
+
+
+def test_urgent_listeners_get_short_chunks_and_the_hint_counts_audio_decoded_since() -> None:
+    clock = [10.0]
+    scheduler = Scheduler(SchedulerConfig(urgent_s=0.15), Pool(4), clock=lambda: clock[0])
+    r = _request(tokens=2, schedule=(8,))
+    scheduler.add(r)
+    scheduler.schedule()
+    r.num_prefilled, r.num_frames = 2, 3
+    assert scheduler.due_chunks() == []  # 3 of 8 frames, not yet playing: wait for the chunk
+    r.first_audio_at, r.num_decoded, r.num_frames = 9.0, 8, 11
+    r.report_playback(0.1, now=clock[0])  # 100 ms left: a short chunk now beats a pause
+    assert scheduler.due_chunks() == [(r, 3)]
+    r.num_decoded += 3  # those frames reach the listener: the hint's deadline moves by their length
+    assert abs(r.deadline() - (clock[0] + 0.1 + 3 * FRAME_S)) < 1e-9
+
+
+def test_abort_frees_the_slot_and_drops_audio_in_flight() -> None:
+    runner = FakeRunner()
+    pool = Pool(2)
+    core = EngineCore(runner, pool, SchedulerConfig(urgent_s=0))
+    r = _request(budget=50, schedule=(1,))
+    core.add(r)
+    for _ in range(4):
+        core.step()
+    assert runner.chunks.in_flight
+    core.abort(r)
+    assert r.status is Status.ABORTED and pool.available == [2, 1]
+    out = core.step()
+    assert out.chunks == [] and not core.has_work
+
+
+def test_a_stream_far_ahead_of_its_listener_waits() -> None:
+    clock = [50.0]
+    scheduler = Scheduler(SchedulerConfig(max_ahead_s=30.0), Pool(4), clock=lambda: clock[0])
+    r = _request(tokens=2)
+    scheduler.add(r)
+    scheduler.schedule()
+    r.num_prefilled = 2
+    r.report_playback(31.0, now=clock[0])  # a reader that stopped: its audio piles up unplayed
+    assert scheduler.schedule().decodes == []
+    clock[0] += 2.0  # the listener caught up by two seconds
+    assert scheduler.schedule().decodes == [r]
