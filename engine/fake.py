@@ -1,14 +1,18 @@
 """A synthetic engine for tests and harness checks: deterministic tones at a set speed, no speech model.
 
 It stands in where a real part cannot exist (no GPU in CI): audio length follows the benchmark length rule
-(0.37 s per word), every request's samples are a pure function of its text, and a shared "device" serializes
-chunk production so that total throughput is capped at `device_rtf` audio-seconds per second, like a GPU.
+(0.37 s per word), every request's samples are a pure function of its text, and a "device" paces chunk
+production: shared by all streams (total throughput capped at `device_rtf` audio-seconds per second, like a GPU),
+or one per stream (each stream at `device_rtf` x real time: a gateway-only benchmark, where the gateway is the limit).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import itertools
+import math
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -16,20 +20,70 @@ import numpy as np
 from .base import SAMPLE_RATE, AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
 
 SECONDS_PER_WORD = 0.37  # the synthetic-weight length rule of shared/workloads/README.md
+# Every tone (180 + 1.5 k Hz) and the 3 Hz envelope repeat after 2 s, so one period per tone is computed once and
+# a chunk is a slice of it: the engine costs the gateway next to nothing even at thousands of audio-s/s.
+PERIOD_SAMPLES = 2 * SAMPLE_RATE
+
+
+_T = np.arange(PERIOD_SAMPLES, dtype=np.float64) / SAMPLE_RATE
+_ENVELOPE = 8000.0 * (0.5 + 0.3 * np.sin(2 * np.pi * 3.0 * _T))  # a syllable-rate wobble: silence detection works
+
+
+@functools.lru_cache(maxsize=256)
+def _tone_period(k: int) -> np.ndarray:
+    freq = 180.0 + k * 1.5  # 180..562 Hz
+    period = np.round(_ENVELOPE * np.sin((2 * np.pi * freq) * _T)).astype(np.int16)
+    period.flags.writeable = False
+    return period
+
+
+def _tone_index(text: str, voice: str) -> int:
+    return hashlib.sha256(f"{voice}\0{text}".encode()).digest()[0]
+
+
+def _slice(period: np.ndarray, num_samples: int, offset: int) -> np.ndarray:
+    start = offset % PERIOD_SAMPLES
+    if start + num_samples <= PERIOD_SAMPLES:
+        return period[start : start + num_samples].copy()
+    whole, rest = divmod(start + num_samples - PERIOD_SAMPLES, PERIOD_SAMPLES)
+    return np.concatenate([period[start:], *([period] * whole), period[:rest]])
 
 
 def fake_audio(text: str, voice: str, num_samples: int, offset: int = 0) -> np.ndarray:
     """Samples [offset, offset + num_samples) of the request's signal: a voice- and text-seeded tone, int16."""
-    digest = hashlib.sha256(f"{voice}\0{text}".encode()).digest()
-    freq = 180.0 + digest[0] * 1.5  # 180..562 Hz
-    t = (np.arange(offset, offset + num_samples, dtype=np.float64)) / SAMPLE_RATE
-    envelope = 0.5 + 0.3 * np.sin(2 * np.pi * 3.0 * t)  # a syllable-rate wobble so silence detection is testable
-    return np.round(8000.0 * envelope * np.sin(2 * np.pi * freq * t)).astype(np.int16)
+    return _slice(_tone_period(_tone_index(text, voice)), num_samples, offset)
+
+
+def fake_audio_ref(text: str, voice: str, num_samples: int, offset: int = 0) -> np.ndarray:
+    """The signal computed directly (the reference `fake_audio`'s period table is checked against)."""
+    freq = 180.0 + _tone_index(text, voice) * 1.5
+    out = np.empty(num_samples, np.int16)
+    for i in range(num_samples):  # one sample at a time, as the formula reads
+        t = ((offset + i) % PERIOD_SAMPLES) / SAMPLE_RATE
+        envelope = 8000.0 * (0.5 + 0.3 * math.sin(2 * math.pi * 3.0 * t))
+        out[i] = round(envelope * math.sin(2 * math.pi * freq * t))
+    return out
 
 
 def fake_duration_samples(text: str) -> int:
     words = max(1, len(text.split()))
     return round(words * SECONDS_PER_WORD * SAMPLE_RATE)
+
+
+class _Device:
+    """A virtual device clock: each chunk reserves its compute time after the work already reserved, and the
+    stream sleeps until its reservation ends (no lock hand-offs through the event loop). A wait under a
+    millisecond (finer than the loop's timers) only yields; the debt is slept off once it adds up."""
+
+    def __init__(self, rtf: float) -> None:
+        self.rtf = rtf
+        self.free_at = 0.0
+
+    async def run(self, samples: int) -> None:
+        now = asyncio.get_running_loop().time()
+        self.free_at = max(now, self.free_at) + samples / SAMPLE_RATE / self.rtf
+        wait = self.free_at - now
+        await asyncio.sleep(wait if wait >= 0.001 else 0)
 
 
 class FakeStream(AudioStream):
@@ -47,40 +101,51 @@ class FakeStream(AudioStream):
         total = fake_duration_samples(self.request.text)
         if self.request.max_audio_ms is not None:
             total = min(total, self.request.max_audio_ms * SAMPLE_RATE // 1000)
-        chunk = engine.chunk_ms * SAMPLE_RATE // 1000
+        schedule = [ms * SAMPLE_RATE // 1000 for ms in engine.chunk_schedule_ms]
+        period = _tone_period(_tone_index(self.request.text, self._voice))
+        device = engine.device if engine.device is not None else _Device(engine.device_rtf)
         engine._waiting += 1
         try:
             await asyncio.sleep(engine.first_chunk_ms / 1000)
         finally:
             engine._waiting -= 1
         produced = 0
-        while produced < total and not self._cancelled:
-            n = min(chunk, total - produced)
-            async with engine._device:  # one chunk at a time across all streams: throughput is shared
-                await asyncio.sleep(n / SAMPLE_RATE / engine.device_rtf)
+        for index in itertools.count():
+            if produced >= total or self._cancelled:
+                break
+            n = min(schedule[min(index, len(schedule) - 1)], total - produced)
+            await device.run(n)
             if self._cancelled:
                 break
-            yield fake_audio(self.request.text, self._voice, n, produced)
+            yield _slice(period, n, produced)
             produced += n
 
 
 class FakeEngine(Engine):
-    """Options: `device_rtf` (total audio-s per wall-s), `chunk_ms`, `first_chunk_ms`."""
+    """Options: `device_rtf` (audio-s per wall-s), `shared_device` (true: `device_rtf` is the total of all streams;
+    false: of each stream), `chunk_ms` (one chunk length, or a schedule "320,640,1280" whose last entry repeats,
+    like qwen3tts's 4, 8, 16 codec frames), `first_chunk_ms`."""
 
     name = "fake"
     supports_instruct = False
 
-    def __init__(self, device_rtf: float = 50.0, chunk_ms: int = 320, first_chunk_ms: float = 5.0) -> None:
-        if device_rtf <= 0 or chunk_ms <= 0 or first_chunk_ms < 0:
+    def __init__(self, device_rtf: float = 50.0, chunk_ms: int | str = 320, first_chunk_ms: float = 5.0,
+                 shared_device: bool = True) -> None:
+        schedule = [int(x) for x in str(chunk_ms).split(",") if x.strip()]
+        if device_rtf <= 0 or not schedule or min(schedule) <= 0 or first_chunk_ms < 0:
             raise ValueError("device_rtf and chunk_ms must be positive, first_chunk_ms non-negative")
         self.device_rtf = float(device_rtf)
-        self.chunk_ms = int(chunk_ms)
+        self.chunk_schedule_ms = schedule
+        self.chunk_ms = schedule[0]
         self.first_chunk_ms = float(first_chunk_ms)
-        self._device = asyncio.Lock()
+        self.shared_device = bool(shared_device)
+        self.device = _Device(self.device_rtf) if self.shared_device else None
         self._ready = False
         self._waiting = 0
 
     async def start(self) -> None:
+        for k in range(256):  # every tone's period, once per process (~1 s, 25 MB), so none is made mid-stream
+            _tone_period(k)
         self._ready = True
 
     async def stop(self) -> None:
@@ -93,6 +158,10 @@ class FakeEngine(Engine):
     @property
     def queue_depth(self) -> int:
         return self._waiting
+
+    def info(self) -> dict[str, object]:
+        return {"name": self.name, "device_rtf": self.device_rtf, "shared_device": self.shared_device,
+                "chunk_ms": self.chunk_schedule_ms}
 
     def voices(self) -> list[VoiceInfo]:
         return [VoiceInfo("tone-a", "Tone A", ("en",)), VoiceInfo("tone-b", "Tone B", ("en",))]

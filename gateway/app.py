@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -15,9 +16,11 @@ from starlette.staticfiles import StaticFiles
 from voxgate.engine.base import Engine
 
 from . import http_api
+from .audio import configure_opus_pool
 from .config import GatewayConfig
 from .gctune import GcTuning
 from .guard import BrowserGuard
+from .looplag import watch_loop_lag
 from .state import GatewayState
 from .ws import tts_websocket
 
@@ -48,9 +51,12 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
         gc_tuning = GcTuning(config.gc_gen0_threshold, config.gc_freeze,
                              lambda gen, s: state.metrics.gc_pause.labels(str(gen)).observe(s))
         gc_tuning.apply()
+        configure_opus_pool(config.opus_threads)
+        lag_watch = asyncio.get_running_loop().create_task(watch_loop_lag(state.metrics.loop_lag.observe))
         try:
             yield
         finally:
+            lag_watch.cancel()
             gc_tuning.undo()
             await engine.stop()
 

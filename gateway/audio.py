@@ -4,18 +4,26 @@ One `FrameEncoder` per context. `push()` returns the full frames it can make; `c
 context's end) returns the rest, so that everything pushed so far is playable when the last frame arrives:
 PCM and mu-law end on a short frame, Opus pads with silence to the packet boundary and, where the encoder's
 lookahead still holds audio, adds one silent packet to push it out.
+
+Long frames (`asap` sessions with `frame_ms` over 60): nothing is held back for a frame to fill; each push becomes
+frames of what the engine made, up to `frame_ms` each (Opus: several 20 ms packets per frame, FLAG_PACKETS).
+Opus encoding runs in a thread pool when one is configured (`configure_opus_pool`): libopus is called through
+ctypes, which releases the GIL, so packets are encoded on other cores while the event loop keeps sending.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
 import struct
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import soxr
 
-from .protocol import CODECS, FRAME_MS, PCM_RATES, ProtocolError
+from .protocol import ASAP_FRAME_MS_MAX, CODECS, FLAG_PACKETS, FRAME_MS, OPUS_PACKET_MS, PCM_RATES, ProtocolError
 
 ENGINE_RATE = 24_000
 OPUS_DECODE_RATE = 48_000
@@ -32,15 +40,17 @@ class AudioFormat:
     bitrate: int = DEFAULT_OPUS_BITRATE  # Opus only
 
     @classmethod
-    def negotiate(cls, requested: dict) -> AudioFormat:
+    def negotiate(cls, requested: dict, pacing_mode: str = "client_clock") -> AudioFormat:
         codec = requested.get("codec", "pcm_s16le")
         if codec not in CODECS:
             raise ProtocolError("unsupported", f"audio.codec must be one of {sorted(CODECS)}")
         if requested.get("channels", 1) != 1:
             raise ProtocolError("unsupported", "only mono audio (channels = 1) is offered")
         frame_ms = requested.get("frame_ms", 20)
-        if frame_ms not in FRAME_MS:
-            raise ProtocolError("unsupported", f"audio.frame_ms must be one of {list(FRAME_MS)}")
+        long_ok = pacing_mode == "asap" and 60 < frame_ms <= ASAP_FRAME_MS_MAX and frame_ms % OPUS_PACKET_MS == 0
+        if frame_ms not in FRAME_MS and not long_ok:
+            raise ProtocolError("unsupported", f"audio.frame_ms must be one of {list(FRAME_MS)} (asap: also a "
+                                f"multiple of {OPUS_PACKET_MS} up to {ASAP_FRAME_MS_MAX})")
         fixed = {"opus": OPUS_DECODE_RATE, "mulaw": 8000}.get(codec)
         rate = requested.get("sample_rate", fixed or ENGINE_RATE)
         if fixed is not None and rate != fixed:
@@ -51,6 +61,15 @@ class AudioFormat:
         if not 6_000 <= bitrate <= 510_000:
             raise ProtocolError("unsupported", "audio.bitrate must be within 6000..510000")
         return cls(codec, rate, frame_ms, bitrate)
+
+    @property
+    def long_frames(self) -> bool:
+        """Frames carry what the engine made, up to `frame_ms` (asap only), instead of exactly `frame_ms`."""
+        return self.frame_ms > max(FRAME_MS)
+
+    @property
+    def opus_packet_ms(self) -> int:
+        return OPUS_PACKET_MS if self.long_frames else self.frame_ms
 
     @property
     def codec_id(self) -> int:
@@ -77,6 +96,7 @@ class AudioFormat:
             out["opus_head_b64"] = base64.b64encode(self.opus_head()).decode()
             out["pre_skip"] = self.opus_pre_skip
             out["bitrate"] = self.bitrate
+            out["packet_ms"] = self.opus_packet_ms
         return out
 
 
@@ -96,6 +116,26 @@ def _opus_lookahead_24k() -> int:
 class EncodedFrame:
     payload: bytes
     samples: int  # samples this frame adds to the session timeline
+    flags: int = 0  # frame flags the payload implies (FLAG_PACKETS)
+
+
+_opus_pool: ThreadPoolExecutor | None = None
+
+
+OPUS_SWITCH_INTERVAL_S = 0.0005
+
+
+def configure_opus_pool(threads: int) -> None:
+    """Encode Opus on `threads` worker threads (0: on the event loop's thread). Process-wide; set at app start.
+
+    Each packet's encode releases the GIL and takes it back; with CPython's 5 ms switch interval a worker can wait
+    that long for a busy event loop to let go, so with a pool the interval is shortened (0.5 ms)."""
+    global _opus_pool
+    if _opus_pool is not None:
+        _opus_pool.shutdown(wait=False)
+    _opus_pool = ThreadPoolExecutor(threads, thread_name_prefix="opus") if threads > 0 else None
+    if threads > 0:
+        sys.setswitchinterval(OPUS_SWITCH_INTERVAL_S)
 
 
 class FrameEncoder(abc.ABC):
@@ -104,6 +144,10 @@ class FrameEncoder(abc.ABC):
 
     @abc.abstractmethod
     def push(self, pcm24: np.ndarray) -> list[EncodedFrame]: ...
+
+    async def encode(self, pcm24: np.ndarray) -> list[EncodedFrame]:
+        """`push`, off the event loop where that pays (Opus with a pool)."""
+        return self.push(pcm24)
 
     @abc.abstractmethod
     def cut(self) -> list[EncodedFrame]: ...
@@ -135,6 +179,8 @@ class _SampleFramer(FrameEncoder):
         if self._held.size:
             pcm = np.concatenate([self._held, pcm])
         n = self.fmt.frame_samples
+        if self.fmt.long_frames:  # nothing waits for a frame to fill: what the engine made goes out now
+            return [EncodedFrame(self._encode(pcm[i : i + n]), len(pcm[i : i + n])) for i in range(0, len(pcm), n)]
         full = len(pcm) // n * n
         out = [EncodedFrame(self._encode(pcm[i : i + n]), n) for i in range(0, full, n)]
         rest = pcm[full:]
@@ -192,7 +238,8 @@ class OpusFramer(FrameEncoder):
         super().__init__(fmt)
         self._encoder = opuslib.Encoder(ENGINE_RATE, 1, "audio")
         self._encoder.bitrate = fmt.bitrate
-        self._packet_24k = ENGINE_RATE * fmt.frame_ms // 1000
+        self._packet_24k = ENGINE_RATE * fmt.opus_packet_ms // 1000
+        self._per_frame = fmt.frame_ms // fmt.opus_packet_ms  # packets per long frame
         self._lookahead_24k = int(self._encoder.lookahead)
         self._held = np.zeros(0, np.int16)
         self._packets = 0
@@ -210,13 +257,29 @@ class OpusFramer(FrameEncoder):
         self._fed_24k += self._packet_24k
         return EncodedFrame(bytes(payload), samples)
 
+    def _group(self, packets: list[EncodedFrame]) -> list[EncodedFrame]:
+        """Long frames: up to `frame_ms` of packets per frame, each packet after its u16 length."""
+        if not self.fmt.long_frames or not packets:
+            return packets
+        out = []
+        for i in range(0, len(packets), self._per_frame):
+            group = packets[i : i + self._per_frame]
+            payload = b"".join(struct.pack("<H", len(p.payload)) + p.payload for p in group)
+            out.append(EncodedFrame(payload, sum(p.samples for p in group), FLAG_PACKETS))
+        return out
+
     def push(self, pcm24: np.ndarray) -> list[EncodedFrame]:
         pcm = np.concatenate([self._held, pcm24]) if self._held.size else pcm24
         n = self._packet_24k
         full = len(pcm) // n * n
         out = [self._encode(pcm[i : i + n]) for i in range(0, full, n)]
         self._held = pcm[full:].copy()
-        return out
+        return self._group(out)
+
+    async def encode(self, pcm24: np.ndarray) -> list[EncodedFrame]:
+        if _opus_pool is None:
+            return self.push(pcm24)
+        return await asyncio.get_running_loop().run_in_executor(_opus_pool, self.push, pcm24)
 
     def cut(self) -> list[EncodedFrame]:
         out: list[EncodedFrame] = []
@@ -229,7 +292,7 @@ class OpusFramer(FrameEncoder):
         while must_decode > self._decodable_24k and self._fed_24k - self._lookahead_24k < must_decode:
             out.append(self._encode(np.zeros(n, np.int16)))
         self._decodable_24k = max(self._decodable_24k, self._fed_24k - self._lookahead_24k)
-        return out
+        return self._group(out)
 
 
 def make_encoder(fmt: AudioFormat) -> FrameEncoder:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from websockets.typing import Subprotocol
 
 from .audio import mulaw_decode
 from .player import SimulatedPlayer
-from .protocol import FLAG_CODEC_RESET, PROTOCOL, FrameHeader
+from .protocol import FLAG_CODEC_RESET, FLAG_PACKETS, PROTOCOL, FrameHeader
 
 
 @dataclass
@@ -53,11 +54,12 @@ class VoxgateClient:
     def __init__(self, url: str, *, codec: str = "pcm_s16le", sample_rate: int | None = None,
                  pacing: str = "client_clock", target_buffer_ms: int = 150, max_buffer_ms: int = 1000,
                  voice: str | None = None, language: str | None = None, report: bool = True,
-                 token: str | None = None) -> None:
+                 token: str | None = None, frame_ms: int | None = None) -> None:
         self.url = url
         self.start_msg: dict[str, Any] = {
             "type": "session.start", "protocol": PROTOCOL,
-            "audio": {"codec": codec, **({"sample_rate": sample_rate} if sample_rate else {})},
+            "audio": {"codec": codec, **({"sample_rate": sample_rate} if sample_rate else {}),
+                      **({"frame_ms": frame_ms} if frame_ms else {})},
             "pacing": {"mode": pacing, "target_buffer_ms": target_buffer_ms, "max_buffer_ms": max_buffer_ms},
             "defaults": {k: v for k, v in (("voice", voice), ("language", language)) if v},
         }
@@ -225,8 +227,20 @@ class VoxgateClient:
         if header.flags & FLAG_CODEC_RESET or self._decoder is None:
             self._decoder = opuslib.Decoder(48_000, 1)
             self._skip = self.session["audio"]["pre_skip"]
-        frame_size = 48 * self.session["audio"]["frame_ms"]
-        pcm = np.frombuffer(self._decoder.decode(payload, frame_size), np.int16)
+        audio = self.session["audio"]
+        frame_size = 48 * audio.get("packet_ms", audio["frame_ms"])
+        packets = split_packets(payload) if header.flags & FLAG_PACKETS else [payload]
+        pcm = np.concatenate([np.frombuffer(self._decoder.decode(p, frame_size), np.int16) for p in packets])
         if self._skip:
             pcm, self._skip = pcm[self._skip :], max(0, self._skip - len(pcm))
         return pcm
+
+
+def split_packets(payload: bytes) -> list[bytes]:
+    """The Opus packets of a long frame (FLAG_PACKETS): each after its u16 little-endian length."""
+    packets, at = [], 0
+    while at < len(payload):
+        (length,) = struct.unpack_from("<H", payload, at)
+        packets.append(payload[at + 2 : at + 2 + length])
+        at += 2 + length
+    return packets

@@ -7,13 +7,13 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from voxgate.engine.base import SAMPLE_RATE, Engine, EngineError, SynthesisRequest
+from voxgate.engine.base import SAMPLE_RATE, AudioStream, Engine, EngineError, SynthesisRequest
 
-from .audio import EncodedFrame, FrameEncoder
+from .audio import AudioFormat, EncodedFrame, FrameEncoder, make_encoder
 from .stalls import StallStats
 from .textsplit import TextSegmenter
 
@@ -22,6 +22,11 @@ log = logging.getLogger("voxgate.context")
 # Synthesis runs at most this far ahead of sending: a reader that stops reading stops the engine too, so memory
 # per context stays bounded and engine time goes to streams whose listeners need it.
 MAX_AHEAD_S = 20.0
+
+
+def _takes_hints(stream: AudioStream) -> bool:
+    """Whether the engine overrides `report_playback` (computing hints for one that ignores them is waste)."""
+    return type(stream).report_playback is not AudioStream.report_playback
 
 
 class ContextState(enum.Enum):
@@ -69,7 +74,7 @@ class Context:
     produced_all: bool = False  # the producer has queued the final frame (or was stopped)
     started: bool = False  # context.started was queued; start_pts is set
     start_pts: int = 0
-    sent_samples: int = 0  # samples handed to the writer (timeline samples)
+    end_pts: int = 0  # the track's position after this context's last frame handed to the writer (set by Track)
     produced_samples: int = 0  # 24 kHz samples synthesized
     chars: int = 0
     speakable_at: float | None = None
@@ -78,7 +83,12 @@ class Context:
     failed_segments: int = 0
     queued_chars: int = 0  # text cut into segments but not yet taken up by the producer
     ready_samples: int = 0  # timeline samples in `frames`
+    ready_frames: int = 0  # ReadyFrames in `frames`
     max_ahead_samples: int = 0  # set by the session from the timeline rate
+    timeline_rate: int = SAMPLE_RATE
+    listener_buffered: Callable[[], int] | None = None  # timeline samples the listener holds or will (set by Track)
+    stream: AudioStream | None = None  # the engine stream speaking now
+    counted: bool = False  # the outcome went into the metrics
     _drained: asyncio.Event = field(default_factory=asyncio.Event)
     _segments: asyncio.Queue = field(default_factory=asyncio.Queue)
     producer: asyncio.Task | None = None
@@ -92,8 +102,9 @@ class Context:
         return self.state in (ContextState.OPEN, ContextState.ENDING)
 
     @property
-    def end_pts(self) -> int:
-        return self.start_pts + self.sent_samples
+    def sent_samples(self) -> int:
+        """Timeline samples handed to the writer."""
+        return self.end_pts - self.start_pts if self.started else 0
 
     @property
     def unspoken_chars(self) -> int:
@@ -103,13 +114,19 @@ class Context:
         item = self.frames.popleft()
         if isinstance(item, ReadyFrame):
             self.ready_samples -= item.frame.samples
+            self.ready_frames -= 1
             self._drained.set()
         return item
 
     def drop_ready(self) -> None:
         self.frames.clear()
-        self.ready_samples = 0
+        self.ready_samples = self.ready_frames = 0
         self._drained.set()
+
+    def hint_playback(self) -> None:
+        """Tell the engine how much audio this context's listener holds (issue 12's deadline scheduling)."""
+        if self.stream is not None and self.listener_buffered is not None and _takes_hints(self.stream):
+            self.stream.report_playback(max(0, self.listener_buffered()) / self.timeline_rate)
 
     def first_audio_ms(self) -> float | None:
         if self.first_written_at is None or self.speakable_at is None:
@@ -169,17 +186,19 @@ class Context:
             request = SynthesisRequest(item.text, self.voice, self.language, self.instruct,
                                        max_audio_ms=max(1, remaining * 1000 // SAMPLE_RATE))
             try:
-                stream = engine.open_stream(request)
+                stream = self.stream = engine.open_stream(request)
             except EngineError as exc:
                 self.failed_segments += 1
                 report("error", exc.code, exc.message)
                 continue
             try:
+                self.hint_playback()
                 async for chunk in stream:
                     chunk = chunk[: self.budget_samples - self.produced_samples]
                     self.produced_samples += len(chunk)
-                    self._push(self.encoder.push(np.ascontiguousarray(chunk, dtype=np.int16)))
+                    self._push(await self.encoder.encode(np.ascontiguousarray(chunk, dtype=np.int16)))
                     wake()
+                    self.hint_playback()
                     while self.max_ahead_samples and self.ready_samples > self.max_ahead_samples:
                         self._drained.clear()
                         await self._drained.wait()
@@ -199,8 +218,40 @@ class Context:
                 report("error", "synthesis_failed", f"synthesis failed: {type(exc).__name__}")
             finally:
                 stream.cancel()
+                self.stream = None
 
     def _push(self, frames: list[EncodedFrame]) -> None:
         now = time.monotonic()
-        self.frames.extend(ReadyFrame(f, now) for f in frames)
-        self.ready_samples += sum(f.samples for f in frames)
+        for f in frames:
+            self.frames.append(ReadyFrame(f, now))
+            self.ready_samples += f.samples
+        self.ready_frames += len(frames)
+
+
+async def synthesize_pcm(engine: Engine, text: str, voice: str | None, language: str | None, instruct: str | None,
+                         budget_samples: int, errors: list[str]) -> AsyncIterator[bytes]:
+    """One utterance as PCM16 24 kHz byte chunks, through the same producer as a WebSocket context (HTTP speech).
+
+    Chunks are what the engine made (long frames). Engine errors are appended to `errors`; the rest is spoken."""
+    fmt = AudioFormat(frame_ms=1280)  # long frames: nothing held back
+    context = Context("http", 0, 0, voice, language, instruct, budget_samples, True, make_encoder(fmt))
+    context.max_ahead_samples = int(MAX_AHEAD_S * SAMPLE_RATE)
+    wake = asyncio.Event()
+    producer = asyncio.get_running_loop().create_task(
+        context.produce(engine, wake.set, lambda _kind, code, message: errors.append(f"{code}: {message}")))
+    context.append_text(text)
+    context.end()
+    try:
+        while True:
+            if context.frames:
+                item = context.pop()
+                if isinstance(item, ReadyFrame) and item.frame.samples:
+                    yield item.frame.payload
+            elif context.produced_all or producer.done():
+                break
+            else:
+                wake.clear()
+                await wake.wait()
+    finally:
+        producer.cancel()  # also on client disconnect: the engine stream is cancelled at once
+        await asyncio.gather(producer, return_exceptions=True)

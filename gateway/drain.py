@@ -3,7 +3,8 @@
 `start()` (SIGTERM, see shutdown.py) turns the gateway to draining: /health answers 503, new sessions and speech
 requests are refused, and every session is told (`session.draining` with the grace) and opens no new context. Its
 live contexts may finish until the deadline; then what is left is cancelled (`context.cancelled`), the session gets
-a final `error` `shutting_down` after its last frame, and closes 1001. HTTP streams run on until the deadline too;
+a final `error` `shutting_down` after its last frame, and closes 1001 (ws.py; a client that does not read is
+not waited for). HTTP streams run on until the deadline too;
 the server aborts what is still open after it.
 """
 
@@ -19,7 +20,6 @@ from .protocol import Clear
 log = logging.getLogger("voxgate.drain")
 
 POLL_S = 0.02  # how often a draining session checks its contexts (only while draining)
-SHUTTING_DOWN = {"type": "error", "code": "shutting_down", "message": "the server is shutting down", "fatal": True}
 
 
 class Drain:
@@ -27,7 +27,7 @@ class Drain:
         self.grace_s = grace_s
         self.deadline: float | None = None  # loop time at which live contexts are cut; None: not draining
         self.http_streams = 0
-        self._sessions: dict[Any, Callable[[], None]] = {}  # Session -> ends its endpoint (close 1001)
+        self._sessions: dict[Any, Callable[[], None]] = {}  # Session -> ends it (`shutting_down`, close 1001)
         self._tasks: set[asyncio.Task] = set()
 
     @property
@@ -40,7 +40,7 @@ class Drain:
     # ---- registration (ws.py, http_api.py) ------------------------------------------------------------------
 
     def add_session(self, session: Any, end: Callable[[], None]) -> None:
-        """`end()` makes the session's endpoint close with 1001; called once its contexts are over."""
+        """`end()` ends the session with `shutting_down` and close 1001; called once its contexts are over."""
         self._sessions[session] = end
         if self.draining:
             self._drain_later(session)
@@ -85,15 +85,14 @@ class Drain:
             await asyncio.sleep(POLL_S)
         if session.active_contexts and session.started:
             session.handle(Clear())  # the grace is over: each live context gets its `context.cancelled`
-        # The final error goes after everything queued before it; its callable runs when the writer reaches it.
+        # The end comes after the last frame and `context.done`: a marker in the ordered queue (it sends nothing)
+        # tells when the writer got past them.
         written = asyncio.Event()
 
-        def goodbye() -> dict[str, Any]:
+        def past_the_last_frame() -> None:
             written.set()
-            session.metrics.errors.labels("shutting_down").inc()
-            return SHUTTING_DOWN
 
-        session.writer.put_event(goodbye)
+        session.writer.put_event(past_the_last_frame)
         try:
             async with asyncio.timeout(max(0.05, self.seconds_left())):
                 await written.wait()

@@ -10,14 +10,13 @@ from collections.abc import AsyncIterator
 import msgspec
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from voxgate.engine.base import SAMPLE_RATE, EngineError, SynthesisRequest
+from voxgate.engine.base import SAMPLE_RATE
 
 from .auth import token_from_request
+from .context import synthesize_pcm
 from .logfilters import AlreadyLogged
-from .metrics import GatewayMetrics
 from .protocol import JsonInt, describe_validation_error
 from .state import GatewayState
-from .textsplit import TextSegmenter
 from .voices import resolve_voice
 
 log = logging.getLogger("voxgate.http")
@@ -133,62 +132,50 @@ async def _speech(request: Request, state: GatewayState) -> Response:
     budget_ms = min(limit_ms, body.max_audio_ms if body.max_audio_ms is not None else limit_ms)
     if budget_ms <= 0:
         return _error(400, "max_audio_ms must be positive", "invalid_value")
-    segments = TextSegmenter()
-    parts = segments.append(text) + segments.flush()
+
+    errors: list[str] = []
 
     async def audio() -> AsyncIterator[bytes]:
         state.drain.http_streams += 1  # a shutdown lets it finish within the grace
         try:
             if fmt == "wav":
                 yield wav_header_open_ended()
-            budget = budget_ms * SAMPLE_RATE // 1000
             first = True
-            for part in parts:
-                if budget <= 0:
-                    break
-                stream = state.engine.open_stream(SynthesisRequest(part, voice, body.language, body.instruct,
-                                                                   max_audio_ms=max(1, budget * 1000 // SAMPLE_RATE)))
-                try:
-                    async for chunk in stream:
-                        chunk = chunk[:budget]
-                        budget -= len(chunk)
-                        if first and len(chunk):
-                            metrics.first_audio.labels("http").observe(time.monotonic() - t_request)
-                            first = False
-                        data = chunk.astype("<i2", copy=False).tobytes()
-                        metrics.bytes_out.labels("http").inc(len(data))
-                        metrics.audio_seconds.labels("http").inc(len(chunk) / SAMPLE_RATE)
-                        yield data
-                        if budget <= 0:
-                            break
-                finally:
-                    stream.cancel()  # also on client disconnect: the engine stops at once
+            async for data in synthesize_pcm(state.engine, text, voice, body.language, body.instruct,
+                                             budget_ms * SAMPLE_RATE // 1000, errors):
+                if first:
+                    metrics.first_audio.labels("http").observe(time.monotonic() - t_request)
+                    first = False
+                metrics.bytes_out.labels("http").inc(len(data))
+                metrics.audio_seconds.labels("http").inc(len(data) / 2 / SAMPLE_RATE)
+                yield data
         finally:
             state.drain.http_streams -= 1
+        for error in errors:
+            metrics.errors.labels(error.partition(":")[0]).inc()
 
     media = "audio/wav" if fmt == "wav" else "audio/pcm"
     headers = {"X-Sample-Rate": str(SAMPLE_RATE), "X-Channels": "1", "Cache-Control": "no-store"}
     if body.stream:
-        return StreamingResponse(_cut_on_engine_error(audio(), metrics), media_type=media, headers=headers)
-    try:
-        data = b"".join([piece async for piece in audio()])
-    except EngineError as exc:
-        metrics.errors.labels(exc.code).inc()
-        return _error(500, exc.message, exc.code, "server_error")
+        return StreamingResponse(_cut_on_engine_error(audio(), errors), media_type=media, headers=headers)
+    data = b"".join([piece async for piece in audio()])
+    if errors and len(data) <= 44:
+        return _error(500, "; ".join(errors), "synthesis_failed", "server_error")
+    if errors:  # what could be spoken, and why the rest is missing
+        headers["X-Synthesis-Errors"] = "; ".join(errors)[:1000].encode("ascii", "replace").decode()
     if fmt == "wav":  # a complete file: real sizes
         data = data[:4] + struct.pack("<I", len(data) - 8) + data[8:40] + struct.pack("<I", len(data) - 44) + data[44:]
     return Response(data, media_type=media, headers=headers)
 
 
-async def _cut_on_engine_error(pieces: AsyncIterator[bytes], metrics: GatewayMetrics) -> AsyncIterator[bytes]:
-    """A stream whose engine fails midway is cut (no final chunk), so the client cannot take it for complete."""
-    try:
-        async for piece in pieces:
-            yield piece
-    except EngineError as exc:
-        metrics.errors.labels(exc.code).inc()
-        log.warning("speech stream failed: %s: %s", exc.code, exc.message)
-        raise AlreadyLogged(f"{exc.code}: {exc.message}") from None
+async def _cut_on_engine_error(pieces: AsyncIterator[bytes], errors: list[str]) -> AsyncIterator[bytes]:
+    """A stream whose engine failed on a segment is cut after the rest (no final chunk): no client takes it for
+    complete."""
+    async for piece in pieces:
+        yield piece
+    if errors:
+        log.warning("speech stream incomplete: %s", "; ".join(errors))
+        raise AlreadyLogged("; ".join(errors))
 
 
 async def voices(request: Request) -> JSONResponse:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
-_STALL_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
 
 
 class GatewayMetrics:
@@ -22,8 +22,8 @@ class GatewayMetrics:
                                      ["endpoint"], buckets=_LATENCY_BUCKETS, registry=r)
         self.stall_events = Counter("voxgate_stall_events_total", "Stalls reported by clients, by cause", ["cause"],
                                     registry=r)
-        self.stall_seconds = Histogram("voxgate_stall_seconds", "Duration of reported stalls", ["cause"],
-                                       buckets=_STALL_BUCKETS, registry=r)
+        self.stall_seconds = Counter("voxgate_stall_seconds", "Silence of reported stalls, by cause", ["cause"],
+                                     registry=r)
         self.bytes_out = Counter("voxgate_audio_bytes_out_total", "Audio bytes sent", ["endpoint"], registry=r)
         self.audio_seconds = Counter("voxgate_audio_seconds_out_total", "Audio seconds sent", ["endpoint"],
                                      registry=r)
@@ -33,6 +33,9 @@ class GatewayMetrics:
         self.gc_pause = Histogram("voxgate_engine_gc_pause_seconds",
                                   "Python garbage-collector pauses in the gateway process, by generation",
                                   ["generation"], buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1),
+                                  registry=r)
+        self.loop_lag = Histogram("voxgate_event_loop_lag_seconds",
+                                  "How late the gateway's event loop ran a 10 ms timer", buckets=_LAG_BUCKETS,
                                   registry=r)
         depth = Gauge("voxgate_engine_queue_depth", "Requests admitted by the engine, not yet producing audio",
                       registry=r)

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from typing import Protocol
+
+from .stalls import PlaybackReport
 
 STALE_REPORTS = 4  # reports missed before the estimate runs on the wall clock alone
 TARGET_STEP_MS = 50  # target growth after a stall the server could have prevented
 
 
-@dataclass(slots=True)
-class PlaybackReport:
-    played_pts: int
-    buffered_samples: int
-    received_at: float
+class Timeline(Protocol):
+    pts: int  # samples sent on the track (the track owns it; the pacer only reads it)
 
 
 class Pacer:
@@ -21,23 +20,27 @@ class Pacer:
 
     `client_clock`: played = last report + elapsed x rate while the player is advancing, never past sent.
     `realtime`: the same with no reports: a 1x clock from the first frame, paused while nothing was sent.
-    `asap`: no limit.
+    `asap`: no limit; the played position (for the engine's playback hints) runs 1x from the first frame.
     """
 
     def __init__(self, mode: str, rate: int, target_ms: float, max_ms: float, feedback_interval_ms: float,
-                 clock=time.monotonic) -> None:
+                 timeline: Timeline, clock=time.monotonic) -> None:
+        self.timeline = timeline
         self.mode = mode
         self.rate = rate
         self.target_ms = float(target_ms)
         self.max_ms = float(max_ms)
         self.feedback_interval_s = feedback_interval_ms / 1000
         self.clock = clock
-        self.sent_pts = 0
         self._last: PlaybackReport | None = None
         self._advancing = False
-        self._anchor_pts = 0  # realtime mode: the pts and time the wall clock runs from
+        self._anchor_pts = 0  # realtime and asap: the pts and time the wall clock runs from
         self._anchor_t: float | None = None
         self._floor_pts = 0  # the last cancel point
+
+    @property
+    def sent_pts(self) -> int:
+        return self.timeline.pts
 
     @property
     def target_samples(self) -> int:
@@ -59,21 +62,21 @@ class Pacer:
         self._floor_pts = self.sent_pts
         self._last = PlaybackReport(self.sent_pts, 0, self.clock())
         self._advancing = False
-        if self.mode == "realtime":
+        if self.mode != "client_clock":
             self._anchor_t = None
 
-    def on_sent(self, samples: int) -> None:
-        if self.mode == "realtime" and (self._anchor_t is None or self.estimated_played() >= self.sent_pts):
+    def before_send(self) -> None:
+        """The track is about to advance past `sent_pts`."""
+        if self.mode != "client_clock" and (self._anchor_t is None or self.estimated_played() >= self.sent_pts):
             # The listener ran dry (or this is the first frame): the clock restarts at this frame.
             self._anchor_pts, self._anchor_t = self.sent_pts, self.clock()
-        self.sent_pts += samples
 
     def grow_target(self) -> None:
         self.target_ms = min(self.max_ms, self.target_ms + TARGET_STEP_MS)
 
     def estimated_played(self) -> int:
         now = self.clock()
-        if self.mode == "realtime":
+        if self.mode != "client_clock":
             if self._anchor_t is None:
                 return self.sent_pts
             return min(self.sent_pts, self._anchor_pts + round((now - self._anchor_t) * self.rate))

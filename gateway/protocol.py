@@ -31,6 +31,10 @@ WS_4400_PROTOCOL_VIOLATION = 4400
 CODECS = {"pcm_s16le": 0, "opus": 1, "mulaw": 3}
 PCM_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 FRAME_MS = (10, 20, 40, 60)
+# `asap` clients may take longer frames: what the engine made, up to `frame_ms` (a multiple of 20 up to a whole
+# qwen3tts chunk of 16 codec frames; 1280 ms at 48 kHz still fits the header's u16 `samples`).
+ASAP_FRAME_MS_MAX = 1280
+OPUS_PACKET_MS = 20  # Opus packets inside a long (asap) frame
 PACING_MODES = ("client_clock", "asap", "realtime")
 MAX_TRACKS = 16
 _CONTEXT_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
@@ -39,6 +43,7 @@ FLAG_FIRST = 1
 FLAG_LAST = 2
 FLAG_DISCONT = 4
 FLAG_CODEC_RESET = 8
+FLAG_PACKETS = 16  # Opus: the payload is several packets, each after its u16 little-endian byte length
 
 HEADER = struct.Struct("<BBHIIHHQ")  # version, codec, flags, ctx, seq, track, samples, pts
 assert HEADER.size == 24

@@ -14,6 +14,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from . import logfilters
 from .shutdown import DrainingServer
+from .ws_transport import VoxgateWebSocketProtocol
 
 log = logging.getLogger("voxgate.server")
 
@@ -37,12 +38,13 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
 
 
 def uvicorn_config(app: Starlette, host: str, port: int, **kwargs: Any) -> uvicorn.Config:
-    max_message = app.state.voxgate.config.limits.max_message_bytes
-    config = uvicorn.Config(app, host=host, port=port, http=NoDelayHTTPProtocol, ws="auto",
-                            ws_max_size=4 * max_message, ws_ping_interval=20.0, ws_ping_timeout=20.0,
-                            lifespan="on", timeout_graceful_shutdown=1.0, **kwargs)
+    config = app.state.voxgate.config
+    uv_config = uvicorn.Config(app, host=host, port=port, http=NoDelayHTTPProtocol, ws=VoxgateWebSocketProtocol,
+                               ws_max_size=4 * config.limits.max_message_bytes, ws_ping_interval=20.0,
+                               ws_ping_timeout=20.0, ws_per_message_deflate=config.ws_deflate, lifespan="on",
+                               timeout_graceful_shutdown=1.0, **kwargs)
     logfilters.install()  # after uvicorn.Config, which (re)configures its loggers
-    return config
+    return uv_config
 
 
 def draining_server(app: Starlette, config: uvicorn.Config) -> DrainingServer:

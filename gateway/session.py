@@ -1,8 +1,8 @@
-"""One Session per WebSocket: contexts, tracks (pacing + sending), cancel, stall attribution.
+"""One Session per WebSocket: the messages, contexts and their lifecycle, cancel, and what is counted.
 
 Threading model: everything runs on the event loop. The reader (ws.py) calls `handle()` for each message;
 handlers are synchronous, so a cancel takes effect between two awaits of every other task. Producer tasks (one
-per context) synthesize; sender tasks (one per track) pace frames into the socket writer.
+per context) synthesize; each `Track` (one per track number) owns its timeline and paces frames into the writer.
 """
 
 from __future__ import annotations
@@ -18,13 +18,9 @@ from voxgate.engine.base import SAMPLE_RATE, Engine
 
 from .audio import AudioFormat, make_encoder
 from .config import GatewayConfig
-from .context import MAX_AHEAD_S, Context, ContextState, FlushMark, ReadyFrame
+from .context import MAX_AHEAD_S, Context, ContextState
 from .metrics import GatewayMetrics
-from .pacer import Pacer, PlaybackReport
 from .protocol import (
-    FLAG_CODEC_RESET,
-    FLAG_FIRST,
-    FLAG_LAST,
     PACING_MODES,
     PROTOCOL,
     Clear,
@@ -32,7 +28,6 @@ from .protocol import (
     ContextEnd,
     ContextFlush,
     ContextOpen,
-    FrameHeader,
     Message,
     Ping,
     Playback,
@@ -41,7 +36,6 @@ from .protocol import (
     TextAppend,
     invalid,
 )
-from .stalls import FrameRecord
 from .track import Track
 from .voices import resolve_voice
 from .writer import OutFrame, SocketWriter
@@ -67,6 +61,8 @@ class Session:
         self._defaults: dict[str, Any] = {}
         self._pacing: dict[str, Any] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._bytes_out = metrics.bytes_out.labels("ws")  # label lookups once, not per frame
+        self._audio_seconds = metrics.audio_seconds.labels("ws")
         self.draining = False  # shutdown: no new context (drain.py)
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
@@ -79,6 +75,8 @@ class Session:
         for context in list(self.contexts.values()):
             if context.active:
                 self._stop(context, ContextState.CANCELLED, outcome="disconnected")
+            elif not context.counted:  # finished, but its context.done (after its audio) never went out
+                self._count(context, "disconnected")
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -111,7 +109,6 @@ class Session:
     def _on_SessionStart(self, msg: SessionStart) -> None:
         if self.started:
             raise invalid("session.start was already received")
-        self.fmt = AudioFormat.negotiate(msg.audio)
         defaults = self.config.pacing
         pacing = {"mode": msg.pacing.get("mode", defaults.mode),
                   "target_buffer_ms": msg.pacing.get("target_buffer_ms", defaults.target_buffer_ms),
@@ -121,6 +118,7 @@ class Session:
             raise invalid(f"pacing.mode must be one of {list(PACING_MODES)}")
         if not 20 <= pacing["target_buffer_ms"] <= pacing["max_buffer_ms"] <= 10_000:
             raise invalid("pacing needs 20 <= target_buffer_ms <= max_buffer_ms <= 10000")
+        self.fmt = AudioFormat.negotiate(msg.audio, pacing["mode"])
         voice = self._check_voice(msg.defaults.get("voice") or self.engine.default_voice(), None)
         self._defaults = {"voice": voice, "language": msg.defaults.get("language"),
                           "instruct": msg.defaults.get("instruct")}
@@ -171,7 +169,7 @@ class Session:
         context.max_ahead_samples = int(MAX_AHEAD_S * self.fmt.sample_rate)
         self.used_ids.add(context_id)
         self.contexts[context_id] = context
-        track.queue.append(context)
+        track.add(context)
         context.producer = self._spawn(context.produce(
             self.engine, track.wake.set, lambda kind, code, message: self._report(context, kind, code, message)))
         self.metrics.contexts_active.inc()
@@ -232,19 +230,11 @@ class Session:
 
     def _on_Playback(self, msg: Playback) -> None:
         track = self._track(msg.track)
-        # A player counts a stall when it ends, so the report that first shows it was taken after playback resumed:
-        # where and when the listener ran dry comes from the report before it.
-        before = track.pacer.last_report
-        track.pacer.on_report(msg.played_pts, msg.buffered_samples)
-        events = msg.underruns.get("events", track.underrun_events)
-        samples = msg.underruns.get("samples", track.underrun_samples)
-        new_events = events - track.underrun_events
-        new_samples = max(0, samples - track.underrun_samples)
-        track.underrun_events, track.underrun_samples = max(events, track.underrun_events), max(
-            samples, track.underrun_samples)
-        if new_events > 0:
-            self._attribute_stalls(track, msg, before, new_events, new_samples)
-        track.wake.set()
+        stalls = track.on_playback(msg)  # invalid_message for a report no honest player can send; O(1)
+        if stalls is not None:
+            self.metrics.stall_events.labels(stalls.cause).inc(stalls.events)
+            self.metrics.stall_seconds.labels(stalls.cause).inc(stalls.total_ms / 1000)
+            self.writer.put_urgent(stalls.to_json(track.number))
 
     # ---- cancel ---------------------------------------------------------------------------------------------
 
@@ -254,18 +244,9 @@ class Session:
         visible = context.started
         if played_pts is None and context.started:
             played_pts = min(track.pacer.estimated_played(), context.end_pts)
-        if context.started:
-            # Frames still queued in the writer are withdrawn, so the timeline stays contiguous.
-            withdrawn, started_withdrawn = self.writer.withdraw(context)
-            if track.inflight is not None and track.inflight.owner is context:
-                withdrawn += track.inflight.header.samples  # the sender is waiting to queue it; it never will
+        if context.started:  # the head of its track: what the writer has not sent is taken back
+            withdrawn, visible = track.withdraw(context)
             dropped += withdrawn
-            context.sent_samples -= withdrawn
-            track.pts -= withdrawn
-            track.pacer.sent_pts -= withdrawn
-            track.pacer.on_cancel()  # the client drops what it buffered of this context
-            track.log.rewind(track.pts)
-            visible = not started_withdrawn
         self._stop(context, ContextState.CANCELLED, outcome="cancelled")
         cancel_pts = context.end_pts if visible else None
         self.writer.put_urgent({"type": "context.cancelled", "context_id": context.context_id, "ctx": context.ctx,
@@ -278,123 +259,47 @@ class Session:
             context.producer.cancel()
         track = self.tracks.get(context.track)
         if track is not None:
-            if context in track.queue:
-                track.queue.remove(context)
-            track.wake.set()
+            track.remove(context)
         self.metrics.contexts_active.dec()
-        self.metrics.contexts_total.labels(outcome).inc()
+        self._count(context, outcome)
 
-    # ---- tracks: pacing and sending -------------------------------------------------------------------------
+    # ---- tracks: pacing and sending live in Track ----------------------------------------------------------
 
     def _track(self, number: int) -> Track:
         track = self.tracks.get(number)
         if track is None:
-            p = self._pacing
-            pacer = Pacer(p["mode"], self.fmt.sample_rate, p["target_buffer_ms"], p["max_buffer_ms"],
-                          p["feedback_interval_ms"])
-            track = self.tracks[number] = Track(number, pacer)
-            track.sender = self._spawn(self._send_track(track))
+            track = self.tracks[number] = Track(number, self.fmt, self._pacing, self.writer, self._finish)
+            self._spawn(track.run())
         return track
 
-    async def _send_track(self, track: Track) -> None:
-        while True:
-            track.wake.clear()
-            context = track.queue[0] if track.queue else None
-            if context is None:
-                await track.wake.wait()
-                continue
-            if not context.started:
-                context.started, context.start_pts = True, track.pts
-                track.played.append(context)
-                self.writer.put_event({"type": "context.started", "context_id": context.context_id,
-                                       "ctx": context.ctx, "track": track.number, "start_pts": context.start_pts},
-                                      context)
-            if context.frames and isinstance(context.frames[0], FlushMark):
-                mark = context.pop()
-                assert isinstance(mark, FlushMark)
-                self.writer.put_event({"type": "flushed", "context_id": context.context_id,
-                                       "flush_id": mark.flush_id, "end_pts": context.end_pts}, context)
-                continue
-            if context.frames:
-                allowance = track.pacer.allowance()
-                if allowance is not None and allowance <= 0:
-                    # A timer sets the event rather than asyncio.wait_for, which on 3.11 can swallow a cancel.
-                    timer = asyncio.get_running_loop().call_later(track.pacer.seconds_until_allowed(1),
-                                                                  track.wake.set)
-                    try:
-                        await track.wake.wait()
-                    finally:
-                        timer.cancel()
-                    continue
-                await self._send_frame(track, context)
-                continue
-            if context.produced_all:
-                self._finish(track, context)
-                continue
-            await track.wake.wait()
-
-    async def _send_frame(self, track: Track, context: Context) -> None:
-        ready = context.pop()
-        assert isinstance(ready, ReadyFrame)
-        frame = ready.frame
-        flags = 0
-        if context.sent_samples == 0:
-            flags |= FLAG_FIRST | (FLAG_CODEC_RESET if self.fmt.codec == "opus" else 0)
-        if context.produced_all and not any(isinstance(f, ReadyFrame) for f in context.frames):
-            flags |= FLAG_LAST
-        header = FrameHeader(self.fmt.codec_id, flags, context.ctx, 0, track.number, frame.samples, track.pts)
-        out = OutFrame(context, header, frame.payload)
-        # Count the frame before the await: a cancel during the await withdraws it and rewinds these counters.
-        track.pts += frame.samples
-        context.sent_samples += frame.samples
-        track.pacer.on_sent(frame.samples)
-        track.log.record(FrameRecord(header.pts, frame.samples, ready.ready_at, time.monotonic()))
-        track.inflight = out
-        try:
-            await self.writer.put_frame(out)  # False (not queued) if a cancel came meanwhile: it was rewound
-        finally:
-            track.inflight = None
-
-    def _finish(self, track: Track, context: Context) -> None:
-        track.queue.popleft()
+    def _finish(self, context: Context) -> None:
         context.state = ContextState.DONE
         self.metrics.contexts_active.dec()
-        self.metrics.contexts_total.labels("done" if not context.failed_segments else "failed").inc()
         audio_ms = round(context.sent_samples * 1000 / self.fmt.sample_rate, 3)
 
         def done() -> dict[str, Any]:
+            # Evaluated when the writer sends it, after the context's last frame: only now is it done.
+            self._count(context, "done" if not context.failed_segments else "failed")
             first = context.first_audio_ms()
             if first is not None:
                 self.metrics.first_audio.labels("ws").observe(first / 1000)
-            self.metrics.audio_seconds.labels("ws").inc(audio_ms / 1000)
+            self._audio_seconds.inc(audio_ms / 1000)
             return {"type": "context.done", "context_id": context.context_id, "ctx": context.ctx,
                     "end_pts": context.end_pts, "usage": {"chars": context.chars, "audio_ms": audio_ms},
                     "timing": {"first_audio_ms": first}, "stalls": context.stalls.to_json()}
 
         self.writer.put_event(done)
 
+    def _count(self, context: Context, outcome: str) -> None:
+        if not context.counted:
+            context.counted = True
+            self.metrics.contexts_total.labels(outcome).inc()
+
     def on_frame_written(self, frame: OutFrame, written_at: float) -> None:
         context: Context = frame.owner
         if context.first_written_at is None:
             context.first_written_at = written_at
-        self.metrics.bytes_out.labels("ws").inc(len(frame.payload) + 24)
-
-    # ---- stalls ---------------------------------------------------------------------------------------------
-
-    def _attribute_stalls(self, track: Track, msg: Playback, before: PlaybackReport | None, new_events: int,
-                          new_samples: int) -> None:
-        per_event_ms = new_samples * 1000 / self.fmt.sample_rate / new_events
-        context, pts, cause = track.find_stall(msg, before, new_samples, self.fmt.sample_rate)
-        if cause in ("pacing", "network"):
-            track.pacer.grow_target()
-        for _ in range(new_events):
-            if context is not None:
-                context.stalls.add(per_event_ms, cause)
-            self.metrics.stall_events.labels(cause).inc()
-            self.metrics.stall_seconds.labels(cause).observe(per_event_ms / 1000)
-            self.writer.put_urgent({"type": "stall", "context_id": context.context_id if context else None,
-                                    "track": track.number, "pts": pts, "duration_ms": round(per_event_ms, 3),
-                                    "cause": cause})
+        self._bytes_out.inc(len(frame.payload) + 24)
 
     async def _send_metrics(self) -> None:
         while True:
@@ -404,7 +309,7 @@ class Session:
                     "type": "metrics", "track": track.number,
                     "buffer_ms": round(track.pacer.buffered() * 1000 / self.fmt.sample_rate, 1),
                     "target_ms": track.pacer.target_ms,
-                    "underruns": {"events": track.underrun_events,
+                    "underruns": {"events": track.underruns.events,
                                   "by_cause": track.stall_causes()},
                 })
 

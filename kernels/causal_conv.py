@@ -19,8 +19,8 @@ s output samples of input frame i as N = s*Cout columns (`convt_weight`): [B, L,
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -34,34 +34,27 @@ _CONFIGS = [
     for bm, bn, bk, w, s in [(128, 64, 32, 4, 5), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 32, 4, 5),
                              (128, 128, 64, 8, 3), (128, 32, 32, 4, 4), (128, 16, 32, 4, 4)]
 ]
-# Deeper pipelines, tried only with LOADS="offset", where both tiles are staged through shared memory (ptxas for
-# sm_90: 167 registers, no spills at 128 x 128 x 64 on 8 warps; 256-wide tiles spill, so none is listed).
-_OFFSET_CONFIGS = [
-    triton.Config({"BM": bm, "BN": bn, "BK": bk}, num_warps=w, num_stages=s)
-    for bm, bn, bk, w, s in [(128, 128, 64, 8, 4), (128, 64, 64, 4, 5)]
-]
-_OFFSET_ONLY = {id(c) for c in _OFFSET_CONFIGS}
 
 
-# Off: a fixed tile instead of tuning each new shape (set VOXGATE_CONV_AUTOTUNE=0, or assign at run time).
-AUTOTUNE = os.environ.get("VOXGATE_CONV_AUTOTUNE", "1") != "0"
+@dataclass(frozen=True, slots=True)
+class ConvOptions:
+    """How causal_conv launches; the defaults are the measured ones (docs/codec.md has the H200 numbers).
+    autotune: tune the tile per (M, N, Cin, taps) for 16-bit inputs on CUDA (off: one fixed tile; fp32 always
+    runs a fixed tile). fast_sin: SnakeBeta's sin in 16-bit epilogues as a short polynomial instead of
+    libdevice's sinf (3.89 -> 3.18 ms per 128 x 1 step). tma: kernels/conv_tma.py where it applies (off: the
+    pointer kernel only); tma_min_length: the shortest batch rows with history that take it (512: rows of 160
+    were 2x slower through TMA, rows of 640 and 1920 12 % and 20 % faster)."""
 
-
-# How a tap's rows are read where history and new inputs meet (see _conv_acc): VOXGATE_CONV_LOADS=select|split|
-# offset. select is the default: the whole bf16 step at 128 x 1 on the H200 takes 3.70 ms with it, 3.70 ms with
-# offset (both tiles staged, measured the same) and 4.61 ms with split (docs/codec.md).
-LOAD_MODES = ("select", "split", "offset")
-LOADS = os.environ.get("VOXGATE_CONV_LOADS", "select")
-if LOADS not in LOAD_MODES:
-    raise ValueError(f"VOXGATE_CONV_LOADS={LOADS!r}: one of {', '.join(LOAD_MODES)}")
+    autotune: bool = True
+    fast_sin: bool = True
+    tma: bool = True
+    tma_min_length: int = 512
 
 
 def _prune(configs: list, named_args: dict, **kwargs) -> list:
     """Drop tiles far wider than N or taller than M (masked work); keep at least one."""
     n, m, cin = named_args["N"], named_args["M"], named_args["CIN"]
-    offset = kwargs.get("LOADS") == "offset"
-    valid = [c for c in configs if cin % c.kwargs["BK"] == 0  # the tuned kernel runs with EVEN_K
-             and (offset or id(c) not in _OFFSET_ONLY)]
+    valid = [c for c in configs if cin % c.kwargs["BK"] == 0]  # the tuned kernel runs with EVEN_K
     kept = [c for c in valid if c.kwargs["BN"] <= max(32, 2 * n) and c.kwargs["BM"] <= max(64, m)]
     return kept or valid
 
@@ -71,10 +64,9 @@ def _quick_bench(fn: Callable[[], object], quantiles: list[float] | None = None,
     return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
 
 
-# SnakeBeta's sin in 16-bit epilogues by a short polynomial instead of libdevice's sinf (VOXGATE_CONV_FAST_SIN=0
-# for sinf): the codec evaluates ~340 M sines per 128-stream step, and sinf's range reduction (a slow path with
-# a local-memory table, inlined per element) is ~3x the instructions. Its error (< 1e-7) is far below bf16's.
-FAST_SIN = os.environ.get("VOXGATE_CONV_FAST_SIN", "1") != "0"
+# SnakeBeta's sin in 16-bit epilogues (ConvOptions.fast_sin): the codec evaluates ~340 M sines per 128-stream
+# step, and sinf's range reduction (a slow path with a local-memory table, inlined per element) is ~3x the
+# instructions of this polynomial. Its error (< 1e-7) is far below bf16's.
 _INV_PI = tl.constexpr(0.3183098861837907)
 _PI_HI = tl.constexpr(3.140625)  # 8 significant bits: n * _PI_HI is exact in fp32 for |n| < 2**16
 _PI_LO = tl.constexpr(9.676535897932795e-4)  # pi - _PI_HI
@@ -124,76 +116,39 @@ def _snake(y, a_ptr, ib_ptr, cols, mask, FAST: tl.constexpr):
 
 
 @triton.jit
-def _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta,
-              k_lo, k_hi, TAPS: tl.constexpr, HAS_STATE: tl.constexpr, EVEN_K: tl.constexpr, LOADS: tl.constexpr,
-              ALIGNED: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr,
-              BM: tl.constexpr, BN: tl.constexpr):
+def _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st,
+              TAPS: tl.constexpr, HAS_STATE: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+              UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
     """The implicit GEMM: acc [BM, BN] fp32 for output rows rm and columns rn (see _causal_conv_kernel), over
-    the K steps k_lo..k_hi-1 (a K step: one tap's BK input channels; all of them: 0..TAPS*cdiv(CIN, BK)-1)."""
+    every K step (one tap's BK input channels)."""
     rk = tl.arange(0, BK)
     row_ok = rm < M
     col_ok = rn < N
     t = rm % L
-    x_off = rm.to(tl.int64) * CIN
-    x_rows = x_ptr + x_off
+    x_rows = x_ptr + rm.to(tl.int64) * CIN
     if HAS_STATE:
         slot = tl.load(slots_ptr + rm // L, mask=row_ok, other=0).to(tl.int64)
-        st_rows_off = slot * st_ss + (HIST + t).to(tl.int64) * st_st
-        state_rows = state_ptr + st_rows_off
-        st_off = st_delta + st_rows_off  # the same rows as offsets from x_ptr (LOADS == "offset")
+        state_rows = state_ptr + slot * st_ss + (HIST + t).to(tl.int64) * st_st
     kch = (CIN + BK - 1) // BK
     acc = tl.full((BM, BN), 0.0, tl.float32)  # core ops only: see tests' triton_mode
-    for kk in range(k_lo, k_hi):
+    for kk in range(0, TAPS * kch):
         j = kk // kch
         c = (kk - j * kch) * BK + rk
         shift = j * DIL - HIST
-        # How a tap's rows are read where history and new inputs meet (docs/codec.md has the H200 numbers):
-        # "select": one load through a per-row choice of pointer; "split": two loads with complementary row masks;
-        # "offset": one load at per-row int64 offsets from x_ptr (the history's offsets include the distance between
-        # the two buffers), declared multiples of 16 when ALIGNED so that the load can be vectorised and pipelined
-        # (cp.async) like the weights; a pointer select hides that alignment from the compiler.
-        new_rows = row_ok
+        # Row t's tap j: from the slot's history where t + shift < 0, else from the new inputs, through one
+        # per-row choice of pointer. (Two masked loads, and int64 offsets declared aligned so that the compiler
+        # stages the tile, were measured on the H200: slower, and the same speed; docs/codec.md.)
         if HAS_STATE:
-            in_state = t + shift < 0
-            new_rows = row_ok & (t + shift >= 0)
+            rows = tl.where(t + shift < 0, state_rows + shift * st_st, x_rows + shift * CIN)
+        else:
+            rows = x_rows + shift * CIN
         w_ptrs = w_ptr + (j * CIN + c).to(tl.int64)[:, None] * N + rn[None, :]
-        if LOADS == "offset":
-            off = x_off + shift * CIN
-            if HAS_STATE:
-                off = tl.where(in_state, st_off + shift * st_st, off)
-            if ALIGNED:
-                off = tl.multiple_of(off, 16)
-            if EVEN_K:
-                a = tl.load(x_ptr + off[:, None] + c[None, :], mask=row_ok[:, None], other=0.0)
-                w = tl.load(w_ptrs, mask=col_ok[None, :], other=0.0)
-            else:
-                k_ok = c < CIN
-                a = tl.load(x_ptr + off[:, None] + c[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-                w = tl.load(w_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        elif LOADS == "select":
-            if HAS_STATE:
-                rows = tl.where(in_state, state_rows + shift * st_st, x_rows + shift * CIN)
-            else:
-                rows = x_rows + shift * CIN
-            if EVEN_K:
-                a = tl.load(rows[:, None] + c[None, :], mask=row_ok[:, None], other=0.0)
-                w = tl.load(w_ptrs, mask=col_ok[None, :], other=0.0)
-            else:
-                k_ok = c < CIN
-                a = tl.load(rows[:, None] + c[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-                w = tl.load(w_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        elif EVEN_K:
-            a = tl.load(x_rows[:, None] + shift * CIN + c[None, :], mask=new_rows[:, None], other=0.0)
-            if HAS_STATE:
-                a += tl.load(state_rows[:, None] + shift * st_st + c[None, :], mask=(row_ok & in_state)[:, None],
-                             other=0.0)
+        if EVEN_K:
+            a = tl.load(rows[:, None] + c[None, :], mask=row_ok[:, None], other=0.0)
             w = tl.load(w_ptrs, mask=col_ok[None, :], other=0.0)
         else:
             k_ok = c < CIN
-            a = tl.load(x_rows[:, None] + shift * CIN + c[None, :], mask=new_rows[:, None] & k_ok[None, :], other=0.0)
-            if HAS_STATE:
-                a += tl.load(state_rows[:, None] + shift * st_st + c[None, :],
-                             mask=(row_ok & in_state)[:, None] & k_ok[None, :], other=0.0)
+            a = tl.load(rows[:, None] + c[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             w = tl.load(w_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
         if UPCAST:  # Triton's CPU interpreter gets bf16 dots wrong (3.9): same products in fp32
             a, w = a.to(tl.float32), w.to(tl.float32)
@@ -229,87 +184,21 @@ def _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, i
 @triton.jit
 def _causal_conv_kernel(
     x_ptr, state_ptr, slots_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr,
-    M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta, SNAKE_CH,
+    M, L, CIN, N, HIST, DIL, st_ss, st_st, SNAKE_CH,
     TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
     HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
-    FAST_SIN: tl.constexpr, EVEN_K: tl.constexpr, LOADS: tl.constexpr, ALIGNED: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    FAST_SIN: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr,
 ):
     # x [M = B*L, CIN] contiguous; state [slots, HIST, CIN] (strides st_ss, st_st, 1); w [TAPS*CIN, N]
     # contiguous; res/out/out2 [M, N] contiguous; SnakeBeta parameters per column j % SNAKE_CH.
     # grid: (cdiv(M, BM), cdiv(N, BN)).
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    k_steps = TAPS * ((CIN + BK - 1) // BK)
-    acc = _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta,
-                    0, k_steps, TAPS, HAS_STATE, EVEN_K, LOADS, ALIGNED, PRECISION, UPCAST, BK, BM, BN)
+    acc = _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st,
+                    TAPS, HAS_STATE, EVEN_K, PRECISION, UPCAST, BK, BM, BN)
     _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
               x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2, FAST_SIN)
-
-
-@triton.jit
-def _causal_conv_splitk_kernel(
-    x_ptr, state_ptr, slots_ptr, w_ptr, part_ptr, M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta, K_PER,
-    TAPS: tl.constexpr, HAS_STATE: tl.constexpr, EVEN_K: tl.constexpr, LOADS: tl.constexpr, ALIGNED: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-):
-    # Split K: program (i, j, s) sums K steps s*K_PER.. into part[s] (fp32 [SPLIT, M, N]); _splitk_epilogue_kernel
-    # adds the parts in a fixed order (the same sum every replay) and runs the epilogue.
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    split = tl.program_id(2)
-    k_lo = split * K_PER
-    k_hi = tl.minimum(k_lo + K_PER, TAPS * ((CIN + BK - 1) // BK))
-    acc = _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st, st_delta,
-                    k_lo, k_hi, TAPS, HAS_STATE, EVEN_K, LOADS, ALIGNED, PRECISION, UPCAST, BK, BM, BN)
-    offs = (split * M + rm).to(tl.int64)[:, None] * N + rn[None, :]
-    tl.store(part_ptr + offs, acc, mask=(rm < M)[:, None] & (rn < N)[None, :])
-
-
-@triton.jit
-def _splitk_epilogue_kernel(
-    part_ptr, x_ptr, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, M, N, SPLIT, SNAKE_CH,
-    HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr, HAS_RES: tl.constexpr,
-    CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr, FAST_SIN: tl.constexpr, BM: tl.constexpr,
-    BN: tl.constexpr,
-):
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    mask = (rm < M)[:, None] & (rn < N)[None, :]
-    offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
-    acc = tl.load(part_ptr + offs, mask=mask, other=0.0)
-    for s in range(1, SPLIT):
-        acc += tl.load(part_ptr + s * M * N + offs, mask=mask, other=0.0)
-    _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
-              x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2, FAST_SIN)
-
-
-# Split K where a conv has few output tiles for its K (decoder.0 and the pre-conv: M = 4 * rows): the K loop is
-# spread over more programs. Off (VOXGATE_CONV_SPLIT_K=1 or assign at run time): on the H200 it took decoder.0 from
-# 65 to 52 us, but the whole step from 3.70 to 3.72 ms at 128 x 1 (the added epilogue launches); a fixed tile.
-SPLIT_K = os.environ.get("VOXGATE_CONV_SPLIT_K", "0") != "0"
-# Tiles fetched by TMA (kernels/conv_tma.py) where the shapes allow (VOXGATE_CONV_TMA=0: the pointer kernel only).
-# Convs with history take it for batch rows of at least TMA_MIN_LENGTH rows: conv_tma tiles each batch row alone
-# and its first tile also reads the history, so short rows pay for padding. Measured on the H200 at 128 x 1
-# (docs/codec.md; history tiles summed in registers): the 1x1 convs 15-35 % faster, the k7 convs over rows of
-# 1920 (block 4) 20 % and of 640 (block 3) 12 % faster, block 4's transposed conv (640) 21 %; rows of 160 (block
-# 2) were 2x slower (two row tiles for 160 rows) with two MMAs per history tap.
-TMA = os.environ.get("VOXGATE_CONV_TMA", "1") != "0"
-try:
-    TMA_MIN_LENGTH = int(os.environ.get("VOXGATE_CONV_TMA_MIN_LENGTH", "512"))
-except ValueError:
-    raise ValueError(f"VOXGATE_CONV_TMA_MIN_LENGTH={os.environ['VOXGATE_CONV_TMA_MIN_LENGTH']!r}: a number of rows, "
-                     "e.g. 512") from None
-_SPLIT_TILE = dict(BM=64, BN=128, num_warps=4, num_stages=4)  # K step: k_tile(Cin)
-
-
-def split_k_parts(m: int, n: int, k_steps: int, sms: int) -> int:
-    """How many K ranges to split a conv into (1: no split): enough programs for about two waves of `sms`
-    multiprocessors at the split-K tile, each range at least 4 K steps long, at most 8 ranges."""
-    tiles = triton.cdiv(m, _SPLIT_TILE["BM"]) * triton.cdiv(n, _SPLIT_TILE["BN"])
-    if tiles >= sms:
-        return 1
-    return max(1, min(8, triton.cdiv(2 * sms, tiles), k_steps // 4))
 
 
 def k_tile(cin: int) -> int:
@@ -317,32 +206,10 @@ def k_tile(cin: int) -> int:
     return next((k for k in (64, 32, 16) if cin % k == 0), 16)
 
 
-def split_k_plan(m: int, n: int, cin: int, taps: int, device: torch.device) -> int:
-    """K ranges for causal_conv's launch: 1 when split K is off or does not pay."""
-    if not SPLIT_K:
-        return 1
-    return split_k_parts(m, n, taps * triton.cdiv(cin, k_tile(cin)), _multiprocessors(device))
-
-
-_SMS: dict[int, int] = {}
-
-
-def _multiprocessors(device: torch.device) -> int:
-    """The device's multiprocessor count (the CPU interpreter: a nominal 4, so that tests split small convs)."""
-    if device.type != "cuda":
-        return 4
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _SMS:
-        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _SMS[index]
-
-
 # Tuned tiles go to Triton's cache directory (TRITON_CACHE_DIR) where the autotuner can keep them (Triton >= 3.4),
 # so a restart reuses them instead of tuning again.
 TUNING_CACHE = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
-# LOADS and ALIGNED are in the key: each load mode gets its own tiles (a tile tuned for one is not the other's).
-_causal_conv_tuned = triton.autotune(_CONFIGS + _OFFSET_CONFIGS,
-                                     key=["M", "N", "CIN", "TAPS", "HAS_STATE", "LOADS", "ALIGNED"],
+_causal_conv_tuned = triton.autotune(_CONFIGS, key=["M", "N", "CIN", "TAPS", "HAS_STATE"],
                                      prune_configs_by={"early_config_prune": _prune},
                                      do_bench=_quick_bench, **TUNING_CACHE)(_causal_conv_kernel)
 
@@ -358,42 +225,23 @@ def runs_on(device: torch.device) -> bool:
 Snake = tuple[torch.Tensor, torch.Tensor]  # (exp(alpha), 1 / (exp(beta) + 1e-9)), fp32 [channels]
 
 
-def state_delta(x: torch.Tensor, state: torch.Tensor | None) -> int:
-    """The history buffer's start as an element offset from x's (for LOADS == "offset"; 0 without history)."""
-    if state is None:
-        return 0
-    diff = state.data_ptr() - x.data_ptr()
-    assert state.dtype == x.dtype and diff % x.element_size() == 0, (state.dtype, x.dtype, diff)
-    return diff // x.element_size()
-
-
-def load_flags(x: torch.Tensor, state: torch.Tensor | None) -> dict[str, object]:
-    """The kernels' LOADS mode and, for "offset", whether every row offset is a multiple of 16 elements (so the
-    compiler may vectorise and pipeline the activation loads): Cin, the history's strides, its distance from x,
-    and x's address all aligned."""
-    aligned = x.shape[-1] % 16 == 0 and x.data_ptr() % 16 == 0
-    if state is not None:
-        strides_ok = state.stride(0) % 16 == 0 and state.stride(1) % 16 == 0
-        aligned = aligned and strides_ok and state_delta(x, state) % 16 == 0
-    return {"LOADS": LOADS, "ALIGNED": aligned}
-
-
 def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, *, state: torch.Tensor | None = None,
                 slots: torch.Tensor | None = None, bias: torch.Tensor | None = None, snake_main: Snake | None = None,
                 residual: torch.Tensor | None = None, clamp: bool = False, out_dtype: torch.dtype | None = None,
-                snake_out2: Snake | None = None, store_main: bool = True,
+                snake_out2: Snake | None = None, store_main: bool = True, options: ConvOptions = ConvOptions(),
                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """x [B, L, Cin] contiguous new inputs; w [taps*Cin, N] (`conv_weight` / `convt_weight`); state [slots,
     (taps-1)*dilation, Cin] pool view (last dim contiguous) with slots [B] long, or None for taps == 1.
 
     Returns (out [B, L, N] in out_dtype (default x's), out2 [B, L, N] in x's dtype or None); see the module
-    docstring for the epilogue. Without state, taps must be 1 (nothing to carry).
+    docstring for the epilogue. Without state, taps must be 1 (nothing to carry). options: which kernel and tile
+    (the results are the same up to summation order and, in 16-bit, fast_sin's last bit).
     """
     b, length, cin = x.shape
     n = w.shape[1]
     hist = (taps - 1) * dilation
     assert x.is_contiguous() and w.is_contiguous() and w.shape[0] == taps * cin, (x.shape, w.shape, taps)
-    tiling = _tma_tiling(x, w, state, taps) if TMA else None
+    tiling = _tma_tiling(x, w, state, taps, options.tma_min_length) if options.tma else None
     if state is None:
         assert hist == 0, "a conv with more than one tap needs its carried inputs"
         state_arg, slots_arg, st_ss, st_st = x, x, 0, 0
@@ -416,20 +264,17 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
     a2, ib2 = snake_out2 if snake_out2 is not None else (dummy, dummy)
     args = (x, state_arg, slots_arg, w, dummy if bias is None else bias, dummy if residual is None else residual,
             dummy if out is None else out, dummy if out2 is None else out2, a1, ib1, a2, ib2,
-            m, length, cin, n, hist, dilation, st_ss, st_st, state_delta(x, state), snake_ch)
+            m, length, cin, n, hist, dilation, st_ss, st_st, snake_ch)
     flags = dict(TAPS=taps, HAS_STATE=state is not None, HAS_BIAS=bias is not None,
                  SNAKE_MAIN=snake_main is not None, HAS_RES=residual is not None, CLAMP=clamp,
-                 STORE_MAIN=store_main, HAS_OUT2=snake_out2 is not None, FAST_SIN=FAST_SIN and x.dtype != torch.float32,
-                 PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda",
-                 **load_flags(x, state))
-    parts = split_k_plan(m, n, cin, taps, x.device)
+                 STORE_MAIN=store_main, HAS_OUT2=snake_out2 is not None,
+                 FAST_SIN=options.fast_sin and x.dtype != torch.float32,
+                 PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda")
     if tiling is not None:
         from . import conv_tma
-        conv_tma.conv_tma(args, flags, *tiling, autotune=x.device.type == "cuda" and AUTOTUNE)
-    elif parts > 1:
-        _split_k(args, flags, parts, bk)
+        conv_tma.conv_tma(args, flags, *tiling, autotune=x.device.type == "cuda" and options.autotune)
     # Tuned: 16-bit inputs (fp32 runs for exactness, not speed) with Cin a multiple of every tuned BK's minimum.
-    elif x.device.type == "cuda" and AUTOTUNE and x.dtype != torch.float32 and cin % 32 == 0:
+    elif x.device.type == "cuda" and options.autotune and x.dtype != torch.float32 and cin % 32 == 0:
         def grid(meta: dict) -> tuple[int, int]:
             return triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"])
         _causal_conv_tuned[grid](*args, **flags, EVEN_K=True)
@@ -445,10 +290,11 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
     return out, out2
 
 
-def _tma_tiling(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor | None, taps: int) -> tuple[int, int] | None:
+def _tma_tiling(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor | None, taps: int, min_length: int,
+                ) -> tuple[int, int] | None:
     """(batch, length) of conv_tma's row tiles, or None where the pointer kernel runs. conv_tma tiles each batch
     row on its own (so that its zero fill ends the history and the row): a one-tap conv without history is one
-    long row; a conv with history needs rows of at least TMA_MIN_LENGTH (and a 64-row tile)."""
+    long row; a conv with history needs rows of at least min_length (and a 64-row tile)."""
     from . import conv_tma
 
     b, length, _ = x.shape
@@ -456,28 +302,7 @@ def _tma_tiling(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor | None, ta
         return None
     if state is None and taps == 1:
         return 1, b * length
-    return (b, length) if length >= max(64, TMA_MIN_LENGTH) else None
-
-
-def _split_k(args: tuple, flags: dict, parts: int, bk: int) -> None:
-    """causal_conv's launch as `parts` K ranges into fp32 partial sums, then one epilogue pass over them."""
-    (x, state, slots, w, bias, res, out_arg, out2_arg, a1, ib1, a2, ib2,
-     m, length, cin, n, hist, dil, st_ss, st_st, st_delta, snake_ch) = args
-    k_steps = flags["TAPS"] * triton.cdiv(cin, bk)
-    k_per = triton.cdiv(k_steps, parts)
-    parts = triton.cdiv(k_steps, k_per)  # no empty range
-    part = torch.empty(parts, m, n, dtype=torch.float32, device=x.device)
-    tile = _SPLIT_TILE
-    conv_flags = {k: flags[k] for k in ("TAPS", "HAS_STATE", "LOADS", "ALIGNED", "PRECISION", "UPCAST")}
-    _causal_conv_splitk_kernel[(triton.cdiv(m, tile["BM"]), triton.cdiv(n, tile["BN"]), parts)](
-        x, state, slots, w, part, m, length, cin, n, hist, dil, st_ss, st_st, st_delta, k_per, **conv_flags,
-        EVEN_K=cin % bk == 0, BK=bk, BM=tile["BM"], BN=tile["BN"], num_warps=tile["num_warps"],
-        num_stages=tile["num_stages"])
-    epi_flags = {k: flags[k] for k in ("HAS_BIAS", "SNAKE_MAIN", "HAS_RES", "CLAMP", "STORE_MAIN", "HAS_OUT2",
-                                       "FAST_SIN")}
-    _splitk_epilogue_kernel[(triton.cdiv(m, 32), triton.cdiv(n, 128))](
-        part, x, bias, res, out_arg, out2_arg, a1, ib1, a2, ib2, m, n, parts, snake_ch,
-        **epi_flags, BM=32, BN=128, num_warps=4)
+    return (b, length) if length >= max(64, min_length) else None
 
 
 @triton.jit

@@ -16,7 +16,7 @@ bit for bit where the K step matches).
 
 Measured on the H200 (docs/codec.md): the 1x1 convs 15-35 % faster than the pointer kernel, the k7 convs over
 rows of 1920 and 640 20 % and 12 %; rows of 160 2x slower (per-row tiles pad them), so causal_conv picks per
-shape (TMA_MIN_LENGTH).
+shape (ConvOptions.tma_min_length).
 
 Needs: CUDA with compute capability >= 9, 16-bit inputs, Cin a multiple of 32, and 16-byte aligned rows and
 bases (checked by `usable`; causal_conv falls back to its pointer kernel otherwise). Triton's interpreter runs it
@@ -134,7 +134,7 @@ def conv_tma(args: tuple, flags: dict, batch: int, length: int, autotune: bool) 
     """Launch for causal_conv (its `args` and `flags`, pointer-kernel names) with the rows tiled as `batch` rows of
     `length` (a one-tap conv without history: one long row): see the module docstring."""
     (x, state, slots, w, bias, res, out, out2, a1, ib1, a2, ib2,
-     m, _, cin, n, hist, dil, _st_ss, _st_st, _st_delta, snake_ch) = args
+     m, _, cin, n, hist, dil, _st_ss, _st_st, snake_ch) = args
     has_state = flags["HAS_STATE"]
     x_desc = TensorDescriptor(x, [batch, length, cin], [length * cin, cin, 1], [1, 64, 32])
     st_desc = TensorDescriptor(state, list(state.shape), list(state.stride()), [1, 64, 32]) if has_state else x_desc

@@ -127,11 +127,6 @@ def _ring_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, rk_ptr, rv_ptr, slots_ptr,
 _DOT_UPCAST = not isinstance(_ring_attention_kernel, triton.runtime.jit.JITFunction)
 
 
-# Warps per (row, head) program. The step is latency-bound (33 us per layer at 128 x 1 on the H200, ~9 us of
-# memory traffic): fewer warps let more programs share an SM. bench_codec --variants attn_2warps measures 2.
-NUM_WARPS = 4
-
-
 def _check(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring_k: torch.Tensor, ring_v: torch.Tensor,
            slots: torch.Tensor, pos0: torch.Tensor, n: torch.Tensor, heads: int, head_dim: int) -> None:
     B, T, width = qkv.shape
@@ -148,11 +143,13 @@ def _check(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring_k: torc
 
 def ring_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring_k: torch.Tensor,
                    ring_v: torch.Tensor, slots: torch.Tensor, pos0: torch.Tensor, n: torch.Tensor, heads: int,
-                   head_dim: int) -> torch.Tensor:
+                   head_dim: int, num_warps: int = 4) -> torch.Tensor:
     """qkv [B, T, 3*heads*head_dim] (q | k | v, q and k not rotated; bf16 or fp32), cos/sin [B, T, head_dim]
     (rotate-half RoPE tables of positions pos0[b] + t), ring_k/ring_v [num_slots, R, HD] (views; last dim
     contiguous), slots/pos0/n [B] int64 -> o [B, T, HD]. Rows t >= n[b] are padding: garbage out, nothing
-    written. Writes the rotated keys and the values of each row's last min(n, R) real frames into its ring."""
+    written. Writes the rotated keys and the values of each row's last min(n, R) real frames into its ring.
+    num_warps per (row, head) program: the step is latency-bound (33 us per layer at 128 x 1 on the H200, ~9 us of
+    memory traffic); 2 warps were measured slower (3.12 against 3.02 ms per step, docs/codec.md)."""
     _check(qkv, cos, sin, ring_k, ring_v, slots, pos0, n, heads, head_dim)
     B, T, _ = qkv.shape
     R = ring_k.shape[1]
@@ -169,7 +166,7 @@ def ring_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring
         ring_k.stride(0), ring_k.stride(1), ring_v.stride(0), ring_v.stride(1),
         HD=heads * head_dim, D=head_dim, BLOCK_D=max(16, head_dim), BLOCK_T=max(16, triton.next_power_of_2(T)),
         BLOCK_R=max(16, triton.next_power_of_2(R)), DOT_DTYPE=tl.float32 if f32_dots else tl.bfloat16,
-        PRECISION="ieee" if f32_dots else None, num_warps=NUM_WARPS)  # fp32 dots must not round to TF32
+        PRECISION="ieee" if f32_dots else None, num_warps=num_warps)  # fp32 dots must not round to TF32
     return o
 
 

@@ -102,11 +102,23 @@ class Clock:
         return self.t
 
 
+class Timeline:
+    """What a Track is to its pacer: the position."""
+
+    def __init__(self) -> None:
+        self.pts = 0
+
+
+def send(pacer: Pacer, samples: int) -> None:
+    pacer.before_send()
+    pacer.timeline.pts += samples
+
+
 def test_pacer_client_clock():
     clock = Clock()
-    pacer = Pacer("client_clock", 24000, 150, 1000, 50, clock=clock)
+    pacer = Pacer("client_clock", 24000, 150, 1000, 50, Timeline(), clock=clock)
     assert pacer.allowance() == 3600  # a burst of the target at the start
-    pacer.on_sent(3600)
+    send(pacer, 3600)
     assert pacer.allowance() == 0
     pacer.on_report(played_pts=0, buffered_samples=3600)  # preroll done, playing
     clock.t += 0.05
@@ -123,13 +135,13 @@ def test_pacer_client_clock():
 
 def test_pacer_realtime_and_asap():
     clock = Clock()
-    pacer = Pacer("realtime", 24000, 200, 1000, 50, clock=clock)
-    pacer.on_sent(4800)
+    pacer = Pacer("realtime", 24000, 200, 1000, 50, Timeline(), clock=clock)
+    send(pacer, 4800)
     clock.t += 0.1
     assert pacer.estimated_played() == 2400 and pacer.allowance() == 2400
     clock.t += 1.0  # nothing sent for a second: the clock stops at what was sent
     assert pacer.estimated_played() == 4800
-    assert Pacer("asap", 24000, 150, 1000, 50).allowance() is None
+    assert Pacer("asap", 24000, 150, 1000, 50, Timeline()).allowance() is None
 
 
 def test_simulated_player_counts_stalls_but_not_boundaries():
@@ -195,8 +207,8 @@ async def test_synthesis_stops_when_nobody_sends():
 
 def test_pacer_sleeps_until_the_buffer_drains_instead_of_polling():
     clock = Clock()
-    pacer = Pacer("client_clock", 24000, 150, 1000, 50, clock=clock)
-    pacer.on_sent(4800)  # 200 ms sent, nothing played yet
+    pacer = Pacer("client_clock", 24000, 150, 1000, 50, Timeline(), clock=clock)
+    send(pacer, 4800)  # 200 ms sent, nothing played yet
     pacer.on_report(played_pts=0, buffered_samples=4800)  # playing
     assert pacer.seconds_until_allowed(1) == pytest.approx((4800 - 3600 + 1) / 24000)
     pacer.on_report(played_pts=0, buffered_samples=0)  # stuck: only a report can move the estimate
@@ -220,3 +232,14 @@ def test_gc_tuning_freezes_raises_the_threshold_measures_and_undoes():
     finally:
         tuning.undo()
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_fake_audio_period_table_equals_the_formula_on_random_spans():
+    from voxgate.engine.fake import fake_audio, fake_audio_ref
+
+    rng = np.random.default_rng()
+    for _ in range(10):
+        text, voice = str(rng.integers(0, 10**9)), str(rng.choice(["tone-a", "tone-b"]))
+        offset, n = int(rng.integers(0, 10**7)), int(rng.integers(1, 5000))
+        assert np.array_equal(fake_audio(text, voice, n, offset), fake_audio_ref(text, voice, n, offset))
+    assert np.array_equal(fake_audio("t", "tone-a", 100_000, 47_000), fake_audio_ref("t", "tone-a", 100_000, 47_000))

@@ -47,6 +47,6 @@ async def test_reported_underruns_are_attributed_and_the_target_grows(gateway, f
             stall = m if m["type"] == "stall" else stall
             metrics = m if m["type"] == "metrics" else metrics
     assert stall == {"type": "stall", "context_id": "n", "track": 0, "pts": 1000, "duration_ms": 50.0,
-                     "cause": "network"}
+                     "cause": "network", "events": 1}
     assert metrics["target_ms"] == 200 and metrics["underruns"]["by_cause"]["network"] == 1
     await ws.close()

@@ -36,7 +36,8 @@ export const S = Object.freeze({
 export const HEADER_BYTES = 24;
 export const FRAME_VERSION = 1;
 export const CODEC_ID = Object.freeze({ pcm_s16le: 0, opus: 1, mulaw: 3 });
-export const FLAG = Object.freeze({ FIRST: 1, LAST: 2, DISCONT: 4, CODEC_RESET: 8 });
+// PACKETS: several Opus packets, each after its u16 length; only long asap frames (the demo asks for 20 ms frames).
+export const FLAG = Object.freeze({ FIRST: 1, LAST: 2, DISCONT: 4, CODEC_RESET: 8, PACKETS: 16 });
 
 /**
  * @typedef {object} FrameHeader

@@ -128,6 +128,18 @@ def load_checkpoint(path_or_id: str | Path, device: str | torch.device = "cpu", 
     return directory, cfg, weights.eval(), codec.eval()
 
 
+def load_codec(path_or_id: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+               progress: bool = False) -> CodecDecoder:
+    """Only the codec decoder of a checkpoint (`speech_tokenizer/`): the codec benchmark, tests, a codec alone."""
+    directory = resolve(path_or_id)
+    cfg = load_config(directory)
+    with torch.device("meta"):
+        codec = CodecWeights(cfg)
+    load_into(codec, weight_files(directory / CODEC_DIR), dtype, torch.device(device), "speech_tokenizer",
+              ignore_prefixes=IGNORED_CODEC_PREFIXES, progress=progress)
+    return codec.decoder.eval()
+
+
 def expected_shapes(cfg: Qwen3TTSConfig) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
     """Key -> shape of `model.safetensors` and of the codec decoder, computed on the meta device (no memory)."""
     with torch.device("meta"):

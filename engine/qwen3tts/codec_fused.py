@@ -24,14 +24,12 @@ import torch
 import torch.nn.functional as F
 
 from ...kernels import causal_conv as conv_kernels
-from ...kernels.causal_conv import Snake, advance_state, causal_conv, conv_weight, convt_weight
+from ...kernels.causal_conv import ConvOptions, Snake, advance_state, causal_conv, conv_weight, convt_weight
 from ...kernels.codec_norms import dwconv_layernorm, rms_norm
-from ...kernels.residual_unit import MAX_CHANNELS, residual_unit
 from ...kernels.ring_attention import ring_attention
 from ..slot_pool import SlotPool, SlotSpec
 from .codec import CodecDecoder, SnakeBeta
-from .codec_state import _arange, state_layout
-from .codec_stream import StreamingCodec
+from .codec_state import StreamingCodec, shared_arange, state_layout
 from .layers import rope_tables
 
 
@@ -88,23 +86,22 @@ class FusedCodecStream(StreamingCodec):
     """Streams of one codec decoder on the fused kernels; state in a SlotPool of `num_slots` (slot 0 the sink).
 
     dtype: compute and state dtype (default: the codec's). The codec is read once to build the kernels' weight
-    layouts and is left untouched. fuse_units: residual units of at most fuse_units_channels (<= 256) channels
-    in one kernel each (kernels/residual_unit.py). Off: on the H200 the 96-channel units fused made the step
-    slower (3.81 against 3.70 ms at 128 x 1), and Triton 3.6 takes minutes to compile each tile of the 192-channel
-    kernel (docs/codec.md).
+    layouts and is left untouched. conv_options: how the conv kernels launch (kernels/causal_conv.ConvOptions;
+    default: the measured defaults); attention_warps: warps per ring-attention program (4, measured). Both
+    are plain attributes: the benchmark's variants reassign them between steps.
     """
 
-    fuse_units = False
-    fuse_units_channels = MAX_CHANNELS
     max_step_frames = 64  # the attention kernel's limit; warm() splits longer references
 
-    def __init__(self, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None) -> None:
+    def __init__(self, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None,
+                 conv_options: ConvOptions | None = None, attention_warps: int = 4) -> None:
         p = next(codec.parameters())
         if not conv_kernels.runs_on(p.device):
             raise ValueError(f"FusedCodecStream runs Triton kernels, which need CUDA (a {p.device.type} codec was "
                              "given; the CPU works only in Triton's interpreter, for tests): use CodecStream there")
         self.dtype = dtype or p.dtype
         self.device = p.device
+        self.conv_options, self.attention_warps = conv_options or ConvOptions(), attention_warps
         self.cfg = cfg = codec.cfg
         self.samples_per_frame = cfg.samples_per_frame
         self.layout = fused_state_layout(codec, self.dtype)
@@ -129,7 +126,7 @@ class FusedCodecStream(StreamingCodec):
             projected += [layer._codebook.table().detach().float() @ w.T for layer in group.vq.layers]
         self.codebook_size = cfg.codebook_size
         self.tables = torch.cat(projected)  # [Q * size, codebook_dim] fp32
-        self.code_offsets = (_arange(len(projected), dev) * cfg.codebook_size).contiguous()
+        self.code_offsets = (shared_arange(len(projected), dev) * cfg.codebook_size).contiguous()
         self.pre_conv = self._conv(codec.pre_conv.conv, "pre_conv")
         tf = codec.pre_transformer
         self.in_proj = (self._cast(tf.input_proj.weight), self._cast(tf.input_proj.bias))
@@ -213,13 +210,6 @@ class FusedCodecStream(StreamingCodec):
                 nxt = (self.blocks[k + 1].act_in if k + 1 < len(self.blocks) else self.act_out) if last \
                     else blk.unit_acts[j + 1]
                 # the block's output itself is only read through the next SnakeBeta: not stored
-                if self.fuse_units and res.shape[-1] <= min(self.fuse_units_channels, MAX_CHANNELS):
-                    state = views[unit.conv1.state]
-                    res, a_next = residual_unit(a, unit.conv1.w, unit.conv1.dilation, state, slots, unit.conv1.bias,
-                                                unit.act2, unit.conv2.w, unit.conv2.bias, res, nxt, not last)
-                    advance_state(a, state, slots, n, rate)
-                    a = a_next
-                    continue
                 h = self._run(unit.conv1, a, slots, n, rate, snake_main=unit.act2)[0]
                 res, a = self._run(unit.conv2, h, slots, n, rate, residual=res, snake_out2=nxt, store_main=not last)
         audio = self._run(self.conv_out, a, slots, n, rate, clamp=True, out_dtype=torch.float32)[0]
@@ -230,7 +220,8 @@ class FusedCodecStream(StreamingCodec):
              ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """One conv over x [B, L, Cin] continuing each slot's window, then the window moves to the row's end."""
         state = None if conv.state is None else self.pool.views[conv.state]
-        out = causal_conv(x, conv.w, conv.taps, conv.dilation, state=state, slots=slots, bias=conv.bias, **epilogue)
+        out = causal_conv(x, conv.w, conv.taps, conv.dilation, state=state, slots=slots, bias=conv.bias,
+                          options=self.conv_options, **epilogue)
         if state is not None:
             advance_state(x, state, slots, n, rate)
         return out
@@ -250,12 +241,13 @@ class FusedCodecStream(StreamingCodec):
         cfg = self.cfg
         kv = self.pool.views["kv"]  # [slots, layers, 2, 71, HD]
         x = F.linear(x, *self.in_proj).view(b * t, -1)
-        positions = (pos0[:, None] + _arange(t, x.device)).reshape(-1)
+        positions = (pos0[:, None] + shared_arange(t, x.device)).reshape(-1)
         cos, sin = (c.view(b, t, -1) for c in rope_tables(positions, self.head_dim, cfg.rope_theta, self.dtype))
         eps = cfg.rms_norm_eps
         for li, w in enumerate(self.layers):
             qkv = F.linear(rms_norm(x, w["norm1"], eps), w["qkv"]).view(b, t, -1)
-            o = ring_attention(qkv, cos, sin, kv[:, li, 0], kv[:, li, 1], slots, pos0, n, self.heads, self.head_dim)
+            o = ring_attention(qkv, cos, sin, kv[:, li, 0], kv[:, li, 1], slots, pos0, n, self.heads, self.head_dim,
+                               self.attention_warps)
             x = torch.addmm(x, o.view(b * t, -1), w["o_t"])
             gate, up = F.linear(rms_norm(x, w["norm2"], eps), w["gate_up"]).chunk(2, dim=-1)
             x = torch.addmm(x, F.silu(gate) * up, w["down_t"])

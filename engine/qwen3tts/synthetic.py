@@ -1,9 +1,10 @@
 """Synthetic checkpoints: the real config and tokenizer files from shared/ plus random weights in the official
 layout (key names, dtypes, file names), so they load through the real loader.
 
-Weights are scaled so activations stay finite over long generations: unit-variance embeddings, 1/sqrt(fan_in)
-projections, residual outputs further divided by sqrt(2 * layers), unit norms. `tiny=True` shrinks layers and
-widths for CPU tests but keeps every structural feature: GQA with q/k-norm, a Talker wider than the code predictor
+Every tensor is random, 1-D ones included, at scales that keep activations finite over long generations:
+unit-variance embeddings, 1/sqrt(fan_in) projections, residual outputs further divided by sqrt(2 * layers), norm
+gains within 1 +- 0.1, small biases, LayerScale and SnakeBeta near their usual values. `tiny=True` shrinks layers
+and widths for CPU tests but keeps every structural feature: GQA with q/k-norm, a Talker wider than the code predictor
 (so the 2048->1024-style projection exists), 16 code groups, the full text and codec vocabularies and special ids,
 the codec's 1920-sample frame, sliding window 72, and the ECAPA block structure.
 """
@@ -71,19 +72,32 @@ def tiny_configs(config: dict[str, Any], codec: dict[str, Any]) -> tuple[dict[st
     return config, codec
 
 
+def _around(center: float, spread: float, shape: tuple[int, ...], gen: torch.Generator,
+            device: torch.device) -> torch.Tensor:
+    """center * (1 + u), u uniform in [-spread, spread): a scale near its usual value, but no two entries equal."""
+    return center * (1 + spread * (2 * torch.rand(shape, generator=gen, device=device) - 1))
+
+
 def _init(name: str, shape: tuple[int, ...], layers: int, gen: torch.Generator, device: torch.device,
           layer_scale: float) -> torch.Tensor:
+    """One tensor's random value. 1-D tensors are random too (a constant bias, norm weight or SnakeBeta parameter
+    would let a wrong slice or fold of it pass every parity test), at scales that keep activations finite over
+    long generations."""
     leaf = name.rsplit(".", 1)[-1]
-    if leaf in ("alpha", "beta"):
-        return torch.zeros(shape, device=device)  # SnakeBeta log-space parameters: e^0 = 1
-    if leaf == "cluster_usage" or ("norm" in name and leaf == "weight" and len(shape) == 1):
-        return torch.ones(shape, device=device)
-    if leaf == "scale":
-        return torch.full(shape, layer_scale, device=device)
-    if leaf == "gamma":
-        return torch.full(shape, 0.1, device=device)
-    if len(shape) == 1:
-        return torch.zeros(shape, device=device)  # biases
+    if leaf == "initialized":
+        return torch.zeros(shape, device=device)  # the codec encoder's codebook flag (a buffer, not a weight)
+    if leaf in ("alpha", "beta"):  # SnakeBeta, log space: e^alpha and e^-beta within about 0.8-1.2
+        return 0.2 * (2 * torch.rand(shape, generator=gen, device=device) - 1)
+    if leaf == "cluster_usage":  # the codebook divides by it: positive
+        return 0.5 + 1.5 * torch.rand(shape, generator=gen, device=device)
+    if leaf == "scale":  # LayerScale
+        return _around(layer_scale, 0.5, shape, gen, device)
+    if leaf == "gamma":  # ConvNeXt's own layer scale
+        return _around(0.1, 0.5, shape, gen, device)
+    if len(shape) == 1 and "norm" in name and leaf == "weight":  # RMSNorm / LayerNorm gains, q/k norms
+        return _around(1.0, 0.1, shape, gen, device)
+    if len(shape) == 1:  # biases, LayerNorm shifts
+        return 0.02 * torch.randn(shape, generator=gen, device=device)
     x = torch.randn(shape, generator=gen, device=device)
     if "embedding" in name:  # codec/text tables and codebooks: unit variance
         return x

@@ -1,6 +1,7 @@
 """`voxgate bench`: `run` (against a running gateway or one it starts), `baseline` (qwen-tts reference arm),
-`gpu-suite` (everything in one GPU call), `steps` (the engine loop's steps per bucket) and `replot` (re-render a
-report.json). No torch or matplotlib here."""
+`gpu-suite` (everything in one GPU call), `steps` (the engine loop's steps per bucket), `codec` (the incremental
+codec alone: exactness, bf16 SNR, step speed), `replot` (re-render a report.json) and `merge`. No torch or
+matplotlib here."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 # suite.PROFILES, kept light (no import of the suite here)
-SUITE_PROFILES = ["quick", "eager", "loop", "loop-passages", "full-closed", "full-sentences", "full-passages"]
+SUITE_PROFILES = ["quick", "eager", "loop", "loop-final", "loop-passages", "full-closed", "full-sentences",
+                  "full-passages"]
 
 
 def _floats(text: str) -> list[float]:
@@ -59,7 +61,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     load.add_argument("--drain", type=float, default=60.0, help="s to wait for requests in flight at a phase end")
     load.add_argument("--warmup-requests", type=int, default=4, help="sequential requests before any phase")
     load.add_argument("--no-length-rule", action="store_true", help="natural length: no max_audio_ms per request")
-    load.add_argument("--frame-ms", type=int, default=20, choices=[10, 20, 40, 60])
+    load.add_argument("--frame-ms", type=int, default=20,
+                      help="10, 20, 40, 60, or (asap long frames) a multiple of 20 up to 1280: what the engine "
+                           "made, up to that, per message")
+    load.add_argument("--codec", default="pcm_s16le", choices=["pcm_s16le", "opus"])
     load.add_argument("--voice")
     load.add_argument("--deflate", action="store_true", help="offer WebSocket permessage-deflate (off by default)")
     out = p.add_argument_group("report")
@@ -68,6 +73,23 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--meta", action="append", metavar="KEY=VALUE", help="setup facts: precision, chunk_schedule")
     out.add_argument("--keep-traces", action="store_true", help="keep every frame's arrival in report.json")
     out.add_argument("--no-plots", action="store_true")
+
+
+def add_codec_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="write codec_bench.json and codec_bench.md here (a folder)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--tiny", action="store_true", help="tiny codec widths (CPU dry run)")
+    p.add_argument("--shared", default=None, help="shared data root (default: $VOXGATE_SHARED or <repo>/../shared)")
+    p.add_argument("--frames", type=int, default=310, help="exactness utterance length (> 300)")
+    p.add_argument("--utterances", type=int, default=32, help="bf16 SNR utterances")
+    p.add_argument("--iters", type=int, default=30, help="timed steps per shape (median)")
+    p.add_argument("--shapes", default="128x1,32x4,8x16", help="timed steps, ROWSxFRAMES, comma-separated")
+    p.add_argument("--paths", default="fused,reference", help="step implementations, comma-separated: fused, reference")
+    p.add_argument("--variants", default="default",
+                   help="fused path, bf16: kernel variants to time, comma-separated (default, pointer, accurate_sin, "
+                        "no_autotune, attn_2warps, tma_min_<rows>; join with + to combine); docs/codec.md")
+    p.add_argument("--speed-only", action="store_true", help="bf16 step speeds only (no exactness, SNR, fp32)")
+    p.add_argument("--watchdog", type=float, default=0, help="print every thread's stack every N s (0: off)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,6 +119,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .steps import add_arguments as add_steps_arguments
 
     add_steps_arguments(sub.add_parser("steps", help="the engine loop's captured steps timed per bucket (GPU)"))
+    add_codec_arguments(sub.add_parser("codec", help="the incremental codec alone: exactness, bf16 SNR, step speed"))
+    from .soak import add_arguments as add_soak_arguments
+
+    add_soak_arguments(sub.add_parser("soak", help="many concurrent sessions on the fake engine, every frame checked"))
+    from .stuck import add_arguments as add_stuck_arguments
+
+    add_stuck_arguments(sub.add_parser("stuck", help="server memory per client that stops reading, until let go"))
     r = sub.add_parser("replot", help="re-render report.md and plots from a report.json")
     r.add_argument("report", help="path to report.json")
     from .parse import add_arguments as add_parse_arguments
@@ -128,6 +157,18 @@ def run(args: argparse.Namespace) -> int:
         from .steps import steps_main
 
         return steps_main(args)
+    if args.bench_command == "codec":
+        from .codec import codec_main
+
+        return codec_main(args)
+    if args.bench_command == "stuck":
+        from .stuck import stuck_main
+
+        return stuck_main(args)
+    if args.bench_command == "soak":
+        from .soak import soak_main
+
+        return soak_main(args)
     if args.bench_command == "merge":
         from .report import merge
 

@@ -63,7 +63,8 @@ class WsClient:
         self.rate = int(started["audio"]["sample_rate"])
 
     @classmethod
-    async def connect(cls, url: str, frame_ms: int = 20, voice: str | None = None, deflate: bool = False) -> WsClient:
+    async def connect(cls, url: str, frame_ms: int = 20, voice: str | None = None, deflate: bool = False,
+                      codec: str = "pcm_s16le") -> WsClient:
         """`deflate`: offer permessage-deflate (off by default: compressing PCM costs both sides CPU and no audio
         client needs it)."""
         from websockets.asyncio.client import connect
@@ -79,7 +80,8 @@ class WsClient:
         start: dict[str, Any] = {
             "type": "session.start",
             "protocol": "voxgate.v1",
-            "audio": {"codec": "pcm_s16le", "sample_rate": 24_000, "frame_ms": frame_ms},
+            "audio": {"codec": codec, "frame_ms": frame_ms,
+                      **({"sample_rate": 24_000} if codec == "pcm_s16le" else {})},
             "pacing": {"mode": "asap"},
         }
         if voice:

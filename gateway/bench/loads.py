@@ -29,6 +29,7 @@ class Target:
     frame_ms: int = 20
     voice: str | None = None
     deflate: bool = False  # WebSocket permessage-deflate
+    codec: str = "pcm_s16le"
     http: Any = None  # a shared httpx.AsyncClient, opened by `open()`
 
     @property
@@ -49,7 +50,7 @@ class Target:
 
     async def client(self) -> Client:
         if self.transport == "ws":
-            return await WsClient.connect(self.ws_url, self.frame_ms, self.voice, self.deflate)
+            return await WsClient.connect(self.ws_url, self.frame_ms, self.voice, self.deflate, self.codec)
         if self.transport == "http":
             return HttpClient(self.http, self.voice)
         raise ValueError(f"unknown transport {self.transport!r}")

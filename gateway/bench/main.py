@@ -40,6 +40,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         frame_ms=args.frame_ms,
         voice=args.voice,
         deflate=args.deflate,
+        codec=args.codec,
     )
     if args.rate_search:
         start, _, top = args.rate_search.partition(":")
@@ -53,12 +54,12 @@ async def probe(base_url: str, plan: Plan, warmup_requests: int) -> dict[str, An
         "health": await asyncio.to_thread(get_json, base_url, "/health"),
         "voices": await asyncio.to_thread(get_json, base_url, "/v1/voices"),
     }
-    target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate)
+    target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate, plan.codec)
     if plan.voice is None and isinstance(info["voices"], dict):
         plan.voice = info["voices"].get("default")
         target.voice = plan.voice
     with contextlib.suppress(Exception):
-        client = await WsClient.connect(target.ws_url, plan.frame_ms, plan.voice, plan.deflate)
+        client = await WsClient.connect(target.ws_url, plan.frame_ms, plan.voice, plan.deflate, plan.codec)
         info["session"] = client.started
         await client.close()
     await target.open()

@@ -110,7 +110,9 @@ def markdown(report: dict[str, Any]) -> str:
     plan = report.get("plan") or {}
     deflate = "on" if plan.get("deflate") else "off"
     lines.append(
-        f"- Transport: {plan.get('transport')}; frame {plan.get('frame_ms')} ms; pacing asap; deflate {deflate}"
+        f"- Transport: {plan.get('transport')}; codec {plan.get('codec', 'pcm_s16le')}; frame {plan.get('frame_ms')} ms"
+        f"{' (long: what the engine made, up to that)' if (plan.get('frame_ms') or 0) > 60 else ''}; pacing asap; "
+        f"deflate {deflate}"
     )
     warm = [s["ttfa_ms"] for s in server.get("warmup_requests") or [] if s.get("ttfa_ms") is not None]
     if warm:

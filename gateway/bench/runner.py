@@ -25,6 +25,8 @@ class Plan:
     closed_warmup_s: float = 5.0
     closed_duration_s: float = 30.0
     rates: list[float] = field(default_factory=list)  # measured as given; or a doubling search:
+    rates_by_workload: dict[str, list[float]] = field(default_factory=dict)  # a workload's own rates, if listed
+    closed_workloads: list[str] | None = None  # workloads with closed-loop phases (None: every one)
     rate_start: float | None = None
     rate_max: float | None = None
     refine: int = 2
@@ -36,6 +38,7 @@ class Plan:
     frame_ms: int = 20
     voice: str | None = None
     deflate: bool = False
+    codec: str = "pcm_s16le"
     stop_at: float | None = None  # time.monotonic() after which no phase starts that would not end in time
     skipped: list[str] = field(default_factory=list)  # phases left out for want of time
 
@@ -71,14 +74,15 @@ async def _scraped(base_url: str, phase: Callable[[], Any]) -> tuple[PhaseResult
 
 
 async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any]:
-    target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate)
+    target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate, plan.codec)
     await target.open()
     closed: list[dict[str, Any]] = []
     open_loop: list[dict[str, Any]] = []
     try:
         for name in plan.workloads:
             workload = Workload.load(name, plan.length_rule)
-            for c in plan.concurrencies:
+            closed_here = plan.closed_workloads is None or name in plan.closed_workloads
+            for c in plan.concurrencies if closed_here else []:
                 if not plan.fits(plan.closed_warmup_s + plan.closed_duration_s + 5, f"closed {workload.name} c={c}"):
                     continue
                 result, server = await _scraped(
@@ -95,7 +99,7 @@ async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print
                     f"{_ms(s['ttfa_ms']['p50'])} p99 {_ms(s['ttfa_ms']['p99'])}, in SLO {_pct(s['in_slo_share'])}, "
                     f"{s['underruns']} pauses ({s['underrun_total_ms']:.0f} ms), n={s['requests']}"
                 )
-            if plan.rates or plan.rate_start:
+            if plan.rates or plan.rate_start or name in plan.rates_by_workload:
                 open_loop.append(await _search(base_url, target, workload, plan, log))
     finally:
         await target.aclose()
@@ -137,9 +141,10 @@ async def _search(base_url: str, target: Target, workload: Workload, plan: Plan,
         )
         return pooled["in_slo_share"] or 0.0
 
+    listed = plan.rates_by_workload.get(workload.name) or plan.rates
     plan_rates = (
-        rates_plan(plan.rates)
-        if plan.rates
+        rates_plan(listed)
+        if listed
         else doubling_plan(plan.rate_start or 1.0, plan.rate_max or (plan.rate_start or 1.0) * 64, plan.refine)
     )
     search = Search()

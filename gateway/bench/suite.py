@@ -65,6 +65,19 @@ PROFILES: dict[str, dict[str, Any]] = {
         duration_s=15,
         baseline_runs=0,
     ),
+    # Everything of the loop's report in one server's life (one cold start): sentences closed and open, passages open.
+    "loop-final": dict(
+        workloads=["sentences", "passages"],
+        closed_workloads=["sentences"],
+        concurrencies=[1, 8, 32, 128],
+        closed_warmup_s=3,
+        closed_duration_s=12,
+        rates_by_workload={"sentences": [1.0, 80.0, 100.0, 120.0], "passages": [4.0, 8.0]},
+        seeds=[1],
+        warmup_s=3,
+        duration_s=12,
+        baseline_runs=0,
+    ),
     "loop-passages": dict(
         workloads=["passages"],
         concurrencies=[],

@@ -26,6 +26,15 @@ def _seed() -> None:
     torch.manual_seed(42)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _kernels_compiled_after_the_module() -> Iterator[None]:
+    """Kernel modules a test module switched to Triton's interpreter are switched back when it ends."""
+    yield
+    from .triton_mode import restore_compiled_mode
+
+    restore_compiled_mode()
+
+
 @pytest.fixture
 def no_tf32() -> Iterator[None]:
     """True fp32 for exactness: on CUDA, cuDNN convolutions and cuBLAS matmuls default to TF32 inputs (an H200

@@ -5,8 +5,10 @@
 #   run(command="STAGES=tests,steps,suite bash tests/qwen3tts/gpu_loop.sh", carry=[".whl", ".gpu_shared", ".tcache"])
 # Stages (STAGES, comma-separated): tests (the `gpu` loop tests at real shapes), steps (`voxgate bench steps`: every
 # captured bucket timed), suite (`voxgate bench gpu-suite --profile $PROFILE` through the gateway, default loop),
-# gateway (the gateway alone on the fake engine at 1,000x real time, closed loop c=128). Everything comes back as
-# $OUT/results.tar.gz, and Triton's cache as $OUT/triton.tar.gz (carry it back as .tcache/triton.tar.gz).
+# gateway (the gateway alone on the fake engine at 1,000x real time, closed loop c=128, long PCM frames),
+# schedules (the chunk schedules of SCHEDULES, each on its own server: closed c=1 and c=32, open 1 req/s).
+# Everything comes back as $OUT/results.tar.gz (rewritten after each stage), and Triton's cache in parts of 15 MB
+# as $OUT/triton.tar.gz.part-* (cat them into .tcache/triton.tar.gz for the next call).
 set -o pipefail
 export PYTHONUNBUFFERED=1 VOXGATE_SHARED=$PWD/.gpu_shared VOXGATE_WORKLOADS=$PWD/.gpu_shared/workloads
 OUT=${OUT:-/tmp/out}; RES=/tmp/res; mkdir -p "$OUT" "$RES"
@@ -44,19 +46,35 @@ if has steps; then
   timeout ${STEPS_S:-330} python3 -m voxgate.gateway.cli bench steps --checkpoint "$CKPT" --out "$RES/steps" \
     ${STEPS_ARGS:-} 2>&1 | grep -v "it/s\]" | tail -60 | tee "$RES/steps.log"
 fi
-tar -czf "$OUT/triton.tar.gz" -C "$TRITON_CACHE_DIR" . && log "triton cache saved ($(du -h "$OUT/triton.tar.gz" | cut -f1))"
+save() { tar -czf "$OUT/results.tar.gz" -C "$RES" .; }
+save_cache() {
+  rm -f "$OUT"/triton.tar.gz*
+  tar -cz -C "$TRITON_CACHE_DIR" . | split -b 15M - "$OUT/triton.tar.gz.part-" && log "triton cache saved"
+}
+save_cache; save
 if has suite; then
   log "gpu-suite $PROFILE"
   timeout ${SUITE_S:-400} python3 -m voxgate.gateway.cli bench gpu-suite --profile "$PROFILE" --out "$RES/suite" \
     --checkpoint "$CKPT" --budget-s ${BUDGET:-330} --skip-baseline ${SUITE_ARGS:-} 2>&1 \
     | grep -v "pad_token_id\|it/s\]" | tail -40
+  save_cache; save
 fi
 if has gateway; then
   log "gateway alone (fake engine, 1000x)"
-  timeout ${GATEWAY_S:-150} python3 -m voxgate.gateway.cli bench run --engine fake --engine-option device_rtf=1000 \
-    --concurrency 128 --closed-warmup 5 --closed-duration 20 --out "$RES/gateway" --name h200-gateway-fake \
-    ${GATEWAY_ARGS:-} 2>&1 | tail -15
+  timeout ${GATEWAY_S:-150} python3 -m voxgate.gateway.cli bench run --engine fake --serve-arg=--config \
+    --serve-arg=gateway-bench --concurrency 128 --closed-warmup 5 --closed-duration 20 --frame-ms 1280 --no-plots \
+    --out "$RES/gateway" --name h200-gateway-pcm-long ${GATEWAY_ARGS:-} 2>&1 | grep -E "closed s|lag" | tail -5
+  save
 fi
-tar -czf "$OUT/triton.tar.gz" -C "$TRITON_CACHE_DIR" . && log "triton cache saved again"
+if has schedules; then
+  for sched in ${SCHEDULES:-4,8,16 1,3,8,16}; do
+    log "chunk schedule $sched"
+    timeout ${SCHED_S:-80} python3 -m voxgate.gateway.cli bench run --engine qwen3tts --engine-option "model=$CKPT" \
+      --engine-option "chunk_frames=$sched" --concurrency 1,32 --closed-warmup 3 --closed-duration 10 --rates 1 \
+      --seeds 1 --warmup 3 --duration 10 --drain 15 --no-plots --out "$RES/schedule-${sched//,/-}" \
+      --name "h200-schedule-${sched//,/-}" 2>&1 | grep -E "closed s|open s" | tail -4
+    save
+  done
+fi
 log "done"
-tar -czf "$OUT/results.tar.gz" -C "$RES" . && ls -la "$OUT"
+save; ls -la "$OUT"

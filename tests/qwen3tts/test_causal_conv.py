@@ -36,20 +36,15 @@ def _pool(slots: int, hist: int, c: int, g: torch.Generator, dtype: torch.dtype,
     (32, 48, 7, 1, 5), (16, 40, 7, 3, 9), (64, 16, 3, 1, 1), (24, 20, 7, 9, 30), (32, 32, 2, 1, 4),
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("loads", ["select", "split", "offset", "offset_aligned"])
 def test_conv_matches_torch_conv1d(cc: ModuleType, cin: int, n: int, taps: int, dil: int, length: int,
-                                   dtype: torch.dtype, loads: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every way of reading the rows where history and new inputs meet (VOXGATE_CONV_LOADS); offset_aligned: a
-    pool whose strides are multiples of 16 (as SlotPool's), so the offsets are declared aligned where Cin is."""
-    monkeypatch.setattr(cc, "LOADS", loads.removesuffix("_aligned"))
+                                   dtype: torch.dtype) -> None:
+    """History rows read from a pool view (slot stride larger than its rows), a sink row, odd Cin and N."""
     g = torch.Generator().manual_seed(cin * 100 + length)
     b, hist = 3, (taps - 1) * dil
     x = torch.randn(b, length, cin, generator=g).to(dtype).to(DEVICE)
     w = (torch.randn(n, cin, taps, generator=g) / (cin * taps) ** 0.5).to(dtype).to(DEVICE)
     bias = torch.randn(n, generator=g).to(dtype).to(DEVICE)
-    pad = -(hist * cin) % 16 + 16 if loads.endswith("_aligned") else 13
-    state = _pool(5, hist, cin, g, dtype, pad)
-    assert cc.load_flags(x, state)["ALIGNED"] == (loads.endswith("_aligned") and cin % 16 == 0)
+    state = _pool(5, hist, cin, g, dtype)
     slots = torch.tensor([3, 0, 1], device=DEVICE)
     got, _ = cc.causal_conv(x, cc.conv_weight(w), taps, dil, state=state, slots=slots, bias=bias)
     # Independent oracle: torch's conv over the concatenated history, in fp32.
@@ -96,38 +91,6 @@ def test_epilogues_match_reference(cc: ModuleType, dtype: torch.dtype, epilogue:
     _assert_outputs_close(got, cc.causal_conv_ref(x, cc.conv_weight(w), taps, dil, **kw), dtype)
     if epilogue == "clamp_fp32":
         assert got[0].abs().max() <= 1.0 and (got[0].abs() == 1.0).any()
-
-
-@pytest.mark.parametrize(("cin", "parts"), [(128, 3), (48, 5), (40, 5)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("epilogue", ["snake_main", "residual_out2", "clamp_fp32"])
-def test_split_k_matches_reference(cc: ModuleType, cin: int, parts: int, dtype: torch.dtype, epilogue: str,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """SPLIT_K: K ranges of unequal length (the last is shorter), K tiles that do not divide Cin (40), and the
-    epilogue run by the pass that adds the parts."""
-    monkeypatch.setattr(cc, "SPLIT_K", True)
-    g = torch.Generator().manual_seed(cin)
-    b, length, n, taps, dil = 2, 3, 40, 7, 1
-    bk = cc.k_tile(cin)
-    sms = 4 if DEVICE == "cpu" else 2 * parts  # the interpreter's nominal count; on CUDA, as if it had few SMs
-    monkeypatch.setattr(cc, "_multiprocessors", lambda device: sms)
-    assert cc.split_k_parts(b * length, n, taps * -(-cin // bk), sms) == parts
-    x = torch.randn(b, length, cin, generator=g).to(dtype).to(DEVICE)
-    w = (torch.randn(n, cin, taps, generator=g) / (cin * taps) ** 0.5).to(dtype).to(DEVICE)
-    kw = _epilogue_kwargs(epilogue, b, length, cin, n, taps, dil, g, dtype)
-    got = cc.causal_conv(x, cc.conv_weight(w), taps, dil, **kw)
-    _assert_outputs_close(got, cc.causal_conv_ref(x, cc.conv_weight(w), taps, dil, **kw), dtype)
-
-
-def test_split_k_parts() -> None:
-    """Split only where the tiles do not fill the device, into ranges of at least 4 K steps, at most 8."""
-    from voxgate.kernels.causal_conv import split_k_parts
-
-    assert split_k_parts(512, 1536, 112, 132) == 3  # decoder.0 at 128 streams x 1 frame: 96 tiles
-    assert split_k_parts(128, 1024, 24, 132) == 6  # the pre-conv: 16 tiles, 24 K steps
-    assert split_k_parts(64, 1536, 112, 132) == 8
-    assert split_k_parts(4096, 768, 84, 132) == 1  # enough tiles already
-    assert split_k_parts(128, 1024, 7, 132) == 1  # too little K to share
 
 
 @pytest.mark.parametrize("stride", [2, 3, 5])
@@ -194,33 +157,6 @@ def test_streamed_conv_equals_whole_conv(cc: ModuleType) -> None:
     torch.testing.assert_close(torch.cat(outs, 1), want, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize(("c", "dil", "length"), [(32, 1, 9), (24, 3, 5), (96, 9, 20), (40, 1, 1)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("store_main", [True, False])
-def test_fused_residual_unit_equals_two_convs(cc: ModuleType, c: int, dil: int, length: int, dtype: torch.dtype,
-                                              store_main: bool) -> None:
-    """kernels/residual_unit.py: the unit in one kernel against the two causal_conv launches it replaces."""
-    ru = kernel_module("residual_unit")
-    g = torch.Generator().manual_seed(c + dil)
-    b = 3
-    a = (2 * torch.randn(b, length, c, generator=g)).to(dtype).to(DEVICE)
-    x = torch.randn(b, length, c, generator=g).to(dtype).to(DEVICE)
-    w1 = cc.conv_weight((torch.randn(c, c, 7, generator=g) / (7 * c) ** 0.5).to(dtype).to(DEVICE))
-    w2 = cc.conv_weight((torch.randn(c, c, 1, generator=g) / c ** 0.5).to(dtype).to(DEVICE))
-    b1, b2 = (torch.randn(c, generator=g).to(dtype).to(DEVICE) for _ in range(2))
-    act2, nxt = _snake(c, g), _snake(c, g)
-    state = _pool(4, 6 * dil, c, g, dtype)
-    slots = torch.tensor([2, 0, 3], device=DEVICE)
-    got = ru.residual_unit(a, w1, dil, state, slots, b1, act2, w2, b2, x, nxt, store_main=store_main)
-    h, _ = cc.causal_conv(a, w1, 7, dil, state=state, slots=slots, bias=b1, snake_main=act2)
-    want = cc.causal_conv(h, w2, 1, bias=b2, residual=x, snake_out2=nxt, store_main=store_main)
-    tol = 1e-4 if dtype == torch.float32 else 5e-2
-    for gt, wt in zip(got, want, strict=True):
-        assert (gt is None) == (wt is None)
-        if gt is not None:
-            torch.testing.assert_close(gt.float(), wt.float(), atol=tol, rtol=tol)
-
-
 def _compiled_kernels(name: str) -> ModuleType:
     """A compiled-mode copy of kernels/<name>.py (the fixtures' copies may be the interpreter's); conv_tma is
     bound to a compiled copy of causal_conv while it is loaded."""
@@ -234,6 +170,7 @@ def _compiled_kernels(name: str) -> ModuleType:
         path = Path(voxgate.kernels.__file__).parent / f"{mod_name}.py"
         spec = importlib.util.spec_from_file_location(f"voxgate.kernels._{mod_name}_compiled", path)
         mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # dataclasses look their module up while the class body runs
         spec.loader.exec_module(mod)
         return mod
 
@@ -266,10 +203,10 @@ def _hopper_compile(fn: object, consts: dict, desc: dict[str, str] | None = None
     params = list(inspect.signature(fn.fn).parameters)
     f32 = {"a1_ptr", "ib1_ptr", "a2_ptr", "ib2_ptr"}
     sig = {p: "constexpr" if p in consts else (desc or {}).get(p) or ("*i64" if p == "slots_ptr" else "*fp32"
-           if p in f32 else "*bf16" if p.endswith("_ptr") else "i64" if p in ("st_delta", "st_ss") else "i32")
+           if p in f32 else "*bf16" if p.endswith("_ptr") else "i64" if p == "st_ss" else "i32")
            for p in params}
     divisible = [p for p in params if p.endswith("_ptr")] + [
-        p for p in ("M", "L", "CIN", "N", "st_ss", "st_st", "st_delta") if p in params]
+        p for p in ("M", "L", "CIN", "N", "st_ss", "st_st") if p in params]
     attrs = {(params.index(p),): [["tt.divisibility", 16]] for p in divisible}
     with warnings.catch_warnings():  # triton 3.9 announces a future default (FP fusion) on every compile
         warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
@@ -277,42 +214,13 @@ def _hopper_compile(fn: object, consts: dict, desc: dict[str, str] | None = None
                               options={"num_warps": warps, "num_stages": stages})
 
 
-def _hopper_build(loads: str, fast_sin: bool = True) -> tuple[int, int, str]:
-    """The pointer kernel for sm_90: (cp.async instructions in the PTX, shared memory bytes, the PTX)."""
+def _hopper_ptx(fast_sin: bool) -> str:
+    """The pointer kernel's PTX for sm_90."""
     fn = _compiled_kernels("causal_conv")._causal_conv_kernel
     consts = dict(TAPS=7, HAS_STATE=True, HAS_BIAS=True, SNAKE_MAIN=True, HAS_RES=False, CLAMP=False,
-                  STORE_MAIN=True, HAS_OUT2=False, FAST_SIN=fast_sin, EVEN_K=True, LOADS=loads, ALIGNED=True,
-                  PRECISION="tf32", UPCAST=False, BK=32, BM=128, BN=64)
-    kernel = _hopper_compile(fn, consts)
-    ptx = kernel.asm["ptx"]
-    return ptx.count("cp.async"), kernel.metadata.shared, ptx
-
-
-def test_offset_loads_are_pipelined_on_hopper(cc: ModuleType) -> None:
-    """The point of LOADS="offset": with its alignment declared, the activation tile is loaded asynchronously and
-    staged like the weights (more cp.async, a shared-memory buffer per stage); through a per-row pointer select
-    the compiler cannot prove alignment and loads it synchronously. Checked on the compiler's output for sm_90,
-    so CI sees it without a GPU."""
-    select_async, select_shared, _ = _hopper_build("select")
-    offset_async, offset_shared, _ = _hopper_build("offset")
-    assert offset_async > select_async, (offset_async, select_async)
-    # 4 stages of a 128 x 32 bf16 activation tile (8 KiB each) on top of the weights' stages
-    assert offset_shared >= select_shared + 3 * 128 * 32 * 2, (offset_shared, select_shared)
-
-
-def test_tuning_keeps_big_tiles_for_offset_loads_only() -> None:
-    """The autotuner's pruning: K tiles dividing Cin only, and the big tiles only where LOADS="offset" stages both
-    operands (the pointer select spills them); each load mode is tuned under its own key."""
-    from voxgate.kernels import causal_conv as cc
-
-    args = {"N": 768, "M": 81920, "CIN": 192}
-    big = {(c.kwargs["BM"], c.kwargs["BN"]) for c in cc._OFFSET_CONFIGS}
-    for loads in cc.LOAD_MODES:
-        kept = cc._prune(cc._causal_conv_tuned.configs, args, LOADS=loads, ALIGNED=True)
-        assert kept and all(192 % c.kwargs["BK"] == 0 for c in kept)
-        got_big = {(c.kwargs["BM"], c.kwargs["BN"]) for c in kept if id(c) in cc._OFFSET_ONLY}
-        assert got_big == (big if loads == "offset" else set()), (loads, got_big)
-    assert {"LOADS", "ALIGNED"} <= set(cc._causal_conv_tuned.keys)
+                  STORE_MAIN=True, HAS_OUT2=False, FAST_SIN=fast_sin, EVEN_K=True, PRECISION="tf32", UPCAST=False,
+                  BK=32, BM=128, BN=64)
+    return _hopper_compile(fn, consts).asm["ptx"]
 
 
 # -- the TMA path (kernels/conv_tma.py) ----------------------------------------------------------------------------
@@ -339,8 +247,7 @@ def tma(cc: ModuleType) -> Iterator[ModuleType]:
 ])
 @pytest.mark.parametrize("epilogue", ["plain", "snake_main", "residual_out2"])
 def test_tma_conv_matches_torch_and_pointer_kernel(cc: ModuleType, tma: ModuleType, cin: int, n: int, taps: int,
-                                                    dil: int, length: int, b: int, epilogue: str,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+                                                    dil: int, length: int, b: int, epilogue: str) -> None:
     """conv_tma's zero-filled tiles (history before each batch row, nothing past its end) give the conv: against
     the fp32 reference (torch's conv1d over [history | new]) and against the pointer kernel."""
     g = torch.Generator().manual_seed(cin + n + length + len(epilogue))
@@ -357,35 +264,33 @@ def test_tma_conv_matches_torch_and_pointer_kernel(cc: ModuleType, tma: ModuleTy
         kw.update(residual=torch.randn(b, length, n, generator=g).to(torch.bfloat16).to(DEVICE),
                   snake_out2=_snake(n, g))
     wk = cc.conv_weight(w)
-    monkeypatch.setattr(cc, "TMA_MIN_LENGTH", 64)  # the test's short rows take the TMA path too
-    assert cc._tma_tiling(x, wk, kw.get("state"), taps) == ((1, b * length) if taps == 1 else (b, length))
-    monkeypatch.setattr(cc, "TMA", True)
-    got = cc.causal_conv(x, wk, taps, dil, **kw)
+    tma = cc.ConvOptions(tma_min_length=64)  # the test's short rows take the TMA path too
+    assert cc._tma_tiling(x, wk, kw.get("state"), taps, 64) == ((1, b * length) if taps == 1 else (b, length))
+    got = cc.causal_conv(x, wk, taps, dil, **kw, options=tma)
     _assert_outputs_close(got, cc.causal_conv_ref(x, wk, taps, dil, **kw), torch.bfloat16)
-    monkeypatch.setattr(cc, "TMA", False)
-    _assert_outputs_close(got, cc.causal_conv(x, wk, taps, dil, **kw), torch.bfloat16)
+    pointer = cc.ConvOptions(tma=False)
+    _assert_outputs_close(got, cc.causal_conv(x, wk, taps, dil, **kw, options=pointer), torch.bfloat16)
 
 
 def test_tma_tiling_keeps_short_rows_and_unaligned_convs_on_the_pointer_kernel(cc: ModuleType, tma: ModuleType,
-                                                                               monkeypatch: pytest.MonkeyPatch,
                                                                                ) -> None:
-    """Rows with history shorter than TMA_MIN_LENGTH or a 64-row tile, fp32, Cin not a multiple of 32 and N = 1
+    """Rows with history shorter than tma_min_length or a 64-row tile, fp32, Cin not a multiple of 32 and N = 1
     (rows of 2 bytes) stay on the pointer kernel; a one-tap conv is one long row whatever its batch rows."""
     g = torch.Generator().manual_seed(5)
     state = _pool(3, 6, 64, g, torch.bfloat16, pad=16)
     w = torch.randn(7 * 64, 32).to(torch.bfloat16).to(DEVICE)
     x = torch.randn(2, 511, 64).to(torch.bfloat16).to(DEVICE)
-    assert cc.TMA_MIN_LENGTH == 512 and cc._tma_tiling(x, w, state, 7) is None
-    assert cc._tma_tiling(x, w[:64].contiguous(), None, 1) == (1, 2 * 511)
-    monkeypatch.setattr(cc, "TMA_MIN_LENGTH", 0)
+    default = cc.ConvOptions().tma_min_length
+    assert default == 512 and cc._tma_tiling(x, w, state, 7, default) is None
+    assert cc._tma_tiling(x, w[:64].contiguous(), None, 1, default) == (1, 2 * 511)
     x = torch.randn(2, 63, 64).to(torch.bfloat16).to(DEVICE)
-    assert cc._tma_tiling(x, w, state, 7) is None
+    assert cc._tma_tiling(x, w, state, 7, 0) is None
     x = torch.randn(2, 64, 64).to(torch.bfloat16).to(DEVICE)
-    assert cc._tma_tiling(x, w, state, 7) == (2, 64)
-    assert cc._tma_tiling(x.float(), w.float(), state.float(), 7) is None
-    assert cc._tma_tiling(x, w[:, :1].contiguous(), state, 7) is None
+    assert cc._tma_tiling(x, w, state, 7, 0) == (2, 64)
+    assert cc._tma_tiling(x.float(), w.float(), state.float(), 7, 0) is None
+    assert cc._tma_tiling(x, w[:, :1].contiguous(), state, 7, 0) is None
     x48 = torch.randn(2, 64, 48).to(torch.bfloat16).to(DEVICE)
-    assert cc._tma_tiling(x48, w[: 7 * 48].contiguous(), _pool(3, 6, 48, g, torch.bfloat16, pad=16), 7) is None
+    assert cc._tma_tiling(x48, w[: 7 * 48].contiguous(), _pool(3, 6, 48, g, torch.bfloat16, pad=16), 7, 0) is None
 
 
 def test_fast_sin_squared_matches_torch(cc: ModuleType) -> None:
@@ -404,9 +309,8 @@ def test_fast_sin_squared_matches_torch(cc: ModuleType) -> None:
 
 
 @pytest.mark.parametrize("epilogue", ["snake_main", "residual_out2"])
-def test_fast_sin_epilogue_equals_sinf_within_one_bf16_step(cc: ModuleType, epilogue: str,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """FAST_SIN changes a bf16 output by at most one rounding step (a value on a rounding boundary)."""
+def test_fast_sin_epilogue_equals_sinf_within_one_bf16_step(cc: ModuleType, epilogue: str) -> None:
+    """fast_sin changes a bf16 output by at most one rounding step (a value on a rounding boundary)."""
     g = torch.Generator().manual_seed(19)
     b, length, cin, n, taps, dil = 2, 40, 32, 48, 7, 1
     x = (2 * torch.randn(b, length, cin, generator=g)).to(torch.bfloat16).to(DEVICE)
@@ -414,8 +318,7 @@ def test_fast_sin_epilogue_equals_sinf_within_one_bf16_step(cc: ModuleType, epil
     kw = _epilogue_kwargs(epilogue, b, length, cin, n, taps, dil, g, torch.bfloat16)
     outs = []
     for fast in (True, False):
-        monkeypatch.setattr(cc, "FAST_SIN", fast)
-        outs.append(cc.causal_conv(x, cc.conv_weight(w), taps, dil, **kw))
+        outs.append(cc.causal_conv(x, cc.conv_weight(w), taps, dil, **kw, options=cc.ConvOptions(fast_sin=fast)))
     for fast, accurate in zip(*outs, strict=True):
         if fast is not None:
             step = torch.finfo(torch.bfloat16).eps * accurate.float().abs().clamp(min=1e-2)
@@ -424,10 +327,9 @@ def test_fast_sin_epilogue_equals_sinf_within_one_bf16_step(cc: ModuleType, epil
 
 
 def test_fast_sin_leaves_libdevice_sinf_out_on_hopper() -> None:
-    """The point of FAST_SIN, on the compiler's output for sm_90: libdevice's sinf brings its slow-path range
+    """The point of fast_sin, on the compiler's output for sm_90: libdevice's sinf brings its slow-path range
     reduction (a local-memory table, inlined per element); the polynomial has none, and the kernel is shorter."""
-    *_, fast = _hopper_build("select", fast_sin=True)
-    *_, accurate = _hopper_build("select", fast_sin=False)
+    fast, accurate = _hopper_ptx(fast_sin=True), _hopper_ptx(fast_sin=False)
     assert "ld.local" in accurate and "__nv_sinf" in accurate
     assert "ld.local" not in fast and "__nv_sinf" not in fast
     assert len(fast.splitlines()) < len(accurate.splitlines()) / 2

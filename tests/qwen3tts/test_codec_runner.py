@@ -1,5 +1,5 @@
-"""codec_runner.CodecRunner: bucket choice, padding, and equality with a direct step (CPU: the same buckets
-and padding, run eagerly; on CUDA each bucket is a captured graph)."""
+"""codec_runner.CodecRunner: bucket choice, padding, and equality with a direct step and with the whole decode
+(CPU: the same buckets and padding, run eagerly through GraphSet; on CUDA each bucket is a captured graph)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from voxgate.engine.qwen3tts.checkpoint import load_codec
 from voxgate.engine.qwen3tts.codec_runner import CodecRunner
-from voxgate.engine.qwen3tts.codec_stream import CodecStream, load_codec
+from voxgate.engine.qwen3tts.codec_stream import CodecStream
+
+from .test_codec_stream import _codes, assert_within_1_lsb
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.usefixtures("no_tf32")  # fp32 comparisons: TF32 convs on CUDA round to 1e-3
@@ -58,6 +61,30 @@ def test_runner_equals_direct_step(stream: CodecStream) -> None:
             # slot 0 is the sink
             for name, view in stream.pool.views.items():
                 torch.testing.assert_close(view[1:], stream.pool.views_of(after)[name][1:], atol=1e-5, rtol=1e-5)
+    finally:
+        for s in slots.tolist():
+            stream.close(s)
+
+
+def test_bucket_pads_rows_and_frames(stream: CodecStream) -> None:
+    """A bucket of 4 rows x 8 frames serving 2 streams: one idles (0 frames, garbage codes in its row), padding rows
+    sit on the sink; each stream's audio equals its whole decode."""
+    runner = CodecRunner(stream, [(4, 8)], progress=False)
+    a, b = _codes(6, 60), _codes(24, 61)
+    slots = torch.tensor([stream.open(), stream.open()], device=DEVICE)
+    try:
+        out_a, out_b = [], []
+        for k in range(3):
+            na = 3 if k < 2 else 0  # stream a: two 3-frame chunks, then idle
+            row_a = torch.cat([a[3 * k: 3 * k + na], _codes(8 - na, 70 + k)])
+            codes = torch.stack([row_a, b[8 * k: 8 * k + 8]]).to(DEVICE)
+            audio = runner(slots, codes, torch.tensor([na, 8], device=DEVICE))
+            assert audio.shape == (2, 8 * 1920)
+            out_a.append(audio[0, : na * 1920].cpu())
+            out_b.append(audio[1].cpu())
+        codec = stream.codec
+        assert_within_1_lsb(torch.cat(out_a), codec.decode(a.to(DEVICE)).cpu())
+        assert_within_1_lsb(torch.cat(out_b), codec.decode(b.to(DEVICE)).cpu())
     finally:
         for s in slots.tolist():
             stream.close(s)

@@ -1,4 +1,5 @@
-"""Incremental codec decode (codec_stream.py) equals the whole-utterance decode (codec.py) within 1 LSB of PCM16.
+"""Incremental codec decode (codec_stream.py, the plain reference) equals the whole-utterance decode (codec.py)
+within 1 LSB of PCM16.
 
 fp32 with TF32 off, on the tiny synthetic checkpoint (2 transformer layers, window 72: its receptive field is
 2 x 71 frames, so 100 frames already leave the window and 310 frames leave the whole transformer history).
@@ -13,9 +14,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from voxgate.gateway.bench.codec_measure import pcm16, snr_db
 
 if TYPE_CHECKING:
     from voxgate.engine.qwen3tts.codec import CodecDecoder
@@ -37,7 +38,7 @@ def _one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def codec(tiny_ckpt: Callable[[str], Path]) -> CodecDecoder:
-    from voxgate.engine.qwen3tts.codec_stream import load_codec
+    from voxgate.engine.qwen3tts.checkpoint import load_codec
 
     return load_codec(tiny_ckpt("cv17"), dtype=torch.float32)
 
@@ -53,13 +54,9 @@ def _codes(frames: int, seed: int) -> torch.Tensor:
     return torch.randint(0, 2048, (frames, Q), generator=torch.Generator().manual_seed(seed))
 
 
-def _pcm(x: torch.Tensor) -> torch.Tensor:
-    return (x.clamp(-1, 1) * 32767).round().to(torch.int32)
-
-
 def assert_within_1_lsb(got: torch.Tensor, want: torch.Tensor) -> None:
     assert got.shape == want.shape
-    diff = (_pcm(got) - _pcm(want)).abs()
+    diff = (pcm16(got) - pcm16(want)).abs()
     worst = int(diff.argmax())
     assert int(diff.max()) <= 1, (f"{int((diff > 1).sum())} samples off by > 1 LSB; worst at {worst}: "
                                   f"{float(got[worst]):.6f} vs {float(want[worst]):.6f}")
@@ -133,26 +130,6 @@ def test_interleaved_batch_equals_each_alone(codec: CodecDecoder) -> None:
         assert_within_1_lsb(alone[i], _whole(codec, lengths[i], 10 + i))
 
 
-def test_captured_step_pads_rows_and_frames(codec: CodecDecoder) -> None:
-    """A bucket of 4 rows x 8 frames serving 2 streams (eager off CUDA, with the same static buffers)."""
-    from voxgate.engine.qwen3tts.codec_stream import CapturedStep, CodecStream
-
-    cs = CodecStream(codec, num_slots=3)
-    step = CapturedStep(cs, rows=4, frames=8)
-    a, b = _codes(6, 60), _codes(24, 61)
-    slots = torch.tensor([cs.open(), cs.open()])
-    out_a, out_b = [], []
-    for k in range(3):
-        na = 3 if k < 2 else 0  # stream a: two 3-frame chunks, then idle; its row is padded with garbage codes
-        row_a = torch.cat([a[3 * k: 3 * k + na], _codes(8 - na, 70 + k)])
-        audio = step(slots, torch.stack([row_a, b[8 * k: 8 * k + 8]]), torch.tensor([na, 8]))
-        assert audio.shape == (2, 8 * 1920)
-        out_a.append(audio[0, : na * 1920].clone())
-        out_b.append(audio[1].clone())
-    assert_within_1_lsb(torch.cat(out_a), codec.decode(a))
-    assert_within_1_lsb(torch.cat(out_b), _whole(codec, 24, 61))
-
-
 def test_reused_slot_carries_nothing(codec: CodecDecoder) -> None:
     from voxgate.engine.qwen3tts.codec_stream import CodecStream
 
@@ -186,42 +163,9 @@ def test_padding_code_is_read_as_zero_and_eos_is_refused(stream: CodecStream) ->
     assert stream.pool.num_free == stream.pool.max_streams  # the failed stream's slot was released
 
 
-@pytest.mark.parametrize(("channels", "kernel", "dilation", "length"), [(3, 7, 3, 40), (5, 7, 9, 55), (4, 3, 2, 1),
-                                                                       (2, 7, 9, 54), (8, 1, 1, 9)])
-def test_undilated_conv_equals_dilated(channels: int, kernel: int, dilation: int, length: int) -> None:
-    from voxgate.engine.qwen3tts.codec_stream import conv1d_undilated
-
-    x = torch.randn(2, channels, (kernel - 1) * dilation + length)
-    w, b = torch.randn(channels + 1, channels, kernel), torch.randn(channels + 1)
-    want = F.conv1d(x, w, b, dilation=dilation)
-    got = conv1d_undilated(x, w, b, dilation)
-    assert got.shape == want.shape == (2, channels + 1, length)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize(("dilation", "length"), [(3, 40), (9, 55), (9, 54), (2, 13)])
-def test_undilated_conv_over_a_prepadded_buffer(dilation: int, length: int) -> None:
-    """The step's buffers are already a multiple of d long (garbage-free zeros after `length`): same as dilated."""
-    from voxgate.engine.qwen3tts.codec_stream import conv1d_undilated
-
-    p = 6 * dilation + length
-    x = torch.randn(2, 3, p)
-    padded = F.pad(x, (0, -(-p // dilation) * dilation - p))
-    w, b = torch.randn(4, 3, 7), torch.randn(4)
-    got = conv1d_undilated(padded, w, b, dilation, length=p)
-    torch.testing.assert_close(got, F.conv1d(x, w, b, dilation=dilation), rtol=1e-5, atol=1e-5)
-
-
-def test_undilated_stream_equals_whole(codec: CodecDecoder) -> None:
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream
-
-    cs = CodecStream(codec, num_slots=2, undilate=True)
-    assert_within_1_lsb(cs.decode_chunks(_codes(100, 1), [1, 3, 8, 16]), _whole(codec, 100, 1))
-
-
 def test_bf16_snr(codec: CodecDecoder) -> None:
     """bf16 with SnakeBeta and the clamp in fp32 stays close to fp32 (the bench reports 32 utterances)."""
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream, snr_db
+    from voxgate.engine.qwen3tts.codec_stream import CodecStream
 
     cs = CodecStream(codec, num_slots=2, dtype=torch.bfloat16)
     assert cs.pool["kv"].dtype == torch.bfloat16 and next(codec.parameters()).dtype == torch.float32
@@ -232,7 +176,7 @@ def test_bf16_snr(codec: CodecDecoder) -> None:
 def test_state_size_at_real_shapes(shared: Path) -> None:
     """The per-stream state of the real 12 Hz decoder is design §9's 1,298,496 values."""
     from voxgate.engine.qwen3tts.codec import CodecDecoder
-    from voxgate.engine.qwen3tts.codec_stream import state_layout, state_values
+    from voxgate.engine.qwen3tts.codec_state import state_layout, state_values
     from voxgate.engine.qwen3tts.config import CodecDecoderConfig
 
     raw = json.loads((shared / "checkpoints/Qwen3-TTS-12Hz-1.7B-CustomVoice/speech_tokenizer/config.json").read_text())
@@ -249,51 +193,16 @@ def test_config_without_a_stream_slot_is_refused(codec: CodecDecoder) -> None:
         CodecStream(codec, num_slots=1)
 
 
-def test_bench_script_dry_run(tmp_path: Path, shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """bench_codec end to end at tiny shapes on CPU (the GPU run is the same code with --device cuda)."""
-    from voxgate.engine.qwen3tts import bench_codec
+def test_swapped_snake_parameters_are_caught(codec: CodecDecoder) -> None:
+    """A mutation check of this file's oracle: the reference stream with two residual units' SnakeBeta parameters
+    exchanged (a wrong slice of 1-D parameters, which constant synthetic parameters would hide) is off by far more
+    than 1 LSB."""
+    from voxgate.engine.qwen3tts.codec_stream import CodecStream
 
-    monkeypatch.setattr(bench_codec, "SHAPES", ((3, 1), (2, 2)))
-    args = ["--out", str(tmp_path), "--device", "cpu", "--tiny", "--iters", "1", "--frames", "9", "--utterances", "1",
-            "--shared", str(shared.parent), "--paths", "reference"]
-    assert bench_codec.main(args) == 0
-    report = json.loads((tmp_path / "codec_bench.json").read_text())
-    assert report["exactness_reference"]["pass"] and report["state_values"] > 0
-    assert len(report["speed"]) == 6 and not any("error" in s for s in report["speed"])
-    assert "| reference, undilate=True, fused snake=False | bf16 |" in (tmp_path / "codec_bench.md").read_text()
-
-
-def test_fused_kernels_strided_views_and_folded_biases() -> None:
-    """kernels/snake.py as the step calls it: strided input, output into a buffer after carried inputs, a conv's
-    bias folded in; bias_residual = x + (y + b). fp32 (bf16 in Triton's CPU interpreter truncates; on CUDA it
-    rounds to nearest, as PyTorch does)."""
-    import importlib
-    import os
-
-    pytest.importorskip("triton")
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    if dev == "cpu":  # the interpreter is fixed at jit time: re-import in interpreter mode
-        old = os.environ.get("TRITON_INTERPRET")
-        os.environ["TRITON_INTERPRET"] = "1"
-        try:
-            mod = importlib.reload(importlib.import_module("voxgate.kernels.snake"))
-        finally:
-            if old is None:
-                del os.environ["TRITON_INTERPRET"]
-            else:
-                os.environ["TRITON_INTERPRET"] = old
-    else:
-        mod = importlib.import_module("voxgate.kernels.snake")
-    g = torch.Generator().manual_seed(0)
-    alpha, inv_beta, bias = (torch.rand(5, generator=g).add(0.5).to(dev) for _ in range(3))
-    src = (3 * torch.randn(3, 5, 40, generator=g)).to(dev)
-    x = src[..., 4:31]  # row stride 200, channel stride 40: a trimmed transposed-conv output
-    buf = torch.full((3, 5, 2 + 27 + 3), -7.0, device=dev)
-    out = mod.snake(x, alpha, inv_beta, out=buf[..., 2:29], bias=bias)
-    assert out.data_ptr() == buf[..., 2:29].data_ptr()
-    torch.testing.assert_close(buf[..., 2:29], mod.snake_ref(x, alpha, inv_beta, bias), atol=1e-5, rtol=1e-5)
-    assert (buf[..., :2] == -7).all() and (buf[..., 29:] == -7).all()  # carried inputs and padding untouched
-    y = torch.randn(3, 5, 27, generator=g).to(dev)
-    got = mod.bias_residual(x, y, bias)
-    assert got.is_contiguous()
-    torch.testing.assert_close(got, mod.bias_residual_ref(x, y, bias), atol=0, rtol=0)
+    cs = CodecStream(codec, num_slots=2)
+    unit0, unit1 = list(codec.decoder[1].block)[2:4]
+    a, b = cs.snakes[id(unit0.act1)], cs.snakes[id(unit1.act1)]
+    assert not torch.equal(a.alpha, b.alpha) and not torch.equal(a.inv_beta, b.inv_beta)
+    cs.snakes[id(unit0.act1)], cs.snakes[id(unit1.act1)] = b, a
+    got = cs.decode_chunks(_codes(8, 3), [4])
+    assert int((pcm16(got) - pcm16(_whole(codec, 8, 3))).abs().max()) > 30

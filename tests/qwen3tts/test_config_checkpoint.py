@@ -122,6 +122,32 @@ def test_dtypes_per_part(tiny_ckpt: Callable[[str], Path]) -> None:
     assert {p.dtype for p in codec.parameters()} == {torch.float32}
 
 
+@pytest.mark.parametrize("kind", ["base17", "cv06"])
+def test_synthetic_1d_tensors_are_random(tiny_ckpt: Callable[[str], Path], kind: str) -> None:
+    """Every bias, norm weight, SnakeBeta parameter, LayerScale, ConvNeXt gamma and codebook usage of a synthetic
+    checkpoint is drawn at random (a constant one lets a wrong slice or fold of it pass every parity test), at
+    scales that keep activations finite: norm gains within 1 +- 0.1, SnakeBeta log-parameters within +- 0.2,
+    codebook usage positive, small biases."""
+    state = {**load_file(tiny_ckpt(kind) / "model.safetensors"),
+             **load_file(tiny_ckpt(kind) / "speech_tokenizer/model.safetensors")}
+    vectors = {k: v.float() for k, v in state.items() if v.dim() == 1 and not k.endswith(".initialized")}
+    assert len(vectors) > 100 and any(k.startswith("speaker_encoder.") for k in vectors) == (kind == "base17")
+    for name, v in vectors.items():
+        leaf = name.rsplit(".", 1)[-1]
+        if v.numel() > 1:  # not constant (the Talker's are bf16: a few equal values are expected)
+            assert v.unique().numel() >= min(v.numel(), 8), name
+        else:
+            assert float(v) not in (0.0, 1.0), name
+        if leaf in ("alpha", "beta"):
+            assert v.abs().max() <= 0.2, name
+        elif leaf == "cluster_usage":
+            assert v.min() > 0, name
+        elif leaf == "weight" and "norm" in name:
+            assert (v - 1).abs().max() <= 0.1 + 2**-7, name  # + one bf16 step at 1
+        elif leaf == "bias":
+            assert v.abs().max() < 0.2, name
+
+
 def test_resolve_rejects_non_directories(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="not a checkpoint directory"):
         resolve(tmp_path / "nope")

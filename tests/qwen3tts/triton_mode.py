@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from types import ModuleType
 
 import torch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# Modules re-imported in interpreter mode (in that order), and modules bound to them, until restore_compiled_mode.
+_INTERPRETED: list[str] = []
+_BOUND = ("voxgate.engine.qwen3tts.codec_fused",)
 
 
 def kernel_module(name: str) -> ModuleType:
@@ -27,9 +31,21 @@ def kernel_module(name: str) -> ModuleType:
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     try:
-        return importlib.reload(importlib.import_module(full))
+        module = importlib.reload(importlib.import_module(full))
     finally:
         if old is None:
             del os.environ["TRITON_INTERPRET"]
         else:
             os.environ["TRITON_INTERPRET"] = old
+    if full not in _INTERPRETED:
+        _INTERPRETED.append(full)
+    return module
+
+
+def restore_compiled_mode() -> None:
+    """Re-import in compiled mode what kernel_module switched, and the modules bound to it (conftest calls this
+    after each test module): otherwise the interpreter leaks into later tests, e.g. an engine that picks the
+    fused codec wherever the kernels run would take it on the CPU, at the interpreter's speed."""
+    for full in [*_INTERPRETED, *(b for b in _BOUND if _INTERPRETED and b in sys.modules)]:
+        importlib.reload(sys.modules[full])
+    _INTERPRETED.clear()
