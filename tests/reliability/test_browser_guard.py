@@ -69,7 +69,7 @@ async def test_protected_metrics_and_health_details(gateway, fake_engine, protec
         assert anonymous == (401, {"status": "ok"})
     else:
         assert anonymous[0] == 200 and anonymous[1]["engine"] == "fake"
-    assert known[0] == 200 and known[1].json()["engine_info"] == {"name": "fake"}
+    assert known[0] == 200 and known[1].json()["engine_info"]["name"] == "fake"
 
 
 def test_protect_metrics_needs_a_token():
