@@ -88,6 +88,7 @@ class Engine(abc.ABC):
 
     name: str = "engine"
     sample_rate: int = SAMPLE_RATE
+    supports_instruct: bool = True  # False: `SynthesisRequest.instruct` is ignored (the gateway warns the client)
 
     @abc.abstractmethod
     async def start(self) -> None: ...

@@ -231,6 +231,7 @@ class EspeakEngine(Engine):
     """Options: `rate_wpm` (speaking rate, espeak's default 175)."""
 
     name = "espeak"
+    supports_instruct = False
 
     def __init__(self, rate_wpm: int | None = None) -> None:
         if rate_wpm is not None and not 80 <= int(rate_wpm) <= 450:

@@ -127,6 +127,7 @@ class FakeEngine(Engine):
     like qwen3tts's 4, 8, 16 codec frames), `first_chunk_ms`."""
 
     name = "fake"
+    supports_instruct = False
 
     def __init__(self, device_rtf: float = 50.0, chunk_ms: int | str = 320, first_chunk_ms: float = 5.0,
                  shared_device: bool = True) -> None:

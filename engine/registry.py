@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from .base import Engine
@@ -22,4 +23,17 @@ def create_engine(name: str, **options: Any) -> Engine:
         raise ValueError(f"unknown engine {name!r}; choose one of {sorted(ENGINES)}") from None
     module_name, factory_name = target.split(":")
     factory = getattr(importlib.import_module(module_name), factory_name)
+    valid = option_names(factory)
+    unknown = sorted(set(options) - set(valid or options))
+    if unknown:
+        raise ValueError(f"unknown option(s) for the {name} engine: {', '.join(unknown)}; "
+                         f"its options: {', '.join(valid or []) or 'none'}")
     return factory(**options)
+
+
+def option_names(factory: Any) -> list[str] | None:
+    """The keyword options a factory takes; None for a `**options` factory, which checks its options itself."""
+    params = inspect.signature(factory).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

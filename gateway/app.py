@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from voxgate.engine.base import Engine
@@ -18,6 +19,7 @@ from . import http_api
 from .audio import configure_opus_pool
 from .config import GatewayConfig
 from .gctune import GcTuning
+from .guard import BrowserGuard
 from .looplag import watch_loop_lag
 from .state import GatewayState
 from .ws import tts_websocket
@@ -42,8 +44,9 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        log.info("starting engine %s", engine.name)
-        await engine.start()
+        if not engine.ready:  # `voxgate serve` starts it before binding uvicorn, to report a failure in one line
+            log.info("starting engine %s", engine.name)
+            await engine.start()
         log.info("engine %s ready", engine.name)
         gc_tuning = GcTuning(config.gc_gen0_threshold, config.gc_freeze,
                              lambda gen, s: state.metrics.gc_pause.labels(str(gen)).observe(s))
@@ -66,6 +69,7 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
     ]
     if config.serve_demo and WEB_DIR.is_dir():
         routes.append(Mount("/", WebAssets(directory=WEB_DIR, html=True), name="web"))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    guard = Middleware(BrowserGuard, config=config, metrics=state.metrics)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[guard])
     app.state.voxgate = state
     return app

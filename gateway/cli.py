@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # (subcommand, module, help). Modules must not import torch at import time: `voxgate --help` stays fast.
@@ -32,12 +33,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Errors a user can act on (a bad path, option or checkpoint, a refused connection): one line, not a traceback.
+# ValueError covers the config, checkpoint and prompt errors. VOXGATE_DEBUG=1 shows the traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, ImportError)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "_unavailable", None):
         print(args._unavailable, file=sys.stderr)
         return 2
-    return int(args._run(args) or 0)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except USER_ERRORS as exc:
+        if os.environ.get("VOXGATE_DEBUG"):
+            raise
+        print(f"voxgate {args.command}: {_one_line(exc)} (VOXGATE_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if isinstance(exc, ValueError | OSError) and str(exc) else f"{type(exc).__name__}: {text}"
 
 
 if __name__ == "__main__":

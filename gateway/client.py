@@ -46,6 +46,10 @@ class ContextResult:
         return next((e for e in self.events if e["type"] == kind), None)
 
 
+class SessionError(Exception):
+    """The server refused the session, or closed it: the message is the server's own error when it sent one."""
+
+
 class VoxgateClient:
     def __init__(self, url: str, *, codec: str = "pcm_s16le", sample_rate: int | None = None,
                  pacing: str = "client_clock", target_buffer_ms: int = 150, max_buffer_ms: int = 1000,
@@ -75,13 +79,22 @@ class VoxgateClient:
         self._started = asyncio.Event()
         self.closed = asyncio.Event()
         self.close_code: int | None = None
+        self.start_timeout_s = 10.0
 
     async def __aenter__(self) -> VoxgateClient:
         subprotocols = [Subprotocol(PROTOCOL)] + ([Subprotocol(f"voxgate.token.{self.token}")] if self.token else [])
         self.ws = await websockets.connect(self.url, subprotocols=subprotocols, max_size=None, compression=None)
         await self.send(self.start_msg)
         self._tasks.append(asyncio.get_running_loop().create_task(self._receive()))
-        await asyncio.wait_for(self._started.wait(), 10)
+        try:
+            async with asyncio.timeout(self.start_timeout_s):
+                await self._started.wait()
+        except TimeoutError:
+            await self.__aexit__()
+            raise SessionError(f"no session.started within {self.start_timeout_s:g} s") from None
+        if not self.session:  # an error came instead, or the server closed
+            await self.__aexit__()
+            raise SessionError(self._why_closed("the server refused the session"))
         audio = self.session["audio"]
         self.rate = audio["sample_rate"]
         preroll = int(self.session["pacing"]["target_buffer_ms"] * self.rate / 1000)
@@ -97,7 +110,29 @@ class VoxgateClient:
         await self.ws.close()
 
     async def send(self, message: dict[str, Any]) -> None:
-        await self.ws.send(json.dumps(message))
+        try:
+            await self.ws.send(json.dumps(message))
+        except websockets.ConnectionClosed:
+            raise SessionError(self._why_closed("the server closed the session")) from None
+
+    def _why_closed(self, what: str) -> str:
+        """`what`, with the server's last error and the close code when there are."""
+        error = self.errors[-1] if self.errors else None
+        detail = f": {error['code']}: {error['message']}" if error else ""
+        code = f" (close {self.close_code})" if self.close_code is not None else ""
+        return f"{what}{detail}{code}"
+
+    async def _until_done(self, result: ContextResult) -> None:
+        """Wait for the context's done or cancelled; a closed session is an error (not a wait without end)."""
+        done = asyncio.ensure_future(result.done.wait())
+        closed = asyncio.ensure_future(self.closed.wait())
+        try:
+            await asyncio.wait([done, closed], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            done.cancel()
+            closed.cancel()
+        if not result.done.is_set():
+            raise SessionError(self._why_closed("the server closed the session"))
 
     def context(self, context_id: str) -> ContextResult:
         if context_id not in self.contexts:
@@ -122,7 +157,7 @@ class VoxgateClient:
             await self.send({"type": "text.append", "context_id": context_id, "text": text})
         result.sent_at = result.sent_at or time.monotonic()
         await self.send({"type": "context.end", "context_id": context_id})
-        await result.done.wait()
+        await self._until_done(result)
         return result
 
     async def _report_loop(self) -> None:
@@ -158,6 +193,8 @@ class VoxgateClient:
             return
         if kind in ("error", "warning"):
             self.errors.append(msg)
+            if not self.session and kind == "error":  # refused at session.start: say so now, not after a timeout
+                self._started.set()
         context_id = msg.get("context_id")
         if context_id is None:
             return

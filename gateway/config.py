@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,11 @@ class GatewayConfig:
     serve_demo: bool = True
     gc_freeze: bool = True  # after start-up, freeze what is alive out of the collector's reach
     gc_gen0_threshold: int = 10_000  # CPython's 700 triggers collections that eat a stream's pause budget
+    shutdown_grace_s: float = 10.0  # SIGTERM: live contexts may finish this long; the process is gone 2 s later
+    allowed_origins: list[str] = field(default_factory=list)  # browser origins beyond same-origin and localhost
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names beyond IP literals and localhost
+    max_request_bytes: int = 262_144  # POST bodies; refused with 413 while reading
+    protect_metrics: bool = False  # true: /metrics and /health's details need a token too
     limits: Limits = field(default_factory=Limits)
     pacing: PacingDefaults = field(default_factory=PacingDefaults)
 
@@ -72,22 +78,59 @@ class GatewayConfig:
             raise ValueError("max_sessions, writer_queue_frames and gc_gen0_threshold must be positive")
         if not 0 <= self.opus_threads <= 64:
             raise ValueError("opus_threads must be within 0..64")
+        if not 0 <= self.shutdown_grace_s <= 3600:
+            raise ValueError("shutdown_grace_s must be within 0..3600")
+        if self.max_request_bytes <= 0:
+            raise ValueError("max_request_bytes must be positive")
+        if self.protect_metrics and not self.auth_tokens:
+            raise ValueError("protect_metrics needs auth_tokens (the token that /metrics will require)")
 
 
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _typed(value: Any, hint: Any, key: str) -> Any:
+    """`value` as the field's type (an int where a float is due becomes a float), or a ValueError naming the key."""
+    origin = typing.get_origin(hint)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ValueError(f"{key} must be a list, not {value!r}")
+        return [_typed(item, typing.get_args(hint)[0], f"{key}[{i}]") for i, item in enumerate(value)]
+    if origin is dict or hint is Any:
+        if origin is dict and not isinstance(value, dict):
+            raise ValueError(f"{key} must be a table, not {value!r}")
+        return value
+    ok = isinstance(value, hint) and (hint is bool or not isinstance(value, bool))
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not ok:
+        raise ValueError(f"{key} must be {_TYPE_NAMES.get(hint, hint)}, not {value!r}")
+    return value
+
+
+def _build(cls: type, data: dict[str, Any], where: str, prefix: str = "") -> Any:
     known = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ValueError(f"unknown key(s) in {where}: {', '.join(unknown)}")
+        raise ValueError(f"unknown key(s) in {where}: {', '.join(prefix + k for k in unknown)}")
+    hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         nested = {"limits": Limits, "pacing": PacingDefaults}.get(name) if cls is GatewayConfig else None
         if nested is not None:
             if not isinstance(value, dict):
-                raise ValueError(f"{where}.{name} must be a table")
-            value = _build(nested, value, f"{where}.{name}")
+                raise ValueError(f"{where}: {prefix}{name} must be a table")
+            value = _build(nested, value, where, f"{prefix}{name}.")
+        else:
+            try:
+                value = _typed(value, hints[name], prefix + name)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
         kwargs[name] = value
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def config_from_dict(data: dict[str, Any], where: str = "config") -> GatewayConfig:

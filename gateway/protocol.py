@@ -1,15 +1,18 @@
 """Wire protocol v1 (docs/protocol.md): inbound message schemas, error codes, close codes, the binary header.
 
-Inbound JSON becomes a dataclass here, at the edge; everything past this module handles typed messages only.
+Inbound JSON becomes a typed message here, at the edge (msgspec Structs: strict JSON, so no NaN or Infinity, no
+lone surrogates, no integer beyond +-2^53, no nesting where a scalar belongs); everything past this module handles
+typed, bounded messages only.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import struct
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar
+
+import msgspec
 
 PROTOCOL = "voxgate.v1"
 TOKEN_SUBPROTOCOL_PREFIX = "voxgate.token."
@@ -101,8 +104,15 @@ class FrameHeader:
 
 
 # ---- inbound messages --------------------------------------------------------------------------------------------
-# Each message class declares its JSON fields with their accepted Python types; `parse_message` checks presence,
-# types and values, and reports the first problem by field name.
+# Each message is a msgspec Struct tagged by its `type`: msgspec checks presence, JSON types and integer bounds while
+# decoding (in C, without building an intermediate dict), then `validate()` checks values and reports problems in
+# the protocol's words. Nested objects (audio, pacing, defaults, underruns) stay plain dicts of scalars, checked by
+# key in `validate()`.
+
+MAX_JSON_INT = 2**53  # the largest integer every JSON peer represents exactly; anything beyond is refused
+JsonInt = Annotated[int, msgspec.Meta(ge=-MAX_JSON_INT, le=MAX_JSON_INT)]
+Scalar = JsonInt | float | str | bool | None
+ScalarMap = dict[str, Scalar]
 
 
 def _check_context_id(value: str) -> None:
@@ -115,23 +125,31 @@ def _check_track(value: int) -> None:
         raise invalid(f"track must be within 0..{MAX_TRACKS - 1}")
 
 
-@dataclass(slots=True)
-class Message:
-    TYPE: ClassVar[str] = ""
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+def _check_keys(obj: dict, where: str, schema: dict[str, tuple[type, ...]]) -> None:
+    """Known keys of a nested object, each of an accepted type (JSON true is not a number)."""
+    for key, value in obj.items():
+        if key not in schema:
+            raise invalid(f"{where}.{key} is not a known field")
+        accepted = schema[key]
+        if (isinstance(value, bool) and bool not in accepted) or not isinstance(value, accepted):
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in accepted)
+            raise invalid(f"{where}.{key} must be {names}")
 
 
-@dataclass(slots=True)
-class SessionStart(Message):
-    TYPE: ClassVar[str] = "session.start"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset(
-        {"protocol", "audio", "pacing", "defaults", "feedback_interval_ms", "metrics_interval_ms"})
+class Message(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True):
+    TYPE: ClassVar[str] = ""  # the message's `type`, set from its tag below
+
+    def validate(self) -> None:
+        pass
+
+
+class SessionStart(Message, tag="session.start"):
     protocol: str = PROTOCOL
-    audio: dict = field(default_factory=dict)
-    pacing: dict = field(default_factory=dict)
-    defaults: dict = field(default_factory=dict)
-    feedback_interval_ms: int = 50
-    metrics_interval_ms: int = 0
+    audio: ScalarMap = {}
+    pacing: ScalarMap = {}
+    defaults: ScalarMap = {}
+    feedback_interval_ms: JsonInt = 50
+    metrics_interval_ms: JsonInt = 0
 
     def validate(self) -> None:
         if self.protocol != PROTOCOL:
@@ -148,18 +166,14 @@ class SessionStart(Message):
             raise invalid("metrics_interval_ms must be 0 (off) or within 100..60000")
 
 
-@dataclass(slots=True)
-class ContextOpen(Message):
-    TYPE: ClassVar[str] = "context.open"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset(
-        {"voice", "language", "instruct", "track", "placement", "max_audio_ms"})
-    context_id: str = ""
+class ContextOpen(Message, tag="context.open"):
+    context_id: str
     voice: str | None = None
     language: str | None = None
     instruct: str | None = None
-    track: int = 0
+    track: JsonInt = 0
     placement: str = "queue"
-    max_audio_ms: int | None = None
+    max_audio_ms: JsonInt | None = None
 
     def validate(self) -> None:
         _check_context_id(self.context_id)
@@ -170,42 +184,32 @@ class ContextOpen(Message):
             raise invalid("max_audio_ms must be positive", self.context_id)
 
 
-@dataclass(slots=True)
-class TextAppend(Message):
-    TYPE: ClassVar[str] = "text.append"
-    context_id: str = ""
-    text: str = ""
+class TextAppend(Message, tag="text.append"):
+    context_id: str
+    text: str
 
     def validate(self) -> None:
         _check_context_id(self.context_id)
 
 
-@dataclass(slots=True)
-class ContextFlush(Message):
-    TYPE: ClassVar[str] = "context.flush"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"flush_id"})
-    context_id: str = ""
-    flush_id: str | int | None = None
+class ContextFlush(Message, tag="context.flush"):
+    context_id: str
+    flush_id: str | JsonInt | None = None
 
     def validate(self) -> None:
         _check_context_id(self.context_id)
 
 
-@dataclass(slots=True)
-class ContextEnd(Message):
-    TYPE: ClassVar[str] = "context.end"
-    context_id: str = ""
+class ContextEnd(Message, tag="context.end"):
+    context_id: str
 
     def validate(self) -> None:
         _check_context_id(self.context_id)
 
 
-@dataclass(slots=True)
-class ContextCancel(Message):
-    TYPE: ClassVar[str] = "context.cancel"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"played_pts"})
-    context_id: str = ""
-    played_pts: int | None = None
+class ContextCancel(Message, tag="context.cancel"):
+    context_id: str
+    played_pts: JsonInt | None = None
 
     def validate(self) -> None:
         _check_context_id(self.context_id)
@@ -213,25 +217,17 @@ class ContextCancel(Message):
             raise invalid("played_pts must be >= 0", self.context_id)
 
 
-@dataclass(slots=True)
-class Clear(Message):
-    TYPE: ClassVar[str] = "clear"
-
-    def validate(self) -> None:
-        pass
+class Clear(Message, tag="clear"):
+    pass
 
 
-@dataclass(slots=True)
-class Playback(Message):
-    TYPE: ClassVar[str] = "playback"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset(
-        {"track", "buffered_samples", "underruns", "output_latency_ms", "t_ms"})
-    played_pts: int = 0
-    track: int = 0
-    buffered_samples: int = 0
-    underruns: dict = field(default_factory=dict)
-    output_latency_ms: int | float = 0
-    t_ms: int | float = 0
+class Playback(Message, tag="playback"):
+    played_pts: JsonInt
+    track: JsonInt = 0
+    buffered_samples: JsonInt = 0
+    underruns: ScalarMap = {}
+    output_latency_ms: JsonInt | float = 0
+    t_ms: JsonInt | float = 0
 
     def validate(self) -> None:
         _check_track(self.track)
@@ -243,78 +239,71 @@ class Playback(Message):
             raise invalid("underruns counters must be >= 0")
 
 
-@dataclass(slots=True)
-class Ping(Message):
-    TYPE: ClassVar[str] = "ping"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"t_ms"})
-    t_ms: int | float | None = None
-
-    def validate(self) -> None:
-        pass
+class Ping(Message, tag="ping"):
+    t_ms: JsonInt | float | None = None
 
 
-MESSAGE_TYPES: dict[str, type[Message]] = {
-    cls.TYPE: cls
-    for cls in (SessionStart, ContextOpen, TextAppend, ContextFlush, ContextEnd, ContextCancel, Clear, Playback, Ping)
-}
+MESSAGE_TYPES: dict[str, type[Message]] = {}
+for _cls in (SessionStart, ContextOpen, TextAppend, ContextFlush, ContextEnd, ContextCancel, Clear, Playback, Ping):
+    _cls.TYPE = _cls.__struct_config__.tag  # type: ignore[assignment]
+    MESSAGE_TYPES[_cls.TYPE] = _cls
 
-# JSON type(s) accepted per annotation. bool is rejected where int is expected (JSON true is not a number).
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "str": (str,), "str | None": (str, type(None)), "int": (int,), "int | None": (int, type(None)),
-    "dict": (dict,), "int | float": (int, float), "int | float | None": (int, float, type(None)),
-    "str | int | None": (str, int, type(None)),
-}
+_decoder = msgspec.json.Decoder(SessionStart | ContextOpen | TextAppend | ContextFlush | ContextEnd | ContextCancel
+                                | Clear | Playback | Ping)
 
 
-def _type_ok(value: Any, accepted: tuple[type, ...]) -> bool:
-    if isinstance(value, bool):
-        return bool in accepted
-    return isinstance(value, accepted)
+class _Envelope(msgspec.Struct):
+    """What an invalid message still tells: its type and context, for the error message."""
+
+    type: Any = None
+    context_id: Any = None
 
 
-def _check_keys(obj: dict, where: str, schema: dict[str, tuple[type, ...]]) -> None:
-    for key, value in obj.items():
-        if key not in schema:
-            raise invalid(f"{where}.{key} is not a known field")
-        if not _type_ok(value, schema[key]):
-            names = " or ".join("null" if t is type(None) else t.__name__ for t in schema[key])
-            raise invalid(f"{where}.{key} must be {names}")
+_envelope = msgspec.json.Decoder(_Envelope)
+_AT = re.compile(r"^(.*) - at `\$\.?(.*)`$")
 
 
-def _describe(accepted: tuple[type, ...]) -> str:
-    names = {"str": "a string", "int": "an integer", "float": "a number", "dict": "an object", "NoneType": "null"}
-    return " or ".join(names.get(t.__name__, t.__name__) for t in accepted)
+def describe_validation_error(exc: msgspec.ValidationError) -> str:
+    """msgspec's message in the protocol's words: `field 'x': expected ...`, `missing field 'x'`, ..."""
+    text = str(exc)
+    for prefix, words in (("Object missing required field ", "missing field "),
+                          ("Object contains unknown field ", "unknown field ")):
+        if text.startswith(prefix):
+            return words + text[len(prefix):].replace("`", "'")
+    match = _AT.match(text)
+    if match:
+        what, where = match.groups()
+        return f"field '{where}': {what[:1].lower()}{what[1:]}"
+    return text[:1].lower() + text[1:]
 
 
-def parse_message(raw: str) -> Message:
+def parse_message(raw: str | bytes) -> Message:
     """Parse one inbound text frame. Raises ProtocolError(invalid_message) naming the first problem."""
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise invalid(f"malformed JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise invalid("a message must be a JSON object with a 'type'")
-    kind = data.get("type")
-    if not isinstance(kind, str):
-        raise invalid("missing field 'type' (a string)")
-    cls = MESSAGE_TYPES.get(kind)
-    context_id = data.get("context_id") if isinstance(data.get("context_id"), str) else None
-    if cls is None:
-        raise invalid(f"unknown message type {kind!r}", context_id)
-    kwargs: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.name not in data:
-            if f.name not in cls.OPTIONAL:
-                raise invalid(f"{kind}: missing field '{f.name}'", context_id)
-            continue
-        accepted = _JSON_TYPES[str(f.type)]
-        value = data[f.name]
-        if not _type_ok(value, accepted):
-            raise invalid(f"{kind}: field '{f.name}' must be {_describe(accepted)}", context_id)
-        kwargs[f.name] = value
-    unknown = set(data) - {f.name for f in fields(cls)} - {"type"}
-    if unknown:
-        raise invalid(f"{kind}: unknown field(s) {', '.join(sorted(unknown))}", context_id)
-    msg = cls(**kwargs)
-    msg.validate()  # type: ignore[attr-defined]
+        msg = _decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise _invalid_message(raw, exc) from None
+    except msgspec.DecodeError as exc:
+        raise invalid(f"malformed JSON: {str(exc).removeprefix('JSON is malformed: ')}") from None
+    except RecursionError:
+        raise invalid("malformed JSON: nested too deeply") from None
+    msg.validate()
     return msg
+
+
+def _invalid_message(raw: str | bytes, exc: msgspec.ValidationError) -> ProtocolError:
+    try:
+        envelope = _envelope.decode(raw)
+    except msgspec.ValidationError:
+        return invalid("a message must be a JSON object with a 'type'")
+    except msgspec.DecodeError as malformed:  # past the point where the typed decoder stopped
+        return invalid(f"malformed JSON: {str(malformed).removeprefix('JSON is malformed: ')}")
+    except RecursionError:
+        return invalid("malformed JSON: nested too deeply")
+    kind = envelope.type
+    context_id = envelope.context_id if isinstance(envelope.context_id, str) else None
+    if not isinstance(kind, str):
+        return invalid("missing field 'type' (a string)", context_id)
+    if kind not in MESSAGE_TYPES:
+        return invalid(f"unknown message type {kind!r}", context_id)
+    return invalid(f"{kind}: {describe_validation_error(exc)}", context_id)

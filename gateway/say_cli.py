@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import wave
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,13 +26,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import websockets
+
+    from .client import SessionError
 
     text = sys.stdin.read() if args.text == "-" else args.text
+    if not text.strip():
+        print("voxgate say: nothing to say (the text is empty)", file=sys.stderr)
+        return 2
+    problem = _unwritable(args.output)
+    if problem:  # before synthesizing anything
+        print(f"voxgate say: cannot write {args.output}: {problem}", file=sys.stderr)
+        return 2
     try:
         return asyncio.run(_say(args, text))
+    except SessionError as exc:
+        print(f"voxgate say: {exc}", file=sys.stderr)
+    except websockets.InvalidStatus as exc:  # refused before the WebSocket opened (Origin, Host, no such path)
+        print(f"voxgate say: {args.url} answered HTTP {exc.response.status_code}", file=sys.stderr)
+    except (websockets.InvalidHandshake, websockets.InvalidURI) as exc:
+        print(f"voxgate say: {args.url}: {exc}", file=sys.stderr)
+    except TimeoutError:  # (an OSError too, so first)
+        print(f"voxgate say: {args.url} did not answer in time", file=sys.stderr)
     except OSError as exc:
         print(f"voxgate say: cannot reach {args.url}: {exc}", file=sys.stderr)
-        return 1
+    return 1
+
+
+def _unwritable(path: str) -> str | None:
+    """Why `path` cannot be written, or None."""
+    target = Path(path)
+    if target.is_dir():
+        return "it is a directory"
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        return f"no directory {str(parent)!r}"
+    if not os.access(target if target.exists() else parent, os.W_OK):
+        return "permission denied"
+    return None
 
 
 async def _say(args: argparse.Namespace, text: str) -> int:
@@ -40,8 +73,11 @@ async def _say(args: argparse.Namespace, text: str) -> int:
                              voice=args.voice, language=args.language, token=args.token) as client:
         fields = {"instruct": args.instruct} if args.instruct else {}
         result = await client.speak("say", text, words_per_message=args.stream_words or None, **fields)
-        # Let the simulated player finish what is buffered so stalls at the tail are counted too.
-        await asyncio.sleep(client.player.buffered() / client.rate + 0.1)
+        if args.pacing != "asap":
+            # Let the simulated player finish what is buffered (it keeps reporting, so the session stays alive).
+            # An asap client holds everything at once: nothing is left to hear, and waiting out a long text
+            # without a message would run into the server's idle timeout.
+            await asyncio.sleep(client.player.buffered() / client.rate + 0.1)
         errors = list(client.errors)
     for err in errors:
         print(f"{err['type']}: {err['code']}: {err['message']}", file=sys.stderr)
@@ -58,7 +94,9 @@ async def _say(args: argparse.Namespace, text: str) -> int:
     stalls = client.player.stalls
     over = [s for s in stalls if s.duration_s > 0.010]
     print(f"wrote {args.output}: {len(audio) / client.rate:.2f} s of audio at {client.rate} Hz")
-    print(f"first audio: {result.first_audio_ms:.1f} ms (client), {done['timing']['first_audio_ms']} ms (server)")
+    first = result.first_audio_ms
+    print(f"first audio: {'none' if first is None else f'{first:.1f} ms'} (client), "
+          f"{done['timing']['first_audio_ms']} ms (server)")
     print(f"stalls: {len(stalls)} ({len(over)} over 10 ms, longest "
           f"{max((s.duration_s for s in stalls), default=0) * 1000:.1f} ms); server saw {done['stalls']['events']}")
     return 0

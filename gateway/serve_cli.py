@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import socket
 import sys
+from typing import Any
+
+log = logging.getLogger("voxgate.serve")
 
 
 def _option(text: str) -> tuple[str, object]:
@@ -30,12 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
     from voxgate.engine.registry import create_engine
 
     from .app import create_app
     from .config import load_config
-    from .server import uvicorn_config
+    from .server import draining_server, uvicorn_config
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -43,12 +47,43 @@ def run(args: argparse.Namespace) -> int:
         options = dict(config.engine_options)
         options.update(dict(args.engine_option))
         engine = create_engine(config.engine, **options)
-    except (ValueError, FileNotFoundError, TypeError) as exc:
+    except (ValueError, FileNotFoundError) as exc:
         print(f"voxgate serve: {exc}", file=sys.stderr)
         return 2
+    try:  # bind first: a taken port is told at once, not after minutes of engine warm-up
+        sock = _bind(config.host, config.port)
+    except OSError as exc:
+        print(f"voxgate serve: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     app = create_app(engine, config)
-    print(f"voxgate: engine {config.engine}; demo at http://{config.host}:{config.port}/ "
-          f"(WebSocket ws://{config.host}:{config.port}/v1/tts/ws)", flush=True)
-    server = uvicorn.Server(uvicorn_config(app, config.host, config.port, log_level=args.log_level))
-    server.run()
+    uv_config = uvicorn_config(app, config.host, config.port, log_level=args.log_level)
+    server = draining_server(app, uv_config)
+    factory = getattr(uv_config, "get_loop_factory", lambda: None)()
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(_serve(server, engine, sock, config.engine, f"{config.host}:{sock.getsockname()[1]}"))
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def _serve(server: Any, engine: Any, sock: socket.socket, name: str, where: str) -> int:
+    """Start the engine (one line if it fails; the traceback at --log-level debug), then serve until a signal."""
+    try:
+        await engine.start()
+    except Exception as exc:
+        log.debug("the engine failed to start", exc_info=True)
+        print(f"voxgate serve: the {name} engine failed to start: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sock.close()
+        return 1
+    print(f"voxgate: engine {name}; demo at http://{where}/ (WebSocket ws://{where}/v1/tts/ws)", flush=True)
+    await server.serve(sockets=[sock])
     return 0 if server.started else 1

@@ -12,6 +12,8 @@ import uvicorn
 from starlette.applications import Starlette
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+from . import logfilters
+from .shutdown import DrainingServer
 from .ws_transport import VoxgateWebSocketProtocol
 
 log = logging.getLogger("voxgate.server")
@@ -37,9 +39,17 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
 
 def uvicorn_config(app: Starlette, host: str, port: int, **kwargs: Any) -> uvicorn.Config:
     config = app.state.voxgate.config
-    return uvicorn.Config(app, host=host, port=port, http=NoDelayHTTPProtocol, ws=VoxgateWebSocketProtocol,
-                          ws_max_size=4 * config.limits.max_message_bytes, ws_ping_interval=20.0,
-                          ws_ping_timeout=20.0, ws_per_message_deflate=config.ws_deflate, lifespan="on", **kwargs)
+    uv_config = uvicorn.Config(app, host=host, port=port, http=NoDelayHTTPProtocol, ws=VoxgateWebSocketProtocol,
+                               ws_max_size=4 * config.limits.max_message_bytes, ws_ping_interval=20.0,
+                               ws_ping_timeout=20.0, ws_per_message_deflate=config.ws_deflate, lifespan="on",
+                               timeout_graceful_shutdown=1.0, **kwargs)
+    logfilters.install()  # after uvicorn.Config, which (re)configures its loggers
+    return uv_config
+
+
+def draining_server(app: Starlette, config: uvicorn.Config) -> DrainingServer:
+    """The uvicorn server that drains the app on SIGTERM and always ends (shutdown.py)."""
+    return DrainingServer(config, app.state.voxgate.drain)
 
 
 class BackgroundServer:
@@ -50,7 +60,7 @@ class BackgroundServer:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = self.sock.getsockname()[:2]
-        self.server = uvicorn.Server(uvicorn_config(app, self.host, self.port, log_level="warning"))
+        self.server = draining_server(app, uvicorn_config(app, self.host, self.port, log_level="warning"))
         self.thread = threading.Thread(target=self._run, name="uvicorn", daemon=True)
 
     @property

@@ -37,6 +37,7 @@ from .protocol import (
     invalid,
 )
 from .track import Track
+from .voices import resolve_voice
 from .writer import OutFrame, SocketWriter
 
 log = logging.getLogger("voxgate.session")
@@ -62,6 +63,7 @@ class Session:
         self._tasks: set[asyncio.Task] = set()
         self._bytes_out = metrics.bytes_out.labels("ws")  # label lookups once, not per frame
         self._audio_seconds = metrics.audio_seconds.labels("ws")
+        self.draining = False  # shutdown: no new context (drain.py)
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
 
@@ -79,6 +81,11 @@ class Session:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    def begin_drain(self, grace_s: float) -> None:
+        """Shutdown (drain.py): tell the client, and open no new context; live ones go on until the grace ends."""
+        self.draining = True
+        self.writer.put_urgent({"type": "session.draining", "grace_ms": round(grace_s * 1000)})
 
     def _spawn(self, coro: Any) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -112,8 +119,7 @@ class Session:
         if not 20 <= pacing["target_buffer_ms"] <= pacing["max_buffer_ms"] <= 10_000:
             raise invalid("pacing needs 20 <= target_buffer_ms <= max_buffer_ms <= 10000")
         self.fmt = AudioFormat.negotiate(msg.audio, pacing["mode"])
-        voice = msg.defaults.get("voice") or self.engine.default_voice()
-        self._check_voice(voice, None)
+        voice = self._check_voice(msg.defaults.get("voice") or self.engine.default_voice(), None)
         self._defaults = {"voice": voice, "language": msg.defaults.get("language"),
                           "instruct": msg.defaults.get("instruct")}
         self._pacing = pacing
@@ -128,23 +134,26 @@ class Session:
         if self.metrics_interval_ms:
             self._spawn(self._send_metrics())
 
-    def _check_voice(self, voice: str | None, context_id: str | None) -> None:
+    def _check_voice(self, voice: str | None, context_id: str | None) -> str | None:
+        """The engine's own id for `voice` (`Tone-A` -> `tone-a`), or voice_not_found."""
         if voice is None:
-            return
-        known = {v.id for v in self.engine.voices()}
-        if voice not in known and voice.lower() not in known:
+            return None
+        resolved = resolve_voice(self.engine, voice)
+        if resolved is None:
             raise ProtocolError("voice_not_found", f"voice {voice!r} not found; see GET /v1/voices",
                                 context_id=context_id)
+        return resolved
 
     def _open(self, context_id: str, opts: ContextOpen | None) -> Context:
+        if self.draining:
+            raise ProtocolError("shutting_down", "the server is shutting down; no new contexts", context_id=context_id)
         if context_id in self.used_ids:
             raise invalid(f"context_id {context_id!r} was already used in this session", context_id)
         if self.active_contexts >= self.limits.max_contexts:
             raise ProtocolError("context_limit", f"at most {self.limits.max_contexts} active contexts per session",
                                 context_id=context_id)
         opts = opts or ContextOpen(context_id=context_id)
-        voice = opts.voice or self._defaults["voice"]
-        self._check_voice(voice, context_id)
+        voice = self._check_voice(opts.voice or self._defaults["voice"], context_id)
         limit = int(self.limits.max_context_audio_s * SAMPLE_RATE)
         budget = limit if opts.max_audio_ms is None else min(limit, opts.max_audio_ms * SAMPLE_RATE // 1000)
         track = self._track(opts.track)
@@ -155,8 +164,8 @@ class Session:
                           opts.language or self._defaults["language"], opts.instruct or self._defaults["instruct"],
                           budget, opts.max_audio_ms is not None and opts.max_audio_ms * SAMPLE_RATE // 1000 < limit,
                           make_encoder(self.fmt))
-        if context.instruct and self.engine.name == "espeak":
-            self._report(context, "warning", "unsupported", "the espeak engine ignores instruct")
+        if context.instruct and not self.engine.supports_instruct:
+            self._report(context, "warning", "unsupported", f"the {self.engine.name} engine ignores instruct")
         context.max_ahead_samples = int(MAX_AHEAD_S * self.fmt.sample_rate)
         self.used_ids.add(context_id)
         self.contexts[context_id] = context

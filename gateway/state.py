@@ -7,6 +7,7 @@ import hmac
 from voxgate.engine.base import Engine
 
 from .config import GatewayConfig
+from .drain import Drain
 from .metrics import GatewayMetrics
 
 
@@ -17,13 +18,17 @@ class GatewayState:
         self.metrics = GatewayMetrics(lambda: float(engine.queue_depth))
         engine.register_metrics(self.metrics.registry)
         self.sessions = 0
+        self.drain = Drain(config.shutdown_grace_s)
 
     def authorized(self, token: str | None) -> bool:
         if not self.config.auth_tokens:
             return True
         if token is None:
             return False
-        return any(hmac.compare_digest(token, allowed) for allowed in self.config.auth_tokens)
+        # Bytes, not str: compare_digest refuses non-ASCII str (a hostile token must get 401, not a crash).
+        given = token.encode("utf-8", "surrogatepass")
+        return any(hmac.compare_digest(given, allowed.encode("utf-8", "surrogatepass"))
+                   for allowed in self.config.auth_tokens)
 
     def session_opened(self) -> None:
         self.sessions += 1

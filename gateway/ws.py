@@ -20,6 +20,7 @@ from .auth import token_from_websocket
 from .protocol import (
     PROTOCOL,
     WS_1000_NORMAL_CLOSURE,
+    WS_1001_GOING_AWAY,
     WS_1008_POLICY_VIOLATION,
     WS_1011_INTERNAL_ERROR,
     WS_4001_UNAUTHORIZED,
@@ -67,6 +68,10 @@ async def tts_websocket(websocket: WebSocket) -> None:
         await _refuse(websocket, ProtocolError("unauthorized", "a valid token is required",
                                                close_code=WS_4001_UNAUTHORIZED), state)
         return
+    if state.drain.draining:
+        await _refuse(websocket, ProtocolError("shutting_down", "the server is shutting down",
+                                               close_code=WS_1001_GOING_AWAY), state)
+        return
     if state.sessions >= state.config.max_sessions:
         await _refuse(websocket, ProtocolError("too_many_sessions", "the server is at its session limit; retry later",
                                                close_code=WS_4029_TOO_MANY_SESSIONS), state)
@@ -83,6 +88,9 @@ async def tts_websocket(websocket: WebSocket) -> None:
     state.session_opened()
     reader = Reader(websocket, session, writer, writer_task)
     watchdog = Watchdog(writer, session.limits.slow_consumer_s, reader.fail)
+    # drain.py calls this once the session's contexts are over (or the grace is): `shutting_down`, close 1001.
+    state.drain.add_session(session, lambda: reader.fail(ProtocolError(
+        "shutting_down", "the server is shutting down", close_code=WS_1001_GOING_AWAY)))
     close_code, reason, fatal = WS_1000_NORMAL_CLOSURE, "", None
     try:
         await reader.run()
@@ -94,10 +102,12 @@ async def tts_websocket(websocket: WebSocket) -> None:
     except Exception:
         log.exception("session %s failed", session.session_id)
         close_code, reason = WS_1011_INTERNAL_ERROR, "internal_error"
+        state.metrics.errors.labels("internal_error").inc()
         fatal = ProtocolError("internal_error", "internal error; the session is closed",
                               close_code=WS_1011_INTERNAL_ERROR).to_json()
     finally:
         watchdog.stop()
+        state.drain.remove_session(session)
         await session.close()
         stalled = writer.stalled_for(time.monotonic()) >= STALLED_S
         if fatal is not None and not stalled and not writer_task.done():

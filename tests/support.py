@@ -37,6 +37,7 @@ class RecordingEngine(Engine):
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
         self.name = inner.name
+        self.supports_instruct = inner.supports_instruct
         self.produced: list[tuple[SynthesisRequest, list[np.ndarray]]] = []
 
     async def start(self) -> None:

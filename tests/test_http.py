@@ -61,7 +61,8 @@ def test_speech_errors(gateway, body, status, code):
 
 def test_speech_rejects_non_json(gateway):
     server = gateway()
-    response = httpx.post(server.http_url + "/v1/audio/speech", content=b"{oops", timeout=10)
+    response = httpx.post(server.http_url + "/v1/audio/speech", content=b"{oops", timeout=10,
+                          headers={"Content-Type": "application/json"})
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
 
 

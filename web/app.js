@@ -242,6 +242,8 @@ function onServer(msg) {
     log(`stall ${Math.round(msg.duration_ms)} ms in ${msg.context_id}: ${msg.cause}`);
   } else if (msg.type === S.METRICS) {
     state.targetMs = msg.target_ms;
+  } else if (msg.type === S.SESSION_DRAINING) {
+    log(`the server is shutting down: what is playing may finish within ${msg.grace_ms} ms`);
   } else if (msg.type === S.ERROR || msg.type === S.WARNING) {
     state.errors.push(msg);
     log(`${msg.type} ${msg.code}: ${msg.message}`);

@@ -29,6 +29,7 @@ export const S = Object.freeze({
   WARNING: "warning",
   ERROR: "error",
   PONG: "pong",
+  SESSION_DRAINING: "session.draining", // the server shuts down: live contexts finish within grace_ms
 });
 
 /** Binary frame: a 24-byte little-endian header, then the payload (4-byte aligned). */

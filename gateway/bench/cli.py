@@ -128,6 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_stuck_arguments(sub.add_parser("stuck", help="server memory per client that stops reading, until let go"))
     r = sub.add_parser("replot", help="re-render report.md and plots from a report.json")
     r.add_argument("report", help="path to report.json")
+    from .parse import add_arguments as add_parse_arguments
+
+    add_parse_arguments(sub.add_parser("parse", help="micro-benchmark: parsing one inbound WebSocket message"))
     m = sub.add_parser("merge", help="join reports (e.g. the parts of a full GPU run) into one folder")
     m.add_argument("out", help="output folder")
     m.add_argument("reports", nargs="+", help="report.json or report.json.gz files")
@@ -146,6 +149,10 @@ def run(args: argparse.Namespace) -> int:
         from .suite import suite_main
 
         return suite_main(args)
+    if args.bench_command == "parse":
+        from .parse import parse_main
+
+        return parse_main(args)
     if args.bench_command == "steps":
         from .steps import steps_main
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +44,15 @@ def write(report: dict[str, Any], out_dir: Path, plots: bool = True) -> list[Pat
     files = [out_dir / "report.json", out_dir / "report.md"]
     files[0].write_text(json.dumps(report, indent=1, allow_nan=False, default=str) + "\n")
     if plots:
-        from .plots import write_plots  # matplotlib only when plotting
-
-        report["plots"] = [p.name for p in write_plots(report, out_dir)]
-        files[0].write_text(json.dumps(report, indent=1, allow_nan=False, default=str) + "\n")
-        files += [out_dir / name for name in report["plots"]]
+        try:
+            from .plots import write_plots  # matplotlib only when plotting
+        except ImportError as exc:  # the run's numbers are worth more than its pictures
+            print(f"voxgate bench: no plots ({exc}; pip install 'voxgate[bench]'); the report has every number",
+                  file=sys.stderr)
+        else:
+            report["plots"] = [p.name for p in write_plots(report, out_dir)]
+            files[0].write_text(json.dumps(report, indent=1, allow_nan=False, default=str) + "\n")
+            files += [out_dir / name for name in report["plots"]]
     files[1].write_text(markdown(report))
     return files
 

@@ -19,6 +19,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class GatewayStartError(RuntimeError, OSError):
+    """The gateway under test did not come up (an OSError, so `voxgate bench` prints it as one line)."""
+
+
 class GatewayProcess:
     """`with GatewayProcess("fake", {"device_rtf": "20"}) as gw:` ... `gw.base_url`. Waits for /health 200."""
 
@@ -69,12 +73,21 @@ class GatewayProcess:
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited with {self.proc.returncode}; log: {self.log_path}")
+                raise GatewayStartError(f"the gateway exited with {self.proc.returncode}{self._last_log_line()}; "
+                                        f"log: {self.log_path}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(self.base_url + "/health", timeout=2.0).status_code == 200:
                     return
             time.sleep(0.1)
-        raise TimeoutError(f"gateway not ready after {self.ready_timeout_s} s; log: {self.log_path}")
+        raise GatewayStartError(f"the gateway was not ready after {self.ready_timeout_s} s{self._last_log_line()}; "
+                                f"log: {self.log_path}")
+
+    def _last_log_line(self) -> str:
+        """The server's last words (`voxgate serve` says why it stopped in one line), for a one-line error."""
+        if self.log_path is None or not Path(self.log_path).exists():
+            return ""
+        lines = [ln for ln in Path(self.log_path).read_text(errors="replace").splitlines() if ln.strip()]
+        return f": {lines[-1].strip()}" if lines else ""
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -1,0 +1,86 @@
+"""The CLI shows errors (issue 13, point 10): each failure a user can cause is one clear line, at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from harness import VOXGATE, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def voxgate(*args: str, timeout: float = 60) -> tuple[int, str, str, float]:
+    t0 = time.monotonic()
+    done = subprocess.run([VOXGATE, *args], capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr, time.monotonic() - t0
+
+
+def one_line(stderr: str) -> str:
+    """The error line: the last one, with no traceback anywhere (a progress line may come before it)."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert lines and len(lines) <= 2 and "Traceback" not in stderr, stderr
+    return lines[-1]
+
+
+def test_say_shows_the_servers_error_at_once(serve, tmp_path):
+    server = serve('[limits]\nidle_timeout_s = 1.0\n')
+    out = str(tmp_path / "out.wav")
+    for flags, expected in ((["--voice", "nobody"], "voice_not_found"),
+                            (["--target-buffer-ms", "5"], "target_buffer_ms")):
+        rc, _, err, seconds = voxgate("say", "Hello.", "-o", out, "--url", server.ws_url, *flags)
+        assert rc == 1 and expected in one_line(err) and "cannot reach" not in err and seconds < 5, (err, seconds)
+    # asap on audio longer than the idle timeout: everything arrives at once, and say does not wait it out silently
+    rc, printed, err, _ = voxgate("say", " ".join(["word"] * 8), "--pacing", "asap", "--voice", "tone-a", "-o", out,
+                                  "--url", server.ws_url)
+    assert rc == 0 and "idle_timeout" not in err and "2.96 s of audio" in printed, (printed, err)
+
+
+def test_say_checks_its_input_before_any_synthesis(tmp_path):
+    nobody = f"ws://127.0.0.1:{free_port()}/v1/tts/ws"  # nothing listens: reaching it would fail differently
+    rc, _, err, _ = voxgate("say", "", "--url", nobody)
+    assert rc == 2 and "nothing to say" in one_line(err)
+    for path, why in ((tmp_path / "missing" / "out.wav", "no directory"), (tmp_path, "is a directory")):
+        rc, _, err, _ = voxgate("say", "Hello.", "-o", str(path), "--url", nobody)
+        assert rc == 2 and why in one_line(err), err
+    rc, _, err, seconds = voxgate("say", "Hello.", "-o", str(tmp_path / "o.wav"), "--url", nobody)
+    assert rc == 1 and "cannot reach" in one_line(err) and seconds < 5
+
+
+@pytest.mark.slow
+def test_start_up_failures_are_one_line(tmp_path):
+    (tmp_path / "bad.toml").write_text('port = "eighty"\n')
+    busy = __import__("socket").socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    cases = {
+        "config type": (["serve", "--config", str(tmp_path / "bad.toml")], "port must be an integer, not 'eighty'"),
+        "engine option": (["serve", "--engine", "fake", "--engine-option", "speed=2"],
+                          "unknown option(s) for the fake engine: speed; its options: device_rtf, chunk_ms"),
+        "port in use": (["serve", "--engine", "fake", "--port", str(busy.getsockname()[1])], "cannot listen on"),
+        "engine start": (["serve", "--engine", "qwen3tts", "--engine-option", f"model={tmp_path}/none",
+                          "--port", str(free_port())], "the qwen3tts engine failed to start"),
+        "synth": (["synth", "Hello.", "--model", str(tmp_path / "none"), "-o", str(tmp_path / "x.wav")],
+                  "not a checkpoint directory"),
+        "bench": (["bench", "run", "--engine", "nosuch", "--out", str(tmp_path / "bench")], "unknown engine 'nosuch'"),
+    }
+    procs = {name: subprocess.Popen([VOXGATE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name, (args, _) in cases.items()}
+    for name, proc in procs.items():
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode != 0 and cases[name][1] in one_line(err), (name, err)
+    busy.close()
+
+
+def test_bench_report_without_matplotlib(tmp_path, monkeypatch, capsys):
+    from voxgate.gateway.bench.report import load, write
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    monkeypatch.delitem(sys.modules, "voxgate.gateway.bench.plots", raising=False)
+    report = load(REPO / "docs" / "benchmarks" / "fake-rtf20-cpu" / "report.json")
+    files = write(report, tmp_path)
+    assert [f.name for f in files] == ["report.json", "report.md"] and all(f.exists() for f in files)
+    assert "no plots" in capsys.readouterr().err

@@ -1,0 +1,52 @@
+"""Metrics that tell the truth (issue 13, point 7, the gateway's side): internal errors are counted, and every
+POST /v1/audio/speech status appears in voxgate_speech_requests_total, 400 and 500 included."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import websockets
+from harness import bystander
+from support import RecordingEngine, next_json
+from voxgate.engine.fake import FakeEngine
+from voxgate.gateway.protocol import PROTOCOL
+
+
+class BrokenDefaultVoice(RecordingEngine):
+    """An engine bug on demand: `default_voice()` raises once armed (the bystander names its voice, so it is spared)."""
+
+    armed = False
+
+    def default_voice(self) -> str | None:
+        if self.armed:
+            raise RuntimeError("an engine bug")
+        return super().default_voice()
+
+
+def counter(text: str, line: str) -> float:
+    value = next((ln.rsplit(" ", 1)[1] for ln in text.splitlines() if ln.startswith(line + " ")), "0")
+    return float(value)
+
+
+async def test_internal_errors_and_every_status_are_counted(gateway):
+    engine = BrokenDefaultVoice(FakeEngine(device_rtf=200))
+    server = gateway(engine=engine)
+    async with bystander(server.ws_url), httpx.AsyncClient(base_url=server.http_url) as http:
+        engine.armed = True
+        ws = await websockets.connect(server.ws_url, subprotocols=[PROTOCOL])
+        await ws.send('{"type": "session.start"}')  # no voice: the default is asked for, and the engine fails
+        error = await next_json(ws)
+        await ws.wait_closed()
+        failed = await http.post("/v1/audio/speech", json={"input": "Hi."})
+        bad = await http.post("/v1/audio/speech", json={"input": "Hi.", "stream": "yes"})
+        engine.armed = False
+        ok = await http.post("/v1/audio/speech", json={"input": "Hi."})
+        await asyncio.sleep(0)
+        metrics = (await http.get("/metrics")).text
+    assert error["code"] == "internal_error" and error["fatal"] and ws.close_code == 1011
+    assert failed.status_code == 500 and failed.json()["error"]["code"] == "internal_error"
+    assert bad.status_code == 400 and ok.status_code == 200
+    assert counter(metrics, 'voxgate_errors_total{code="internal_error"}') == 2
+    for status in ("200", "400", "500"):
+        assert counter(metrics, f'voxgate_speech_requests_total{{status="{status}"}}') == 1, status
