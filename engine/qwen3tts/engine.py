@@ -209,6 +209,11 @@ class Qwen3TTSEngine(Engine):
     def queue_depth(self) -> int:
         return self.loop.queue_depth if self.loop is not None else 0
 
+    @property
+    def supports_instruct(self) -> bool:  # type: ignore[override]
+        """The 0.6B CustomVoice and Base checkpoints ignore instruct (as the reference does): the gateway warns."""
+        return self.tts is not None and self.tts.cfg.supports_instruct
+
     def voices(self) -> list[VoiceInfo]:
         if self.tts is None:
             return []

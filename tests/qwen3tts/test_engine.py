@@ -149,3 +149,12 @@ def test_the_qwen3tts_preset_is_a_valid_engine_configuration() -> None:
     engine = create_engine(**config.engine_options)
     assert engine.chunk_schedule == (1, 2, 4, 8, 16) and engine.scheduler_config.max_rows == 128
     assert engine.loop_options["max_positions"] == 2560 and engine.loop_options["max_slots"] == 257
+
+
+async def test_instruct_capability_follows_the_checkpoint(tiny_ckpt: Callable[[str], Path]) -> None:
+    for kind, expected in (("cv06", False), ("vd17", True)):
+        engine = await _engine(tiny_ckpt(kind), warmup=False)
+        try:
+            assert engine.supports_instruct is expected
+        finally:
+            await engine.stop()
