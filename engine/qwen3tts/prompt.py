@@ -70,6 +70,18 @@ def language_id(cfg: Qwen3TTSConfig, language: str, speaker: str | None) -> int 
     return lid
 
 
+def check_inputs(cfg: Qwen3TTSConfig, inp: PromptInputs) -> None:
+    """What both prompt builders refuse: a truncated target string, a speaker and an x-vector at once, an unknown
+    speaker."""
+    if len(inp.text_ids) < 9:
+        raise PromptError("text_ids must tokenize the whole target string (role, content, tail)")
+    if inp.speaker:
+        if inp.x_vector is not None:
+            raise PromptError("give either a speaker or an x-vector, not both")
+        if inp.speaker.lower() not in cfg.talker.spk_id:
+            raise PromptError(f"speaker {inp.speaker!r} is not supported; choose one of {cfg.speakers}")
+
+
 @torch.inference_mode()
 def build_prompt(talker: Talker, cfg: Qwen3TTSConfig, inp: PromptInputs) -> Prompt:
     tc = cfg.talker
@@ -78,13 +90,8 @@ def build_prompt(talker: Talker, cfg: Qwen3TTSConfig, inp: PromptInputs) -> Prom
     T, C = talker.text_embed, talker.codec_embed
     tts_bos, tts_eos, tts_pad = T(ids([cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id]))
 
-    if len(inp.text_ids) < 9:
-        raise PromptError("text_ids must tokenize the whole target string (role, content, tail)")
+    check_inputs(cfg, inp)
     if inp.speaker:
-        if inp.x_vector is not None:
-            raise PromptError("give either a speaker or an x-vector, not both")
-        if inp.speaker.lower() not in tc.spk_id:
-            raise PromptError(f"speaker {inp.speaker!r} is not supported; choose one of {cfg.speakers}")
         speaker_rows = [C(ids(tc.spk_id[inp.speaker.lower()]))]
     elif inp.x_vector is not None:
         speaker_rows = [inp.x_vector.to(device=p.device, dtype=p.dtype)]
@@ -162,13 +169,8 @@ def prompt_rows(cfg: Qwen3TTSConfig, inp: PromptInputs) -> PromptRows:
     """`build_prompt` as ids (same validation, same rows): see PromptRows."""
     tc = cfg.talker
     q = tc.num_code_groups
-    if len(inp.text_ids) < 9:
-        raise PromptError("text_ids must tokenize the whole target string (role, content, tail)")
+    check_inputs(cfg, inp)
     if inp.speaker:
-        if inp.x_vector is not None:
-            raise PromptError("give either a speaker or an x-vector, not both")
-        if inp.speaker.lower() not in tc.spk_id:
-            raise PromptError(f"speaker {inp.speaker!r} is not supported; choose one of {cfg.speakers}")
         speaker = [tc.spk_id[inp.speaker.lower()]]
     elif inp.x_vector is not None:
         speaker = [XVEC]

@@ -101,3 +101,20 @@ def reference(tiny_ckpt: Callable[[str], Path]) -> Callable[[str], Any]:
         return cache[kind]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def ckpt17(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A real-shape synthetic 1.7B CustomVoice checkpoint for the `gpu` tests: $VOXGATE_GPU_CKPT if it holds one,
+    else written once per module."""
+    import os
+
+    from . import gpu_bench
+
+    env = os.environ.get("VOXGATE_GPU_CKPT")
+    if env and (Path(env) / "model.safetensors").is_file():
+        yield Path(env)
+        return
+    out = tmp_path_factory.mktemp("ck17")
+    gpu_bench.write_checkpoint(out)
+    yield out

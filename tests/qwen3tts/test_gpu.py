@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,17 +21,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
     pytest.mark.filterwarnings("ignore::UserWarning"),
 ]
-
-
-@pytest.fixture(scope="module")
-def ckpt17(tmp_path_factory: pytest.TempPathFactory, shared: Path) -> Iterator[Path]:
-    env = os.environ.get("VOXGATE_GPU_CKPT")
-    if env and (Path(env) / "model.safetensors").is_file():
-        yield Path(env)
-        return
-    out = tmp_path_factory.mktemp("ck17")
-    gpu_bench.write_checkpoint(out)
-    yield out
 
 
 def _record(name: str, result: dict[str, object]) -> None:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from . import gpu_bench
 from .loop_support import Stream, drive, make_runner, solo_codes, solo_logits
 
 pytestmark = [
@@ -28,17 +26,6 @@ TEXTS = ["Hello there, this is the first stream.", "Second.", "A third stream jo
          "Four.", "The fifth one is cancelled half way.", "Six, the last."]
 REAL = dict(row_buckets=(1, 2, 4, 8), prefill_buckets=(64,), max_positions=256, max_trailing=64,
             codec_buckets=((1, 1), (8, 1), (8, 4), (4, 16)))
-
-
-@pytest.fixture(scope="module")
-def ckpt17(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    env = os.environ.get("VOXGATE_GPU_CKPT")
-    if env and (Path(env) / "model.safetensors").is_file():
-        yield Path(env)
-        return
-    out = tmp_path_factory.mktemp("ck17")
-    gpu_bench.write_checkpoint(out)
-    yield out
 
 
 def _record(name: str, result: dict[str, object]) -> None:
