@@ -1,4 +1,4 @@
-"""A pool of preallocated per-stream state slots (the codec's streaming state now, the Talker's KV cache later).
+"""A pool of preallocated per-stream state slots (the codec's streaming state, the Talker's KV cache).
 
 Every slot holds the same named tensors. All of them live in one flat byte buffer [num_slots, slot_bytes], and
 each name is a strided view `[num_slots, *shape]` of its dtype into it, so that:

@@ -1,4 +1,5 @@
-"""Offline generation: the Python API the engine calls (eager, batch 1).
+"""Offline generation, eager and batch 1: `voxgate synth`, and the reference the batched engine loop (runner.py) is
+tested against stream by stream.
 
 `Qwen3TTS.frames(...)` yields one [16] code frame per Talker step (design §5); `decode` turns codes into audio;
 `synthesize` does both. A frame budget (`max_frames`) ends a stream that never samples EOS (random weights).

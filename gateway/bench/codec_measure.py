@@ -189,8 +189,8 @@ def speed(cs: StreamingCodec, rows: int, frames: int, device: str, iters: int,
 
 def _graph(cs: StreamingCodec, slots: torch.Tensor, codes: torch.Tensor, num: torch.Tensor,
            iters: int) -> dict[str, Any]:
-    """Capture one bucket (CodecRunner, as the engine does); check a replay against eager from the same state;
-    time replays."""
+    """Capture one bucket (CodecRunner: the GraphSet capture the engine loop's chunk_decoder.py uses too); check a
+    replay against eager from the same state; time replays."""
     bucket = (slots.shape[0], codes.shape[1])
     runner = CodecRunner(cs, [bucket], progress=False)
     before = cs.pool.data.clone()
