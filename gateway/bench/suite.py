@@ -56,6 +56,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     # concurrencies, then open loop at set rates (idle first audio at 1 req/s, then the capacity region); shorter
     # phases than the contract's, one seed: the full-* profiles are the contract.
     "loop": dict(
+        frame_ms=1280,  # asap clients take what the engine made, up to a chunk (20 ms frames swamp the event loop)
         concurrencies=[1, 8, 32, 128],
         closed_warmup_s=4,
         closed_duration_s=15,
@@ -67,6 +68,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     ),
     # Everything of the loop's report in one server's life (one cold start): sentences closed and open, passages open.
     "loop-final": dict(
+        frame_ms=1280,
         workloads=["sentences", "passages"],
         closed_workloads=["sentences"],
         concurrencies=[1, 8, 32, 128],
