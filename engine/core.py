@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -149,8 +149,3 @@ class EngineCore:
         for request in failed:
             self.scheduler.finish(request, Status.ABORTED, reason)
         return failed
-
-    def stats(self) -> dict[str, Any]:
-        s = self.scheduler
-        return {"waiting": len(s.waiting), "running": len(s.running),
-                "decoding": sum(1 for r in s.running if r.can_decode)}

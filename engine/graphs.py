@@ -78,9 +78,6 @@ class GraphSet(Generic[K]):
         entry.graph.replay()
         return entry.out
 
-    def __contains__(self, key: object) -> bool:
-        return key in self.entries
-
     def keys(self) -> list[K]:
         return list(self.entries)
 

@@ -121,11 +121,6 @@ class ChunkDecoder:
     def in_flight(self) -> Sequence[tuple[Request, int]]:
         return self._in_flight[0] if self._in_flight is not None else ()
 
-    def decode(self, chunks: Sequence[tuple[Request, int]]) -> list[np.ndarray]:
-        """launch + collect: the PCM16 of each chunk, in order (tests, benchmarks)."""
-        self.launch(chunks)
-        return [pcm for _, pcm in self.collect()]
-
     def _warm(self, request: Request) -> None:
         """In-context cloning: a fresh state, then the reference frames through it (their audio unused)."""
         ref = request.prompt.ref_codes
