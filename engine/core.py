@@ -3,8 +3,10 @@ engine loop (loop.py) owns it from one worker thread; nothing here knows about a
 
 The model side is a `Runner` (engine/qwen3tts/runner.py): `launch(plan)` starts one step for the plan's rows,
 `finish_step()` says which decode rows sampled the end-of-speech code. Its `chunks` decoder turns the frames of the
-streams due a chunk into PCM16, one codec call a step, launched after the step and collected in the next
-iteration, so the codec runs on the GPU beside the next decode step.
+streams due a codec piece into PCM16, one codec call a step, launched after the step and collected in the next
+iteration, so the codec runs on the GPU beside the next decode step. A chunk of a stream's schedule is decoded in
+pieces no wider than the codec's `max_width` (a call costs its widest row times its rows: one 16-frame chunk among
+1-frame ones made every row 16 wide) and handed over whole when its last piece is back.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .scheduler import Scheduler, SchedulerConfig, SlotAllocator, StepPlan
 
 
 class ChunkCalls(Protocol):
-    max_width: int  # widest chunk one call takes per stream
+    max_width: int  # widest piece one call takes per stream
 
     def bucket_for(self, rows: int, width: int) -> object | None:
         """Something (a bucket) when one call can take rows x width, else None."""
@@ -64,6 +66,7 @@ class EngineCore:
     def __init__(self, runner: Runner, slots: SlotAllocator, config: SchedulerConfig | None = None) -> None:
         self.runner = runner
         self.scheduler = Scheduler(config or SchedulerConfig(), slots)
+        self._closing: list[bool] = []  # per piece of the codec call in flight: does it close its chunk
 
     @property
     def has_work(self) -> bool:
@@ -88,25 +91,34 @@ class EngineCore:
         t2 = time.perf_counter()
         # The codec call of the last iteration ran beside this step: its audio first.
         now = time.monotonic()
-        for request, pcm in self.runner.chunks.collect():
+        for (request, pcm), closes in zip(self.runner.chunks.collect(), self._closing, strict=True):
             if request.status is Status.ABORTED:
                 continue
-            if request.first_audio_at is None:
-                request.first_audio_at = now
-            out.chunks.append((request, pcm))
+            request.pcm_parts.append(pcm)
+            if closes:
+                self._hand_over(request, now, out)
+        self._closing = []
         t3 = time.perf_counter()
         eos = self.runner.finish_step() if not plan.empty else np.zeros(0, dtype=bool)
         t4 = time.perf_counter()
         out.num_frames = self._advance(plan, eos)
-        chunks = self._chunks()
-        if chunks:
-            self.runner.chunks.launch(chunks)
-            for request, n in chunks:
+        pieces = self._pieces()
+        if pieces:
+            self.runner.chunks.launch([(request, n) for request, n, _ in pieces])
+            for request, n, closes in pieces:
                 request.num_decoded += n
-                request.num_chunks += 1
+                request.chunk_launched += n
+                if closes:
+                    request.num_chunks += 1
+                    request.chunk_launched = 0
+            self._closing = [closes for _, _, closes in pieces]
         in_flight = {id(r) for r, _ in self.runner.chunks.in_flight}
         for request in list(self.scheduler.running):
             if request.ended and request.pending_frames == 0 and id(request) not in in_flight:
+                if request.pcm_parts:  # ended on a piece that did not close its chunk: what there is, now
+                    request.num_chunks += 1
+                    request.chunk_launched = 0
+                    self._hand_over(request, now, out)
                 self.scheduler.finish(request, Status.FINISHED)
                 out.finished.append(request)
         fill = self.runner.last_fill_s if not plan.empty else 0.0
@@ -129,19 +141,28 @@ class EngineCore:
                 request.ended, request.finish_reason = True, "budget"
         return made
 
-    def _chunks(self) -> list[tuple[Request, int]]:
-        """The due chunks one codec call takes (most urgent first): each joins while some bucket holds the call
-        with it; a chunk that does not fit waits for the next step."""
+    def _pieces(self) -> list[tuple[Request, int, bool]]:
+        """The due pieces one codec call takes (most urgent first): each joins while some bucket holds the call
+        with it; a piece that does not fit waits for the next step."""
         calls = self.runner.chunks
-        chosen: list[tuple[Request, int]] = []
+        chosen: list[tuple[Request, int, bool]] = []
         width = 0
-        for request, n in self.scheduler.due_chunks():
-            n = min(n, calls.max_width)
+        for request, n, closes in self.scheduler.due_pieces(calls.max_width):
             if calls.bucket_for(len(chosen) + 1, max(width, n)) is None:
                 continue
-            chosen.append((request, n))
+            chosen.append((request, n, closes))
             width = max(width, n)
         return chosen
+
+    @staticmethod
+    def _hand_over(request: Request, now: float, out: StepOutput) -> None:
+        """The open chunk's pieces as one chunk of audio."""
+        parts = request.pcm_parts
+        pcm = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        parts.clear()
+        if request.first_audio_at is None:
+            request.first_audio_at = now
+        out.chunks.append((request, pcm))
 
     def fail_all(self, reason: str = "error") -> list[Request]:
         """Abort every stream (the runner failed): their listeners get an error, the slots come back."""

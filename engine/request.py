@@ -40,7 +40,9 @@ class Request:
     num_prefilled: int = 0  # prompt tokens already through the Talker (prefill may span steps)
     num_frames: int = 0  # frames generated (an EOS sample is not a frame)
     num_decoded: int = 0  # frames already through the codec
-    num_chunks: int = 0  # codec chunks emitted
+    num_chunks: int = 0  # codec chunks closed (their last piece launched)
+    chunk_launched: int = 0  # frames of the open chunk already launched in pieces
+    pcm_parts: list = field(default_factory=list)  # the open chunk's decoded pieces, handed over when it closes
     ended: bool = False  # no more frames will come (EOS or budget); pending frames still get decoded
     finish_reason: str | None = None  # "eos" | "budget" | "aborted" | "error"
     first_step_at: float | None = None  # first step that ran any of its tokens (queue wait = this - arrival)

@@ -39,6 +39,7 @@ class SchedulerConfig:
     deadline_order: bool = True  # rows to the streams closest to a stall when a step cannot take them all
     urgent_s: float = 0.15  # decode a stream's pending frames early when its listener runs dry within this (0: off)
     max_ahead_s: float = 30.0  # a stream this far ahead of its listener gets no row (a stuck reader's backpressure)
+    max_pending_frames: int | None = None  # a stream with this many frames not yet decoded gets no row (ring room)
 
     def __post_init__(self) -> None:
         if self.max_rows < 1 or self.max_prefills < 1 or self.max_prefill_tokens < 1:
@@ -107,7 +108,9 @@ class Scheduler:
             self.running.append(request)
             budget -= self._prefill(plan, request, budget, now)
         limit = now + cfg.max_ahead_s
-        plan.decodes = self._rows([r for r in self.running if r.can_decode and r.generation_deadline() < limit], now)
+        room = cfg.max_pending_frames or 1 << 62
+        plan.decodes = self._rows([r for r in self.running if r.can_decode and r.generation_deadline() < limit
+                                   and r.pending_frames < room], now)
         for request in plan.decodes:
             if request.first_step_at is None:
                 request.first_step_at = now
@@ -132,22 +135,29 @@ class Scheduler:
         self._rotation += rows
         return (candidates[start:] + candidates[:start])[:rows]
 
-    def due_chunks(self, now: float | None = None) -> list[tuple[Request, int]]:
-        """(request, frames) for every stream whose next codec chunk is due, most urgent first: its schedule's
-        width is pending (that width), or its frames have ended (all pending), or, once it is playing, its
-        listener runs dry within `urgent_s` (all pending: a short chunk now beats a pause)."""
+    def due_pieces(self, max_width: int, now: float | None = None) -> list[tuple[Request, int, bool]]:
+        """(request, frames, closes) for every stream with a codec piece due, most urgent first.
+
+        A chunk of the schedule is decoded in pieces of at most `max_width` frames, one per codec call, so every
+        call has rows of about one width (a call is as wide as its widest row); the pieces of a chunk are handed
+        over together when the last one is decoded (`closes`). A piece is due when it is full (`max_width` frames
+        or the rest of the chunk), when the stream has ended (what is left), or, once the stream is playing, when
+        its listener runs dry within `urgent_s` (what is there, closing the chunk: a short chunk beats a pause)."""
         now = self.clock() if now is None else now
         due = []
         for r in self.running:
             pending = r.pending_frames
             if pending <= 0:
                 continue
+            rest = r.next_chunk - r.chunk_launched
             urgent = (r.first_audio_at is not None and self.config.urgent_s > 0
                       and r.deadline() - now < self.config.urgent_s)
-            if r.ended or urgent:
-                due.append((r, pending))
-            elif pending >= r.next_chunk:
-                due.append((r, r.next_chunk))
+            if urgent:
+                n = min(pending, max_width)
+                due.append((r, n, True))
+            elif r.ended or pending >= min(rest, max_width):
+                n = min(pending, rest, max_width)
+                due.append((r, n, n == rest or (r.ended and n == pending)))
         due.sort(key=lambda item: item[0].deadline())
         return due
 

@@ -117,6 +117,39 @@ def test_a_codec_call_takes_only_what_a_bucket_holds() -> None:
     assert all(r.num_decoded == 40 for r in requests)
 
 
+def test_chunks_are_decoded_in_pieces_and_handed_over_whole() -> None:
+    """Every codec call is at most `max_width` wide whatever the schedule; the listener still gets the schedule's
+    chunks (pieces joined), the last one short, and one that ends on EOS mid-chunk gets what there is."""
+    runner = FakeRunner(buckets=((8, 4),))
+    core = EngineCore(runner, Pool(8), SchedulerConfig(max_rows=8, max_prefill_tokens=64, urgent_s=0))
+    requests = [_request(budget=23, schedule=(1, 2, 8)), _request(budget=30, schedule=(16,)),
+                _request(budget=50, schedule=(6,))]
+    runner.eos_at[requests[1].request_id] = 20  # EOS after 20 frames: 16, then 4 of an open 16-frame chunk
+    for r in requests:
+        core.add(r)
+    widths: dict[int, list[int]] = {r.request_id: [] for r in requests}
+    for out in _run(core):
+        for r, pcm in out.chunks:
+            widths[r.request_id].append(len(pcm) // 1920)
+    assert all(max(n for _, n in call) <= 4 for call in runner.chunks.calls)
+    assert widths[requests[0].request_id] == [1, 2, 8, 8, 4]
+    assert widths[requests[1].request_id] == [16, 4]
+    assert widths[requests[2].request_id] == [6] * 8 + [2]
+
+
+def test_a_stream_never_runs_further_ahead_of_its_codec_than_the_ring_holds() -> None:
+    scheduler = Scheduler(SchedulerConfig(max_pending_frames=10), Pool(4))
+    r = _request(tokens=2)
+    scheduler.add(r)
+    scheduler.schedule()
+    r.num_prefilled, r.num_frames = 2, 9
+    assert scheduler.schedule().decodes == [r]
+    r.num_frames = 10  # ten frames wait for the codec: no row until some are decoded
+    assert scheduler.schedule().decodes == []
+    r.num_decoded = 4
+    assert scheduler.schedule().decodes == [r]
+
+
 def test_rows_go_to_the_streams_closest_to_a_stall() -> None:
     clock = [100.0]
     scheduler = Scheduler(SchedulerConfig(max_rows=2), Pool(8), clock=lambda: clock[0])
@@ -159,10 +192,11 @@ def test_urgent_listeners_get_short_chunks_and_the_hint_counts_audio_decoded_sin
     scheduler.add(r)
     scheduler.schedule()
     r.num_prefilled, r.num_frames = 2, 3
-    assert scheduler.due_chunks() == []  # 3 of 8 frames, not yet playing: wait for the chunk
+    assert scheduler.due_pieces(16) == []  # 3 of 8 frames, not yet playing: wait for the chunk
+    assert scheduler.due_pieces(2) == [(r, 2, False)]  # pieces of 2: the first is full
     r.first_audio_at, r.num_decoded, r.num_frames = 9.0, 8, 11
     r.report_playback(0.1, now=clock[0])  # 100 ms left: a short chunk now beats a pause
-    assert scheduler.due_chunks() == [(r, 3)]
+    assert scheduler.due_pieces(16) == [(r, 3, True)]
     r.num_decoded += 3  # those frames reach the listener: the hint's deadline moves by their length
     assert abs(r.deadline() - (clock[0] + 0.1 + 3 * FRAME_S)) < 1e-9
 

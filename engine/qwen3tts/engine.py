@@ -37,6 +37,8 @@ OPTIONS = {
     "budget_factor": "frame budget = this x the text's expected frames (default 2.5), at least min_budget_s",
     "min_budget_s": "the smallest frame budget, in seconds of audio (default 2)",
     "chunk_frames": "codec chunk schedule in frames, e.g. 1,2,4,8,16 (the last repeats)",
+    "codec_width": "frames per stream in one codec call: chunks are decoded in pieces this wide (default 4)",
+    "codec_buckets": "captured codec calls as ROWSxFRAMES, e.g. 1x4,8x4,32x4 (default: 1,8,16,32,64 x codec_width)",
     "ref_audio": "Base: a 16-bit WAV whose x-vector is the `clone` voice",
     "greedy": "true: greedy decoding (no sampling)",
     "warmup": "false: skip the warm-up stream at start",
@@ -73,6 +75,21 @@ def _ints(value: Any) -> tuple[int, ...]:
     return tuple(int(x) for x in items)
 
 
+def _buckets(value: Any) -> tuple[tuple[int, int], ...] | None:
+    """"1x4,8x4" -> ((1, 4), (8, 4)); None or "" -> None (the default)."""
+    if value is None or value == "":
+        return None
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    try:
+        pairs = tuple(tuple(int(n) for n in (item.lower().split("x") if isinstance(item, str) else item))
+                      for item in items)
+    except ValueError:
+        pairs = ((0,),)
+    if any(len(p) != 2 or min(p) < 1 for p in pairs):
+        raise ValueError(f"codec_buckets must be ROWSxFRAMES pairs, e.g. 1x4,8x4 (got {value!r})")
+    return pairs  # type: ignore[return-value]
+
+
 class Qwen3TTSEngine(Engine):
     name = "qwen3tts"
 
@@ -84,7 +101,7 @@ class Qwen3TTSEngine(Engine):
                  max_prefills: int = 4, max_slots: int = 257, max_positions: int = 2560,
                  kv_memory_fraction: float = 0.6, enforce_eager: Any = False, deadline_order: Any = True,
                  urgent_s: float = 0.15, max_ahead_s: float = 30.0, attention: str = "auto", codec: str = "auto",
-                 gil_switch_ms: float = 0.5) -> None:
+                 gil_switch_ms: float = 0.5, codec_width: int = 4, codec_buckets: Any = None) -> None:
         self.chunk_schedule = _ints(chunk_frames)
         self.max_frames, self.budget_factor, self.min_budget_s = int(max_frames), float(budget_factor), \
             float(min_budget_s)
@@ -93,6 +110,8 @@ class Qwen3TTSEngine(Engine):
         self.model_path, self.device, self.dtype, self.codec_dtype = model, device, dtype, codec_dtype
         self.ref_audio = ref_audio
         self.greedy, self.warmup = _flag(greedy), _flag(warmup)
+        if not 1 <= int(codec_width) <= 32:
+            raise ValueError("codec_width must be 1 to 32 frames")
         rows = tuple(b for b in _ints(row_buckets) if b <= int(max_rows))
         if not rows:
             raise ValueError("max_rows must be at least the smallest row bucket")
@@ -100,7 +119,7 @@ class Qwen3TTSEngine(Engine):
             row_buckets=rows, prefill_buckets=_ints(prefill_buckets), max_prefills=int(max_prefills),
             max_slots=int(max_slots), max_positions=int(max_positions),
             kv_memory_fraction=float(kv_memory_fraction), enforce_eager=_flag(enforce_eager), attention=attention,
-            codec=codec)
+            codec=codec, codec_width=int(codec_width), codec_buckets=_buckets(codec_buckets))
         self.scheduler_config = SchedulerConfig(max_rows=max(rows), max_prefills=int(max_prefills),
                                                 max_prefill_tokens=max(_ints(prefill_buckets)),
                                                 deadline_order=_flag(deadline_order), urgent_s=float(urgent_s),
@@ -124,7 +143,7 @@ class Qwen3TTSEngine(Engine):
         from ..metrics import EngineMetrics
         from .batch_step import SamplingFeatures
         from .generate import Qwen3TTS, Voice
-        from .runner import ModelRunner, RunnerConfig
+        from .runner import RING, ModelRunner, RunnerConfig
         from .sampling import param_row
         from .wav import read_wav
 
@@ -146,6 +165,8 @@ class Qwen3TTSEngine(Engine):
             audio, sr = read_wav(self.ref_audio)
             self._voice_kwargs[CLONE_VOICE] = Voice(x_vector=tts.speaker_embedding(audio, sr))
         self.metrics = EngineMetrics(self._registry)
+        # A stream never runs further ahead of its codec than the frame ring holds (plus the piece in flight).
+        self.scheduler_config.max_pending_frames = RING - runner.chunks.max_width
         core = EngineCore(runner, runner.kv, self.scheduler_config)
         self.loop = EngineLoop(core, "qwen3tts", on_step=self._on_step, gil_switch_s=self.gil_switch_s)
         self.timings = {"load_s": t1 - t0, "capture_s": t2 - t1}

@@ -6,7 +6,9 @@
 # Stages (STAGES, comma-separated): tests (the `gpu` loop tests at real shapes), steps (`voxgate bench steps`: every
 # captured bucket timed), suite (`voxgate bench gpu-suite --profile $PROFILE` through the gateway, default loop),
 # gateway (the gateway alone on the fake engine at 1,000x real time, closed loop c=128, long PCM frames),
-# schedules (the chunk schedules of SCHEDULES, each on its own server: closed c=1 and c=32, open 1 req/s).
+# schedules (the chunk schedules of SCHEDULES, each on its own server: closed c=1 and c=32, open 1 req/s),
+# variants (engine-option A/B, VARIANTS="name:option=value ...", each on its own server: closed c=32 and c=128,
+# open 1 req/s).
 # Everything comes back as $OUT/results.tar.gz (rewritten after each stage), and Triton's cache in parts of 15 MB
 # as $OUT/triton.tar.gz.part-* (cat them into .tcache/triton.tar.gz for the next call).
 set -o pipefail
@@ -75,6 +77,18 @@ if has schedules; then
       --name "h200-schedule-${sched//,/-}" 2>&1 | grep -E "closed s|open s" | tail -4
     save
   done
+fi
+if has variants; then
+  for variant in ${VARIANTS:-}; do
+    name=${variant%%:*}; option=${variant#*:}
+    log "variant $name ($option)"
+    timeout ${VARIANT_S:-150} python3 -m voxgate.gateway.cli bench run --engine qwen3tts --engine-option "model=$CKPT" \
+      --engine-option "$option" --concurrency ${VARIANT_C:-32,128} --closed-warmup 3 --closed-duration 10 --rates 1 \
+      --seeds 1 --warmup 3 --duration 10 --drain 15 --frame-ms 1280 --no-plots --out "$RES/variant-$name" \
+      --name "h200-variant-$name" 2>&1 | grep -E "closed s|open s" | tail -4
+    save
+  done
+  save_cache
 fi
 log "done"
 save; ls -la "$OUT"

@@ -38,10 +38,12 @@ def _streams(n: int, seed: int) -> list[Stream]:
             for i in range(n)]
 
 
-def test_free_running_greedy_codes_equal_each_stream_alone(tts: Qwen3TTS) -> None:
+@pytest.mark.parametrize("codec_buckets", [None, ((1, 4), (4, 4), (16, 4))], ids=["mixed-widths", "pieces-of-4"])
+def test_free_running_greedy_codes_equal_each_stream_alone(tts: Qwen3TTS, codec_buckets: Any) -> None:
+    """Pieces of 4: chunks of 8 and 16 frames are decoded over several calls and handed over whole."""
     streams = _streams(13, seed=1)
     streams[4].cancel_step = streams[4].join_step + 5  # cancelled mid-stream: the others must not notice
-    runner = make_runner(tts)
+    runner = make_runner(tts, **({"codec_buckets": codec_buckets} if codec_buckets else {}))
     recorder = drive(tts, runner, streams)
     assert max(recorder.rows_per_step) >= 8, recorder.rows_per_step  # streams really shared steps
     for s in streams:
