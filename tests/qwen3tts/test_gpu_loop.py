@@ -42,7 +42,9 @@ def _streams() -> list[Stream]:
     return streams
 
 
-def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path) -> None:
+@pytest.mark.parametrize("graphs,kernels", [(True, "triton"), (False, "triton"), (True, "torch")],
+                         ids=["graphs-triton", "eager-triton", "graphs-torch"])
+def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str) -> None:
     from voxgate.engine.qwen3tts.generate import Qwen3TTS
 
     old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -52,21 +54,30 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path) -> None:
         streams = _streams()
         alone = {id(s): solo_codes(tts, s) for s in streams}
         # the plain codec: this test compares logits, not audio (and spares the fp32 kernels' tuning)
-        runner = make_runner(tts, num_slots=8, record_logits=True, codec="reference", **REAL)
-        assert runner.steps.use_graphs  # captured steps, not the eager path
+        runner = make_runner(tts, num_slots=8, record_logits=True, codec="reference", attention=kernels,
+                             enforce_eager=not graphs, **REAL)
+        assert runner.steps.use_graphs == graphs
         recorder = drive(tts, runner, streams, greedy=False, max_rows=8, forced=lambda s: alone[id(s)])
-        worst = 0.0
+        worst, per_stream = 0.0, []
         for s in streams:
             got = recorder.logits[s.codes_id]
             want = solo_logits(tts, s, alone[id(s)][: len(got)])
-            for frame_got, frame_want in zip(got, want, strict=True):
-                for g, w in zip(frame_got, frame_want, strict=True):
+            first_bad, stream_worst = None, 0.0
+            for f, (frame_got, frame_want) in enumerate(zip(got, want, strict=True)):
+                for k, (g, w) in enumerate(zip(frame_got, frame_want, strict=True)):
                     g, w = g.float().cpu(), w.float().cpu()
-                    assert torch.equal(torch.isinf(g), torch.isinf(w))
+                    assert torch.equal(torch.isinf(g), torch.isinf(w)), (f, k)
                     finite = torch.isfinite(w)
-                    worst = max(worst, float((g[finite] - w[finite]).abs().max() / w[finite].abs().max()))
-        _record("loop_teacher_forced_fp32", {"worst_rel": worst, "streams": len(streams),
-                                             "max_rows": max(recorder.rows_per_step)})
+                    rel = float((g[finite] - w[finite]).abs().max() / w[finite].abs().max())
+                    stream_worst = max(stream_worst, rel)
+                    if rel >= 1e-4 and first_bad is None:
+                        first_bad = (f, k)
+            worst = max(worst, stream_worst)
+            per_stream.append({"join_step": s.join_step, "cancel_step": s.cancel_step, "frames": len(got),
+                               "worst_rel": stream_worst, "first_bad_frame_codebook": first_bad})
+        _record(f"loop_teacher_forced_fp32_{'graphs' if graphs else 'eager'}_{kernels}",
+                {"worst_rel": worst, "streams": per_stream, "max_rows": max(recorder.rows_per_step),
+                 "rows_per_step": recorder.rows_per_step})
         assert worst < 1e-4, worst
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
