@@ -7,6 +7,12 @@ left), each after an eager warm-up on a side stream (kernels compile and tune, a
 initialisation happens outside the capture). A call replays the bucket's graph and returns its static outputs:
 views that the next replay of any graph in the set may overwrite, so use or copy them first.
 
+Each set captures on a stream of its own. PyTorch's default capture stream is one per process, and cuBLAS keys its
+workspace by stream, so graphs captured on it share one workspace address baked into their GEMMs: two sets replayed
+at once on two streams (the codec beside the decode step) then corrupt each other's split-K partial sums. Eager
+runs never showed it (each stream has its own workspace); the loop's teacher-forced GPU test did (codebook 1's
+logits off by 1.3 relative where the codec call overlapped the depth loop).
+
 `enforce_eager` (and every non-CUDA device) keeps the same buckets, buffers and padding but calls the step
 functions directly: CPU tests exercise exactly the code the graphs were captured from.
 """
@@ -38,6 +44,8 @@ class GraphSet(Generic[K]):
         self.device = torch.device(device)
         self.use_graphs = self.device.type == "cuda" and not enforce_eager
         self.pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
+        # warm-ups and captures of this set run here: its own cuBLAS workspace (see the module docstring)
+        self.capture_stream = torch.cuda.Stream(device=self.device) if self.use_graphs else None
         self.warmup = warmup
         self.entries: dict[K, _Entry] = {}
         self.capture_s: dict[K, float] = {}
@@ -61,14 +69,15 @@ class GraphSet(Generic[K]):
         if not self.use_graphs:
             return
         current = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(device=self.device)
+        side = self.capture_stream
+        assert side is not None
         side.wait_stream(current)
         with torch.cuda.stream(side):
             for _ in range(self.warmup):
                 fn()
         current.wait_stream(side)
         entry.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(entry.graph, pool=self.pool):
+        with torch.cuda.graph(entry.graph, pool=self.pool, stream=side):
             entry.out = fn()
 
     def __call__(self, key: K) -> Any:
