@@ -21,6 +21,10 @@ from dataclasses import dataclass, field
 from .request import Request, Status
 
 
+def _first(item: tuple) -> float:
+    return item[0]
+
+
 class SlotAllocator:
     """The slot bookkeeping the scheduler needs (engine.slot_pool.SlotPool has this shape)."""
 
@@ -144,22 +148,22 @@ class Scheduler:
         or the rest of the chunk), when the stream has ended (what is left), or, once the stream is playing, when
         its listener runs dry within `urgent_s` (what is there, closing the chunk: a short chunk beats a pause)."""
         now = self.clock() if now is None else now
+        urgent_s = self.config.urgent_s
         due = []
         for r in self.running:
-            pending = r.pending_frames
+            pending = r.num_frames - r.num_decoded
             if pending <= 0:
                 continue
+            deadline = r.deadline()
+            if urgent_s > 0 and r.first_audio_at is not None and deadline - now < urgent_s:
+                due.append((deadline, r, min(pending, max_width), True))
+                continue
             rest = r.next_chunk - r.chunk_launched
-            urgent = (r.first_audio_at is not None and self.config.urgent_s > 0
-                      and r.deadline() - now < self.config.urgent_s)
-            if urgent:
-                n = min(pending, max_width)
-                due.append((r, n, True))
-            elif r.ended or pending >= min(rest, max_width):
+            if r.ended or pending >= min(rest, max_width):
                 n = min(pending, rest, max_width)
-                due.append((r, n, n == rest or (r.ended and n == pending)))
-        due.sort(key=lambda item: item[0].deadline())
-        return due
+                due.append((deadline, r, n, n == rest or (r.ended and n == pending)))
+        due.sort(key=_first)
+        return [(r, n, closes) for _, r, n, closes in due]
 
     def finish(self, request: Request, status: Status, reason: str | None = None) -> None:
         """End a stream: free its slot at this step boundary (end, cancel or error)."""

@@ -112,7 +112,7 @@ class ChunkDecoder:
             return []
         chunks, pcm, event = self._in_flight
         self._in_flight = None
-        if event is not None:
+        if event is not None and not event.query():  # query holds the GIL; synchronize gives it up
             event.synchronize()
         spf = self.codec.samples_per_frame
         return [(r, pcm[i, : n * spf].copy()) for i, (r, n) in enumerate(chunks)]
