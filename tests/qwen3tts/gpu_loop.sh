@@ -83,7 +83,7 @@ if has variants; then
     name=${variant%%:*}; option=${variant#*:}
     log "variant $name ($option)"
     timeout ${VARIANT_S:-150} python3 -m voxgate.gateway.cli bench run --engine qwen3tts --engine-option "model=$CKPT" \
-      --engine-option "$option" --concurrency ${VARIANT_C:-32,128} --closed-warmup 3 --closed-duration 10 --rates 1 \
+      --engine-option "$option" --concurrency ${VARIANT_C:-32,128} --closed-warmup 3 --closed-duration 10 --rates "${VARIANT_RATES-1}" \
       --seeds 1 --warmup 3 --duration 10 --drain 15 --frame-ms 1280 --no-plots --out "$RES/variant-$name" \
       --name "h200-variant-$name" 2>&1 | grep -E "closed s|open s" | tail -4
     save
