@@ -2,7 +2,7 @@
 engine loop (loop.py) owns it from one worker thread; nothing here knows about asyncio.
 
 The model side is a `Runner` (engine/qwen3tts/runner.py): `launch(plan)` starts one step for the plan's rows,
-`finish_step()` says which decode rows sampled the end-of-speech code. Its `chunks` decoder turns the frames of the
+`finish(handle)` says which decode rows sampled the end-of-speech code. Its `chunks` decoder turns the frames of the
 streams due a codec piece into PCM16, one codec call a step, launched after the step and collected in the next
 iteration, so the codec runs on the GPU beside the next decode step. A chunk of a stream's schedule is decoded in
 pieces no wider than the codec's `max_width` (a call costs its widest row times its rows: one 16-frame chunk among
@@ -12,6 +12,7 @@ pieces no wider than the codec's `max_width` (a call costs its widest row times 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -43,10 +44,13 @@ class Runner(Protocol):
     last_fill_s: float  # host time of the last launch()
     last_bucket: str  # the bucket the last launch() replayed
 
-    def launch(self, plan: StepPlan) -> None: ...
+    def launch(self, plan: StepPlan) -> object:
+        """Start one step for the plan (fill its inputs, replay); returns a handle for `finish`."""
+        ...
 
-    def finish_step(self) -> np.ndarray:
-        """Wait for the launched step; a bool per decode row: True where the row sampled end-of-speech."""
+    def finish(self, handle: object) -> np.ndarray:
+        """Wait for that step; a bool per decode row: True where the row sampled end-of-speech. Also lets the next
+        codec call read the frames that step stored."""
         ...
 
 
@@ -63,14 +67,24 @@ class StepOutput:
 
 
 class EngineCore:
-    def __init__(self, runner: Runner, slots: SlotAllocator, config: SchedulerConfig | None = None) -> None:
+    """`pipeline`: launch step N+1 before reading step N's results, so the host's work between steps (reading the
+    frames, ends, codec pieces, the hand-off, scheduling and filling the next step) runs while the GPU computes
+    instead of between its steps. A decode row's inputs do not depend on the host's reading of the step before (its
+    position is one more, its input embedding stays on the GPU), so only an end-of-speech is learnt one step late:
+    that stream's row in the step already launched is dropped (its frame never counts, its slot writes land before
+    any new owner's). Off: every step is read before the next is scheduled."""
+
+    def __init__(self, runner: Runner, slots: SlotAllocator, config: SchedulerConfig | None = None,
+                 pipeline: bool = True) -> None:
         self.runner = runner
         self.scheduler = Scheduler(config or SchedulerConfig(), slots)
+        self.pipeline = pipeline
+        self._launched: deque[tuple[StepPlan, object]] = deque()  # steps launched, not yet read (oldest first)
         self._closing: list[bool] = []  # per piece of the codec call in flight: does it close its chunk
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work
+        return self.scheduler.has_work or bool(self._launched)
 
     def add(self, request: Request) -> None:
         self.scheduler.add(request)
@@ -84,14 +98,22 @@ class EngineCore:
         plan = self.scheduler.schedule()
         t1 = time.perf_counter()
         if not plan.empty:
-            self.runner.launch(plan)
+            self._launched.append((plan, self.runner.launch(plan)))
+            for piece in plan.prefills:
+                piece.request.num_prefilled += piece.count
+            for request in plan.decodes:
+                request.num_launched += 1
         out = StepOutput(num_rows=len(plan.decodes), num_prefill_tokens=plan.num_prefill_tokens,
                          bucket=self.runner.last_bucket if not plan.empty else "")
         out.started = [p.request for p in plan.prefills if p.start == 0]
         t2 = time.perf_counter()
-        # The step first, then the codec call of the last iteration, which ran beside it and is almost always done
-        # by now: one wait for the GPU per step, so the worker gives up the GIL (to a busy event loop) once, not twice.
-        eos = self.runner.finish_step() if not plan.empty else np.zeros(0, dtype=bool)
+        # Read the steps before the newest (pipelined) or all of them, then the codec call of the last iteration,
+        # which ran beside them and is almost always done: one wait for the GPU per step, so the worker gives up
+        # the GIL (to a busy event loop) once, not twice.
+        keep = 1 if self.pipeline and not plan.empty else 0
+        while len(self._launched) > keep:
+            done, handle = self._launched.popleft()
+            out.num_frames += self._advance(done, self.runner.finish(handle))
         t3 = time.perf_counter()
         now = time.monotonic()
         for (request, pcm), closes in zip(self.runner.chunks.collect(), self._closing, strict=True):
@@ -102,7 +124,6 @@ class EngineCore:
                 self._hand_over(request, now, out)
         self._closing = []
         t4 = time.perf_counter()
-        out.num_frames = self._advance(plan, eos)
         pieces = self._pieces()
         if pieces:
             self.runner.chunks.launch([(request, n) for request, n, _ in pieces])
@@ -128,11 +149,11 @@ class EngineCore:
         return out
 
     def _advance(self, plan: StepPlan, eos: np.ndarray) -> int:
-        """Count what the step made; returns the number of frames."""
-        for piece in plan.prefills:
-            piece.request.num_prefilled += piece.count
+        """Count what a step made; returns the number of frames."""
         made = 0
         for request, ended in zip(plan.decodes, eos.tolist(), strict=True):
+            if request.ended or request.status is not Status.RUNNING:
+                continue  # launched before its stream ended (pipelined) or was cancelled: not a frame
             if ended:
                 request.ended, request.finish_reason = True, "eos"
                 continue
@@ -168,6 +189,7 @@ class EngineCore:
     def fail_all(self, reason: str = "error") -> list[Request]:
         """Abort every stream (the runner failed): their listeners get an error, the slots come back."""
         failed = list(self.scheduler.waiting) + list(self.scheduler.running)
+        self._launched.clear()
         for request in failed:
             self.scheduler.finish(request, Status.ABORTED, reason)
         return failed

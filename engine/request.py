@@ -37,8 +37,9 @@ class Request:
     arrival: float = field(default_factory=time.monotonic)
     status: Status = Status.WAITING
     slot: int = -1
-    num_prefilled: int = 0  # prompt tokens already through the Talker (prefill may span steps)
+    num_prefilled: int = 0  # prompt tokens launched through the Talker (prefill may span steps)
     num_frames: int = 0  # frames generated (an EOS sample is not a frame)
+    num_launched: int = 0  # frames whose step was launched: num_frames, or one more while a step is in flight
     num_decoded: int = 0  # frames already through the codec
     num_chunks: int = 0  # codec chunks closed (their last piece launched)
     chunk_launched: int = 0  # frames of the open chunk already launched in pieces
@@ -57,8 +58,8 @@ class Request:
 
     @property
     def position(self) -> int:
-        """KV position of the next Talker input: the prompt, then one position per frame."""
-        return self.num_prompt_tokens + self.num_frames
+        """KV position of the next step's Talker input: the prompt, then one position per frame launched."""
+        return self.num_prompt_tokens + self.num_launched
 
     @property
     def pending_frames(self) -> int:
@@ -70,8 +71,9 @@ class Request:
 
     @property
     def can_decode(self) -> bool:
-        """Due a row in the next step: prefilled, not ended, budget left."""
-        return self.status is Status.RUNNING and self.prefilled and not self.ended
+        """Due a row in the next step: prefilled, not ended, budget left (counting a step in flight)."""
+        return (self.status is Status.RUNNING and self.prefilled and not self.ended
+                and self.num_launched < self.frame_budget)
 
     def deadline(self) -> float:
         """When this stream's listener runs out of audio. Before the first chunk: its arrival (already due).

@@ -43,7 +43,7 @@ class SchedulerConfig:
     deadline_order: bool = True  # rows to the streams closest to a stall when a step cannot take them all
     urgent_s: float = 0.15  # decode a stream's pending frames early when its listener runs dry within this (0: off)
     max_ahead_s: float = 30.0  # a stream this far ahead of its listener gets no row (a stuck reader's backpressure)
-    max_pending_frames: int | None = None  # a stream with this many frames not yet decoded gets no row (ring room)
+    max_pending_frames: int | None = None  # a stream with this many frames launched, not decoded gets no row (ring)
 
     def __post_init__(self) -> None:
         if self.max_rows < 1 or self.max_prefills < 1 or self.max_prefill_tokens < 1:
@@ -114,7 +114,7 @@ class Scheduler:
         limit = now + cfg.max_ahead_s
         room = cfg.max_pending_frames or 1 << 62
         plan.decodes = self._rows([r for r in self.running if r.can_decode and r.generation_deadline() < limit
-                                   and r.pending_frames < room], now)
+                                   and r.num_launched - r.num_decoded < room], now)
         for request in plan.decodes:
             if request.first_step_at is None:
                 request.first_step_at = now

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 from voxgate.engine.core import EngineCore
 from voxgate.engine.request import FRAME_S, Request, Status
 from voxgate.engine.scheduler import Scheduler, SchedulerConfig, StepPlan
@@ -59,12 +60,14 @@ class FakeRunner:
         self.eos_at: dict[int, int] = {}
         self.plans: list[StepPlan] = []
 
-    def launch(self, plan: StepPlan) -> None:
+    def launch(self, plan: StepPlan) -> tuple[StepPlan, list[int]]:
         self.plans.append(plan)
+        return plan, [r.num_launched for r in plan.decodes]  # each row's frame index, as the GPU step sees it
 
-    def finish_step(self) -> np.ndarray:
-        plan = self.plans[-1]
-        return np.array([self.eos_at.get(r.request_id) == r.num_frames for r in plan.decodes], dtype=bool)
+    def finish(self, handle: tuple[StepPlan, list[int]]) -> np.ndarray:
+        plan, frame_index = handle
+        return np.array([self.eos_at.get(r.request_id) == i for r, i in zip(plan.decodes, frame_index, strict=True)],
+                        dtype=bool)
 
 
 def _request(tokens: int = 10, budget: int = 8, schedule: tuple[int, ...] = (1, 2, 4)) -> Request:
@@ -81,9 +84,11 @@ def _run(core: EngineCore, limit: int = 500) -> list:
     return outs
 
 
-def test_every_frame_reaches_the_listener_and_streams_finish_after_their_last_chunk() -> None:
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_every_frame_reaches_the_listener_and_streams_finish_after_their_last_chunk(pipeline: bool) -> None:
     runner = FakeRunner()
-    core = EngineCore(runner, Pool(8), SchedulerConfig(max_rows=16, max_prefill_tokens=32, urgent_s=0))
+    core = EngineCore(runner, Pool(8), SchedulerConfig(max_rows=16, max_prefill_tokens=32, urgent_s=0),
+                      pipeline=pipeline)
     requests = [_request(budget=5 + i, schedule=((1, 2, 4), (16,), (3,))[i % 3]) for i in range(6)]
     runner.eos_at[requests[1].request_id] = 3  # stops early on EOS: 3 frames
     for r in requests:
@@ -117,6 +122,29 @@ def test_a_codec_call_takes_only_what_a_bucket_holds() -> None:
     assert all(r.num_decoded == 40 for r in requests)
 
 
+def test_pipelined_steps_overlap_and_an_end_learnt_late_drops_only_that_row() -> None:
+    """Step N+1 is launched before step N is read; the stream that sampled EOS in N still has a row in N+1, which
+    makes no frame and no audio; the slot it frees goes to a waiting stream with nothing of the old one."""
+    runner = FakeRunner()
+    core = EngineCore(runner, Pool(2), SchedulerConfig(max_rows=4, max_prefill_tokens=32, urgent_s=0))
+    order: list[str] = []
+    launch, finish = runner.launch, runner.finish
+    runner.launch = lambda plan: (order.append("launch"), launch(plan))[1]  # type: ignore[method-assign]
+    runner.finish = lambda handle: (order.append("finish"), finish(handle))[1]  # type: ignore[method-assign]
+    stops, keeps, waits = _request(budget=20, schedule=(2,)), _request(budget=9), _request(budget=6)
+    runner.eos_at[stops.request_id] = 5
+    for r in (stops, keeps, waits):
+        core.add(r)
+    audio: dict[int, int] = {}
+    for out in _run(core):
+        for r, pcm in out.chunks:
+            audio[r.request_id] = audio.get(r.request_id, 0) + len(pcm) // 1920
+    assert order[:3] == ["launch", "launch", "finish"]  # the second step was on its way before the first was read
+    assert stops.num_launched == 7 and stops.num_frames == 5  # one row launched after its EOS (frame 5): dropped
+    assert audio == {stops.request_id: 5, keeps.request_id: 9, waits.request_id: 6}
+    assert waits.slot == stops.slot
+
+
 def test_chunks_are_decoded_in_pieces_and_handed_over_whole() -> None:
     """Every codec call is at most `max_width` wide whatever the schedule; the listener still gets the schedule's
     chunks (pieces joined), the last one short, and one that ends on EOS mid-chunk gets what there is."""
@@ -139,12 +167,12 @@ def test_chunks_are_decoded_in_pieces_and_handed_over_whole() -> None:
 
 def test_a_stream_never_runs_further_ahead_of_its_codec_than_the_ring_holds() -> None:
     scheduler = Scheduler(SchedulerConfig(max_pending_frames=10), Pool(4))
-    r = _request(tokens=2)
+    r = _request(tokens=2, budget=100)
     scheduler.add(r)
     scheduler.schedule()
-    r.num_prefilled, r.num_frames = 2, 9
+    r.num_prefilled, r.num_frames, r.num_launched = 2, 9, 9
     assert scheduler.schedule().decodes == [r]
-    r.num_frames = 10  # ten frames wait for the codec: no row until some are decoded
+    r.num_launched = 10  # ten frames (one still in a step in flight) wait for the codec: no row until some decode
     assert scheduler.schedule().decodes == []
     r.num_decoded = 4
     assert scheduler.schedule().decodes == [r]

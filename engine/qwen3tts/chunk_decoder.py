@@ -39,6 +39,7 @@ class ChunkDecoder:
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._io: dict[Bucket, tuple[PackedBuffer, HostCopy]] = {}
         self._in_flight: tuple[Sequence[tuple[Request, int]], np.ndarray, torch.cuda.Event | None] | None = None
+        self.after: torch.cuda.Event | None = None  # the last step read (its frames are in the ring); CUDA only
 
     @property
     def max_width(self) -> int:
@@ -93,8 +94,11 @@ class ChunkDecoder:
                 else:
                     clones.append(r)
         with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
-            if self.stream is not None:  # the step that wrote these frames is done: the host read its codes
-                self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            if self.stream is not None:  # after the step that stored these frames, not after later ones in flight
+                if self.after is not None:
+                    self.stream.wait_event(self.after)
+                else:
+                    self.stream.wait_stream(torch.cuda.current_stream(self.device))
             for r in clones:
                 self._warm(r)
             io.upload()

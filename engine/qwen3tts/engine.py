@@ -55,6 +55,7 @@ OPTIONS = {
     "max_ahead_s": "a stream this far ahead of its listener gets no row (default 30)",
     "attention": "triton | torch | auto",
     "codec": "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto",
+    "pipeline": "false: read each step before launching the next (default true: launch it first, host work overlaps)",
     "gil_switch_ms": "CPython's thread switch interval while the loop runs (default 0.5; 0 leaves it)",
 }
 
@@ -101,7 +102,8 @@ class Qwen3TTSEngine(Engine):
                  max_prefills: int = 4, max_slots: int = 257, max_positions: int = 2560,
                  kv_memory_fraction: float = 0.6, enforce_eager: Any = False, deadline_order: Any = True,
                  urgent_s: float = 0.15, max_ahead_s: float = 30.0, attention: str = "auto", codec: str = "auto",
-                 gil_switch_ms: float = 0.5, codec_width: int = 4, codec_buckets: Any = None) -> None:
+                 gil_switch_ms: float = 0.5, codec_width: int = 4, codec_buckets: Any = None,
+                 pipeline: Any = True) -> None:
         self.chunk_schedule = _ints(chunk_frames)
         self.max_frames, self.budget_factor, self.min_budget_s = int(max_frames), float(budget_factor), \
             float(min_budget_s)
@@ -125,6 +127,7 @@ class Qwen3TTSEngine(Engine):
                                                 deadline_order=_flag(deadline_order), urgent_s=float(urgent_s),
                                                 max_ahead_s=float(max_ahead_s))
         self.gil_switch_s = float(gil_switch_ms) / 1000 or None
+        self.pipeline = _flag(pipeline)
         self.tts: Any = None
         self.runner: Any = None
         self.loop: EngineLoop | None = None
@@ -167,7 +170,7 @@ class Qwen3TTSEngine(Engine):
         self.metrics = EngineMetrics(self._registry)
         # A stream never runs further ahead of its codec than the frame ring holds (plus the piece in flight).
         self.scheduler_config.max_pending_frames = RING - runner.chunks.max_width
-        core = EngineCore(runner, runner.kv, self.scheduler_config)
+        core = EngineCore(runner, runner.kv, self.scheduler_config, pipeline=self.pipeline)
         self.loop = EngineLoop(core, "qwen3tts", on_step=self._on_step, gil_switch_s=self.gil_switch_s)
         self.timings = {"load_s": t1 - t0, "capture_s": t2 - t1}
 
@@ -208,7 +211,7 @@ class Qwen3TTSEngine(Engine):
         out: dict[str, Any] = {"name": self.name, "model": self.model_path,
                                "chunk_schedule_frames": list(self.chunk_schedule), "max_frames": self.max_frames,
                                "frame_budget": f"{self.budget_factor} x expected frames, >= {self.min_budget_s} s",
-                               "batching": "engine loop (batched steps)", "timings_s": self.timings}
+                               "batching": "engine loop (batched steps)", "pipeline": self.pipeline, "timings_s": self.timings}
         if tts is not None:
             import torch
 

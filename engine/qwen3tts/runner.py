@@ -83,6 +83,17 @@ class _StepIO:
     ints: PackedBuffer
     floats: PackedBuffer | None
     logits: list[torch.Tensor] = field(default_factory=list)
+    uploaded: torch.cuda.Event | None = None  # after the last copy of these inputs to the GPU (CUDA)
+
+
+@dataclass
+class Launched:
+    """A launched step, for `finish`: its frames come back in `frames_host` once `done` has passed."""
+
+    num_rows: int
+    frames_host: HostCopy
+    done: torch.cuda.Event | None  # after the step and the copy of its frames (CUDA)
+    logits: list[torch.Tensor]  # record_logits: this step's, codebook 0 then 1..15 (copies)
 
 
 class ModelRunner:
@@ -110,12 +121,13 @@ class ModelRunner:
         self.suppress = suppress.to(self.device)
         self.ops = DecoderOps.for_device(self.device, c.attention)
         self.model = StepModel(talker, self.ops)
-        self.codes_host = HostCopy((c.max_rows, self.num_codes), torch.int64, self.device)
+        # Two frame buffers: with the loop pipelined, one step is read while the next is in flight.
+        self._frames_host = [HostCopy((c.max_rows, self.num_codes), torch.int64, self.device) for _ in range(2)]
+        self._launches = 0
         self.steps: GraphSet[tuple[int, int]] = GraphSet(self.device, c.enforce_eager)
         self.chunks = ChunkDecoder(self.codec, self.state.ring, c.codec_buckets, self.device, c.enforce_eager,
                                    c.progress)
         self._io: dict[tuple[int, int], _StepIO] = {}
-        self._pending: tuple[torch.Tensor, int] | None = None  # the launched step's frames and row count
         self.last_fill_s, self.last_bucket = 0.0, ""
         self.forced_codes: dict[int, np.ndarray] = {}  # record_logits (tests): teacher forcing by request id
 
@@ -226,11 +238,12 @@ class ModelRunner:
 
     def run(self, plan: StepPlan) -> np.ndarray:
         """One step for the plan: a bool per decode row, True where it sampled end-of-speech."""
-        self.launch(plan)
-        return self.finish_step()
+        return self.finish(self.launch(plan))
 
-    def launch(self, plan: StepPlan) -> None:
-        """Fill the plan's inputs (one copy to the GPU) and replay its bucket's step; `finish_step` waits."""
+    def launch(self, plan: StepPlan) -> Launched:
+        """Fill the plan's inputs (one copy to the GPU), replay its bucket's step and queue the copy of its frames
+        back; `finish` waits for them. Frame indices are the streams' launched counts, so a step may be launched
+        while the one before is still on the GPU."""
         t0 = time.perf_counter()
         c = self.config
         num_rows, num_tokens = len(plan.decodes), plan.num_prefill_tokens
@@ -238,12 +251,14 @@ class ModelRunner:
         tokens = smallest_bucket(c.prefill_buckets, num_tokens) if num_tokens else 0
         key = (rows, tokens)
         io = self._io[key]
+        if io.uploaded is not None and not io.uploaded.query():  # this bucket's last inputs not yet copied
+            io.uploaded.synchronize()
         io.ints.clear()
         h = io.ints.host
         if num_rows:
             decodes = plan.decodes
             h["dec_slot"][:num_rows] = [r.slot for r in decodes]
-            h["dec_frame"][:num_rows] = frame_index = [r.num_frames for r in decodes]
+            h["dec_frame"][:num_rows] = frame_index = [r.num_launched for r in decodes]
             h["dec_pos"][:num_rows] = np.asarray([r.num_prompt_tokens for r in decodes]) + frame_index
             if c.record_logits:
                 self._fill_forced(decodes, h)
@@ -252,28 +267,40 @@ class ModelRunner:
         io.ints.upload()
         if io.floats is not None:
             io.floats.upload()
-        self._pending = self.steps(key), num_rows
+        cuda = self.device.type == "cuda"
+        if cuda:
+            io.uploaded = torch.cuda.Event()
+            io.uploaded.record()
+        frames = self.steps(key)
+        frames_host = self._frames_host[self._launches % 2]
+        self._launches += 1
+        if num_rows:
+            frames_host.start(frames, num_rows)
+        logits = [lg[:num_rows].clone() for lg in io.logits] if c.record_logits and num_rows else []
+        done = None
+        if cuda:
+            done = torch.cuda.Event()
+            done.record()
         self.last_fill_s, self.last_bucket = time.perf_counter() - t0, f"{rows}+{tokens}"
+        return Launched(num_rows, frames_host, done, logits)
 
-    def finish_step(self) -> np.ndarray:
-        """Wait for the launched step: a bool per decode row, True where it sampled end-of-speech (no frame)."""
-        assert self._pending is not None, "launch a step first"
-        frames, num_rows = self._pending
-        self._pending = None
-        if not num_rows:
-            if self.device.type == "cuda":  # nothing to read back, but the inputs' copy must finish before the
-                torch.cuda.current_stream(self.device).synchronize()  # host refills this bucket's buffer
+    def finish(self, launched: Launched) -> np.ndarray:
+        """Wait for a launched step: a bool per decode row, True where it sampled end-of-speech (no frame). The
+        next codec call waits for this step on the GPU (it reads the frames the step stored), not for later ones."""
+        if launched.done is not None:
+            launched.done.synchronize()
+        self.chunks.after = launched.done
+        if not launched.num_rows:
             return np.zeros(0, dtype=bool)
-        codes = self.codes_host.fetch(frames, num_rows)
-        return codes[:, 0] == self.eos_id
+        return launched.frames_host.array[: launched.num_rows, 0] == self.eos_id
 
     def _fill_forced(self, decodes: list[Request], h: dict[str, np.ndarray]) -> None:
         """Tests: rows whose request has codes in `forced_codes` (request_id -> [N, Q]) take them (teacher
         forcing) instead of their samples."""
         for i, r in enumerate(decodes):
             codes = self.forced_codes.get(r.request_id)
-            if codes is not None and r.num_frames < len(codes):
-                h["forced"][i], h["force"][i] = codes[r.num_frames], 1
+            if codes is not None and r.num_launched < len(codes):
+                h["forced"][i], h["force"][i] = codes[r.num_launched], 1
 
     def _fill_prefills(self, plan: StepPlan, io: _StepIO, rows: int) -> None:
         h = io.ints.host
@@ -300,10 +327,6 @@ class ModelRunner:
                 if prompt.x_vector is not None:  # Base: the speaker row (rare, so one eager copy)
                     self.state.x_vector[request.slot] = prompt.x_vector.to(self.device, self.dtype)
             offset = end
-
-    def last_logits(self, key: tuple[int, int]) -> list[torch.Tensor]:
-        """record_logits: the logits of the bucket's last step (codebook 0, then 1..15), eager runs only."""
-        return self._io[key].logits
 
     def memory(self) -> dict[str, float]:
         gib = 2**30

@@ -45,10 +45,6 @@ class HostCopy:
         self.array = self.tensor.numpy()
         self.device = device
 
-    def fetch(self, src: torch.Tensor, rows: int) -> np.ndarray:
-        """src[:rows] on the host (waits for the GPU to finish the work queued before it)."""
-        out = self.tensor[:rows]
-        out.copy_(src[:rows], non_blocking=True)
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
-        return self.array[:rows]
+    def start(self, src: torch.Tensor, rows: int) -> None:
+        """Queue the copy of src[:rows] to the host; `array[:rows]` holds it once the GPU got that far."""
+        self.tensor[:rows].copy_(src[:rows], non_blocking=True)

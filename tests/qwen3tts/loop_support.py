@@ -16,7 +16,7 @@ from voxgate.engine.qwen3tts.generate import Qwen3TTS
 from voxgate.engine.qwen3tts.prompt import prompt_rows
 from voxgate.engine.qwen3tts.runner import ModelRunner, RunnerConfig
 from voxgate.engine.qwen3tts.sampling import param_row
-from voxgate.engine.request import Request
+from voxgate.engine.request import Request, Status
 from voxgate.engine.scheduler import SchedulerConfig, StepPlan
 
 SMALL = dict(row_buckets=(1, 2, 4, 8, 16), prefill_buckets=(16, 64), max_positions=320, max_trailing=96,
@@ -35,29 +35,25 @@ class RecordingRunner:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.runner, name)
 
-    def launch(self, plan: StepPlan) -> None:
-        self._plan = plan
-        self.runner.launch(plan)
+    def launch(self, plan: StepPlan) -> tuple[StepPlan, Any]:
+        return plan, self.runner.launch(plan)
 
-    def finish_step(self) -> np.ndarray:
-        plan = self._plan
-        eos = self.runner.finish_step()
+    def finish(self, handle: tuple[StepPlan, Any]) -> np.ndarray:
+        plan, launched = handle
+        eos = self.runner.finish(launched)
         rows = len(plan.decodes)
         self.rows_per_step.append(rows)
         if not rows:
             return eos
-        frames = self.runner.codes_host.array[:rows].copy()
-        recorded = self.runner.last_logits(self._key(plan)) if self.runner.config.record_logits else None
+        frames = launched.frames_host.array[:rows].copy()
         for i, (request, ended) in enumerate(zip(plan.decodes, eos, strict=True)):
-            if recorded:
-                self.logits[request.request_id].append([lg[i].clone() for lg in recorded])
+            if request.ended or request.status is not Status.RUNNING:
+                continue  # a row launched before its stream ended (the loop drops it too)
+            if launched.logits:
+                self.logits[request.request_id].append([lg[i].clone() for lg in launched.logits])
             if not ended:
                 self.codes[request.request_id].append(frames[i])
         return eos
-
-    def _key(self, plan: StepPlan) -> tuple[int, int]:
-        rows, tokens = self.runner.last_bucket.split("+")
-        return int(rows), int(tokens)
 
 
 @dataclass
