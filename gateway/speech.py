@@ -35,6 +35,7 @@ T = TypeVar("T")
 _STATUS = {"voice_not_found": 404, "language_not_supported": 400, "bad_request": 400, "text_too_long": 413,
            "not_ready": 503, "unsupported": 400}
 _pools: dict[int, ThreadPoolExecutor] = {}
+FIRST_BYTES = SAMPLE_RATE // 10 * 2  # 100 ms of PCM16: past every encoder's first packet (aac needs ~2160 samples)
 
 
 def _pool(threads: int) -> ThreadPoolExecutor | None:
@@ -61,15 +62,19 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
 
     pcm = synthesize_pcm(state.engine, job.text, job.voice, job.language, job.instruct, job.budget_samples, errors)
     state.drain.http_streams += 1  # a shutdown lets it finish within the grace
+    # The encoder is made (codec opened, header written) while the engine makes the first audio.
+    making = asyncio.ensure_future(off_loop(None, make_speech_encoder, job.format)) if FORMATS[job.format].muxer \
+        else None
     try:
         first = await anext(pcm, None)
         if first is not None:
             metrics.first_audio.labels("http").observe(time.monotonic() - t_request)
-        encoder = await off_loop(None, make_speech_encoder, job.format) if FORMATS[job.format].muxer else \
-            make_speech_encoder(job.format)
+        encoder = await making if making is not None else make_speech_encoder(job.format)
     except BaseException:
         state.drain.http_streams -= 1
         await pcm.aclose()
+        if making is not None:
+            making.cancel()
         raise
     if first is None and errors:
         state.drain.http_streams -= 1
@@ -90,7 +95,11 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
             if head:
                 yield head
             if first is not None:
-                yield await off_loop(encoder, encoder.encode, first)
+                # The first piece may be long (what the engine made before the producer ran): its first 100 ms
+                # are encoded alone, so the encoder's first packets leave without waiting for the whole piece.
+                for part in (first[:FIRST_BYTES], first[FIRST_BYTES:]):
+                    if part:
+                        yield await off_loop(encoder, encoder.encode, part)
                 async for data in pcm:
                     metrics.audio_seconds.labels("http").inc(len(data) / 2 / SAMPLE_RATE)
                     out = await off_loop(encoder, encoder.encode, data)

@@ -110,6 +110,9 @@ class AvEncoder(SpeechEncoder):
         self._stream = stream
         self._time_base = fractions.Fraction(1, SAMPLE_RATE)
         self._closed = False
+        # Open the codec and write the container header now (while the engine makes the first audio), not on the
+        # first frame; the header bytes stay in the sink and leave with the first audio.
+        self._container.start_encoding()
 
     def _mux(self, frame: Any) -> bytes:
         for packet in self._stream.encode(frame):
