@@ -64,6 +64,8 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
         WebSocketRoute("/v1/tts/ws", tts_websocket),
         Route("/v1/audio/speech", http_api.speech, methods=["POST"]),
         Route("/v1/voices", http_api.voices),
+        Route("/v1/audio/voices", http_api.audio_voices),
+        Route("/v1/models", http_api.models),
         Route("/health", http_api.health),
         Route("/metrics", http_api.metrics),
     ]

@@ -68,6 +68,12 @@ class GatewayConfig:
     allowed_hosts: list[str] = field(default_factory=list)  # Host names beyond IP literals and localhost
     max_request_bytes: int = 262_144  # POST bodies; refused with 413 while reading
     protect_metrics: bool = False  # true: /metrics and /health's details need a token too
+    # POST /v1/audio/speech: OpenAI voice names per engine (merged over gateway/openai_names.py's tables), model ids
+    # accepted besides voxgate and the engine's own, and threads for the mp3/opus/aac/flac encoders (0: on the loop)
+    voice_aliases: dict[str, dict[str, str]] = field(default_factory=dict)
+    model_aliases: list[str] = field(default_factory=lambda: ["tts-1", "tts-1-hd", "gpt-4o-mini-tts",
+                                                              "gpt-4o-mini-tts-2025-12-15"])
+    speech_encoder_threads: int = 2
     limits: Limits = field(default_factory=Limits)
     pacing: PacingDefaults = field(default_factory=PacingDefaults)
 
@@ -82,6 +88,12 @@ class GatewayConfig:
             raise ValueError("shutdown_grace_s must be within 0..3600")
         if self.max_request_bytes <= 0:
             raise ValueError("max_request_bytes must be positive")
+        for engine, table in self.voice_aliases.items():
+            if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in table.items()):
+                raise ValueError(f"voice_aliases.{engine} must be a table of alias = \"voice id\" strings")
+        if not 0 <= self.speech_encoder_threads <= 64:
+            raise ValueError("speech_encoder_threads must be within 0..64")
         if self.protect_metrics and not self.auth_tokens:
             raise ValueError("protect_metrics needs auth_tokens (the token that /metrics will require)")
 

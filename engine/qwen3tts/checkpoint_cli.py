@@ -17,7 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tiny", action="store_true", help="shrink layers and widths for CPU tests")
-    p.add_argument("--shared", default=None, help="shared data root (default: $VOXGATE_SHARED or <repo>/../shared)")
+    p.add_argument("--shared", default=None, help="take configs and tokenizer from this shared data root only "
+                   "(default: "
+                   "the Hub's Qwen/<NAME> when online, else $VOXGATE_SHARED or <repo>/../shared)")
     p.add_argument("--device", default="cpu", help="device that draws the random weights (cuda is much faster)")
     p.add_argument("--shard-mb", type=int, default=0, help="split model.safetensors into shards of this size")
     p.add_argument("--no-encoder", action="store_true", help="omit the (unused) codec encoder tensors")

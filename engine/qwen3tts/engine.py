@@ -24,6 +24,7 @@ ISO_LANGUAGES = {"zh": "chinese", "en": "english", "de": "german", "it": "italia
                  "es": "spanish", "ja": "japanese", "ko": "korean", "fr": "french", "ru": "russian"}
 NATIVE = {"vivian": "zh", "serena": "zh", "uncle_fu": "zh", "dylan": "zh", "eric": "zh", "ryan": "en",
           "aiden": "en", "ono_anna": "ja", "sohee": "ko"}
+PREFERRED = {"en": "ryan", "zh": "vivian", "ja": "ono_anna", "ko": "sohee"}  # the default speaker per language
 DESIGN_VOICE = "design"  # VoiceDesign: the request's instruct describes the voice
 CLONE_VOICE = "clone"  # Base: the x-vector of the `ref_audio` option
 
@@ -251,15 +252,35 @@ class Qwen3TTSEngine(Engine):
         return []
 
     # -- requests --------------------------------------------------------------------------------------------------
+    def voice_for(self, text: str, language: str) -> str | None:
+        """A request's default voice: on CustomVoice, a native speaker of its language (an English text gets Ryan),
+        the language read from the script when it is `auto` (kana: Japanese, hangul: Korean, other CJK: Chinese,
+        else English); languages without a native speaker get the English one."""
+        ids = [v.id for v in self.voices()]
+        if self.tts is None or self.tts.cfg.tts_model_type != "custom_voice":
+            return self.default_voice()
+        code = {name: iso for iso, name in ISO_LANGUAGES.items()}.get(language, "en")
+        if language == "auto":
+            if any("\u3040" <= ch <= "\u30ff" for ch in text):
+                code = "ja"
+            elif any("\uac00" <= ch <= "\ud7af" for ch in text):
+                code = "ko"
+            elif any("\u4e00" <= ch <= "\u9fff" for ch in text):
+                code = "zh"
+        if code not in PREFERRED:
+            code = "en"
+        native = [i for i in ids if NATIVE.get(i) == code]
+        return PREFERRED[code] if PREFERRED[code] in ids else (native[0] if native else self.default_voice())
+
     def _prompt(self, request: SynthesisRequest) -> Any:
         from .generate import Voice
         from .prompt import PromptError, prompt_rows
 
-        voice_id = request.voice or self.default_voice()
-        if voice_id not in {v.id for v in self.voices()}:
-            raise EngineError("voice_not_found", f"voice {voice_id!r} not found; see GET /v1/voices")
         language = (request.language or "auto").lower()
         language = ISO_LANGUAGES.get(language, language)
+        voice_id = request.voice or self.voice_for(request.text, language)
+        if voice_id not in {v.id for v in self.voices()}:
+            raise EngineError("voice_not_found", f"voice {voice_id!r} not found; see GET /v1/voices")
         if language not in self.tts.cfg.languages:
             raise EngineError("language_not_supported", f"language {request.language!r} is not supported")
         voice = self._voice_kwargs.get(voice_id) or (Voice(speaker=voice_id) if voice_id not in

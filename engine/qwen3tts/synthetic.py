@@ -1,4 +1,5 @@
-"""Synthetic checkpoints: the real config and tokenizer files from shared/ plus random weights in the official
+"""Synthetic checkpoints: the real config and tokenizer files (from the Hugging Face Hub when online, else from
+shared/) plus random weights in the official
 layout (key names, dtypes, file names), so they load through the real loader.
 
 Every tensor is random, 1-D ones included, at scales that keep activations finite over long generations:
@@ -53,6 +54,35 @@ def source_dirs(like: str, shared: Path | None = None) -> tuple[Path, Path]:
         known = sorted(p.name for p in (root / "checkpoints").glob("*")) if (root / "checkpoints").is_dir() else []
         raise FileNotFoundError(f"{ckpt}: no such checkpoint config; known: {known or 'none (is --shared right?)'}")
     return ckpt, tok
+
+
+def hub_dirs(like: str) -> tuple[Path, Path]:
+    """The configs and text-tokenizer files of `Qwen/<like>` from the Hugging Face Hub (never its weights): one
+    directory that is both the checkpoint source and the tokenizer source. Raises OSError when offline."""
+    from huggingface_hub import snapshot_download
+
+    repo = like if "/" in like else f"Qwen/{like}"
+    folder = Path(snapshot_download(repo, allow_patterns=[*CONFIG_FILES, *TOKENIZER_FILES], etag_timeout=5))
+    missing = [f for f in ("config.json", "generation_config.json", f"{CODEC_DIR}/config.json", *TOKENIZER_FILES)
+               if not (folder / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{repo} on the Hub lacks {', '.join(missing)}")
+    return folder, folder
+
+
+def find_sources(like: str, shared: Path | None = None) -> tuple[Path, Path]:
+    """Configs and tokenizer for `like`: from the Hub when online (unless `shared` is given or HF_HUB_OFFLINE is
+    set), else from the shared folder; a FileNotFoundError in one line naming what is missing where."""
+    hub_error = "skipped (--shared given)" if shared is not None else "skipped (HF_HUB_OFFLINE)"
+    if shared is None and os.environ.get("HF_HUB_OFFLINE", "") in ("", "0"):
+        try:
+            return hub_dirs(like)
+        except Exception as exc:  # offline, no such repo, a proxy refusing: fall back to the local folder
+            hub_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+    try:
+        return source_dirs(like, shared)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"no configs/tokenizer for {like}: Hub: {hub_error}; local: {exc}") from None
 
 
 def tiny_configs(config: dict[str, Any], codec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -159,7 +189,7 @@ def write_synthetic(like: str, out: str | Path, seed: int = 0, tiny: bool = Fals
                     shard_bytes: int | None = None, with_encoder: bool = True,
                     progress: Callable[[str], None] | None = None) -> Path:
     """Write a checkpoint directory shaped like shared/qwen3-tts/checkpoints/<like> with random weights."""
-    src, tok = source_dirs(like, shared)
+    src, tok = find_sources(like, shared)
     out = Path(out)
     (out / CODEC_DIR).mkdir(parents=True, exist_ok=True)
     for rel in CONFIG_FILES:

@@ -1,0 +1,179 @@
+"""POST /v1/audio/speech as outside clients send it (issue 14, point 1), on a real server with the espeak engine: the
+official `openai` SDK for every response format and both stream formats (each result decoded with PyAV and
+measured against what the engine made), a vLLM-Omni-shaped Qwen3-TTS request, OpenAI voice names, /v1/models,
+and one clear error per field that cannot be honoured."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import av
+import httpx
+import numpy as np
+import pytest
+from openai import OpenAI
+
+TEXT = "Hello from the OpenAI client. Every format decodes."
+FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]
+# Seconds a decoder may add: mp3 and ADTS carry no priming/padding info, so their encoder delay and last frame's
+# padding remain (mp3 at 24 kHz: 576-sample granules; aac: 1024-sample frames plus 1024 of priming).
+SLACK_S = {"mp3": 0.12, "aac": 0.15, "opus": 0.025, "flac": 0.0, "wav": 0.0, "pcm": 0.0}
+
+
+def _client(server) -> OpenAI:
+    return OpenAI(base_url=server.http_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def _seconds(fmt: str, data: bytes) -> float:
+    """Decoded duration, with PyAV (pcm: raw 24 kHz PCM16)."""
+    if fmt == "pcm":
+        assert len(data) % 2 == 0
+        return len(data) / 2 / 24000
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        assert stream.codec_context.name.startswith({"mp3": "mp3", "opus": "opus", "aac": "aac", "flac": "flac",
+                                                     "wav": "pcm_s16le"}[fmt])
+        frames = list(container.decode(stream))
+    samples = sum(f.samples for f in frames)
+    assert samples and np.abs(np.concatenate([f.to_ndarray().ravel() for f in frames])).max() > 0
+    return samples / frames[0].sample_rate
+
+
+def _check_length(server, fmt: str, data: bytes) -> None:
+    expected = len(server.server.config.app.state.voxgate.engine.audio_for()) / 24000
+    got = _seconds(fmt, data)
+    assert expected > 1.0
+    assert expected - 0.001 <= got <= expected + SLACK_S[fmt] + 0.001, (fmt, expected, got)
+
+
+def _sse_audio(raw: bytes) -> tuple[bytes, dict]:
+    """The audio of an SSE body (its deltas joined) and the `speech.audio.done` event."""
+    events = []
+    for block in raw.decode().split("\n\n"):
+        lines = [line for line in block.splitlines() if line]
+        if not lines:
+            continue
+        event = json.loads(next(line[6:] for line in lines if line.startswith("data: ")))
+        assert f"event: {event['type']}" in lines
+        events.append(event)
+    assert [e["type"] for e in events[:-1]] == ["speech.audio.delta"] * (len(events) - 1)
+    assert events[-1]["type"] == "speech.audio.done"
+    return b"".join(base64.b64decode(e["audio"]) for e in events[:-1]), events[-1]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sdk_create_every_format(gateway, fmt):
+    server = gateway()
+    response = _client(server).audio.speech.create(model="gpt-4o-mini-tts", voice="alloy", input=TEXT,
+                                                   response_format=fmt)
+    _check_length(server, fmt, response.content)
+
+
+def test_sdk_default_format_is_mp3(gateway):
+    server = gateway()
+    response = _client(server).audio.speech.create(model="tts-1", voice="echo", input=TEXT)
+    assert response.response.headers["content-type"] == "audio/mpeg"
+    _check_length(server, "mp3", response.content)
+
+
+@pytest.mark.parametrize("stream_format", ["audio", "sse"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sdk_streaming_every_format(gateway, fmt, stream_format):
+    server = gateway()
+    client = _client(server)
+    with client.audio.speech.with_streaming_response.create(
+            model="gpt-4o-mini-tts", voice="coral", input=TEXT, response_format=fmt, stream_format=stream_format,
+            instructions="") as response:
+        assert response.status_code == 200
+        pieces = list(response.iter_bytes())
+    raw = b"".join(pieces)
+    if stream_format == "sse":
+        assert response.headers["content-type"].startswith("text/event-stream")
+        raw, done = _sse_audio(raw)
+        frames = -(-len(server.server.config.app.state.voxgate.engine.audio_for()) // 1920)
+        assert done["usage"] == {"input_tokens": len(TEXT), "output_tokens": frames, "total_tokens": len(TEXT) + frames}
+    _check_length(server, fmt, raw)
+
+
+def test_opus_is_ogg_with_opus_head(gateway):
+    server = gateway()
+    data = _client(server).audio.speech.create(model="tts-1", voice="nova", input=TEXT, response_format="opus").content
+    assert data[:4] == b"OggS" and data[28:36] == b"OpusHead" and b"OpusTags" in data[:200]
+    pages = data.count(b"OggS")
+    assert pages >= _seconds("opus", data) / 0.02 * 0.9  # about a page per 20 ms packet: nothing held for a page
+
+
+def test_vllm_omni_qwen3tts_request_streams_pcm(gateway):
+    """vLLM-Omni's documented Qwen3-TTS request fields (CustomVoice), raw PCM stream: no voice (the default follows
+    the language), task_type, language, max_new_tokens, stream_format audio."""
+    server = gateway()
+    body = {"model": "voxgate", "input": "Hello, how are you? This is a streamed answer.", "task_type": "CustomVoice",
+            "language": "English", "max_new_tokens": 2048, "response_format": "pcm", "stream": True,
+            "stream_format": "audio"}
+    with httpx.stream("POST", server.http_url + "/v1/audio/speech", json=body, timeout=30) as response:
+        assert response.status_code == 200 and response.headers["content-type"] == "audio/pcm"
+        assert response.headers["x-sample-rate"] == "24000"
+        data = b"".join(response.iter_bytes())
+    engine = server.server.config.app.state.voxgate.engine
+    request, _ = engine.produced[-1]
+    assert request.language == "English" and request.voice is None
+    assert np.array_equal(np.frombuffer(data, "<i2"), engine.audio_for()) and len(data) > 48000
+
+
+def test_max_new_tokens_is_a_length_budget(gateway):
+    server = gateway()
+    body = {"input": "This text would take several seconds to say out loud.", "max_new_tokens": 5,
+            "response_format": "pcm"}
+    response = httpx.post(server.http_url + "/v1/audio/speech", json=body, timeout=30)
+    assert len(response.content) == 5 * 1920 * 2
+
+
+def test_voice_aliases_models_and_voices(gateway):
+    from voxgate.gateway.config import GatewayConfig
+
+    server = gateway(config=GatewayConfig(voice_aliases={"espeak": {"alloy": "en-gb", "narrator": "en-gb-x-rp"}},
+                                          model_aliases=["my-tts"]))
+    voices = httpx.get(server.http_url + "/v1/voices").json()
+    assert voices["aliases"]["alloy"] == "en-gb" and voices["aliases"]["narrator"] == "en-gb-x-rp"
+    assert voices["aliases"]["shimmer"] == "en-us"
+    listed = httpx.get(server.http_url + "/v1/audio/voices").json()
+    assert "en-us" in listed["voices"] and "alloy" in listed["voices"] and listed["uploaded_voices"] == []
+    models = _client(server).models.list()
+    assert [m.id for m in models.data] == ["voxgate", "espeak", "my-tts"]
+    assert all(m.object == "model" and m.owned_by == "voxgate" for m in models.data)
+    for voice in ("ALLOY", "narrator"):
+        _client(server).audio.speech.create(model="my-tts", voice=voice, input="Hi.", response_format="pcm")
+    assert [r.voice for r, _ in server.server.config.app.state.voxgate.engine.produced] == ["en-gb", "en-gb-x-rp"]
+
+
+@pytest.mark.parametrize("extra,status,code,param", [
+    ({"ref_audio": "https://example.com/ref.wav"}, 400, "unsupported_field", "ref_audio"),
+    ({"ref_text": "Transcript."}, 400, "unsupported_field", "ref_text"),
+    ({"task_type": "Base"}, 400, "unsupported_field", "task_type"),
+    ({"task_type": "Clone"}, 400, "invalid_value", "task_type"),
+    ({"instructions": "Speak warmly."}, 400, "unsupported_field", "instructions"),
+    ({"instructions": "a", "instruct": "b"}, 400, "invalid_value", "instructions"),
+    ({"non_streaming_mode": True}, 400, "unsupported_field", "non_streaming_mode"),
+    ({"initial_codec_chunk_frames": 1}, 400, "unsupported_field", "initial_codec_chunk_frames"),
+    ({"x_vector_only_mode": True}, 400, "unsupported_field", "x_vector_only_mode"),
+    ({"max_new_tokens": 0}, 400, "invalid_value", "max_new_tokens"),
+    ({"speed": 1.5}, 400, "unsupported_speed", "speed"),
+    ({"seed": 3}, 400, "unknown_field", "seed"),
+    ({"stream_format": "ws"}, 400, "invalid_type", None),
+    ({"model": "gpt-5"}, 404, "model_not_found", "model"),
+    ({"voice": "nobody"}, 404, "voice_not_found", "voice"),
+    ({"language": "Klingon"}, 404, "voice_not_found", None),
+])
+def test_fields_that_cannot_be_honoured_are_named(gateway, extra, status, code, param):
+    server = gateway()
+    body = {"model": "tts-1", "input": "Hello.", "response_format": "pcm", **{k: v for k, v in extra.items()}}
+    if "language" in extra:
+        body.pop("voice", None)
+    response = httpx.post(server.http_url + "/v1/audio/speech", json=body, timeout=30)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code and error["param"] == param
+    if param:
+        assert param in error["message"]
