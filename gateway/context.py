@@ -57,7 +57,7 @@ class _Cut:
     flush_id: str | int | None  # None: the context's end
 
 
-@dataclass
+@dataclass(slots=True)
 class Context:
     context_id: str
     ctx: int  # the numeric handle in binary frames

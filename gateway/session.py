@@ -318,6 +318,6 @@ class Session:
                     "buffer_ms": round(track.pacer.buffered() * 1000 / self.fmt.sample_rate, 1),
                     "target_ms": track.pacer.target_ms,
                     "underruns": {"events": track.underruns.events,
-                                  "by_cause": track.stall_causes()},
+                                  "by_cause": dict(track.stall_causes)},
                 })
 
