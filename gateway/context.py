@@ -16,6 +16,7 @@ from voxgate.engine.base import SAMPLE_RATE, AudioStream, Engine, EngineError, S
 from .audio import AudioFormat, EncodedFrame, FrameEncoder, make_encoder
 from .stalls import StallStats
 from .textsplit import TextSegmenter
+from .turns import LoopTurns
 
 log = logging.getLogger("voxgate.context")
 
@@ -89,6 +90,7 @@ class Context:
     listener_buffered: Callable[[], int] | None = None  # timeline samples the listener holds or will (set by Track)
     stream: AudioStream | None = None  # the engine stream speaking now
     counted: bool = False  # the outcome went into the metrics
+    turns: LoopTurns | None = None  # the bound on chunks taken in per event-loop iteration (turns.py)
     _drained: asyncio.Event = field(default_factory=asyncio.Event)
     _segments: asyncio.Queue = field(default_factory=asyncio.Queue)
     producer: asyncio.Task | None = None
@@ -194,6 +196,9 @@ class Context:
             try:
                 self.hint_playback()
                 async for chunk in stream:
+                    turn = self.turns.take() if self.turns is not None else None
+                    if turn is not None:
+                        await turn
                     chunk = chunk[: self.budget_samples - self.produced_samples]
                     self.produced_samples += len(chunk)
                     self._push(await self.encoder.encode(np.ascontiguousarray(chunk, dtype=np.int16)))
@@ -229,13 +234,15 @@ class Context:
 
 
 async def synthesize_pcm(engine: Engine, text: str, voice: str | None, language: str | None, instruct: str | None,
-                         budget_samples: int, errors: list[str]) -> AsyncIterator[bytes]:
+                         budget_samples: int, errors: list[str], turns: LoopTurns | None = None,
+                         ) -> AsyncIterator[bytes]:
     """One utterance as PCM16 24 kHz byte chunks, through the same producer as a WebSocket context (HTTP speech).
 
     Chunks are what the engine made (long frames). Engine errors are appended to `errors`; the rest is spoken."""
     fmt = AudioFormat(frame_ms=1280)  # long frames: nothing held back
     context = Context("http", 0, 0, voice, language, instruct, budget_samples, True, make_encoder(fmt))
     context.max_ahead_samples = int(MAX_AHEAD_S * SAMPLE_RATE)
+    context.turns = turns
     wake = asyncio.Event()
     producer = asyncio.get_running_loop().create_task(
         context.produce(engine, wake.set, lambda _kind, code, message: errors.append(f"{code}: {message}")))

@@ -142,7 +142,7 @@ async def _speech(request: Request, state: GatewayState) -> Response:
                 yield wav_header_open_ended()
             first = True
             async for data in synthesize_pcm(state.engine, text, voice, body.language, body.instruct,
-                                             budget_ms * SAMPLE_RATE // 1000, errors):
+                                             budget_ms * SAMPLE_RATE // 1000, errors, state.turns):
                 if first:
                     metrics.first_audio.labels("http").observe(time.monotonic() - t_request)
                     first = False
