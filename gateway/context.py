@@ -193,9 +193,10 @@ class Context:
                 self.failed_segments += 1
                 report("error", exc.code, exc.message)
                 continue
+            chunks = aiter(stream)
             try:
                 self.hint_playback()
-                async for chunk in stream:
+                async for chunk in chunks:
                     turn = self.turns.take() if self.turns is not None else None
                     if turn is not None:
                         await turn
@@ -224,6 +225,10 @@ class Context:
             finally:
                 stream.cancel()
                 self.stream = None
+                # Closed here, not left to asyncio's async-generator finalizer (a task per stream, later).
+                aclose = getattr(chunks, "aclose", None)
+                if aclose is not None:
+                    await aclose()
 
     def _push(self, frames: list[EncodedFrame]) -> None:
         now = time.monotonic()
