@@ -6,7 +6,8 @@
 # asap at c = 128 with long frames unless said (docs/benchmarks.md, "The gateway alone"):
 #   pcm-long          the acceptance: >= 4,000 audio-s/s, server loop lag p99 < 5 ms (defaults: loop_chunk_turns 4,
 #                     gc_gen0_threshold 5,000)
-#   pcm-long-nobound  the same without the per-iteration bound (loop_chunk_turns = 0): what the bound costs or gains
+#   pcm-long-kN       the same with loop_chunk_turns = N for N in $TURNS_ALT (0: no bound): what the bound costs in
+#                     throughput and gains in lag (on the 2-core machine 4 cost ~10 % against no bound)
 #   pcm-long-cap      the engine capped at $CAP audio-s/s in all (a shared device, as a GPU is): the gateway with
 #                     headroom, its lag p99
 #   opus-pool/inline  Opus with 8 encoder threads and on the event loop (the issue wants >= 1.6x)
@@ -17,7 +18,7 @@ set -o pipefail
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
-DUR=${DUR:-20} WARM=${WARM:-5} SOAK_S=${SOAK_S:-30} RAMP=${RAMP:-10} CAP=${CAP:-4200}
+DUR=${DUR:-20} WARM=${WARM:-5} SOAK_S=${SOAK_S:-20} RAMP=${RAMP:-5} CAP=${CAP:-4200} TURNS_ALT=${TURNS_ALT:-0 8}
 LISTENERS=${LISTENERS:-256} SESSIONS=${SESSIONS:-1000} PROCS=${PROCS:-12}
 mkdir -p "$OUT" /tmp/vx/voxgate /tmp/runs /tmp/gwcfg
 for d in gateway engine kernels web configs; do ln -sfn "$PWD/$d" "/tmp/vx/voxgate/$d"; done
@@ -70,7 +71,7 @@ for k, v in d.items()))" "$OUT/$name.json" "$name" | tee -a "$OUT/summary.txt"
 }
 
 bench pcm-long gateway-bench --frame-ms 1280
-bench pcm-long-nobound "$(config nobound '' 'loop_chunk_turns = 0')" --frame-ms 1280
+for k in $TURNS_ALT; do bench "pcm-long-k$k" "$(config "k$k" '' "loop_chunk_turns = $k")" --frame-ms 1280; done
 bench pcm-long-cap "$(config cap "s/^device_rtf = .*/device_rtf = $CAP/; s/^shared_device = .*/shared_device = true/")" \
   --frame-ms 1280
 bench opus-pool "$(config opus-pool '' 'opus_threads = 8')" --frame-ms 1280 --codec opus
