@@ -31,7 +31,7 @@ ls /tmp/whl-gw/*.whl >/dev/null 2>&1 && $PY -m pip install -q --no-index --no-de
   --upgrade --target /tmp/site-gw /tmp/whl-gw/*.whl
 export PYTHONPATH=/tmp/site-gw:/tmp/vx
 VX="$PY -m voxgate.gateway.cli"
-{ echo "commit ${VOXGATE_COMMIT:-unknown}; $(nproc) CPUs; DUR=$DUR CAP=$CAP LISTENERS=$LISTENERS SESSIONS=$SESSIONS"
+{ echo "commit ${VOXGATE_COMMIT:-unknown}; $(getconf _NPROCESSORS_ONLN) CPUs; DUR=$DUR CAP=$CAP LISTENERS=$LISTENERS SESSIONS=$SESSIONS"
   echo "PROCS=$PROCS"; } > "$OUT/summary.txt"
 
 config() {  # name, a sed script for gateway-bench.toml's lines, top-level keys to put before them
