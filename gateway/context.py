@@ -16,6 +16,7 @@ from voxgate.engine.base import SAMPLE_RATE, AudioStream, Engine, EngineError, S
 from .audio import AudioFormat, EncodedFrame, FrameEncoder, make_encoder
 from .stalls import StallStats
 from .textsplit import TextSegmenter
+from .turns import LoopTurns
 
 log = logging.getLogger("voxgate.context")
 
@@ -57,7 +58,7 @@ class _Cut:
     flush_id: str | int | None  # None: the context's end
 
 
-@dataclass
+@dataclass(slots=True)
 class Context:
     context_id: str
     ctx: int  # the numeric handle in binary frames
@@ -89,6 +90,7 @@ class Context:
     listener_buffered: Callable[[], int] | None = None  # timeline samples the listener holds or will (set by Track)
     stream: AudioStream | None = None  # the engine stream speaking now
     counted: bool = False  # the outcome went into the metrics
+    turns: LoopTurns | None = None  # the bound on chunks taken in per event-loop iteration (turns.py)
     _drained: asyncio.Event = field(default_factory=asyncio.Event)
     _segments: asyncio.Queue = field(default_factory=asyncio.Queue)
     producer: asyncio.Task | None = None
@@ -191,9 +193,13 @@ class Context:
                 self.failed_segments += 1
                 report("error", exc.code, exc.message)
                 continue
+            chunks = aiter(stream)
             try:
                 self.hint_playback()
-                async for chunk in stream:
+                async for chunk in chunks:
+                    turn = self.turns.take() if self.turns is not None else None
+                    if turn is not None:
+                        await turn
                     chunk = chunk[: self.budget_samples - self.produced_samples]
                     self.produced_samples += len(chunk)
                     self._push(await self.encoder.encode(np.ascontiguousarray(chunk, dtype=np.int16)))
@@ -219,6 +225,10 @@ class Context:
             finally:
                 stream.cancel()
                 self.stream = None
+                # Closed here, not left to asyncio's async-generator finalizer (a task per stream, later).
+                aclose = getattr(chunks, "aclose", None)
+                if aclose is not None:
+                    await aclose()
 
     def _push(self, frames: list[EncodedFrame]) -> None:
         now = time.monotonic()
@@ -229,13 +239,15 @@ class Context:
 
 
 async def synthesize_pcm(engine: Engine, text: str, voice: str | None, language: str | None, instruct: str | None,
-                         budget_samples: int, errors: list[str]) -> AsyncIterator[bytes]:
+                         budget_samples: int, errors: list[str], turns: LoopTurns | None = None,
+                         ) -> AsyncIterator[bytes]:
     """One utterance as PCM16 24 kHz byte chunks, through the same producer as a WebSocket context (HTTP speech).
 
     Chunks are what the engine made (long frames). Engine errors are appended to `errors`; the rest is spoken."""
     fmt = AudioFormat(frame_ms=1280)  # long frames: nothing held back
     context = Context("http", 0, 0, voice, language, instruct, budget_samples, True, make_encoder(fmt))
     context.max_ahead_samples = int(MAX_AHEAD_S * SAMPLE_RATE)
+    context.turns = turns
     wake = asyncio.Event()
     producer = asyncio.get_running_loop().create_task(
         context.produce(engine, wake.set, lambda _kind, code, message: errors.append(f"{code}: {message}")))

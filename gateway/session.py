@@ -37,6 +37,7 @@ from .protocol import (
     invalid,
 )
 from .track import Track
+from .turns import LoopTurns
 from .voices import resolve_voice
 from .writer import OutFrame, SocketWriter
 
@@ -44,8 +45,10 @@ log = logging.getLogger("voxgate.session")
 
 
 class Session:
-    def __init__(self, engine: Engine, config: GatewayConfig, metrics: GatewayMetrics, writer: SocketWriter) -> None:
+    def __init__(self, engine: Engine, config: GatewayConfig, metrics: GatewayMetrics, writer: SocketWriter,
+                 turns: LoopTurns | None = None) -> None:
         self.engine = engine
+        self.turns = turns
         self.config = config
         self.limits = config.limits
         self.metrics = metrics
@@ -167,6 +170,7 @@ class Session:
         if context.instruct and not self.engine.supports_instruct:
             self._report(context, "warning", "unsupported", f"the {self.engine.name} engine ignores instruct")
         context.max_ahead_samples = int(MAX_AHEAD_S * self.fmt.sample_rate)
+        context.turns = self.turns
         self.used_ids.add(context_id)
         self.contexts[context_id] = context
         track.add(context)
@@ -318,6 +322,6 @@ class Session:
                     "buffer_ms": round(track.pacer.buffered() * 1000 / self.fmt.sample_rate, 1),
                     "target_ms": track.pacer.target_ms,
                     "underruns": {"events": track.underruns.events,
-                                  "by_cause": track.stall_causes()},
+                                  "by_cause": dict(track.stall_causes)},
                 })
 

@@ -60,7 +60,8 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
             return await loop.run_in_executor(pool, fn, *args)
         return fn(*args)
 
-    pcm = synthesize_pcm(state.engine, job.text, job.voice, job.language, job.instruct, job.budget_samples, errors)
+    pcm = synthesize_pcm(state.engine, job.text, job.voice, job.language, job.instruct, job.budget_samples, errors,
+                         state.turns)
     state.drain.http_streams += 1  # a shutdown lets it finish within the grace
     # The encoder is made (codec opened, header written) while the engine makes the first audio.
     making = asyncio.ensure_future(off_loop(None, make_speech_encoder, job.format)) if FORMATS[job.format].muxer \

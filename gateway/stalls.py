@@ -107,8 +107,10 @@ class PlaybackReport:
 
 @dataclass(slots=True)
 class NewStalls:
-    """The stalls one report revealed: where, in which context (None: none known), why, how many, how long."""
+    """The stalls one report revealed: where, in which context (its id; None: none known), why, how many, how
+    long. `context` is the Context itself while the track still holds it (its `context.done` may yet report them)."""
 
+    context_id: str | None
     context: Any
     pts: int
     cause: str
@@ -116,9 +118,28 @@ class NewStalls:
     total_ms: float
 
     def to_json(self, track: int) -> dict[str, Any]:
-        return {"type": "stall", "context_id": self.context.context_id if self.context is not None else None,
-                "track": track, "pts": self.pts, "duration_ms": round(self.total_ms, 3), "cause": self.cause,
-                "events": self.events}
+        return {"type": "stall", "context_id": self.context_id, "track": track, "pts": self.pts,
+                "duration_ms": round(self.total_ms, 3), "cause": self.cause, "events": self.events}
+
+
+class PlayHistory:
+    """The contexts a track started, oldest first, as two columns (start pts, context id), so that a stall reported
+    after its context ended is still placed. Plain numbers and strings, no Context object: a busy session would
+    otherwise keep its last 64 contexts (with their tasks, queues and encoders, ~20 container objects each) alive
+    for the garbage collector to traverse again and again (docs/benchmarks/gateway-2core/gc-lag/report.md)."""
+
+    def __init__(self, maxlen: int = 64) -> None:
+        self._start_pts: deque[int] = deque(maxlen=maxlen)
+        self._ids: deque[str] = deque(maxlen=maxlen)
+
+    def add(self, start_pts: int, context_id: str) -> None:
+        self._start_pts.append(start_pts)
+        self._ids.append(context_id)
+
+    def find(self, pts: int) -> str | None:
+        """The id of the last context started at or before `pts` (start positions never decrease on a track)."""
+        i = bisect.bisect_right(self._start_pts, pts) - 1
+        return self._ids[i] if i >= 0 else None
 
 
 class UnderrunLedger:
@@ -149,20 +170,21 @@ class UnderrunLedger:
         if u.get("last_pts", 0) > sent_pts:
             raise invalid("playback: underruns.last_pts is past what was sent")
 
-    def accept(self, msg: Playback, before: PlaybackReport | None, played: deque[Any], log: FrameLog,
-               ) -> NewStalls | None:
-        """Take a checked report; the stalls that are new in it, attributed, or None."""
+    def accept(self, msg: Playback, before: PlaybackReport | None, history: PlayHistory, current: Any,
+               log: FrameLog) -> NewStalls | None:
+        """Take a checked report; the stalls that are new in it, attributed, or None. `current`: the context the
+        track started last (or None), the only one whose own stall counters can still reach its client."""
         events = msg.underruns.get("events", self.events)
         samples = msg.underruns.get("samples", self.samples)
         new_events, new_samples = events - self.events, samples - self.samples
         self.events, self.samples = events, samples
         if new_events <= 0:
             return None
-        context, pts, cause = self._locate(msg, before, new_samples, played, log)
-        return NewStalls(context, pts, cause, new_events, new_samples * 1000 / self.rate)
+        context_id, context, pts, cause = self._locate(msg, before, new_samples, history, current, log)
+        return NewStalls(context_id, context, pts, cause, new_events, new_samples * 1000 / self.rate)
 
-    def _locate(self, msg: Playback, before: PlaybackReport | None, new_samples: int, played: deque[Any],
-                log: FrameLog) -> tuple[Any, int, str]:
+    def _locate(self, msg: Playback, before: PlaybackReport | None, new_samples: int, history: PlayHistory,
+                current: Any, log: FrameLog) -> tuple[str | None, Any, int, str]:
         """Where the listener ran dry, the context playing there, and the cause.
 
         A player counts a stall when it ends, so the report that first shows it was taken after playback resumed:
@@ -174,16 +196,9 @@ class UnderrunLedger:
             dry_pts = msg.played_pts
             needed_at = self.clock() - new_samples / self.rate
         pts = msg.underruns.get("last_pts", dry_pts)
-        context = next((c for c in reversed(played) if c.started and c.start_pts <= pts), None)
+        context_id = history.find(pts)
+        context = current if current is not None and context_id == current.context_id else None
         if pts < dry_pts:
-            return context, pts, "client"  # the player stopped before audio it had already received
+            return context_id, context, pts, "client"  # the player stopped before audio it had already received
         audio_ready = context is not None and context.ready_samples > 0
-        return context, pts, log.attribute(pts, needed_at, audio_ready)
-
-
-def stall_causes(played: deque[Any]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for context in played:
-        for cause, n in context.stalls.by_cause.items():
-            out[cause] = out.get(cause, 0) + n
-    return out
+        return context_id, context, pts, log.attribute(pts, needed_at, audio_ready)

@@ -9,6 +9,7 @@ from voxgate.engine.base import Engine
 from .config import GatewayConfig
 from .drain import Drain
 from .metrics import GatewayMetrics
+from .turns import LoopTurns
 
 
 class GatewayState:
@@ -19,6 +20,7 @@ class GatewayState:
         engine.register_metrics(self.metrics.registry)
         self.sessions = 0
         self.drain = Drain(config.shutdown_grace_s)
+        self.turns = LoopTurns(config.loop_chunk_turns)  # shared by every context's producer
 
     def authorized(self, token: str | None) -> bool:
         if not self.config.auth_tokens:

@@ -16,7 +16,7 @@ from .audio import AudioFormat
 from .context import Context, FlushMark, ReadyFrame
 from .pacer import Pacer
 from .protocol import FLAG_CODEC_RESET, FLAG_FIRST, FLAG_LAST, Playback
-from .stalls import FrameLog, NewStalls, UnderrunLedger, stall_causes
+from .stalls import CAUSES, FrameLog, NewStalls, PlayHistory, UnderrunLedger
 from .writer import OutFrame, SocketWriter
 
 
@@ -30,7 +30,9 @@ class Track:
         self.pts = 0  # samples handed to the writer on this track: the position
         self.frames_sent = 0
         self.queue: deque[Context] = deque()  # contexts in play order; the head is playing
-        self.played: deque[Context] = deque(maxlen=64)  # recent contexts, for stalls
+        self.history = PlayHistory()  # the contexts started here, for placing stalls
+        self.current: Context | None = None  # the context started last (its context.done may still report stalls)
+        self.stall_causes: dict[str, int] = dict.fromkeys(CAUSES, 0)  # stall events on this track, by cause
         self.wake = asyncio.Event()
         self.log = FrameLog()
         self.underruns = UnderrunLedger(fmt.sample_rate)
@@ -67,8 +69,9 @@ class Track:
         self.underruns.check(msg, self.pts, self.frames_sent)
         before = self.pacer.last_report
         self.pacer.on_report(msg.played_pts, msg.buffered_samples)
-        stalls = self.underruns.accept(msg, before, self.played, self.log)
+        stalls = self.underruns.accept(msg, before, self.history, self.current, self.log)
         if stalls is not None:
+            self.stall_causes[stalls.cause] += stalls.events
             if stalls.context is not None:
                 stalls.context.stalls.add(stalls.events, stalls.total_ms, stalls.cause)
             if stalls.cause in ("pacing", "network"):
@@ -77,9 +80,6 @@ class Track:
             context.hint_playback()
         self.wake.set()
         return stalls
-
-    def stall_causes(self) -> dict[str, int]:
-        return stall_causes(self.played)
 
     # ---- cancel: the rewind ---------------------------------------------------------------------------------
 
@@ -99,6 +99,7 @@ class Track:
     def remove(self, context: Context) -> None:
         if context in self.queue:
             self.queue.remove(context)
+        context.listener_buffered = None  # the closure refers to the context: a cycle only the collector could free
         self.wake.set()
 
     # ---- the sender ---------------------------------------------------------------------------------------
@@ -112,7 +113,8 @@ class Track:
                 continue
             if not context.started:
                 context.started, context.start_pts, context.end_pts = True, self.pts, self.pts
-                self.played.append(context)
+                self.current = context
+                self.history.add(self.pts, context.context_id)
                 self.writer.put_event({"type": "context.started", "context_id": context.context_id,
                                        "ctx": context.ctx, "track": self.number, "start_pts": self.pts}, context)
             if context.frames:
@@ -135,6 +137,7 @@ class Track:
                 continue
             if context.produced_all:
                 self.queue.popleft()
+                context.listener_buffered = None  # (a reference cycle, as in `remove`)
                 self.on_finish(context)
                 continue
             await self.wake.wait()

@@ -1,7 +1,9 @@
-"""Test helpers: an engine wrapper that records exactly what the engine produced, and a server context."""
+"""Test helpers: an engine wrapper that records exactly what the engine produced, a server context, raw websockets
+helpers, and the bystander: a session that must keep speaking while a test misbehaves elsewhere."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
@@ -11,9 +13,13 @@ import numpy as np
 import websockets
 from voxgate.engine.base import AudioStream, Engine, SynthesisRequest, VoiceInfo
 from voxgate.gateway.app import create_app
+from voxgate.gateway.client import VoxgateClient
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.protocol import PROTOCOL
 from voxgate.gateway.server import BackgroundServer
+
+BYSTANDER_TEXT = "A second session keeps speaking meanwhile."  # 2.2 s of fake-engine audio
+PASSAGE = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."  # ~5 s
 
 
 class RecordingStream(AudioStream):
@@ -110,3 +116,28 @@ async def next_error(ws: Any, timeout: float = 5.0) -> dict[str, Any]:
         message = await next_json(ws, timeout)
         if message["type"] in ("error", "warning"):
             return message
+
+
+@contextlib.asynccontextmanager
+async def bystander(url: str, text: str = BYSTANDER_TEXT, *, voice: str | None = "tone-a",
+                    pacing: str = "client_clock") -> AsyncIterator[VoxgateClient]:
+    """A listener (by default `client_clock`, the simulated player) speaking while the test misbehaves elsewhere; at
+    the end its context must be done, without errors and without a pause over 10 ms. `voice`: the fake engine's."""
+    async with VoxgateClient(url, pacing=pacing, voice=voice) as client:
+        speaking = asyncio.get_running_loop().create_task(client.speak("bystander", text))
+        yield client
+        result = await asyncio.wait_for(speaking, 60)
+        if pacing != "asap":  # (asap: all audio is in and nothing more can pause; the session would sit idle)
+            await asyncio.sleep(client.player.buffered() / client.rate + 0.05)
+        assert result.event("context.done") is not None
+        assert not client.errors, client.errors
+        assert not client.player.gaps_over(0.010), client.player.stalls
+
+
+async def bystander_until_heard(url: str, heard: asyncio.Event, text: str = PASSAGE) -> None:
+    """`bystander` as a task that sets `heard` once all of its audio has arrived (the rest plays from the player's
+    buffer while the test misbehaves); awaiting the task checks it."""
+    async with bystander(url, text) as client:
+        while not client.player.received_end:
+            await asyncio.sleep(0.01)
+        heard.set()

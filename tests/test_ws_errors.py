@@ -9,7 +9,7 @@ import pytest
 import websockets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import connect, next_error, next_json
+from support import bystander, connect, next_error, next_json
 from voxgate.gateway.client import VoxgateClient
 from voxgate.gateway.config import GatewayConfig, Limits
 from voxgate.gateway.protocol import MESSAGE_TYPES, PROTOCOL, ProtocolError, parse_message
@@ -38,28 +38,18 @@ NON_FATAL = [
 ]
 
 
-async def run_bystander(url: str) -> VoxgateClient:
-    """A session that speaks while another misbehaves; it must finish normally."""
-    async with VoxgateClient(url, pacing="asap") as client:
-        result = await client.speak("ok", "A second session speaks undisturbed.")
-        assert result.event("context.done") is not None
-        assert not client.errors
-        return client
-
-
 @pytest.mark.parametrize("raw,code", NON_FATAL, ids=[c for _, c in NON_FATAL])
 async def test_non_fatal_errors_keep_the_session(gateway, raw, code):
     server = gateway(limits=LIMITS)
-    bystander = asyncio.create_task(run_bystander(server.ws_url))
-    ws, _ = await connect(server.ws_url)
-    await ws.send(raw)
-    error = await next_json(ws)
-    assert error["type"] == "error" and error["code"] == code and error["fatal"] is False, error
-    # The session still works.
-    await ws.send(json.dumps({"type": "ping", "t_ms": 1}))
-    assert (await next_json(ws))["type"] == "pong"
-    await ws.close()
-    await bystander
+    async with bystander(server.ws_url, voice=None, pacing="asap"):  # espeak: its own default voice
+        ws, _ = await connect(server.ws_url)
+        await ws.send(raw)
+        error = await next_json(ws)
+        assert error["type"] == "error" and error["code"] == code and error["fatal"] is False, error
+        # The session still works.
+        await ws.send(json.dumps({"type": "ping", "t_ms": 1}))
+        assert (await next_json(ws))["type"] == "pong"
+        await ws.close()
 
 
 async def test_too_many_contexts_and_buffered_text(gateway, fake_engine):
@@ -80,26 +70,30 @@ async def test_too_many_contexts_and_buffered_text(gateway, fake_engine):
 @pytest.mark.parametrize("case", ["binary", "before_start"])
 async def test_protocol_violations_close_with_4400(gateway, case):
     server = gateway(limits=LIMITS)
-    bystander = asyncio.create_task(run_bystander(server.ws_url))
-    ws = await websockets.connect(server.ws_url, subprotocols=[PROTOCOL])
-    assert ws.subprotocol == PROTOCOL
-    if case == "binary":
-        await ws.send(json.dumps({"type": "session.start"}))
-        assert (await next_json(ws))["type"] == "session.started"
-        await ws.send(b"\x00\x01")
-    else:
-        await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": "hi"}))
-    error = await next_json(ws)
-    assert error == {"type": "error", "code": "protocol_violation", "message": error["message"], "fatal": True}
-    with pytest.raises(websockets.ConnectionClosed) as closed:
-        await ws.recv()
-    assert closed.value.rcvd.code == 4400
-    await bystander
+    async with bystander(server.ws_url, voice=None, pacing="asap"):
+        ws = await websockets.connect(server.ws_url, subprotocols=[PROTOCOL])
+        assert ws.subprotocol == PROTOCOL
+        if case == "binary":
+            await ws.send(json.dumps({"type": "session.start"}))
+            assert (await next_json(ws))["type"] == "session.started"
+            await ws.send(b"\x00\x01")
+        else:
+            await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": "hi"}))
+        error = await next_json(ws)
+        assert error == {"type": "error", "code": "protocol_violation", "message": error["message"], "fatal": True}
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ws.recv()
+        assert closed.value.rcvd.code == 4400
 
 
 async def test_idle_timeout_closes_with_4008(gateway):
     server = gateway(limits=LIMITS)
-    bystander = asyncio.create_task(run_bystander(server.ws_url))
+
+    async def speak_and_leave() -> None:  # before its own idle timeout, which is what this test waits for
+        async with bystander(server.ws_url, voice=None, pacing="asap"):
+            pass
+
+    speaking = asyncio.create_task(speak_and_leave())
     ws, started = await connect(server.ws_url)
     assert started["limits"]["idle_timeout_s"] == 1.0
     error = await next_json(ws, timeout=3)
@@ -107,7 +101,7 @@ async def test_idle_timeout_closes_with_4008(gateway):
     with pytest.raises(websockets.ConnectionClosed) as closed:
         await ws.recv()
     assert closed.value.rcvd.code == 4008
-    await bystander
+    await speaking
 
 
 async def test_oversized_frame_beyond_the_hard_cap_closes_1009(gateway):

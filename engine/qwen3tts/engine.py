@@ -212,7 +212,8 @@ class Qwen3TTSEngine(Engine):
         out: dict[str, Any] = {"name": self.name, "model": self.model_path,
                                "chunk_schedule_frames": list(self.chunk_schedule), "max_frames": self.max_frames,
                                "frame_budget": f"{self.budget_factor} x expected frames, >= {self.min_budget_s} s",
-                               "batching": "engine loop (batched steps)", "pipeline": self.pipeline, "timings_s": self.timings}
+                               "batching": "engine loop (batched steps)", "pipeline": self.pipeline,
+                               "timings_s": self.timings}
         if tts is not None:
             import torch
 

@@ -1,5 +1,5 @@
-"""Helpers of the reliability suite: a `voxgate serve` process, and a bystander session that must keep speaking
-without a pause over 10 ms while a test misbehaves elsewhere."""
+"""The reliability suite's `voxgate serve` process (a real process: signals, exit codes, logs). The bystander session
+is in tests/support.py, the raw socket clients in raw.py."""
 
 from __future__ import annotations
 
@@ -8,15 +8,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from voxgate.gateway.client import VoxgateClient
 
 VOXGATE = str(Path(sys.executable).with_name("voxgate"))
-BYSTANDER_TEXT = "A second session keeps speaking meanwhile."  # 2.2 s of fake-engine audio
 
 
 @dataclass
@@ -67,19 +65,3 @@ def serve_process(tmp_path: Path, config: str = "", *args: str) -> Iterator[Serv
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-@contextlib.asynccontextmanager
-async def bystander(url: str, text: str = BYSTANDER_TEXT) -> AsyncIterator[VoxgateClient]:
-    """A listener (client_clock pacing, the simulated player) speaking while the test misbehaves elsewhere; at the
-    end its context must be done, without errors and without a pause over 10 ms."""
-    import asyncio
-
-    async with VoxgateClient(url, pacing="client_clock", voice="tone-a") as client:
-        speaking = asyncio.get_running_loop().create_task(client.speak("bystander", text))
-        yield client
-        result = await asyncio.wait_for(speaking, 60)
-        await asyncio.sleep(client.player.buffered() / client.rate + 0.05)
-        assert result.event("context.done") is not None
-        assert not client.errors, client.errors
-        assert not client.player.gaps_over(0.010), client.player.stalls

@@ -1,4 +1,5 @@
-"""Clients on plain sockets, for what a polite client library will not do: send invalid UTF-8, stop reading."""
+"""Clients on plain sockets, for what a polite client library will not do: send invalid UTF-8, stop reading, read
+only when told (the library clients always read in the background)."""
 
 from __future__ import annotations
 
@@ -88,6 +89,17 @@ class RawWebSocket:
             if opcode == 8:
                 code = struct.unpack(">H", payload[:2])[0] if len(payload) >= 2 else None
                 raise ConnectionError(f"close {code}", code)
+
+    def read_all(self, timeout: float = 5.0) -> bytes:
+        """Everything not yet read, until the server closes the connection (EOF or reset)."""
+        self.sock.settimeout(timeout)
+        data, self._buffer = self._buffer, b""
+        try:
+            while chunk := self.sock.recv(1 << 16):
+                data += chunk
+        except ConnectionResetError:
+            pass
+        return data
 
     def close(self) -> None:
         self.sock.close()

@@ -8,8 +8,8 @@ import json
 import socket
 import time
 
-from harness import bystander
 from raw import _read_head
+from support import bystander
 from voxgate.gateway.config import GatewayConfig
 
 

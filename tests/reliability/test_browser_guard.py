@@ -7,8 +7,8 @@ import asyncio
 
 import httpx
 import pytest
-from harness import bystander
 from raw import RawWebSocket
+from support import bystander
 from voxgate.gateway.config import GatewayConfig
 
 SPEECH = {"input": "Hello there.", "voice": "tone-a"}

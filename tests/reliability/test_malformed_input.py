@@ -10,9 +10,8 @@ import logging
 import httpx
 import pytest
 import websockets
-from harness import bystander
 from raw import RawWebSocket
-from support import connect, next_json
+from support import bystander, connect, next_json
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.protocol import PROTOCOL
 

@@ -104,6 +104,28 @@ async def test_deflate_is_off_unless_configured(gateway, fake_engine):
     await ws.close()
 
 
+@pytest.mark.parametrize("deflate", [False, True])
+async def test_binary_frames_of_every_length_class_arrive_intact(gateway, fake_engine, deflate):
+    # Every WebSocket length encoding (7-bit, 16-bit, 64-bit: mu-law 10 ms is 104 bytes, 1,280 ms of PCM 61 kB at
+    # 24 kHz and 123 kB at 48 kHz) through the writer's direct path, with and without deflate.
+    engine = fake_engine(device_rtf=1000, chunk_ms="320,640,1280")
+    server = gateway(engine=engine, ws_deflate=deflate)
+    for codec, rate, frame_ms, lengths in (("mulaw", 8000, 10, range(126)),
+                                           ("pcm_s16le", 24000, 1280, range(126, 65536)),
+                                           ("pcm_s16le", 48000, 1280, range(65536, 2**20))):
+        before = len(engine.audio_for())
+        async with VoxgateClient(server.ws_url, pacing="asap", codec=codec, sample_rate=rate,
+                                 frame_ms=frame_ms) as client:
+            result = await client.speak("a", TEXT)
+        made = engine.audio_for()[before:]
+        bytes_per_sample = 1 if codec == "mulaw" else 2
+        assert max(len(payload) for _, payload, _ in result.frames) + 24 in lengths
+        assert all(len(payload) == h.samples * bytes_per_sample for h, payload, _ in result.frames)
+        assert len(result.audio) == len(made) * rate // 24000
+        if rate == 24000:
+            assert np.array_equal(result.audio, made)
+
+
 class _Owner:
     cancelled = False
 

@@ -7,8 +7,7 @@ import asyncio
 
 import httpx
 import websockets
-from harness import bystander
-from support import RecordingEngine, next_json
+from support import RecordingEngine, bystander, next_json
 from voxgate.engine.fake import FakeEngine
 from voxgate.gateway.protocol import PROTOCOL
 

@@ -8,8 +8,7 @@ import json
 import time
 
 import httpx
-from reliability_support import gaps_over_10ms, listen_without_pauses
-from support import connect, next_error, next_json
+from support import bystander_until_heard, connect, next_error, next_json
 
 HOSTILE = [
     ({"events": 10**6, "samples": 1200, "max_gap_ms": 50}, "exceeds the frames sent"),
@@ -23,7 +22,7 @@ HOSTILE = [
 async def test_hostile_reports_are_refused_at_once_and_nobody_else_pauses(gateway, fake_engine):
     server = gateway(engine=fake_engine(device_rtf=100, chunk_ms=100))
     started = asyncio.Event()
-    listener = asyncio.create_task(listen_without_pauses(server.ws_url, started))
+    listener = asyncio.create_task(bystander_until_heard(server.ws_url, started))
     await started.wait()
     ws, _ = await connect(server.ws_url, pacing={"mode": "client_clock"})
     await ws.send(json.dumps({"type": "text.append", "context_id": "h", "text": "word " * 20 + ". "}))
@@ -42,8 +41,7 @@ async def test_hostile_reports_are_refused_at_once_and_nobody_else_pauses(gatewa
         await asyncio.sleep(0.3)  # spread over the listener's playback
     await ws.send(json.dumps({"type": "ping", "t_ms": 1}))  # the session still works
     assert (await next_json(ws))["type"] == "pong"
-    client = await listener
-    assert not gaps_over_10ms(client), gaps_over_10ms(client)
+    await listener  # spoke to the end without a pause over 10 ms
     assert "voxgate_stall_events_total{" not in httpx.get(server.http_url + "/metrics").text  # nothing counted
     await ws.send(json.dumps({"type": "clear"}))
     while (await next_json(ws))["type"] != "context.cancelled":

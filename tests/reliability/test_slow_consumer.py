@@ -11,8 +11,8 @@ import time
 import httpx
 import pytest
 import websockets
-from reliability_support import RawClient, gaps_over_10ms, listen_without_pauses
-from support import connect
+from raw import RawWebSocket
+from support import bystander_until_heard, connect
 from voxgate.gateway import ws as ws_module
 from voxgate.gateway.config import GatewayConfig, Limits
 from voxgate.gateway.ws import CLOSE_GRACE_S
@@ -47,12 +47,12 @@ async def test_a_client_that_stops_reading_is_closed_and_its_slot_freed(gateway,
     config = GatewayConfig(max_sessions=2, limits=Limits(slow_consumer_s=limit))
     server = gateway(engine=fake_engine(device_rtf=300, chunk_ms=320), config=config)
     started = asyncio.Event()
-    listener = asyncio.create_task(listen_without_pauses(server.ws_url, started))
+    listener = asyncio.create_task(bystander_until_heard(server.ws_url, started))
     await started.wait()
-    stuck = RawClient(server.host, server.port)
-    stuck.send({"type": "session.start", "pacing": {"mode": "asap"}})
-    stuck.send({"type": "text.append", "context_id": "x", "text": LONG_TEXT})
-    stuck.send({"type": "context.end", "context_id": "x"})
+    stuck = RawWebSocket(server.host, server.port)
+    stuck.send_json({"type": "session.start", "pacing": {"mode": "asap"}})
+    stuck.send_json({"type": "text.append", "context_id": "x", "text": LONG_TEXT})
+    stuck.send_json({"type": "context.end", "context_id": "x"})
     await wait_until(lambda: httpx.get(server.http_url + "/health").json()["sessions"] == 2, 5)
     # Both slots are taken: a third session is refused.
     ws = await websockets.connect(server.ws_url, subprotocols=["voxgate.v1"])
@@ -75,16 +75,15 @@ async def test_a_client_that_stops_reading_is_closed_and_its_slot_freed(gateway,
     ws, started_msg = await connect(server.ws_url)
     assert started_msg["limits"]["slow_consumer_s"] == limit
     await ws.close()
-    client = await listener
-    assert not gaps_over_10ms(client), gaps_over_10ms(client)
+    await listener  # spoke to the end without a pause over 10 ms
     assert took < 15
 
 
 async def test_a_client_that_never_reads_again_is_reset_and_its_socket_released(gateway, fake_engine):
     server = gateway(engine=fake_engine(device_rtf=300, chunk_ms=320), limits=Limits(slow_consumer_s=1.0))
-    stuck = RawClient(server.host, server.port, rcvbuf=4096)
-    stuck.send({"type": "session.start", "pacing": {"mode": "asap"}})
-    stuck.send({"type": "text.append", "context_id": "x", "text": LONG_TEXT})
+    stuck = RawWebSocket(server.host, server.port, rcvbuf=4096)
+    stuck.send_json({"type": "session.start", "pacing": {"mode": "asap"}})
+    stuck.send_json({"type": "text.append", "context_id": "x", "text": LONG_TEXT})
     await wait_until(lambda: open_connections(server) == 1, 5)
     took = await wait_until(lambda: open_connections(server) == 0, 15)
     assert took < 1.0 + 1.0 + CLOSE_GRACE_S + 3  # buffers filling, the limit, the check interval, the grace
@@ -98,10 +97,10 @@ async def test_a_client_that_never_reads_again_is_reset_and_its_socket_released(
 async def test_an_expired_session_that_does_not_read_is_closed_on_time(gateway, fake_engine):
     config = GatewayConfig(limits=Limits(max_session_s=1.5, slow_consumer_s=30))
     server = gateway(engine=fake_engine(device_rtf=300, chunk_ms=320), config=config)
-    stuck = RawClient(server.host, server.port)
+    stuck = RawWebSocket(server.host, server.port)
     t0 = time.monotonic()
-    stuck.send({"type": "session.start", "pacing": {"mode": "asap"}})
-    stuck.send({"type": "text.append", "context_id": "x", "text": LONG_TEXT})
+    stuck.send_json({"type": "session.start", "pacing": {"mode": "asap"}})
+    stuck.send_json({"type": "text.append", "context_id": "x", "text": LONG_TEXT})
     await wait_until(lambda: httpx.get(server.http_url + "/health").json()["sessions"] == 1, 5)
     await wait_until(lambda: httpx.get(server.http_url + "/health").json()["sessions"] == 0, 10)
     await wait_until(lambda: open_connections(server) == 0, 5)
