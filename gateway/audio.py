@@ -19,6 +19,7 @@ import struct
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import soxr
@@ -103,12 +104,21 @@ class AudioFormat:
 _LOOKAHEAD: int | None = None
 
 
+def _opuslib() -> ModuleType:
+    """opuslib, or the client's clear error where libopus is missing (opuslib raises a bare Exception at import,
+    which reached clients as `internal_error`)."""
+    try:
+        import opuslib
+    except Exception as exc:
+        raise ProtocolError("unsupported", "opus is not available on this server (libopus not found; the operator "
+                            "installs libopus0): use pcm_s16le or mulaw") from exc
+    return opuslib
+
+
 def _opus_lookahead_24k() -> int:
     global _LOOKAHEAD
     if _LOOKAHEAD is None:
-        import opuslib
-
-        _LOOKAHEAD = int(opuslib.Encoder(ENGINE_RATE, 1, "audio").lookahead)
+        _LOOKAHEAD = int(_opuslib().Encoder(ENGINE_RATE, 1, "audio").lookahead)
     return _LOOKAHEAD
 
 
@@ -233,10 +243,8 @@ class OpusFramer(FrameEncoder):
     """Opus at 24 kHz in, packets of `frame_ms`; the timeline counts 48 kHz decoded samples after pre-skip."""
 
     def __init__(self, fmt: AudioFormat) -> None:
-        import opuslib
-
         super().__init__(fmt)
-        self._encoder = opuslib.Encoder(ENGINE_RATE, 1, "audio")
+        self._encoder = _opuslib().Encoder(ENGINE_RATE, 1, "audio")
         self._encoder.bitrate = fmt.bitrate
         self._packet_24k = ENGINE_RATE * fmt.opus_packet_ms // 1000
         self._per_frame = fmt.frame_ms // fmt.opus_packet_ms  # packets per long frame

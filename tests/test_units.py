@@ -60,6 +60,18 @@ def test_opus_cut_makes_all_audio_decodable():
     assert frames[0].samples == 960 - 312
 
 
+def test_opus_without_libopus_is_a_clear_refusal(monkeypatch):
+    """opuslib raises a bare Exception at import where libopus is missing: the client gets `unsupported` naming
+    libopus and the other codecs, not `internal_error`."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "opuslib", None)  # the import now fails as it does without libopus
+    fmt = AudioFormat(codec="opus", sample_rate=48000, frame_ms=20, bitrate=64000)
+    with pytest.raises(ProtocolError) as info:
+        make_encoder(fmt)
+    assert info.value.code == "unsupported" and "libopus" in info.value.message and "pcm_s16le" in info.value.message
+
+
 @pytest.mark.parametrize("audio,error", [({"codec": "flac"}, "codec"), ({"codec": "opus", "sample_rate": 24000},
                                          "48000"), ({"sample_rate": 11025}, "sample_rate"), ({"frame_ms": 25},
                                          "frame_ms"), ({"channels": 2}, "mono")])

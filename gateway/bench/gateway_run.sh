@@ -33,6 +33,15 @@ export PYTHONPATH=/tmp/site-gw:/tmp/vx
 VX="$PY -m voxgate.gateway.cli"
 { echo "commit ${VOXGATE_COMMIT:-unknown}; $(getconf _NPROCESSORS_ONLN) CPUs; DUR=$DUR CAP=$CAP LISTENERS=$LISTENERS SESSIONS=$SESSIONS"
   echo "PROCS=$PROCS"; } > "$OUT/summary.txt"
+# The GPU host has no libopus: carry Debian's as .whl/libopus.so.0 (cp /usr/lib/x86_64-linux-gnu/libopus.so.0 .whl/).
+# ctypes finds it on LD_LIBRARY_PATH (through `ld`), or in the system directory where this user may write.
+if ! $PY -c "import opuslib" 2>/dev/null && [ -f .whl/libopus.so.0 ]; then
+  mkdir -p /tmp/libopus && cp .whl/libopus.so.0 /tmp/libopus/ && ln -sf libopus.so.0 /tmp/libopus/libopus.so
+  export LD_LIBRARY_PATH=/tmp/libopus${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  $PY -c "import opuslib" 2>/dev/null || { cp .whl/libopus.so.0 /usr/lib/x86_64-linux-gnu/ && ldconfig; } 2>/dev/null
+fi
+$PY -c "import opuslib" 2>/dev/null || echo "opus: libopus not found (carry .whl/libopus.so.0): the opus runs will be refused" \
+  | tee -a "$OUT/summary.txt"
 
 config() {  # name, a sed script for gateway-bench.toml's lines, top-level keys to put before them
   local file=/tmp/gwcfg/$1.toml script=$2; shift 2
@@ -93,5 +102,7 @@ if len(rate) == 2 and rate["opus-inline"]:
     print(line)
     open(sys.argv[1], "a").write(line + "\n")
 EOF
-cp /tmp/runs/*.log "$OUT/" 2>/dev/null
+# Everything but the summary in one archive: a device call brings back only a few files.
+mkdir -p /tmp/gw-out && mv "$OUT"/*.md "$OUT"/*.json "$OUT"/*.log /tmp/gw-out/ 2>/dev/null; cp /tmp/runs/*.log /tmp/gw-out/ 2>/dev/null
+tar -czf "$OUT/gateway_run.tar.gz" -C /tmp/gw-out .
 true
