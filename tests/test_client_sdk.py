@@ -1,0 +1,154 @@
+"""voxgate.client, the Python SDK (docs/client.md), against a real gateway on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import numpy as np
+import pytest
+import voxgate.client
+from voxgate.client import AudioChunk, StallReport, VoxgateError
+
+TEXT = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
+
+
+async def llm_tokens(text: str, delay_s: float = 0.002):
+    """What an LLM's stream looks like: word pieces with their spaces, a little apart."""
+    for i, word in enumerate(text.split(" ")):
+        for piece in (word[:3], word[3:]) if len(word) > 3 else (word,):
+            yield piece
+            await asyncio.sleep(delay_s)
+        yield " " if i < len(text.split(" ")) - 1 else ""
+
+
+def assert_contiguous(chunks: list[AudioChunk], start: int, end: int) -> None:
+    assert chunks and chunks[0].pts == start
+    for before, after in itertools.pairwise(chunks):
+        assert after.pts == before.end_pts
+    assert chunks[-1].end_pts == end
+
+
+async def test_llm_tokens_come_back_as_ordered_contiguous_chunks(gateway):
+    server = gateway()
+    async with voxgate.client.connect(server.ws_url) as tts:
+        assert tts.session["pacing"]["mode"] == "asap" and tts.sample_rate == 24000
+        turn = tts.speak(llm_tokens(TEXT))
+        chunks = [chunk async for chunk in turn]
+    assert turn.done is not None and turn.error is None
+    assert_contiguous(chunks, 0, turn.done["end_pts"])
+    assert all(c.pcm.dtype == np.int16 and len(c.pcm) == c.samples for c in chunks)
+    assert [c.received_at for c in chunks] == sorted(c.received_at for c in chunks)
+    assert chunks[-1].start_s == pytest.approx(chunks[-1].pts / 24000)
+    produced = server.server.config.app.state.voxgate.engine.audio_for()
+    assert np.array_equal(np.concatenate([c.pcm for c in chunks]), produced)
+    assert turn.done["usage"]["chars"] == len(TEXT)  # every token arrived, none dropped by the rate limit
+
+
+async def test_turns_follow_each_other_on_the_timeline(gateway):
+    server = gateway()
+    async with voxgate.client.connect(server.ws_url) as tts:
+        first = [c async for c in tts.speak("One sentence.")]
+        second = [c async for c in tts.speak(["Another ", "one."])]
+    assert second[0].pts == first[-1].end_pts
+
+
+async def test_flush_speaks_the_text_before_the_turn_ends(gateway):
+    server = gateway()
+    async with voxgate.client.connect(server.ws_url) as tts:
+        turn = tts.context()
+        await turn.send("no sentence end in")
+        await turn.send(" this text")
+        flushed_at = await turn.wait_flushed(await turn.flush())
+        before: list[AudioChunk] = []
+        async for chunk in turn:
+            before.append(chunk)
+            if chunk.end_pts == flushed_at:
+                break
+        assert turn.done is None  # spoken, and the turn is still open
+        await turn.send("and then the rest.")
+        await turn.end()
+        after = [chunk async for chunk in turn]
+    assert_contiguous(before, 0, flushed_at)
+    assert_contiguous(after, flushed_at, turn.done["end_pts"])
+
+
+async def test_cancel_stops_the_audio_of_the_turn(gateway, fake_engine):
+    # The fake engine makes audio at 2x real time: a long text is still being made when the cancel goes.
+    server = gateway(engine=fake_engine(device_rtf=2, chunk_ms=160))
+    async with voxgate.client.connect(server.ws_url) as tts:
+        turn = tts.speak(llm_tokens("word " * 60))
+        seen = 0
+        async for _ in turn:
+            seen += 1
+            if seen == 5:
+                break
+        await turn.cancel()
+        cancelled_at = time.monotonic()
+        assert turn.cancelled is not None and turn.done is None
+        assert [c async for c in turn] == []  # nothing more, not even what was queued
+        result = tts.client.contexts[turn.context_id]
+        assert not [f for f in result.frames if f[2] > cancelled_at]
+        await asyncio.sleep(0.3)
+        assert not [f for f in result.frames if f[2] > cancelled_at]  # none came later either
+        again = await tts.speak("Still talking.").audio()  # the session goes on
+    assert len(again) > 0
+    assert not [e for e in tts.errors if e["type"] == "error"]
+
+
+async def test_cancel_of_a_turn_that_has_not_started_needs_no_server(gateway):
+    server = gateway()
+    async with voxgate.client.connect(server.ws_url) as tts:
+        turn = tts.context()
+        await turn.cancel()
+        assert [c async for c in turn] == []
+        with pytest.raises(RuntimeError):
+            await turn.send("too late")
+
+
+async def test_a_bad_voice_raises_the_servers_code(gateway):
+    server = gateway()
+    with pytest.raises(VoxgateError) as refused:
+        async with voxgate.client.connect(server.ws_url, voice="no-such-voice"):
+            pass
+    assert refused.value.code == "voice_not_found" and "no-such-voice" in refused.value.message
+    async with voxgate.client.connect(server.ws_url) as tts:
+        turn = tts.speak("Hello there.", voice="no-such-voice")
+        with pytest.raises(VoxgateError) as failed:
+            await turn.audio()
+        assert failed.value.code == "voice_not_found" and failed.value.context_id == turn.context_id
+        assert len(await tts.speak("Hello there.").audio()) > 0  # the session is fine
+
+
+async def test_a_failing_token_source_raises_in_the_consumer(gateway):
+    server = gateway()
+
+    async def broken():
+        yield "Hello "
+        raise ValueError("the LLM went away")
+
+    async with voxgate.client.connect(server.ws_url) as tts:
+        with pytest.raises(ValueError, match="went away"):
+            await tts.speak(broken()).audio()
+
+
+async def test_stalls_reach_the_caller(gateway, fake_engine):
+    # 0.8 s of audio per second: a listener playing in real time starves; the server names the cause.
+    server = gateway(engine=fake_engine(device_rtf=0.8, chunk_ms=320))
+    reports: list[StallReport] = []
+    async with voxgate.client.connect(server.ws_url, pacing="client_clock", target_buffer_ms=100,
+                                      on_stall=reports.append) as tts:
+        turn = tts.speak("word " * 8)
+        await turn.audio()
+        await asyncio.sleep(tts.client.player.buffered() / tts.sample_rate + 0.2)  # let the player report the rest
+    assert reports and reports == turn.stalls
+    assert {r.cause for r in reports} == {"generation"} and all(r.duration_ms > 0 for r in reports)
+
+
+def test_speak_sync_returns_the_whole_audio(gateway):
+    server = gateway()
+    speech = voxgate.client.speak_sync(server.ws_url, TEXT)
+    produced = server.server.config.app.state.voxgate.engine.audio_for()
+    assert speech.sample_rate == 24000 and np.array_equal(speech.pcm, produced)
+    assert speech.duration_s == pytest.approx(speech.done["usage"]["audio_ms"] / 1000, abs=0.001)
