@@ -46,6 +46,16 @@ async def test_llm_tokens_come_back_as_ordered_contiguous_chunks(gateway):
     assert turn.done["usage"]["chars"] == len(TEXT)  # every token arrived, none dropped by the rate limit
 
 
+async def test_opus_chunks_are_decoded_pcm_on_the_timeline(gateway):
+    server = gateway()
+    async with voxgate.client.connect(server.ws_url, codec="opus") as tts:
+        turn = tts.speak("Hello there.")
+        chunks = [chunk async for chunk in turn]
+    assert tts.sample_rate == 48000 and all(len(c.pcm) == c.samples for c in chunks)
+    assert chunks[0].samples == 960 - tts.session["audio"]["pre_skip"]
+    assert_contiguous(chunks, 0, turn.done["end_pts"])
+
+
 async def test_turns_follow_each_other_on_the_timeline(gateway):
     server = gateway()
     async with voxgate.client.connect(server.ws_url) as tts:
