@@ -36,6 +36,9 @@ class _Client(VoxgateClient):
         turn = self.turns.get(result.context_id)
         if turn is not None:
             turn._on_chunk(AudioChunk(result.pcm[-1], header.pts, header.samples, self.rate, header.track, now))
+            # The turn owns its audio now: the protocol client's per-context copies would grow with the session.
+            result.pcm.clear()
+            result.frames.clear()
 
     async def _receive(self) -> None:
         try:
