@@ -24,7 +24,7 @@ from voxgate.engine.base import SAMPLE_RATE
 
 from .context import synthesize_pcm
 from .logfilters import AlreadyLogged
-from .speech_formats import FORMATS, SpeechEncoder, make_speech_encoder
+from .speech_formats import FORMATS, ReadyEncoders, SpeechEncoder, make_speech_encoder
 from .speech_request import SpeechJob
 from .state import GatewayState
 
@@ -35,6 +35,7 @@ T = TypeVar("T")
 _STATUS = {"voice_not_found": 404, "language_not_supported": 400, "bad_request": 400, "text_too_long": 413,
            "not_ready": 503, "unsupported": 400}
 _pools: dict[int, ThreadPoolExecutor] = {}
+_ready = ReadyEncoders()  # process-wide: one encoder per container format made ahead
 FIRST_BYTES = SAMPLE_RATE // 10 * 2  # 100 ms of PCM16: past every encoder's first packet (aac needs ~2160 samples)
 
 
@@ -63,19 +64,28 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
     pcm = synthesize_pcm(state.engine, job.text, job.voice, job.language, job.instruct, job.budget_samples, errors,
                          state.turns)
     state.drain.http_streams += 1  # a shutdown lets it finish within the grace
-    # The encoder is made (codec opened, header written) while the engine makes the first audio.
-    making = asyncio.ensure_future(off_loop(None, make_speech_encoder, job.format)) if FORMATS[job.format].muxer \
-        else None
+    # The encoder: the one made ahead, else made (codec opened, header written) while the engine makes the first
+    # audio; the next one is made ahead off the loop.
+    ready = _ready.take(job.format) if FORMATS[job.format].muxer else None
+    making = asyncio.ensure_future(off_loop(None, make_speech_encoder, job.format)) \
+        if FORMATS[job.format].muxer and ready is None else None
+    if FORMATS[job.format].muxer:
+        if pool is not None:
+            loop.run_in_executor(pool, _ready.refill, job.format)
+        else:
+            loop.call_soon(_ready.refill, job.format)
     try:
         first = await anext(pcm, None)
         if first is not None:
             metrics.first_audio.labels("http").observe(time.monotonic() - t_request)
-        encoder = await making if making is not None else make_speech_encoder(job.format)
+        encoder = ready or (await making if making is not None else make_speech_encoder(job.format))
     except BaseException:
         state.drain.http_streams -= 1
         await pcm.aclose()
         if making is not None:
             making.cancel()
+        if ready is not None:
+            ready.close()
         raise
     if first is None and errors:
         state.drain.http_streams -= 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
 
 import av
 import httpx
@@ -177,3 +178,39 @@ def test_fields_that_cannot_be_honoured_are_named(gateway, extra, status, code, 
     assert error["code"] == code and error["param"] == param
     if param:
         assert param in error["message"]
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac"])
+def test_an_encoder_made_ahead_serves_the_next_request(gateway, fmt):
+    """The first request of a format leaves one encoder ready for the next (its codec open off the critical path);
+    the request served by it decodes to the full length, and the one after that too."""
+    from voxgate.gateway import speech
+
+    speech._ready.take(fmt)  # start from none ready
+    for _ in range(3):
+        server = gateway()  # a fresh engine per request: _check_length compares with all the audio it made
+        with _client(server).audio.speech.with_streaming_response.create(model="tts-1", voice="alloy", input=TEXT,
+                                                                         response_format=fmt) as response:
+            _check_length(server, fmt, response.read())
+    deadline = time.monotonic() + 5
+    while speech._ready.take(fmt) is None:  # refilled off the event loop after each request
+        assert time.monotonic() < deadline, "no encoder was made ahead"
+        time.sleep(0.01)
+
+
+def test_ready_encoders_hand_over_one_and_refill() -> None:
+    from voxgate.gateway.speech_formats import ReadyEncoders
+
+    ready = ReadyEncoders()
+    assert ready.take("flac") is None
+    ready.refill("flac")
+    encoder = ready.take("flac")
+    assert encoder is not None and ready.take("flac") is None
+    data = encoder.start() + encoder.encode(np.zeros(4800, np.int16).tobytes()) + encoder.finish()
+    assert _seconds_any(data) == pytest.approx(0.2, abs=0.001)
+
+
+def _seconds_any(data: bytes) -> float:
+    with av.open(io.BytesIO(data)) as container:
+        frames = list(container.decode(container.streams.audio[0]))
+    return sum(f.samples for f in frames) / frames[0].sample_rate
