@@ -1,7 +1,7 @@
 """One stream's state in the engine loop (nano-vllm's `Sequence`, for audio frames instead of tokens).
 
-Plain Python, no tensors: the scheduler decides from these numbers, the runner reads `slot`, `position` and
-`num_frames` to fill a step's inputs, and postprocess advances them. Times are `time.monotonic()` seconds.
+Plain Python, no tensors: the scheduler decides from these numbers, the runner reads `slot`, `num_prompt_tokens`
+and `num_launched` to fill a step's inputs, and postprocess advances them. Times are `time.monotonic()` seconds.
 """
 
 from __future__ import annotations
@@ -55,11 +55,6 @@ class Request:
     @property
     def prefilled(self) -> bool:
         return self.num_prefilled >= self.num_prompt_tokens
-
-    @property
-    def position(self) -> int:
-        """KV position of the next step's Talker input: the prompt, then one position per frame launched."""
-        return self.num_prompt_tokens + self.num_launched
 
     @property
     def pending_frames(self) -> int:

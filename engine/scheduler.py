@@ -17,12 +17,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from .request import Request, Status
-
-
-def _first(item: tuple) -> float:
-    return item[0]
 
 
 class SlotAllocator:
@@ -162,7 +159,7 @@ class Scheduler:
             if r.ended or pending >= min(rest, max_width):
                 n = min(pending, rest, max_width)
                 due.append((deadline, r, n, n == rest or (r.ended and n == pending)))
-        due.sort(key=_first)
+        due.sort(key=itemgetter(0))
         return [(r, n, closes) for _, r, n, closes in due]
 
     def finish(self, request: Request, status: Status, reason: str | None = None) -> None:

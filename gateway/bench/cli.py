@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -136,39 +137,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("reports", nargs="+", help="report.json or report.json.gz files")
 
 
+# Subcommand -> (module, entry point), imported only when it runs (most need torch or matplotlib).
+_ENTRY_POINTS = {"run": ("main", "bench_run"), "baseline": ("baseline", "baseline_main"),
+                 "gpu-suite": ("suite", "suite_main"), "parse": ("parse", "parse_main"),
+                 "steps": ("steps", "steps_main"), "codec": ("codec", "codec_main"),
+                 "stuck": ("stuck", "stuck_main"), "soak": ("soak", "soak_main")}
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.bench_command == "run":
-        from .main import bench_run
-
-        return bench_run(args)
-    if args.bench_command == "baseline":
-        from .baseline import baseline_main
-
-        return baseline_main(args)
-    if args.bench_command == "gpu-suite":
-        from .suite import suite_main
-
-        return suite_main(args)
-    if args.bench_command == "parse":
-        from .parse import parse_main
-
-        return parse_main(args)
-    if args.bench_command == "steps":
-        from .steps import steps_main
-
-        return steps_main(args)
-    if args.bench_command == "codec":
-        from .codec import codec_main
-
-        return codec_main(args)
-    if args.bench_command == "stuck":
-        from .stuck import stuck_main
-
-        return stuck_main(args)
-    if args.bench_command == "soak":
-        from .soak import soak_main
-
-        return soak_main(args)
+    if args.bench_command in _ENTRY_POINTS:
+        module, name = _ENTRY_POINTS[args.bench_command]
+        return getattr(importlib.import_module(f".{module}", __package__), name)(args)
     if args.bench_command == "merge":
         from .report import merge
 

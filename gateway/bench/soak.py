@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from ..looplag import watch_loop_lag
+
 COUNTS = ("sessions", "contexts", "frames", "lost", "garbled", "pauses_over_10ms", "errors", "server_errors")
 
 
@@ -97,14 +99,8 @@ def _worker(url: str, args: dict[str, Any], count: int, offset: int, t0: float, 
     ws_url = url.replace("http://", "ws://", 1) + "/v1/tts/ws"
     lags: list[float] = []
 
-    async def watch() -> None:
-        while True:
-            t = time.perf_counter()
-            await asyncio.sleep(0.01)
-            lags.append(time.perf_counter() - t - 0.01)
-
     async def main() -> None:
-        watcher = asyncio.create_task(watch())
+        watcher = asyncio.create_task(watch_loop_lag(lags.append))  # the client's own loop lag
         ramp = args["ramp"] / max(1, args["sessions"])
         results = await asyncio.gather(*(_session(ws_url, args, texts, t0 + (offset + i) * ramp, stats)
                                          for i in range(count)), return_exceptions=True)
