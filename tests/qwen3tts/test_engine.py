@@ -140,6 +140,22 @@ def test_unknown_option_lists_the_valid_ones() -> None:
         create_engine(model="x", chunkframes="4")
 
 
+@pytest.mark.parametrize("options,message", [
+    ({"codec_buckets": "1x"}, "ROWSxFRAMES"), ({"codec_buckets": "8x4,0x4"}, "ROWSxFRAMES"),
+    ({"codec_buckets": "eight"}, "ROWSxFRAMES"), ({"codec_width": "0"}, "codec_width must be 1 to 32"),
+    ({"codec_width": "64"}, "codec_width must be 1 to 32")])
+def test_codec_call_options_refuse_bad_values_clearly(options: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        create_engine(model="x", **options)
+
+
+def test_codec_call_options_set_the_captured_calls() -> None:
+    assert create_engine(model="x", codec_buckets="1x1,16x2").loop_options["codec_buckets"] == ((1, 1), (16, 2))
+    engine = create_engine(model="x", codec_width="8", pipeline="false")
+    assert engine.loop_options["codec_width"] == 8 and engine.loop_options["codec_buckets"] is None
+    assert engine.pipeline is False
+
+
 def test_the_qwen3tts_preset_is_a_valid_engine_configuration() -> None:
     """configs/qwen3tts.toml: every engine option it sets is one the engine takes, with a sane value."""
     from voxgate.gateway.config import load_config
