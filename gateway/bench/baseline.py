@@ -87,7 +87,10 @@ class Reference:
         if self.device.startswith("cuda"):
             self.torch.cuda.synchronize()
 
-    def speak(self, text: str, frames: int) -> tuple[float, float]:
+    def speak(self, text: str, frames: int, seed: int = 0) -> tuple[float, float]:
+        # The reference samples: a seed per utterance makes a run repeatable (and an early EOS, which random weights
+        # draw now and then, the same on every run).
+        self.torch.manual_seed(seed)
         self._sync()
         t0 = time.perf_counter()
         if self.kind == "custom_voice":
@@ -162,7 +165,7 @@ def run_baseline(
         for k in range(runs):
             i = order[(warmup + k) % len(order)]
             text = workload.texts[i]
-            audio_s, wall = ref.speak(text, frame_budget(text))
+            audio_s, wall = ref.speak(text, frame_budget(text), seed=k)
             rows.append(
                 {
                     "workload": name,

@@ -73,8 +73,11 @@ def test_baseline_arm_on_a_tiny_checkpoint(tmp_path: Path) -> None:
     assert {"sox", "torchaudio", "librosa"} <= set(result["stubbed_modules"])
     row = result["summary"]["sentences"]
     assert row["runs"] == 2 and row["wall_s"] > 0 and row["audio_s_per_s"] > 0
-    for r in result["runs"]:  # random weights never stop early: every utterance is about its frame budget
-        assert abs(r["audio_s"] / 0.08 - r["frames"]) <= 2
+    # The budget reaches the reference: no utterance runs past it. Random weights sample EOS only now and then, so
+    # utterances mostly end at the budget; a seed per utterance makes which ones the same on every run.
+    made = [(r["audio_s"] / 0.08, r["frames"]) for r in result["runs"]]
+    assert all(m <= budget + 2 for m, budget in made), made
+    assert any(abs(m - budget) <= 2 for m, budget in made), made
 
 
 def tiny_report(name: str, concurrency: int) -> dict:
