@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from .config import GenerationConfig
+from .depth_fused import DepthOps, FusedDepth
 from .fused_stack import DecoderOps, FusedStack
 from .layers import rope_tables
 from .prompt import XVEC
@@ -51,13 +52,15 @@ class SlotState:
 
 class StepModel:
     """The Talker and its code predictor as the batched step runs them: both stacks fused (fused_stack.py), the
+    depth loop's passes 1..14 in five launches a layer unless `depth` is "layers" (depth_fused.py), the
     predictor's RoPE tables for its 16 depth positions, and the constant index tensors of each row count."""
 
-    def __init__(self, talker: Talker, ops: DecoderOps) -> None:
+    def __init__(self, talker: Talker, ops: DecoderOps, depth: DepthOps | None = None) -> None:
         self.talker = talker
         self.predictor = talker.code_predictor
         self.talker_stack = FusedStack(talker.model, ops)
         self.predictor_stack = FusedStack(self.predictor.model, ops)
+        self.fused_depth = FusedDepth(self.predictor, self.predictor_stack, depth) if depth is not None else None
         pc = self.predictor.cfg
         p = next(talker.parameters())
         self.num_codes = self.predictor.num_code_groups
@@ -94,13 +97,19 @@ class StepModel:
                             self.constant(f"pos01-{r}", lambda dev: torch.arange(2 * r, device=dev) // r),
                             self.depth_cos, self.depth_sin)[r:]
         codes = []
+        fused = self.fused_depth
         for k in range(self.num_codes - 1):
-            code = pick(pred.lm_head[k](out).float())
+            # after pass 0 of the fused loop, `out` is the residual stream: its head normalizes in its prologue
+            logits = pred.lm_head[k](out).float() if k == 0 or fused is None else fused.head(out, k)
+            code = pick(logits)
             codes.append(code)
             if k + 1 < self.num_codes - 1:  # E_15 is never fed back: it only enters the Talker's frame sum
-                x = pred.small_to_mtp_projection(pred.model.codec_embedding[k](code))
                 pos = self.constant(f"pos{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 2, device=dev))
-                out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin)
+                if fused is None:
+                    x = pred.small_to_mtp_projection(pred.model.codec_embedding[k](code))
+                    out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin)
+                else:  # `out` is now the residual stream, not normalized
+                    out = fused.layers(fused.next_input(code, k), ks, vs, rows, pos, self.depth_cos, self.depth_sin)
         return torch.stack(codes, dim=-1)
 
 

@@ -55,6 +55,7 @@ OPTIONS = {
     "urgent_s": "decode pending frames early when a listener runs dry within this (default 0.15; 0: off)",
     "max_ahead_s": "a stream this far ahead of its listener gets no row (default 30)",
     "attention": "triton | torch | auto",
+    "depth": "the depth loop's passes 1..14: fused (five launches a layer, default) | layers (as the Talker's)",
     "codec": "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto",
     "pipeline": "false: read each step before launching the next (default true: launch it first, host work overlaps)",
     "gil_switch_ms": "CPython's thread switch interval while the loop runs (default 0.5; 0 leaves it)",
@@ -103,7 +104,7 @@ class Qwen3TTSEngine(Engine):
                  max_prefills: int = 4, max_slots: int = 257, max_positions: int = 2560,
                  kv_memory_fraction: float = 0.6, enforce_eager: Any = False, deadline_order: Any = True,
                  urgent_s: float = 0.15, max_ahead_s: float = 30.0, attention: str = "auto", codec: str = "auto",
-                 gil_switch_ms: float = 0.5, codec_width: int = 4, codec_buckets: Any = None,
+                 depth: str = "fused", gil_switch_ms: float = 0.5, codec_width: int = 4, codec_buckets: Any = None,
                  pipeline: Any = True) -> None:
         self.chunk_schedule = _ints(chunk_frames)
         self.max_frames, self.budget_factor, self.min_budget_s = int(max_frames), float(budget_factor), \
@@ -122,7 +123,7 @@ class Qwen3TTSEngine(Engine):
             row_buckets=rows, prefill_buckets=_ints(prefill_buckets), max_prefills=int(max_prefills),
             max_slots=int(max_slots), max_positions=int(max_positions),
             kv_memory_fraction=float(kv_memory_fraction), enforce_eager=_flag(enforce_eager), attention=attention,
-            codec=codec, codec_width=int(codec_width), codec_buckets=_buckets(codec_buckets))
+            depth=depth, codec=codec, codec_width=int(codec_width), codec_buckets=_buckets(codec_buckets))
         self.scheduler_config = SchedulerConfig(max_rows=max(rows), max_prefills=int(max_prefills),
                                                 max_prefill_tokens=max(_ints(prefill_buckets)),
                                                 deadline_order=_flag(deadline_order), urgent_s=float(urgent_s),
@@ -225,7 +226,7 @@ class Qwen3TTSEngine(Engine):
                 out |= {"codec": type(runner.codec).__name__, "cuda_graphs": runner.steps.use_graphs,
                         "row_buckets": list(c.row_buckets), "prefill_buckets": list(c.prefill_buckets),
                         "codec_buckets": [list(b) for b in c.codec_buckets],
-                        "step_kernels": runner.ops.attend.__name__,
+                        "step_kernels": runner.ops.attend.__name__, "depth": c.depth,
                         "deadline_order": self.scheduler_config.deadline_order, **runner.memory()}
             if tts.device.type == "cuda":
                 out["gpu"] = torch.cuda.get_device_name(tts.device)

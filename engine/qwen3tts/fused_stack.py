@@ -27,6 +27,7 @@ class DecoderOps:
     add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     qk_norm_rope: Callable[..., torch.Tensor]
     attend: Callable[..., torch.Tensor]
+    uses_triton: bool = False
 
     @classmethod
     def for_device(cls, device: torch.device, kernels: str = "auto") -> DecoderOps:
@@ -37,7 +38,7 @@ class DecoderOps:
             from ...kernels.qk_norm_rope import qk_norm_rope
             from ...kernels.slot_attention import slot_attention
 
-            return cls(add_rms_norm, qk_norm_rope, slot_attention)
+            return cls(add_rms_norm, qk_norm_rope, slot_attention, uses_triton=True)
         from ...kernels.add_rms_norm import add_rms_norm_ref
         from ...kernels.qk_norm_rope import qk_norm_rope_ref
         from ...kernels.slot_attention import slot_attention_ref

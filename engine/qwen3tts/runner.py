@@ -25,6 +25,7 @@ from ..scheduler import StepPlan
 from ..slot_pool import SlotPool, SlotSpec
 from .batch_step import DecodeRows, SamplingFeatures, SlotState, StepModel, decode_frames, embed_rows
 from .chunk_decoder import ChunkDecoder
+from .depth_fused import DepthOps
 from .fused_stack import DecoderOps
 from .generate import Qwen3TTS
 from .layers import rope_tables
@@ -56,6 +57,8 @@ class RunnerConfig:
     codec_width: int = 4
     codec_buckets: tuple[tuple[int, int], ...] | None = None  # default: codec_buckets(codec_width)
     attention: str = "auto"  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
+    # the depth loop's passes 1..14: "fused" in five launches a layer (depth_fused.py), "layers" as the Talker's
+    depth: str = "fused"
     codec: str = "auto"  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = False
     record_logits: bool = False  # tests: keep each step's logits (eager only) and accept forced codes
@@ -70,6 +73,8 @@ class RunnerConfig:
             raise ValueError(f"codec pieces are at most {RING // 2} frames wide")
         if self.attention not in ("auto", "triton", "torch"):
             raise ValueError("attention must be auto, triton or torch")
+        if self.depth not in ("fused", "layers"):
+            raise ValueError("depth must be fused or layers")
         if self.codec not in ("auto", "fused", "reference"):
             raise ValueError("codec must be auto, fused or reference")
 
@@ -120,7 +125,8 @@ class ModelRunner:
         suppress[self.eos_id] = False
         self.suppress = suppress.to(self.device)
         self.ops = DecoderOps.for_device(self.device, c.attention)
-        self.model = StepModel(talker, self.ops)
+        depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth == "fused" else None
+        self.model = StepModel(talker, self.ops, depth)
         # Two frame buffers: with the loop pipelined, one step is read while the next is in flight.
         self._frames_host = [HostCopy((c.max_rows, self.num_codes), torch.int64, self.device) for _ in range(2)]
         self._launches = 0

@@ -130,9 +130,66 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         io.upload()
         ms = _median_ms(lambda key=key: runner.chunks.graphs(key), args.reps)
         codec.append({"rows": rows, "frames": width, "gpu_ms": ms, "ms_per_frame": ms / (rows * width)})
+    depth = depth_loop_times(runner, row, args.reps)
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)"
     return {"checkpoint": args.checkpoint, "dtype": args.dtype, "context": args.context, "cold_start": cold,
-            "gpu": gpu, "memory": runner.memory(), "steps": steps, "codec": codec, "options": options}
+            "gpu": gpu, "memory": runner.memory(), "steps": steps, "codec": codec, "depth": depth,
+            "options": options}
+
+
+DEPTH_ROWS = (1, 8, 64, 128)
+
+
+def depth_loop_times(runner: Any, param_row: list[float], reps: int) -> list[dict[str, Any]]:
+    """The depth loop alone (codebooks 1..15 of one frame, with the engine's sampler) per row count, captured in a
+    CUDA graph and replayed: passes 1..14 through the fused kernels (depth_fused.py) and through the stack's
+    layers, on the same weights."""
+    import torch
+    from voxgate.engine.qwen3tts.sampling import (
+        SUB_DO_SAMPLE,
+        SUB_TEMPERATURE,
+        SUB_TOP_K,
+        SUB_TOP_P,
+        sample_rows,
+    )
+
+    model, features = runner.model, runner.config.sampling
+    fused = model.fused_depth
+    weight = model.talker.model.codec_embedding.weight
+    out = []
+    variants = {"fused": fused, "layers": None} if fused is not None else {"layers": None}
+    try:
+        for name, depth in variants.items():
+            model.fused_depth = depth
+            for rows in DEPTH_ROWS:
+                h = torch.randn(rows, weight.shape[1], device=weight.device, dtype=weight.dtype)
+                c0 = torch.randn_like(h)
+                p = torch.tensor(param_row, device=weight.device).expand(rows, -1).contiguous()
+
+                def pick(lg: torch.Tensor, p: torch.Tensor = p) -> torch.Tensor:
+                    return sample_rows(lg, p[:, SUB_TEMPERATURE], p[:, SUB_TOP_K], p[:, SUB_TOP_P],
+                                       p[:, SUB_DO_SAMPLE], features.candidates, features.top_p, features.sampling)
+
+                def loop(h: torch.Tensor = h, c0: torch.Tensor = c0, pick: Any = pick) -> torch.Tensor:
+                    with torch.no_grad():
+                        return model.depth_loop(h, c0, pick)
+
+                run = loop
+                if weight.is_cuda:
+                    stream = torch.cuda.Stream()
+                    stream.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(stream):
+                        for _ in range(2):
+                            loop()
+                    torch.cuda.current_stream().wait_stream(stream)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, stream=stream):
+                        loop()
+                    run = graph.replay
+                out.append({"depth": name, "rows": rows, "gpu_ms": _median_ms(run, reps)})
+    finally:
+        model.fused_depth = fused
+    return out
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -145,6 +202,14 @@ def markdown(res: dict[str, Any]) -> str:
     for s in res["steps"]:
         lines.append(f"| {s['rows']} | {s['prefill_tokens']} | {s['gpu_ms']:.2f} | {s['run_ms']:.2f} | "
                      f"{s['host_ms']:.2f} | {s['ceiling_audio_s_per_s']:.0f} |")
+    depth = res.get("depth", [])
+    if depth:
+        names = list(dict.fromkeys(d["depth"] for d in depth))
+        lines += ["", "Depth loop alone (codebooks 1..15 of a frame, sampler included; graph replay, ms):", "",
+                  "| rows | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
+        for rows in sorted({d["rows"] for d in depth}):
+            by = {d["depth"]: d["gpu_ms"] for d in depth if d["rows"] == rows}
+            lines.append(f"| {rows} | " + " | ".join(f"{by[n]:.2f}" for n in names) + " |")
     lines += ["", "| codec rows | frames | GPU ms | ms per frame |", "|---:|---:|---:|---:|"]
     for c in res["codec"]:
         lines.append(f"| {c['rows']} | {c['frames']} | {c['gpu_ms']:.2f} | {c['ms_per_frame']:.3f} |")

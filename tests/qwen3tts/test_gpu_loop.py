@@ -42,9 +42,10 @@ def _streams() -> list[Stream]:
     return streams
 
 
-@pytest.mark.parametrize("graphs,kernels", [(True, "triton"), (False, "triton"), (True, "torch")],
-                         ids=["graphs-triton", "eager-triton", "graphs-torch"])
-def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str) -> None:
+@pytest.mark.parametrize("graphs,kernels,depth", [(True, "triton", "fused"), (False, "triton", "fused"),
+                                                  (True, "torch", "fused"), (True, "triton", "layers")],
+                         ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-layers"])
+def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str, depth: str) -> None:
     from voxgate.engine.qwen3tts.generate import Qwen3TTS
 
     old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -55,7 +56,7 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
         alone = {id(s): solo_codes(tts, s) for s in streams}
         # the plain codec: this test compares logits, not audio (and spares the fp32 kernels' tuning)
         runner = make_runner(tts, num_slots=8, record_logits=True, codec="reference", attention=kernels,
-                             enforce_eager=not graphs, **REAL)
+                             depth=depth, enforce_eager=not graphs, **REAL)
         assert runner.steps.use_graphs == graphs
         recorder = drive(tts, runner, streams, greedy=False, max_rows=8, forced=lambda s: alone[id(s)])
         worst, per_stream = 0.0, []
@@ -75,7 +76,7 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
             worst = max(worst, stream_worst)
             per_stream.append({"join_step": s.join_step, "cancel_step": s.cancel_step, "frames": len(got),
                                "worst_rel": stream_worst, "first_bad_frame_codebook": first_bad})
-        _record(f"loop_teacher_forced_fp32_{'graphs' if graphs else 'eager'}_{kernels}",
+        _record(f"loop_teacher_forced_fp32_{'graphs' if graphs else 'eager'}_{kernels}_{depth}",
                 {"worst_rel": worst, "streams": per_stream, "max_rows": max(recorder.rows_per_step),
                  "rows_per_step": recorder.rows_per_step})
         assert worst < 1e-4, worst

@@ -1,0 +1,81 @@
+"""The code predictor's depth loop with passes 1..14 in five launches a layer (kernels/cp_linear.py,
+kernels/cp_attend.py) instead of the fused stack's ~11:
+
+    q|k|v   = cp_linear(x, norm=input_layernorm)            RMSNorm in the projection's prologue
+    o       = cp_attend(q|k|v)                              q/k-norm + RoPE + KV write + attention
+    x       = cp_linear(o, o_proj, residual=x)
+    gate*up = cp_linear(x, gate|up, norm=post_attention_layernorm, swiglu)
+    x       = cp_linear(gate*up, down_proj, residual=x)
+
+and the head as cp_linear(x, lm_head[k], norm=final norm) in fp32. The next pass's input is one row lookup: the
+input projection (1.7B: 2048 -> 1024 with bias; 0.6B: none) is folded into the 14 fed-back embedding tables once at
+load (14 x 2048 x 1024, 56 MB in bf16). Pass 0 (two tokens a row: the Talker's hidden state and codebook 0) keeps
+the fused stack, whose separate KV write lets a token attend to a key written in the same launch.
+
+Roundings are the fused stack's at every step (the kernels' references are its ops), so `DepthOps.references()`
+reproduces the stack's depth loop on the CPU; the folded tables round a projection of 2,048 rows where the stack
+projects R rows, which can differ in the last bit when cuBLAS picks another reduction order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .code_predictor import CodePredictor
+from .fused_stack import FusedStack
+
+
+@dataclass(frozen=True)
+class DepthOps:
+    linear: Callable[..., torch.Tensor]
+    attend: Callable[..., torch.Tensor]
+
+    @classmethod
+    def for_triton(cls, use_triton: bool) -> DepthOps:
+        if use_triton:
+            from ...kernels.cp_attend import cp_attend
+            from ...kernels.cp_linear import cp_linear
+
+            return cls(cp_linear, cp_attend)
+        from ...kernels.cp_attend import cp_attend_ref
+        from ...kernels.cp_linear import cp_linear_ref
+
+        return cls(cp_linear_ref, cp_attend_ref)
+
+
+class FusedDepth:
+    """Passes 1..14 of CodePredictor.predict for R rows at once, on the stack's fused weights (shared, not copied)."""
+
+    def __init__(self, predictor: CodePredictor, stack: FusedStack, ops: DepthOps) -> None:
+        self.ops, self.stack = ops, stack
+        self.eps = stack.eps
+        self.lm_heads = [head.weight for head in predictor.lm_head]
+        with torch.no_grad():  # the projection folded into the tables fed back (E_15 never is)
+            self.tables = [predictor.small_to_mtp_projection(table.weight).contiguous()
+                           for table in predictor.model.codec_embedding[: predictor.num_code_groups - 2]]
+
+    def head(self, x: torch.Tensor, k: int) -> torch.Tensor:
+        """fp32 logits [R, V] of codebook k+1 from the last layer's residual stream x [R, H]."""
+        return self.ops.linear(x, self.lm_heads[k], norm=self.stack.final_norm, eps=self.eps, out_float=True)
+
+    def next_input(self, code: torch.Tensor, k: int) -> torch.Tensor:
+        """The projected embedding of codebook k+1's ids [R] -> [R, H]."""
+        return F.embedding(code, self.tables[k])
+
+    def layers(self, x: torch.Tensor, k_store: list[torch.Tensor], v_store: list[torch.Tensor], rows: torch.Tensor,
+               positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """One pass: x [R, H], token r the only new one of store row rows[r], at positions[r] -> the residual stream
+        after the last layer (not normalized: the head's prologue does that)."""
+        s, lin = self.stack, self.ops.linear
+        for i, (in_w, qkv_w, qn, kn, o_w, post_w, gate_up_w, down_w) in enumerate(s.layers):
+            qkv = lin(x, qkv_w, norm=in_w, eps=self.eps)
+            o = self.ops.attend(qkv, qn, kn, cos, sin, positions, k_store[i], v_store[i], rows, s.heads, s.kv_heads,
+                                self.eps)
+            x = lin(o, o_w, residual=x)
+            act = lin(x, gate_up_w, norm=post_w, eps=self.eps, swiglu=True)
+            x = lin(act, down_w, residual=x)
+        return x
