@@ -14,6 +14,7 @@
 #   soak-256          256 client_clock listeners, 20 ms frames, $PROCS client processes: no pause over 10 ms
 #   soak-1000         1,000 asap sessions, 20 ms frames: no lost or garbled frame
 # Shorter for a dry run: DUR=3 WARM=1 SOAK_S=4 RAMP=1 LISTENERS=16 SESSIONS=40 PROCS=2 PY=.venv/bin/python.
+# Some runs only: ONLY="opus-pool opus-inline" (names as above; soak-256 and soak-1000 by their prefix "soak").
 set -o pipefail
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 OUT=${OUT:-/tmp/out}
@@ -49,8 +50,11 @@ config() {  # name, a sed script for gateway-bench.toml's lines, top-level keys 
   echo "$file"
 }
 
+wanted() { [ -z "${ONLY:-}" ] || case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
 bench() {  # name, config, more arguments: one line in summary.txt
   local name=$1 cfg=$2; shift 2
+  wanted "$name" || return 0
   local load; load=$(cut -d' ' -f1-3 /proc/loadavg)
   timeout $((DUR + WARM + 90)) $VX bench run --engine fake --serve-arg=--config --serve-arg="$cfg" --concurrency 128 \
     --closed-warmup "$WARM" --closed-duration "$DUR" --rates '' --no-plots --name "$name" --out "/tmp/runs/$name" \
@@ -85,14 +89,16 @@ bench pcm-long-cap "$(config cap "s/^device_rtf = .*/device_rtf = $CAP/; s/^shar
   --frame-ms 1280
 bench opus-pool "$(config opus-pool '' 'opus_threads = 8')" --frame-ms 1280 --codec opus
 bench opus-inline "$(config opus-inline '' 'opus_threads = 0')" --frame-ms 1280 --codec opus
-$VX serve --config gateway-bench --port 8765 --log-level warning > /tmp/runs/soak-server.log 2>&1 &
-SERVER=$!
-for _ in $(seq 100); do $PY -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8765/health')" 2>/dev/null \
-  && break; sleep 0.1; done
-soak soak-$LISTENERS-client_clock "$LISTENERS" client_clock
-soak soak-$SESSIONS-asap "$SESSIONS" asap
-kill "$SERVER"
-wait "$SERVER" 2>/dev/null
+if wanted soak; then
+  $VX serve --config gateway-bench --port 8765 --log-level warning > /tmp/runs/soak-server.log 2>&1 &
+  SERVER=$!
+  for _ in $(seq 100); do $PY -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8765/health')" 2>/dev/null \
+    && break; sleep 0.1; done
+  soak soak-$LISTENERS-client_clock "$LISTENERS" client_clock
+  soak soak-$SESSIONS-asap "$SESSIONS" asap
+  kill "$SERVER"
+  wait "$SERVER" 2>/dev/null
+fi
 $PY - "$OUT/summary.txt" <<'EOF'
 import re, sys
 text = open(sys.argv[1]).read()
