@@ -1,0 +1,1 @@
+"""voxgate.integrations: adapters that let agent frameworks speak through a voxgate gateway (each an extra)."""
