@@ -122,7 +122,9 @@ class Session:
         if not 20 <= pacing["target_buffer_ms"] <= pacing["max_buffer_ms"] <= 10_000:
             raise invalid("pacing needs 20 <= target_buffer_ms <= max_buffer_ms <= 10000")
         self.fmt = AudioFormat.negotiate(msg.audio, pacing["mode"])
-        voice = self._check_voice(msg.defaults.get("voice") or self.engine.default_voice(), None)
+        # No voice named: none is fixed for the session, so each context's voice follows its language (the engine
+        # picks: a native speaker on qwen3tts CustomVoice, espeak's voice of that language).
+        voice = self._check_voice(msg.defaults.get("voice"), None)
         self._defaults = {"voice": voice, "language": msg.defaults.get("language"),
                           "instruct": msg.defaults.get("instruct")}
         self._pacing = pacing

@@ -55,3 +55,15 @@ async def test_instruct_warns_only_where_the_engine_ignores_it(gateway, fake_eng
         assert bool(warnings) == warned, client.errors
         if warned:
             assert warnings[0]["message"] == "the fake engine ignores instruct" and warnings[0]["type"] == "warning"
+
+
+async def test_without_a_session_voice_each_context_leaves_the_voice_to_the_engine(gateway, fake_engine):
+    """No voice at session.start: the engine picks per context (by its language), not one voice for the session."""
+    engine = fake_engine(device_rtf=200)
+    server = gateway(engine=engine)
+    async with VoxgateClient(server.ws_url, pacing="asap") as client:
+        assert client.session["defaults"]["voice"] is None
+        await client.speak("a", "Hello there.")
+        await client.speak("b", "Guten Tag.", voice="tone-b")
+        assert not client.errors, client.errors
+    assert [r.voice for r, _ in engine.produced] == [None, "tone-b"]
