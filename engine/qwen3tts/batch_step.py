@@ -52,7 +52,7 @@ class SlotState:
 
 class StepModel:
     """The Talker and its code predictor as the batched step runs them: both stacks fused (fused_stack.py), the
-    depth loop's passes 1..14 in five launches a layer unless `depth` is "layers" (depth_fused.py), the
+    depth loop's passes 1..14 in five launches a layer when given `depth` kernels (depth_fused.py), the
     predictor's RoPE tables for its 16 depth positions, and the constant index tensors of each row count."""
 
     def __init__(self, talker: Talker, ops: DecoderOps, depth: DepthOps | None = None) -> None:

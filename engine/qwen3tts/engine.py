@@ -55,7 +55,8 @@ OPTIONS = {
     "urgent_s": "decode pending frames early when a listener runs dry within this (default 0.15; 0: off)",
     "max_ahead_s": "a stream this far ahead of its listener gets no row (default 30)",
     "attention": "triton | torch | auto",
-    "depth": "the depth loop's passes 1..14: fused (five launches a layer, default) | layers (as the Talker's)",
+    "depth": "the depth loop's passes 1..14: layers (as the Talker's, default) | fused (five launches a layer; "
+             "not yet measured on a GPU)",
     "codec": "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto",
     "pipeline": "false: read each step before launching the next (default true: launch it first, host work overlaps)",
     "gil_switch_ms": "CPython's thread switch interval while the loop runs (default 0.5; 0 leaves it)",
@@ -104,7 +105,7 @@ class Qwen3TTSEngine(Engine):
                  max_prefills: int = 4, max_slots: int = 257, max_positions: int = 2560,
                  kv_memory_fraction: float = 0.6, enforce_eager: Any = False, deadline_order: Any = True,
                  urgent_s: float = 0.15, max_ahead_s: float = 30.0, attention: str = "auto", codec: str = "auto",
-                 depth: str = "fused", gil_switch_ms: float = 0.5, codec_width: int = 4, codec_buckets: Any = None,
+                 depth: str = "layers", gil_switch_ms: float = 0.5, codec_width: int = 4, codec_buckets: Any = None,
                  pipeline: Any = True) -> None:
         self.chunk_schedule = _ints(chunk_frames)
         self.max_frames, self.budget_factor, self.min_budget_s = int(max_frames), float(budget_factor), \

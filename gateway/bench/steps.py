@@ -145,6 +145,7 @@ def depth_loop_times(runner: Any, param_row: list[float], reps: int) -> list[dic
     CUDA graph and replayed: passes 1..14 through the fused kernels (depth_fused.py) and through the stack's
     layers, on the same weights."""
     import torch
+    from voxgate.engine.qwen3tts.depth_fused import DepthOps, FusedDepth
     from voxgate.engine.qwen3tts.sampling import (
         SUB_DO_SAMPLE,
         SUB_TEMPERATURE,
@@ -154,10 +155,12 @@ def depth_loop_times(runner: Any, param_row: list[float], reps: int) -> list[dic
     )
 
     model, features = runner.model, runner.config.sampling
-    fused = model.fused_depth
+    fused = model.fused_depth  # the runner's choice, restored after
     weight = model.talker.model.codec_embedding.weight
     out = []
-    variants = {"fused": fused, "layers": None} if fused is not None else {"layers": None}
+    variants = {"fused": fused or FusedDepth(model.predictor, model.predictor_stack,
+                                             DepthOps.for_triton(runner.ops.uses_triton)),
+                "layers": None}
     try:
         for name, depth in variants.items():
             model.fused_depth = depth

@@ -38,12 +38,14 @@ def _streams(n: int, seed: int) -> list[Stream]:
             for i in range(n)]
 
 
-@pytest.mark.parametrize("codec_buckets", [None, ((1, 4), (4, 4), (16, 4))], ids=["mixed-widths", "pieces-of-4"])
-def test_free_running_greedy_codes_equal_each_stream_alone(tts: Qwen3TTS, codec_buckets: Any) -> None:
-    """Pieces of 4: chunks of 8 and 16 frames are decoded over several calls and handed over whole."""
+@pytest.mark.parametrize("options", [{}, {"codec_buckets": ((1, 4), (4, 4), (16, 4))}, {"depth": "fused"}],
+                         ids=["mixed-widths", "pieces-of-4", "fused-depth"])
+def test_free_running_greedy_codes_equal_each_stream_alone(tts: Qwen3TTS, options: dict[str, Any]) -> None:
+    """Pieces of 4: chunks of 8 and 16 frames are decoded over several calls and handed over whole. Fused depth:
+    the depth loop's passes 1..14 on the fused kernels' references (depth_fused.py)."""
     streams = _streams(13, seed=1)
     streams[4].cancel_step = streams[4].join_step + 5  # cancelled mid-stream: the others must not notice
-    runner = make_runner(tts, **({"codec_buckets": codec_buckets} if codec_buckets else {}))
+    runner = make_runner(tts, **options)
     recorder = drive(tts, runner, streams)
     assert max(recorder.rows_per_step) >= 8, recorder.rows_per_step  # streams really shared steps
     for s in streams:

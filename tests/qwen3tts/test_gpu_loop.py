@@ -42,9 +42,9 @@ def _streams() -> list[Stream]:
     return streams
 
 
-@pytest.mark.parametrize("graphs,kernels,depth", [(True, "triton", "fused"), (False, "triton", "fused"),
-                                                  (True, "torch", "fused"), (True, "triton", "layers")],
-                         ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-layers"])
+@pytest.mark.parametrize("graphs,kernels,depth", [(True, "triton", "layers"), (False, "triton", "layers"),
+                                                  (True, "torch", "layers"), (True, "triton", "fused")],
+                         ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-fused"])
 def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str, depth: str) -> None:
     from voxgate.engine.qwen3tts.generate import Qwen3TTS
 
