@@ -169,12 +169,21 @@ def decode_frames(model: StepModel, state: SlotState, rows: DecodeRows, eos_id: 
     logits = codebook_zero_rules(logits, state.seen[slots], p[:, PENALTY], rows.frame_index, p[:, MIN_NEW], eos_id,
                                  suppress)
     code_k = 0
+    fused = model.fused_depth
+    draw = fused.ops.draw if fused is not None and features.sampling and not features.top_p else None
+    if draw is not None:  # Exp(1) noise for the step's 16 draws: two launches instead of one per draw
+        noise = [torch.empty_like(logits).exponential_(),
+                 *torch.empty((model.num_codes - 1, *logits.shape[:1], model.predictor.cfg.vocab_size),
+                              device=logits.device).exponential_()]
 
     def pick(lg: torch.Tensor) -> torch.Tensor:
         nonlocal code_k
         cols = (TEMPERATURE, TOP_K, TOP_P, DO_SAMPLE) if code_k == 0 else \
             (SUB_TEMPERATURE, SUB_TOP_K, SUB_TOP_P, SUB_DO_SAMPLE)
-        ids = sample_rows(lg, *(p[:, c] for c in cols), features.candidates, features.top_p, features.sampling)
+        if draw is not None:
+            ids = draw(lg, noise[code_k], p, (cols[0], cols[1], cols[3]), features.candidates)
+        else:
+            ids = sample_rows(lg, *(p[:, c] for c in cols), features.candidates, features.top_p, features.sampling)
         if logits_out is not None:
             logits_out.append(lg)
         if rows.forced is not None and rows.force is not None:

@@ -7,12 +7,17 @@ kernels/cp_attend.py) instead of the fused stack's ~11:
     gate*up = cp_linear(x, gate|up, norm=post_attention_layernorm, swiglu)
     x       = cp_linear(gate*up, down_proj, residual=x)
 
-and the head as cp_linear(x, lm_head[k], norm=final norm) in fp32. The next pass's input is one row lookup: the
-input projection (1.7B: 2048 -> 1024 with bias; 0.6B: none) is folded into the 14 fed-back embedding tables once at
-load (14 x 2048 x 1024, 56 MB in bf16). Pass 0 (two tokens a row: the Talker's hidden state and codebook 0) keeps
-the fused stack, whose separate KV write lets a token attend to a key written in the same launch.
+and the head as cp_linear(x, lm_head[k], norm=final norm) in fp32. Every codebook's draw (the Talker's codebook 0
+too) is one launch (kernels/sample_draw.py) where no row needs top-p, on Exp(1) noise made once a step. The next
+pass's input is one row lookup: the input projection (1.7B: 2048 -> 1024 with bias; 0.6B: none) is folded into
+the 14 fed-back embedding tables once at load (14 x 2048 x 1024, 56 MB in bf16). Pass 0 (two tokens a row: the
+Talker's hidden state and codebook 0) keeps the fused stack, whose separate KV write lets a token attend to a key
+written in the same launch.
 
-Roundings are the fused stack's at every step (the kernels' references are its ops), so `DepthOps.references()`
+Launches a frame at 1-128 rows, counted from the code: the stack's depth loop ~70 a pass (11 a layer, the
+projection, the head, ~12 for the draw), this one ~28 (5 a layer, the lookup, the head, the draw).
+
+Roundings are the fused stack's at every step (the kernels' references are its ops), so `DepthOps.for_triton(False)`
 reproduces the stack's depth loop on the CPU; the folded tables round a projection of 2,048 rows where the stack
 projects R rows, which can differ in the last bit when cuBLAS picks another reduction order.
 """
@@ -33,18 +38,21 @@ from .fused_stack import FusedStack
 class DepthOps:
     linear: Callable[..., torch.Tensor]
     attend: Callable[..., torch.Tensor]
+    draw: Callable[..., torch.Tensor]  # kernels/sample_draw.py: every codebook's draw in one launch
 
     @classmethod
     def for_triton(cls, use_triton: bool) -> DepthOps:
         if use_triton:
             from ...kernels.cp_attend import cp_attend
             from ...kernels.cp_linear import cp_linear
+            from ...kernels.sample_draw import sample_draw
 
-            return cls(cp_linear, cp_attend)
+            return cls(cp_linear, cp_attend, sample_draw)
         from ...kernels.cp_attend import cp_attend_ref
         from ...kernels.cp_linear import cp_linear_ref
+        from ...kernels.sample_draw import sample_draw_ref
 
-        return cls(cp_linear_ref, cp_attend_ref)
+        return cls(cp_linear_ref, cp_attend_ref, sample_draw_ref)
 
 
 class FusedDepth:
