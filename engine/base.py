@@ -36,6 +36,9 @@ class SynthesisRequest:
     language: str | None = None  # None or "auto": the engine decides
     instruct: str | None = None  # style instruction, for engines that take one
     max_audio_ms: int | None = None  # length budget: the stream ends after this much audio (runaway guard)
+    # More text follows through AudioStream.append_text until end_text (engines with supports_text_streaming):
+    # `text` is then only the first part, and audio may start before the rest arrives.
+    text_open: bool = False
     request_id: int = field(default_factory=lambda: next(_request_ids))
 
     def __post_init__(self) -> None:
@@ -75,6 +78,15 @@ class AudioStream(abc.ABC):
     def cancel(self) -> None:
         """Stop now and free the request's resources. Idempotent; safe from any point of the iteration."""
 
+    def append_text(self, text: str) -> None:
+        """More text of a `text_open` request, in order. Safe from the event loop at any time before end_text;
+        raises EngineError("text_closed") after it. Engines without supports_text_streaming never get here."""
+        raise EngineError("unsupported", "this engine takes a request's whole text at once")
+
+    def end_text(self) -> None:
+        """No more text: the stream speaks what it has and ends. Idempotent."""
+        raise EngineError("unsupported", "this engine takes a request's whole text at once")
+
     def report_playback(self, buffered_s: float) -> None:  # noqa: B027 (a hint engines may ignore)
         """Hint from the gateway: this stream's listener holds `buffered_s` seconds of its audio right now (audio
         sent but not yet played, plus audio made but not yet sent). An engine that schedules by playback deadline
@@ -89,6 +101,9 @@ class Engine(abc.ABC):
     name: str = "engine"
     sample_rate: int = SAMPLE_RATE
     supports_instruct: bool = True  # False: `SynthesisRequest.instruct` is ignored (the gateway warns the client)
+    # True: a request may be opened with `text_open` and fed by AudioStream.append_text / end_text, one stream per
+    # turn (the gateway then stops cutting the turn's text into sentences). False: whole texts only.
+    supports_text_streaming: bool = False
 
     @abc.abstractmethod
     async def start(self) -> None: ...
