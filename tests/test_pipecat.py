@@ -32,10 +32,12 @@ from pipecat.frames.frames import (
     TTSStartedFrame,
     TTSStoppedFrame,
     TTSTextFrame,
+    TTSUpdateSettingsFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.transcriptions.language import Language
 from pipecat.workers.runner import WorkerRunner
 from voxgate.integrations.pipecat import VoxgateTTSService
 
@@ -169,6 +171,14 @@ async def test_the_pipeline_rate_is_asked_of_the_gateway(gateway):
         seconds = len(pcm(frames)) / 16000
         assert 1.0 < seconds < 4.0  # six words at espeak's 175 words a minute, plus its pauses
         assert len(pcm(frames)) == round(len(gateway_audio(server)) * 16000 / 24000)
+
+        # Voice, language and instruct go with each turn: a settings update takes effect at the next one.
+        await bot.worker.queue_frame(TTSUpdateSettingsFrame(delta=VoxgateTTSService.Settings(
+            voice="en-gb", language=Language.FR_FR, instruct="slowly")))
+        await bot.reply("Next turn.")
+        await bot.stopped()
+    requests = [request for request, _ in server.server.config.app.state.voxgate.engine.produced]
+    assert [(r.voice, r.language, r.instruct) for r in requests] == [("en-us", "en", None), ("en-gb", "fr", "slowly")]
 
 
 async def test_an_interruption_cancels_the_turn_and_the_next_one_speaks(gateway):

@@ -259,4 +259,5 @@ class VoxgateTTSService(WebsocketTTSService):
         code = getattr(error, "code", None)
         category = ERROR_CATEGORIES.get(code, ErrorCategory.UNKNOWN) if code else ErrorCategory.CONNECTIVITY
         context = f" (context {error.context_id})" if getattr(error, "context_id", None) else ""
-        await self.push_error(f"voxgate {error}{context}", exception=error, category=category)
+        # Without its traceback, Pipecat's log line is the server's code and message, not the SDK's file and line.
+        await self.push_error(f"voxgate {error}{context}", exception=error.with_traceback(None), category=category)
