@@ -181,6 +181,18 @@ async def test_the_pipeline_rate_is_asked_of_the_gateway(gateway):
     assert [(r.voice, r.language, r.instruct) for r in requests] == [("en-us", "en", None), ("en-gb", "fr", "slowly")]
 
 
+async def test_a_rate_the_gateway_lacks_is_resampled(gateway):
+    server = gateway()
+    tts = VoxgateTTSService(url=server.ws_url)
+    async with running(tts, sample_rate=32000) as bot:
+        assert tts.connection is not None and tts.connection.sample_rate == 44100  # the next rate it offers
+        await bot.reply(TEXT)
+        await bot.stopped()
+        frames = bot.down.audio()
+    assert {f.sample_rate for f in frames} == {32000}
+    assert len(pcm(frames)) / 32000 == pytest.approx(len(gateway_audio(server)) / 24000, abs=0.02)
+
+
 async def test_an_interruption_cancels_the_turn_and_the_next_one_speaks(gateway):
     server = gateway()
     tts = VoxgateTTSService(url=server.ws_url)
@@ -238,7 +250,22 @@ async def test_a_bad_voice_is_an_error_frame_with_the_gateways_code(gateway):
         assert isinstance(error, ErrorFrame)
         assert "voice_not_found" in error.error and "\n" not in error.error
         assert getattr(error.exception, "code", None) == "voice_not_found"
+        await bot.down.wait_for(lambda f: isinstance(f, LLMFullResponseEndFrame))
         assert not bot.down.audio()
+        assert len([f for f in bot.up.frames if isinstance(f, ErrorFrame)]) == 1
+
+
+async def test_an_unreachable_gateway_is_an_error_frame_not_a_hang(unused_tcp_port):
+    tts = VoxgateTTSService(url=f"ws://127.0.0.1:{unused_tcp_port}/v1/tts/ws")
+    async with running(tts) as bot:
+        error = await bot.up.wait_for(lambda f: isinstance(f, ErrorFrame))
+        assert isinstance(error, ErrorFrame) and error.error.startswith("voxgate ")
+        await bot.reply("Hello.")  # tries again, fails again, and the turn ends
+        await bot.down.wait_for(lambda f: isinstance(f, LLMFullResponseEndFrame))
+        assert not bot.down.audio()
+        # One error at the start, one for the turn's first token: its later tokens do not try again each. (Pipecat
+        # adds its own, a context that "completed with no audio".)
+        assert len([f for f in bot.up.frames if isinstance(f, ErrorFrame) and f.error.startswith("voxgate ")]) == 2
 
 
 def test_importing_voxgate_does_not_import_pipecat():

@@ -16,8 +16,9 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import soxr
 from loguru import logger
-from pipecat.audio.utils import create_stream_resampler
 from pipecat.frames.frames import (
     Frame,
     InterruptionFrame,
@@ -87,6 +88,7 @@ class VoxgateTTSService(WebsocketTTSService):
         self._receive_task: asyncio.Task | None = None
         self._turns: dict[str, Turn] = {}  # live voxgate contexts, by Pipecat context id
         self._readers: dict[str, asyncio.Task] = {}  # the task moving each turn's audio into its audio context
+        self._unspoken: set[str] = set()  # turns that could not be opened, until they end
 
     @property
     def connection(self) -> Connection | None:
@@ -157,7 +159,7 @@ class VoxgateTTSService(WebsocketTTSService):
             await self._connection.client.send({"type": "ping"})
 
     def _gateway_rate(self) -> int:
-        """The rate to ask the gateway for: the pipeline's, or the next one the gateway offers (then resampled)."""
+        """The rate to ask the gateway for: the pipeline's, or the next higher one it offers (then resampled here)."""
         return next((rate for rate in PCM_RATES if rate >= self.sample_rate), PCM_RATES[-1])
 
     # -- a turn: text in, audio out -----------------------------------------------------------------------------
@@ -165,7 +167,11 @@ class VoxgateTTSService(WebsocketTTSService):
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Append `text` to the turn's voxgate context (opened with the first text); the audio arrives on the
         turn's reader task. `yield None`: this service's audio never comes inline."""
-        turn = self._turns.get(context_id) or await self._open_turn(context_id)
+        turn = self._turns.get(context_id)
+        if turn is None and context_id not in self._unspoken:
+            turn = await self._open_turn(context_id)
+            if turn is None:  # no session, or the turn failed already: the rest of its text goes unspoken too
+                self._unspoken.add(context_id)
         if turn is not None:
             try:
                 await turn.send(text)
@@ -196,14 +202,15 @@ class VoxgateTTSService(WebsocketTTSService):
         """Move the turn's audio into its Pipecat audio context, in order, until `context.done` or an error."""
         assert self._connection is not None
         source_rate = self._connection.sample_rate
-        resampler = create_stream_resampler() if source_rate != self.sample_rate else None
+        # One stream per turn, flushed at its end, so that no sample of the turn's tail stays inside soxr.
+        resampler = (soxr.ResampleStream(source_rate, self.sample_rate, 1, dtype="int16")
+                     if source_rate != self.sample_rate else None)
         try:
             async for chunk in turn:
-                audio = chunk.pcm.tobytes()
-                if resampler is not None:
-                    audio = await resampler.resample(audio, source_rate, self.sample_rate)
-                await self.append_to_audio_context(
-                    context_id, TTSAudioRawFrame(audio, self.sample_rate, 1, context_id=context_id))
+                pcm = chunk.pcm if resampler is None else resampler.resample_chunk(chunk.pcm)
+                await self._append_audio(context_id, pcm)
+            if resampler is not None:
+                await self._append_audio(context_id, resampler.resample_chunk(np.zeros(0, np.int16), last=True))
         except VoxgateError as error:
             await self._push_gateway_error(error)
         finally:
@@ -212,14 +219,24 @@ class VoxgateTTSService(WebsocketTTSService):
         await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
         await self.remove_audio_context(context_id)
 
+    async def _append_audio(self, context_id: str, pcm: np.ndarray) -> None:
+        if len(pcm):
+            frame = TTSAudioRawFrame(pcm.tobytes(), self.sample_rate, 1, context_id=context_id)
+            await self.append_to_audio_context(context_id, frame)
+
     async def flush_audio(self, context_id: str | None = None) -> None:
         """The end of the turn: `context.end` (the gateway speaks the rest, then answers `context.done`)."""
-        turn = self._turns.get(context_id or self.get_active_audio_context_id() or "")
+        context_id = context_id or self.get_active_audio_context_id() or ""
+        turn = self._turns.get(context_id)
         if turn is not None:
             try:
                 await turn.end()
             except SessionError as error:  # the session closed: the reader reports it
                 logger.debug(f"{self} context.end not sent: {error}")
+        elif self.audio_context_available(context_id):  # a turn with nothing to speak ends now, not on a timeout
+            await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
+            await self.remove_audio_context(context_id)
+        self._unspoken.discard(context_id)
 
     # -- interruptions ------------------------------------------------------------------------------------------
 
@@ -229,6 +246,7 @@ class VoxgateTTSService(WebsocketTTSService):
 
     async def _handle_interruption(self, frame: InterruptionFrame, direction: FrameDirection) -> None:
         await super()._handle_interruption(frame, direction)
+        self._unspoken.clear()
         # A turn whose audio context Pipecat already closed (no audio for stop_frame_timeout_s) gets no hook above,
         # yet the gateway would go on speaking it ahead of the next turn on the track.
         for context_id in list(self._turns):
