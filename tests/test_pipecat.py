@@ -39,6 +39,7 @@ from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.transcriptions.language import Language
 from pipecat.workers.runner import WorkerRunner
+from voxgate.gateway.config import Limits
 from voxgate.integrations.pipecat import VoxgateTTSService
 
 TEXT = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
@@ -240,6 +241,21 @@ async def test_an_interruption_cancels_the_turn_and_the_next_one_speaks(gateway)
         again = bot.down.audio(stopped.context_id)
         assert 0.2 < len(pcm(again)) / 24000 < 2.0
         assert not [f for f in bot.up.frames if isinstance(f, ErrorFrame)]
+
+
+async def test_an_idle_bot_keeps_its_session_and_an_expired_one_is_replaced(gateway):
+    server = gateway(limits=Limits(idle_timeout_s=0.6, max_session_s=2.0))
+    tts = VoxgateTTSService(url=server.ws_url)
+    async with running(tts) as bot:
+        first = tts.connection
+        await asyncio.sleep(1.0)  # idle past idle_timeout_s: the keepalive pings hold the session open
+        assert tts.connection is first and not first.client.closed.is_set()
+        await asyncio.sleep(1.3)  # past max_session_s: the gateway ends it, the service opens another
+        assert first.client.closed.is_set() and first.client.close_code == 4008
+        await bot.reply("Still here.")
+        stopped = await bot.stopped()
+        assert tts.connection is not first
+        assert len(pcm(bot.down.audio(stopped.context_id))) > 0.3 * 24000
 
 
 async def test_a_bad_voice_is_an_error_frame_with_the_gateways_code(gateway):
