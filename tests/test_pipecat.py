@@ -38,8 +38,9 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.transcriptions.language import Language
+from pipecat.utils.errors import ErrorCategory
 from pipecat.workers.runner import WorkerRunner
-from voxgate.gateway.config import Limits
+from voxgate.gateway.config import GatewayConfig, Limits
 from voxgate.integrations.pipecat import VoxgateTTSService
 
 TEXT = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
@@ -282,6 +283,19 @@ async def test_an_unreachable_gateway_is_an_error_frame_not_a_hang(unused_tcp_po
         # One error at the start, one for the turn's first token: its later tokens do not try again each. (Pipecat
         # adds its own, a context that "completed with no audio".)
         assert len([f for f in bot.up.frames if isinstance(f, ErrorFrame) and f.error.startswith("voxgate ")]) == 2
+
+
+async def test_a_wrong_token_is_an_authentication_error(gateway):
+    server = gateway(config=GatewayConfig(auth_tokens=["s3cret"]))
+    async with running(VoxgateTTSService(url=server.ws_url, token="wrong")) as bot:
+        error = await bot.up.wait_for(lambda f: isinstance(f, ErrorFrame))
+        assert isinstance(error, ErrorFrame) and "unauthorized" in error.error, error.error
+        assert error.category is ErrorCategory.AUTHENTICATION
+    tts = VoxgateTTSService(url=server.ws_url, token="s3cret")
+    async with running(tts) as bot:
+        await bot.reply("Hello.")
+        await bot.stopped()
+        assert bot.down.audio() and not [f for f in bot.up.frames if isinstance(f, ErrorFrame)]
 
 
 def test_importing_voxgate_does_not_import_pipecat():

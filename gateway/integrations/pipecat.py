@@ -273,9 +273,10 @@ class VoxgateTTSService(WebsocketTTSService):
 
     async def _push_gateway_error(self, error: Exception) -> None:
         """One `ErrorFrame` upstream, its text led by the gateway's code (`voice_not_found: ...`); the exception,
-        a `VoxgateError` with `.code`, travels with it."""
+        a `VoxgateError` with `.code`, travels with it. Other failures (unreachable, an HTTP refusal) are left to
+        Pipecat's own classification (a 401 is an authentication error, a refused connection a connectivity one)."""
         code = getattr(error, "code", None)
-        category = ERROR_CATEGORIES.get(code, ErrorCategory.UNKNOWN) if code else ErrorCategory.CONNECTIVITY
+        category = ERROR_CATEGORIES.get(code, ErrorCategory.UNKNOWN) if code else None
         context = f" (context {error.context_id})" if getattr(error, "context_id", None) else ""
         # Without its traceback, Pipecat's log line is the server's code and message, not the SDK's file and line.
         await self.push_error(f"voxgate {error}{context}", exception=error.with_traceback(None), category=category)
