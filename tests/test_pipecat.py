@@ -245,15 +245,17 @@ async def test_an_interruption_cancels_the_turn_and_the_next_one_speaks(gateway)
 
 
 async def test_an_idle_bot_keeps_its_session_and_an_expired_one_is_replaced(gateway):
-    server = gateway(limits=Limits(idle_timeout_s=0.6, max_session_s=2.0))
+    server = gateway(limits=Limits(idle_timeout_s=1.0, max_session_s=2.5))
     tts = VoxgateTTSService(url=server.ws_url)
     async with running(tts) as bot:
         first = tts.connection
-        await asyncio.sleep(1.0)  # idle past idle_timeout_s: the keepalive pings hold the session open
+        assert first is not None
+        await asyncio.sleep(1.5)  # idle past idle_timeout_s: the keepalive pings hold the session open
         assert tts.connection is first and not first.client.closed.is_set()
-        await asyncio.sleep(1.3)  # past max_session_s: the gateway ends it, the service opens another
-        assert first.client.closed.is_set() and first.client.close_code == 4008
-        await bot.reply("Still here.")
+        async with asyncio.timeout(3):  # max_session_s: the gateway ends it, the service opens another
+            await first.client.closed.wait()
+        assert first.client.close_code == 4008
+        await bot.reply("Still here.")  # at once: the turn waits for the new session
         stopped = await bot.stopped()
         assert tts.connection is not first
         assert len(pcm(bot.down.audio(stopped.context_id))) > 0.3 * 24000

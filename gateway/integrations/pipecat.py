@@ -52,6 +52,8 @@ ERROR_CATEGORIES = {
     "closed": ErrorCategory.CONNECTIVITY,
 }
 
+RECONNECT_WAIT_S = 2.0  # how long a turn waits for the session that replaces one the gateway ended
+
 
 @dataclass
 class VoxgateTTSSettings(TTSSettings):
@@ -182,21 +184,33 @@ class VoxgateTTSService(WebsocketTTSService):
         yield None
 
     async def _open_turn(self, context_id: str) -> Turn | None:
-        if self._receive_task is None or self._receive_task.done():  # never connected, or reconnecting gave up
-            await self._connect()
-        if self._connection is None or self._connection.client.closed.is_set():
-            # Not connected (that error was reported), or the session just ended and the receive task is
-            # reconnecting; opening a second session here would race it.
+        connection = await self._open_session()
+        if connection is None:
             logger.warning(f"{self} no gateway session, not speaking context {context_id}")
             return None
         options = {name: getattr(self._settings, name) for name in ("voice", "language", "instruct")}
         try:
-            turn = self._connection.context(context_id, **options)
+            turn = connection.context(context_id, **options)
         except ValueError:  # the id's turn already ended on this session (a failed turn's later text)
             return None
         self._turns[context_id] = turn
         self._readers[context_id] = self.create_task(self._read_audio(turn, context_id), name=f"voxgate_{context_id}")
         return turn
+
+    async def _open_session(self) -> Connection | None:
+        """The open session. Connects if there is none (a failed start); a session the gateway just ended
+        (`max_session_s`, a restart) is being replaced by the receive task: wait a moment for it, rather than race
+        it with a second one."""
+        if self._receive_task is None or self._receive_task.done():
+            await self._connect()
+        deadline = asyncio.get_running_loop().time() + RECONNECT_WAIT_S
+        while self._connection is None or self._connection.client.closed.is_set():
+            if self._receive_task is None or self._receive_task.done():
+                return None  # not connected: that error was reported
+            if asyncio.get_running_loop().time() > deadline:
+                return None
+            await asyncio.sleep(0.05)
+        return self._connection
 
     async def _read_audio(self, turn: Turn, context_id: str) -> None:
         """Move the turn's audio into its Pipecat audio context, in order, until `context.done` or an error."""
