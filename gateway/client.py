@@ -84,11 +84,11 @@ class VoxgateClient:
     async def __aenter__(self) -> VoxgateClient:
         subprotocols = [Subprotocol(PROTOCOL)] + ([Subprotocol(f"voxgate.token.{self.token}")] if self.token else [])
         self.ws = await websockets.connect(self.url, subprotocols=subprotocols, max_size=None, compression=None)
+        self._tasks.append(asyncio.get_running_loop().create_task(self._receive()))
         try:
             await self.send(self.start_msg)
-        except SessionError:
-            pass  # refused at once (a wrong token) and closed before our send: the receive loop still reads why
-        self._tasks.append(asyncio.get_running_loop().create_task(self._receive()))
+        except SessionError:  # refused before it read anything (a wrong token): its error is on the receive task
+            pass
         try:
             async with asyncio.timeout(self.start_timeout_s):
                 await self._started.wait()

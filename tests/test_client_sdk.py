@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import voxgate.client
 from voxgate.client import AudioChunk, StallReport, VoxgateError
+from voxgate.gateway.config import GatewayConfig
 
 TEXT = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
 
@@ -131,6 +132,17 @@ async def test_a_bad_voice_raises_the_servers_code(gateway):
             await turn.audio()
         assert failed.value.code == "voice_not_found" and failed.value.context_id == turn.context_id
         assert len(await tts.speak("Hello there.").audio()) > 0  # the session is fine
+
+
+async def test_a_wrong_token_raises_unauthorized_not_a_bare_close(gateway):
+    server = gateway(config=GatewayConfig(auth_tokens=["s3cret"]))
+    for _ in range(3):  # the refusal races session.start: the server may close before it reads it
+        with pytest.raises(VoxgateError) as refused:
+            async with voxgate.client.connect(server.ws_url, token="wrong"):
+                pass
+        assert (refused.value.code, refused.value.close_code) == ("unauthorized", 4001)
+    async with voxgate.client.connect(server.ws_url, token="s3cret") as tts:
+        assert len(await tts.speak("Hi.").audio()) > 0
 
 
 async def test_a_failing_token_source_raises_in_the_consumer(gateway):

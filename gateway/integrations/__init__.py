@@ -1,1 +1,2 @@
-"""voxgate.integrations: adapters that let agent frameworks speak through a voxgate gateway (each an extra)."""
+"""voxgate.integrations: voxgate as the TTS of agent frameworks (Pipecat: docs/integrations.md; LiveKit Agents:
+docs/integrations-livekit.md), each behind its extra."""
