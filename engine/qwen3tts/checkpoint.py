@@ -167,12 +167,13 @@ def load_codec_encoder(path_or_id: str | Path, device: str | torch.device = "cpu
     cfg = load_config(directory)
     if cfg.codec_encoder is None:
         raise CheckpointError(f"{directory / CODEC_DIR / 'config.json'}: no encoder_config")
-    holder = nn.Module()  # `encoder.*` keys without building the decoder
     with torch.device("meta"):
-        holder.encoder = CodecEncoder(cfg.codec_encoder)
+        encoder = CodecEncoder(cfg.codec_encoder)
+    holder = nn.Module()  # `encoder.*` keys without building the decoder
+    holder.encoder = encoder
     load_into(holder, weight_files(directory / CODEC_DIR), dtype, torch.device(device), "speech_tokenizer encoder",
               ignore_prefixes=("decoder.",), progress=progress)
-    return holder.encoder.eval()
+    return encoder.eval()
 
 
 def expected_shapes(cfg: Qwen3TTSConfig, with_encoder: bool = False,
