@@ -2,7 +2,8 @@
 
 `model.safetensors` (or shards + `model.safetensors.index.json`) holds `talker.*` (bf16) and, for Base,
 `speaker_encoder.*`; `speech_tokenizer/model.safetensors` holds `decoder.*` (fp32) and `encoder.*` (the codec
-encoder, which this port does not run: ICL takes reference codes).
+encoder, for ICL reference codes from audio). A file without any `encoder.*` key (`voxgate checkpoint synth
+--no-encoder`) loads without the encoder; one with some of its keys must have them all.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .codec import CodecDecoder
+from .codec_encoder import CodecEncoder
 from .config import Qwen3TTSConfig, load_config
 from .speaker_encoder import SpeakerEncoder
 from .talker import Talker
@@ -24,7 +26,7 @@ from .talker import Talker
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 CODEC_DIR = "speech_tokenizer"
-IGNORED_CODEC_PREFIXES = ("encoder.",)  # present in the official file, unused here
+ENCODER_PREFIX = "encoder."
 ALLOW_PATTERNS = ["*.json", "*.txt", "*.safetensors", f"{CODEC_DIR}/*"]
 
 
@@ -42,11 +44,14 @@ class Qwen3TTSWeights(nn.Module):
 
 
 class CodecWeights(nn.Module):
-    """The decoder half of `speech_tokenizer/model.safetensors` (`decoder.*`)."""
+    """`speech_tokenizer/model.safetensors`: `decoder.*` and, when asked for, `encoder.*`."""
 
-    def __init__(self, cfg: Qwen3TTSConfig) -> None:
+    def __init__(self, cfg: Qwen3TTSConfig, with_encoder: bool = False) -> None:
         super().__init__()
         self.decoder = CodecDecoder(cfg.codec)
+        if with_encoder and cfg.codec_encoder is None:
+            raise CheckpointError("speech_tokenizer/config.json has no encoder_config")
+        self.encoder = CodecEncoder(cfg.codec_encoder) if with_encoder and cfg.codec_encoder is not None else None
 
 
 def resolve(path_or_id: str | Path) -> Path:
@@ -112,19 +117,34 @@ def load_into(module: nn.Module, files: list[Path], dtype: torch.dtype, device: 
     module.load_state_dict(state, strict=True, assign=True)
 
 
+def has_keys(files: list[Path], prefix: str) -> bool:
+    for f in files:
+        with safe_open(str(f), framework="pt", device="cpu") as h:
+            if any(k.startswith(prefix) for k in h.keys()):  # noqa: SIM118
+                return True
+    return False
+
+
 def load_checkpoint(path_or_id: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16,
                     codec_dtype: torch.dtype = torch.float32, progress: bool = True,
+                    with_encoder: bool | None = None,
                     ) -> tuple[Path, Qwen3TTSConfig, Qwen3TTSWeights, CodecWeights]:
-    """Build the modules on the meta device and assign the checkpoint tensors (no random init, no double copy)."""
+    """Build the modules on the meta device and assign the checkpoint tensors (no random init, no double copy).
+
+    with_encoder: None loads the codec encoder when the file has `encoder.*` keys; True requires it; False skips it.
+    """
     directory = resolve(path_or_id)
     cfg = load_config(directory)
     device = torch.device(device)
+    codec_files = weight_files(directory / CODEC_DIR)
+    if with_encoder is None:
+        with_encoder = cfg.codec_encoder is not None and has_keys(codec_files, ENCODER_PREFIX)
     with torch.device("meta"):
         weights = Qwen3TTSWeights(cfg)
-        codec = CodecWeights(cfg)
+        codec = CodecWeights(cfg, with_encoder)
     load_into(weights, weight_files(directory), dtype, device, "model", progress=progress)
-    load_into(codec, weight_files(directory / CODEC_DIR), codec_dtype, device, "speech_tokenizer",
-              ignore_prefixes=IGNORED_CODEC_PREFIXES, progress=progress)
+    load_into(codec, codec_files, codec_dtype, device, "speech_tokenizer",
+              ignore_prefixes=() if with_encoder else (ENCODER_PREFIX,), progress=progress)
     return directory, cfg, weights.eval(), codec.eval()
 
 
@@ -136,13 +156,31 @@ def load_codec(path_or_id: str | Path, device: str | torch.device = "cpu", dtype
     with torch.device("meta"):
         codec = CodecWeights(cfg)
     load_into(codec, weight_files(directory / CODEC_DIR), dtype, torch.device(device), "speech_tokenizer",
-              ignore_prefixes=IGNORED_CODEC_PREFIXES, progress=progress)
+              ignore_prefixes=(ENCODER_PREFIX,), progress=progress)
     return codec.decoder.eval()
 
 
-def expected_shapes(cfg: Qwen3TTSConfig) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
-    """Key -> shape of `model.safetensors` and of the codec decoder, computed on the meta device (no memory)."""
+def load_codec_encoder(path_or_id: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                       progress: bool = False) -> CodecEncoder:
+    """Only the codec encoder of a checkpoint (`speech_tokenizer/` `encoder.*`)."""
+    directory = resolve(path_or_id)
+    cfg = load_config(directory)
+    if cfg.codec_encoder is None:
+        raise CheckpointError(f"{directory / CODEC_DIR / 'config.json'}: no encoder_config")
     with torch.device("meta"):
-        w, c = Qwen3TTSWeights(cfg), CodecWeights(cfg)
+        encoder = CodecEncoder(cfg.codec_encoder)
+    holder = nn.Module()  # `encoder.*` keys without building the decoder
+    holder.encoder = encoder
+    load_into(holder, weight_files(directory / CODEC_DIR), dtype, torch.device(device), "speech_tokenizer encoder",
+              ignore_prefixes=("decoder.",), progress=progress)
+    return encoder.eval()
+
+
+def expected_shapes(cfg: Qwen3TTSConfig, with_encoder: bool = False,
+                    ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+    """Key -> shape of `model.safetensors` and of `speech_tokenizer/model.safetensors` (the decoder, plus the encoder
+    when asked), computed on the meta device (no memory)."""
+    with torch.device("meta"):
+        w, c = Qwen3TTSWeights(cfg), CodecWeights(cfg, with_encoder)
     return ({k: tuple(v.shape) for k, v in w.state_dict().items()},
             {k: tuple(v.shape) for k, v in c.state_dict().items()})

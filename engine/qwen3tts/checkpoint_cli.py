@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "the Hub's Qwen/<NAME> when online, else $VOXGATE_SHARED or <repo>/../shared)")
     p.add_argument("--device", default="cpu", help="device that draws the random weights (cuda is much faster)")
     p.add_argument("--shard-mb", type=int, default=0, help="split model.safetensors into shards of this size")
-    p.add_argument("--no-encoder", action="store_true", help="omit the (unused) codec encoder tensors")
+    p.add_argument("--no-encoder", action="store_true",
+                   help="omit the codec encoder tensors (no encoding of reference audio for in-context cloning)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -145,6 +145,81 @@ class CodecDecoderConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CodecEncoderConfig:
+    """The 12 Hz codec encoder (design §8): a Mimi encoder (SEANet, transformer, downsample, split RVQ) of which
+    only the first `valid_num_quantizers` codebooks are used."""
+
+    sampling_rate: int
+    num_filters: int
+    kernel_size: int
+    last_kernel_size: int
+    residual_kernel_size: int
+    dilation_growth_rate: int
+    num_residual_layers: int
+    compress: int
+    upsampling_ratios: tuple[int, ...]
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    norm_eps: float
+    rope_theta: float
+    layer_scale_initial_scale: float
+    codebook_size: int
+    codebook_dim: int
+    num_quantizers: int
+    num_semantic_quantizers: int
+    vector_quantization_hidden_dimension: int
+    frame_rate: float
+    valid_num_quantizers: int
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], valid_num_quantizers: int) -> CodecEncoderConfig:
+        w = "speech_tokenizer encoder_config"
+        # What the port implements; anything else in a config is refused rather than run wrongly.
+        fixed = {"audio_channels": 1, "use_causal_conv": True, "use_conv_shortcut": False, "pad_mode": "constant",
+                 "hidden_act": "gelu", "attention_bias": False}
+        for key, want in fixed.items():
+            if d.get(key, want) != want:
+                raise ConfigError(f"{w}: {key}={d[key]!r} is not supported (only {want!r})")
+        if d.get("rope_scaling"):
+            raise ConfigError(f"{w}: rope_scaling is not supported")
+        vals = {f: _get(d, f, w) for f in cls.__slots__ if f not in ("frame_rate", "valid_num_quantizers")}  # type: ignore[attr-defined]
+        vals["upsampling_ratios"] = tuple(vals["upsampling_ratios"])
+        cfg = cls(frame_rate=float(_get(d, "_frame_rate", w)), valid_num_quantizers=valid_num_quantizers, **vals)
+        if cfg.vector_quantization_hidden_dimension != cfg.codebook_dim:
+            raise ConfigError(f"{w}: vector_quantization_hidden_dimension must equal codebook_dim")
+        if not cfg.num_semantic_quantizers < valid_num_quantizers <= cfg.num_quantizers:
+            raise ConfigError(f"{w}: encoder_valid_num_quantizers {valid_num_quantizers} out of range")
+        if cfg.downsample_stride * cfg.hop_length != round(cfg.sampling_rate / cfg.frame_rate):
+            raise ConfigError(f"{w}: frame_rate {cfg.frame_rate} is not the SEANet rate / 2")
+        return cfg
+
+    @property
+    def hop_length(self) -> int:
+        """Samples per SEANet output step (960 at 24 kHz: 25 Hz)."""
+        n = 1
+        for r in self.upsampling_ratios:
+            n *= r
+        return n
+
+    @property
+    def downsample_stride(self) -> int:
+        return 2  # Mimi's downsample conv always halves the SEANet rate
+
+    @property
+    def downsample_kernel(self) -> int:
+        seanet_rate = -(-self.sampling_rate // self.hop_length)  # ceil, as Mimi computes it
+        return 2 * int(seanet_rate / self.frame_rate)
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.hop_length * self.downsample_stride
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationConfig:
     """Sampling settings; generation_config.json values, overridable per call."""
 
@@ -178,6 +253,7 @@ class Qwen3TTSConfig:
     codec: CodecDecoderConfig
     generation: GenerationConfig
     speaker_encoder: SpeakerEncoderConfig | None
+    codec_encoder: CodecEncoderConfig | None
     im_start_token_id: int
     im_end_token_id: int
     assistant_token_id: int
@@ -226,6 +302,10 @@ def parse_config(config: dict[str, Any], codec_config: dict[str, Any], generatio
         codec=CodecDecoderConfig.from_dict(_get(codec_config, "decoder_config", "speech_tokenizer/config.json")),
         generation=GenerationConfig.from_dict(generation),
         speaker_encoder=SpeakerEncoderConfig.from_dict(spk) if tts_type == "base" and spk else None,
+        codec_encoder=CodecEncoderConfig.from_dict(codec_config["encoder_config"],
+                                                   int(_get(codec_config, "encoder_valid_num_quantizers",
+                                                            "speech_tokenizer/config.json")))
+        if "encoder_config" in codec_config else None,
         raw=config,
         **{k: int(_get(config, k, "config.json")) for k in ids},
     )

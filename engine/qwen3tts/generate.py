@@ -17,6 +17,7 @@ import torch
 
 from .checkpoint import load_checkpoint
 from .codec import CodecDecoder
+from .codec_encoder import CodecEncoder, resample
 from .config import GenerationConfig, Qwen3TTSConfig
 from .prompt import Prompt, PromptError, PromptInputs, build_prompt, instruct_text, ref_text, target_text
 from .sampling import CodebookZeroRules, SamplingParams, pick
@@ -41,12 +42,13 @@ class Voice:
 
 class Qwen3TTS:
     def __init__(self, cfg: Qwen3TTSConfig, talker: Talker, codec: CodecDecoder, tokenizer: TextTokenizer,
-                 speaker_encoder: SpeakerEncoder | None = None) -> None:
+                 speaker_encoder: SpeakerEncoder | None = None, codec_encoder: CodecEncoder | None = None) -> None:
         self.cfg = cfg
         self.talker = talker
         self.codec = codec
         self.tokenizer = tokenizer
         self.speaker_encoder = speaker_encoder
+        self.codec_encoder = codec_encoder
         self.rules = CodebookZeroRules(cfg.talker.layers.vocab_size, cfg.talker.codec_eos_token_id, 1.0)
 
     @classmethod
@@ -56,7 +58,7 @@ class Qwen3TTS:
         dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
         codec_dtype = DTYPES[codec_dtype] if isinstance(codec_dtype, str) else codec_dtype
         directory, cfg, weights, codec = load_checkpoint(path_or_id, device, dtype, codec_dtype, progress)
-        return cls(cfg, weights.talker, codec.decoder, TextTokenizer(directory), weights.speaker_encoder)
+        return cls(cfg, weights.talker, codec.decoder, TextTokenizer(directory), weights.speaker_encoder, codec.encoder)
 
     @property
     def device(self) -> torch.device:
@@ -97,6 +99,27 @@ class Qwen3TTS:
         if self.speaker_encoder is None:
             raise PromptError("only Base checkpoints have a speaker encoder")
         return self.speaker_encoder.embed(audio, sr)
+
+    def encode(self, audio: np.ndarray | torch.Tensor, sr: int = SAMPLE_RATE) -> torch.Tensor:
+        """Mono float audio in [-1, 1] -> codec codes [ceil(N_24k / 1920), 16] (int64, on the model device).
+        Other rates are resampled to 24 kHz first, as the reference does (soxr HQ)."""
+        if self.codec_encoder is None:
+            raise PromptError("this checkpoint has no codec encoder (speech_tokenizer/ without encoder.* weights)")
+        if sr != SAMPLE_RATE:
+            audio = resample(np.asarray(audio, dtype=np.float32), sr, SAMPLE_RATE)
+        return self.codec_encoder.encode(audio)
+
+    def clone_voice(self, audio: np.ndarray, sr: int = SAMPLE_RATE, ref_text: str | None = None) -> Voice:
+        """Base: the voice of a reference recording, as the reference's `create_voice_clone_prompt` builds it: the
+        x-vector always; with its transcript, also the reference codes for in-context cloning (ICL)."""
+        audio = np.asarray(audio, dtype=np.float32)
+        if audio.ndim > 1:
+            audio = audio.mean(axis=-1)  # channels last, as the reference averages them
+        wav = resample(audio, sr, SAMPLE_RATE)
+        x_vector = self.speaker_embedding(wav, SAMPLE_RATE)
+        if not ref_text:
+            return Voice(x_vector=x_vector)
+        return Voice(x_vector=x_vector, ref_text=ref_text, ref_codes=self.encode(wav))
 
     def build(self, inputs: PromptInputs) -> Prompt:
         return build_prompt(self.talker, self.cfg, inputs)

@@ -16,7 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--voice", default=None, help="CustomVoice speaker (e.g. ryan)")
     parser.add_argument("--language", default="auto")
     parser.add_argument("--instruct", default=None, help="style instruction (1.7B CustomVoice, VoiceDesign)")
-    parser.add_argument("--ref-audio", default=None, help="Base: 24 kHz 16-bit WAV of the voice to clone (x-vector)")
+    parser.add_argument("--ref-audio", default=None, help="Base: 16-bit WAV of the voice to clone (any rate: "
+                        "resampled to 24 kHz); alone it gives the x-vector voice")
+    parser.add_argument("--ref-text", default=None, help="Base: the transcript of --ref-audio: clone in context "
+                        "(the reference audio's codec codes condition the generation)")
     parser.add_argument("-o", "--output", required=True, help="output WAV (24 kHz mono 16-bit)")
     parser.add_argument("--max-frames", type=int, default=None, help="frame budget (12.5 frames per second)")
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
@@ -39,10 +42,12 @@ def run(args: argparse.Namespace) -> int:
     model = Qwen3TTS.from_pretrained(args.model, device=device, dtype=dtype)
     gen = model.cfg.generation.greedy() if args.greedy else model.cfg.generation
     voice = Voice(speaker=args.voice)
-    if args.ref_audio:
-        audio, sr = read_wav(args.ref_audio)
-        voice = Voice(x_vector=model.speaker_embedding(audio, sr))
     try:
+        if args.ref_text and not args.ref_audio:
+            raise PromptError("--ref-text needs --ref-audio")
+        if args.ref_audio:
+            audio, sr = read_wav(args.ref_audio)
+            voice = model.clone_voice(audio, sr, ref_text=args.ref_text)
         inputs = model.prompt_inputs(args.text, voice, args.language, args.instruct,
                                      non_streaming=False if args.text_per_frame else None)
     except PromptError as exc:
@@ -57,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {i} frames ({i / 12.5:.1f} s of audio)", file=sys.stderr)
     codes = torch.stack(frames) if frames else torch.empty((0, 16), dtype=torch.long)
     gen_s = time.perf_counter() - start
-    audio = model.decode(codes)
+    audio = model.decode(codes, voice.ref_codes)  # ICL: decoded after the reference frames, then cut
     total_s = time.perf_counter() - start
     write_wav(args.output, audio)
     seconds = len(audio) / 24_000

@@ -37,8 +37,10 @@ TINY_PREDICTOR = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64,
 TINY_SPEAKER = dict(enc_channels=[16, 16, 16, 16, 48], enc_attention_channels=8, enc_se_channels=8)
 TINY_CODEC = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=4, head_dim=8, latent_dim=32, codebook_dim=16, decoder_dim=48)
-TINY_ENCODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                    num_key_value_heads=2, head_dim=16, num_filters=4, codebook_dim=16, upsample_groups=32)
+# The codec encoder keeps its 1920-sample frame (ratios 8,6,5,4 and the stride-2 downsample) and 32 quantizers.
+TINY_ENCODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=8, num_filters=4, codebook_dim=16,
+                    vector_quantization_hidden_dimension=16, upsample_groups=32)
 
 
 def default_shared() -> Path:
@@ -115,7 +117,7 @@ def _init(name: str, shape: tuple[int, ...], layers: int, gen: torch.Generator, 
     long generations."""
     leaf = name.rsplit(".", 1)[-1]
     if leaf == "initialized":
-        return torch.zeros(shape, device=device)  # the codec encoder's codebook flag (a buffer, not a weight)
+        return torch.ones(shape, device=device)  # the codec encoder's "codebook initialized" flag: set when trained
     if leaf in ("alpha", "beta"):  # SnakeBeta, log space: e^alpha and e^-beta within about 0.8-1.2
         return 0.2 * (2 * torch.rand(shape, generator=gen, device=device) - 1)
     if leaf == "cluster_usage":  # the codebook divides by it: positive
@@ -151,14 +153,15 @@ def random_state(shapes: dict[str, tuple[int, ...]], dtype: torch.dtype, gen: to
 
 
 def encoder_shapes(codec_config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """`encoder.*` of the official speech_tokenizer file: HF Mimi's encoder half, shapes only (meta device)."""
-    from transformers import MimiConfig, MimiModel
+    """`encoder.*` of the official speech_tokenizer file (the Mimi encoder half), shapes only (meta device)."""
+    from .codec_encoder import CodecEncoder
+    from .config import CodecEncoderConfig
 
-    cfg = MimiConfig(**{k: v for k, v in codec_config["encoder_config"].items() if k != "transformers_version"})
+    valid = int(codec_config["encoder_valid_num_quantizers"])
+    cfg = CodecEncoderConfig.from_dict(codec_config["encoder_config"], valid)
     with torch.device("meta"):
-        mimi = MimiModel(cfg)
-    skip = ("upsample.", "decoder_transformer.", "decoder.")
-    return {f"encoder.{k}": tuple(v.shape) for k, v in mimi.state_dict().items() if not k.startswith(skip)}
+        encoder = CodecEncoder(cfg)
+    return {f"encoder.{k}": tuple(v.shape) for k, v in encoder.state_dict().items()}
 
 
 def save_sharded(state: dict[str, torch.Tensor], directory: Path, shard_bytes: int | None) -> None:
@@ -186,9 +189,13 @@ def save_sharded(state: dict[str, torch.Tensor], directory: Path, shard_bytes: i
 
 def write_synthetic(like: str, out: str | Path, seed: int = 0, tiny: bool = False, shared: Path | None = None,
                     device: str | torch.device = "cpu", talker_dtype: torch.dtype = torch.bfloat16,
-                    shard_bytes: int | None = None, with_encoder: bool = True,
-                    progress: Callable[[str], None] | None = None) -> Path:
-    """Write a checkpoint directory shaped like shared/qwen3-tts/checkpoints/<like> with random weights."""
+                    shard_bytes: int | None = None, with_encoder: bool = True, with_model: bool = True,
+                    with_decoder: bool = True, progress: Callable[[str], None] | None = None) -> Path:
+    """Write a checkpoint directory shaped like shared/qwen3-tts/checkpoints/<like> with random weights.
+
+    with_model=False writes no `model.safetensors` and with_decoder=False no `decoder.*`: a partial directory for
+    tests of one part at its real shapes (`load_codec_encoder` reads only the configs and `speech_tokenizer/`).
+    """
     src, tok = find_sources(like, shared)
     out = Path(out)
     (out / CODEC_DIR).mkdir(parents=True, exist_ok=True)
@@ -205,16 +212,17 @@ def write_synthetic(like: str, out: str | Path, seed: int = 0, tiny: bool = Fals
         (out / CODEC_DIR / "config.json").write_text(json.dumps(codec_config, indent=2))
     gen_cfg = json.loads((src / "generation_config.json").read_text())
     cfg = parse_config(config, codec_config, gen_cfg)
-    model_shapes, codec_shapes = expected_shapes(cfg)
+    model_shapes, codec_shapes = expected_shapes(cfg, with_encoder)
     device = torch.device(device)
     gen = torch.Generator(device).manual_seed(seed)
-    layers = cfg.talker.layers.num_hidden_layers
-    state = random_state(model_shapes, talker_dtype, gen, device, layers, progress=progress)
-    save_sharded(state, out, shard_bytes)
-    del state
-    codec_shapes = {f"decoder.{k.removeprefix('decoder.')}": s for k, s in codec_shapes.items()}
-    if with_encoder:
-        codec_shapes.update(encoder_shapes(codec_config))
+    if with_model:
+        layers = cfg.talker.layers.num_hidden_layers
+        state = random_state(model_shapes, talker_dtype, gen, device, layers, progress=progress)
+        save_sharded(state, out, shard_bytes)
+        del state
+    if not with_decoder:
+        codec_shapes = {k: s for k, s in codec_shapes.items() if not k.startswith("decoder.")}
+    # Sorted draws: decoder.* before encoder.*, so adding the encoder leaves the decoder's values unchanged.
     codec_state = random_state(codec_shapes, torch.float32, gen, device, cfg.codec.num_hidden_layers,
                                cfg.codec.layer_scale_initial_scale, progress=progress)
     save_file(codec_state, str(out / CODEC_DIR / WEIGHTS), metadata={"format": "pt"})

@@ -106,3 +106,35 @@ def reference_codec(ckpt: Path, dtype: torch.dtype = torch.float32, device: str 
     decoder.load_state_dict({k.removeprefix("decoder."): v for k, v in state.items() if k.startswith("decoder.")},
                             strict=True)
     return decoder.to(dtype).eval()
+
+
+def reference_tokenizer(ckpt: Path, dtype: torch.dtype = torch.float32) -> Any:
+    """The reference's whole 12 Hz tokenizer model (`Qwen3TTSTokenizerV2Model`: Mimi encoder + our decoder's
+    counterpart) with the checkpoint's `speech_tokenizer/` tensors. A partial file without `decoder.*` (a real-shape
+    encoder-only test) leaves the decoder uninitialised; every other key must load."""
+    import_reference()
+    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config
+    from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model
+    from transformers.modeling_utils import no_init_weights
+
+    cfg = Qwen3TTSTokenizerV2Config(**json.loads((ckpt / "speech_tokenizer" / "config.json").read_text()))
+    with no_init_weights():  # the checkpoint overwrites every weight; random init of 170M params takes seconds
+        model = Qwen3TTSTokenizerV2Model(cfg)
+    assert model.encoder.config._attn_implementation == "sdpa"  # what the reference's from_pretrained gets
+    state = load_file(str(ckpt / "speech_tokenizer" / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and all(k.startswith("decoder.") for k in missing), (missing[:5], unexpected[:5])
+    assert not missing or not any(k.startswith("decoder.") for k in state)
+    return model.to(dtype).eval()
+
+
+def reference_encode(tokenizer: Any, audio: np.ndarray, ckpt: Path) -> torch.Tensor:
+    """codes [frames, 16] of one 24 kHz waveform the way `Qwen3TTSTokenizer.encode` takes it once the audio is at
+    24 kHz: the checkpoint's feature extractor (`EncodecFeatureExtractor`), then `Qwen3TTSTokenizerV2Model.encode`."""
+    from transformers import EncodecFeatureExtractor
+
+    fe = EncodecFeatureExtractor.from_pretrained(str(ckpt / "speech_tokenizer"))
+    inputs = fe(raw_audio=[np.asarray(audio, dtype=np.float32)], sampling_rate=fe.sampling_rate, return_tensors="pt")
+    with torch.inference_mode():
+        out = tokenizer.encode(inputs["input_values"].squeeze(1), inputs["padding_mask"].squeeze(1))
+    return out.audio_codes[0]

@@ -44,3 +44,22 @@ def test_checkpoint_synth_unknown_like(tmp_path: Path, shared: Path, capsys: pyt
     rc = main(["checkpoint", "synth", "--like", "Qwen3-TTS-99B", "--out", str(tmp_path / "x"), "--tiny",
                "--shared", str(shared.parent)])
     assert rc == 2 and "Qwen3-TTS-12Hz-1.7B-Base" in capsys.readouterr().err
+
+
+def test_synth_clones_in_context_from_a_wav(tiny_ckpt: object, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """--ref-audio (16 kHz here: resampled) + --ref-text: ICL; the output holds only the new frames' audio."""
+    import numpy as np
+    from voxgate.engine.qwen3tts.wav import write_wav
+
+    d = tiny_ckpt("base17")  # type: ignore[operator]
+    ref = tmp_path / "ref.wav"
+    write_wav(ref, (0.2 * np.sin(np.arange(20_000) * 0.05)).astype(np.float32), sample_rate=16_000)
+    out = tmp_path / "out.wav"
+    rc = main(["synth", "Hello again.", "--model", str(d), "--ref-audio", str(ref), "--ref-text", "A reference.",
+               "-o", str(out), "--max-frames", "5", "--greedy", "--device", "cpu"])
+    assert rc == 0
+    with wave.open(str(out)) as w:
+        assert (w.getframerate(), w.getnframes()) == (24_000, 5 * 1920)
+    rc = main(["synth", "x", "--model", str(d), "--ref-text", "A reference.", "-o", str(out), "--device", "cpu"])
+    assert rc == 2 and "--ref-text needs --ref-audio" in capsys.readouterr().err
