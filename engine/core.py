@@ -64,6 +64,9 @@ class StepOutput:
     num_frames: int = 0  # frames generated
     bucket: str = ""  # the runner's step bucket ("rows+tokens")
     times: dict[str, float] = field(default_factory=dict)  # seconds: schedule, fill, gpu, codec, post
+    # Nothing launched, read or handed over: the running streams wait for something outside (text still to come, a
+    # listener far behind), so the loop may sleep until it is woken instead of spinning.
+    idle: bool = False
 
 
 class EngineCore:
@@ -143,6 +146,8 @@ class EngineCore:
                     self._hand_over(request, now, out)
                 self.scheduler.finish(request, Status.FINISHED)
                 out.finished.append(request)
+        out.idle = plan.empty and not pieces and not self._launched and not out.chunks and not out.finished \
+            and out.num_frames == 0
         fill = self.runner.last_fill_s if not plan.empty else 0.0
         out.times = {"schedule": t1 - t0, "fill": fill, "gpu": t3 - t2, "codec": t4 - t3,
                      "post": time.perf_counter() - t4 + (t2 - t1 - fill)}

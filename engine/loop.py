@@ -24,6 +24,7 @@ from .request import Request, Status
 
 log = logging.getLogger("voxgate.engine.loop")
 _END = object()
+IDLE_WAIT_S = 0.005  # an idle step's sleep when nothing wakes the loop (a far-ahead stream's turn comes with time)
 
 
 class LoopStream(AudioStream):
@@ -110,6 +111,10 @@ class EngineLoop:
         self._inbox.append(("abort", engine_request))
         self._wake.set()
 
+    def wake(self) -> None:
+        """Something a waiting stream needs has come (its next text): step again now."""
+        self._wake.set()
+
     async def stop(self) -> None:
         self._stop = True
         self._wake.set()
@@ -140,6 +145,10 @@ class EngineLoop:
                 failed = self.core.fail_all()
                 error = EngineError("synthesis_failed", f"synthesis failed: {type(exc).__name__}")
                 self._hand_over([(r, error) for r in failed])
+                continue
+            if out.idle:  # streams waiting for text (or far ahead of their listeners): sleep until woken
+                self._wake.wait(IDLE_WAIT_S)
+                self._wake.clear()
                 continue
             self.steps += 1
             items: list[tuple[Request, Any]] = [(r, pcm) for r, pcm in out.chunks]

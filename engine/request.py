@@ -45,6 +45,9 @@ class Request:
     chunk_launched: int = 0  # frames of the open chunk already launched in pieces
     pcm_parts: list = field(default_factory=list)  # the open chunk's decoded pieces, handed over when it closes
     ended: bool = False  # no more frames will come (EOS or budget); pending frames still get decoded
+    # Frames whose per-frame input exists (text streamed into a live stream: one text id a frame): None is no limit.
+    # A stream at its limit takes no row until more text comes or its text ends (the runner sets it back to None).
+    frames_ready: int | None = None
     finish_reason: str | None = None  # "eos" | "budget" | "aborted" | "error"
     first_step_at: float | None = None  # first step that ran any of its tokens (queue wait = this - arrival)
     first_audio_at: float | None = None  # when the first chunk was handed over
@@ -66,9 +69,11 @@ class Request:
 
     @property
     def can_decode(self) -> bool:
-        """Due a row in the next step: prefilled, not ended, budget left (counting a step in flight)."""
+        """Due a row in the next step: prefilled, not ended, budget left (counting a step in flight), and the
+        input of its next frame there (text streamed in: not waiting for the next text id)."""
         return (self.status is Status.RUNNING and self.prefilled and not self.ended
-                and self.num_launched < self.frame_budget)
+                and self.num_launched < self.frame_budget
+                and (self.frames_ready is None or self.num_launched < self.frames_ready))
 
     def deadline(self) -> float:
         """When this stream's listener runs out of audio. Before the first chunk: its arrival (already due).

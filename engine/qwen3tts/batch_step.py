@@ -44,8 +44,6 @@ class SlotState:
     hidden: torch.Tensor  # [S, H] the Talker's last post-norm output of each stream
     seen: torch.Tensor  # [S, V] bool: codebook-0 ids generated so far (repetition penalty)
     params: torch.Tensor  # [S, NUM_PARAMS] float32 sampling parameters (sampling.py columns)
-    trailing: torch.Tensor  # [S, T + 1] int64 text ids added to decode steps 0.. (tts_pad from trailing_len on)
-    trailing_len: torch.Tensor  # [S] int64
     x_vector: torch.Tensor  # [S, H] Base: the speaker row of the prompt
     ring: torch.Tensor  # [S, RING, Q] int64 frames by index % RING, until the codec has them
 
@@ -130,12 +128,15 @@ def embed_rows(talker: Talker, text: torch.Tensor, codec: torch.Tensor, x_vector
 
 @dataclass
 class DecodeRows:
-    """A step's decode rows: slot, KV position of the new frame's input, and frames made so far (= the frame's
-    index), each [R] int64. Teacher forcing (tests): `forced` [R, Q] codes used where `force` [R] is set."""
+    """A step's decode rows: slot, KV position of the new frame's input, frames made so far (= the frame's index),
+    and the text id the next Talker input adds (the stream's trailing text, one id a frame, then tts_pad: filled
+    by the host, so text may arrive while the stream runs), each [R] int64. Teacher forcing (tests): `forced`
+    [R, Q] codes used where `force` [R] is set."""
 
     slots: torch.Tensor
     positions: torch.Tensor
     frame_index: torch.Tensor
+    text: torch.Tensor
     forced: torch.Tensor | None = None
     force: torch.Tensor | None = None
 
@@ -160,7 +161,7 @@ def decode_frames(model: StepModel, state: SlotState, rows: DecodeRows, eos_id: 
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one frame per row from its stream's last hidden state: codebook 0 (penalty, EOS block, suppression,
     sampling), then the code predictor's 15 passes. Returns (frames [R, Q] int64, the next Talker input [R, H] =
-    F(frame) + T(the stream's next trailing text id)). Marks codebook 0 seen and stores the frame in the ring.
+    F(frame) + T(rows.text)). Marks codebook 0 seen and stores the frame in the ring.
     logits_out (tests): receives the fp32 logits of codebook 0 [R, V] then of codebooks 1..15 [R, V'] each."""
     talker, slots = model.talker, rows.slots
     h = state.hidden[slots]  # [R, H]
@@ -196,6 +197,4 @@ def decode_frames(model: StepModel, state: SlotState, rows: DecodeRows, eos_id: 
     rest = model.depth_loop(h, talker.codec_embed(c0), pick)  # [R, Q-1]
     frames = torch.cat([c0[:, None], rest], dim=1)
     state.ring[slots, rows.frame_index % state.ring.shape[1]] = frames
-    text_index = torch.minimum(rows.frame_index, state.trailing_len[slots])
-    text = talker.text_embed(state.trailing[slots, text_index])
-    return frames, talker.frame_embed(frames) + text
+    return frames, talker.frame_embed(frames) + talker.text_embed(rows.text)

@@ -15,9 +15,10 @@ from typing import Any
 
 from ..base import AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
 from ..core import EngineCore, StepOutput
-from ..loop import EngineLoop
+from ..loop import EngineLoop, LoopStream
 from ..request import FRAME_S, Request
 from ..scheduler import SchedulerConfig
+from .text_stream import StreamedText
 
 FRAME_MS = 80  # 12.5 Hz
 ISO_LANGUAGES = {"zh": "chinese", "en": "english", "de": "german", "it": "italian", "pt": "portuguese",
@@ -60,6 +61,7 @@ OPTIONS = {
     "codec": "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto",
     "pipeline": "false: read each step before launching the next (default true: launch it first, host work overlaps)",
     "gil_switch_ms": "CPython's thread switch interval while the loop runs (default 0.5; 0 leaves it)",
+    "text_min_tokens": "a stream whose text is still arriving starts after this many text tokens (default 4)",
 }
 
 
@@ -105,7 +107,8 @@ class Qwen3TTSEngine(Engine):
                  max_prefills: int = 4, max_slots: int = 257, max_positions: int = 2560,
                  kv_memory_fraction: float = 0.6, enforce_eager: Any = False, deadline_order: Any = True,
                  urgent_s: float = 0.15, max_ahead_s: float = 30.0, attention: str = "auto", codec: str = "auto",
-                 depth: str = "layers", gil_switch_ms: float = 0.5, codec_width: int = 4, codec_buckets: Any = None,
+                 depth: str = "layers", text_min_tokens: int = 4,
+                 gil_switch_ms: float = 0.5, codec_width: int = 4, codec_buckets: Any = None,
                  pipeline: Any = True) -> None:
         self.chunk_schedule = _ints(chunk_frames)
         self.max_frames, self.budget_factor, self.min_budget_s = int(max_frames), float(budget_factor), \
@@ -131,6 +134,9 @@ class Qwen3TTSEngine(Engine):
                                                 max_ahead_s=float(max_ahead_s))
         self.gil_switch_s = float(gil_switch_ms) / 1000 or None
         self.pipeline = _flag(pipeline)
+        self.text_min_tokens = int(text_min_tokens)
+        if self.text_min_tokens < 1:
+            raise ValueError("text_min_tokens must be at least 1")
         self.tts: Any = None
         self.runner: Any = None
         self.loop: EngineLoop | None = None
@@ -242,6 +248,9 @@ class Qwen3TTSEngine(Engine):
         """The 0.6B CustomVoice and Base checkpoints ignore instruct (as the reference does): the gateway warns."""
         return self.tts is not None and self.tts.cfg.supports_instruct
 
+    # Text may arrive while a stream runs (the streaming-text layout: one text token a frame; text_stream.py).
+    supports_text_streaming = True
+
     def voices(self) -> list[VoiceInfo]:
         if self.tts is None:
             return []
@@ -275,9 +284,10 @@ class Qwen3TTSEngine(Engine):
         native = [i for i in ids if NATIVE.get(i) == code]
         return PREFERRED[code] if PREFERRED[code] in ids else (native[0] if native else self.default_voice())
 
-    def _prompt(self, request: SynthesisRequest) -> Any:
+    def prompt_inputs(self, request: SynthesisRequest, non_streaming: bool | None = None) -> Any:
+        """The request's tokenized, validated inputs (voice by language when none is named)."""
         from .generate import Voice
-        from .prompt import PromptError, prompt_rows
+        from .prompt import PromptError
 
         language = (request.language or "auto").lower()
         language = ISO_LANGUAGES.get(language, language)
@@ -289,15 +299,24 @@ class Qwen3TTSEngine(Engine):
         voice = self._voice_kwargs.get(voice_id) or (Voice(speaker=voice_id) if voice_id not in
                                                      (DESIGN_VOICE, CLONE_VOICE) else None)
         try:
-            return prompt_rows(self.tts.cfg, self.tts.prompt_inputs(request.text, voice, language, request.instruct))
+            return self.tts.prompt_inputs(request.text, voice, language, request.instruct, non_streaming)
         except PromptError as exc:
             raise EngineError("bad_request", str(exc)) from exc
 
-    def frame_budget(self, request: SynthesisRequest, prompt_tokens: int) -> int:
+    def prompt_rows(self, inputs: Any) -> Any:
+        from .prompt import PromptError, prompt_rows
+
+        try:
+            return prompt_rows(self.tts.cfg, inputs)
+        except PromptError as exc:
+            raise EngineError("bad_request", str(exc)) from exc
+
+    def frame_budget(self, request: SynthesisRequest, prompt_tokens: int, text: str | None = None) -> int:
         """The runaway guard: budget_factor x the text's expected frames (0.37 s a word), at least min_budget_s,
         at most max_frames, the request's max_audio_ms and the positions its slot has left after the prompt.
-        A text whose expected frames alone do not fit is refused (text_too_long)."""
-        expected = 12.5 * 0.37 * max(1, len(request.text.split()))
+        A text whose expected frames alone do not fit is refused (text_too_long). `text`: the text so far of a
+        stream whose text is still arriving (default: the request's)."""
+        expected = 12.5 * 0.37 * max(1, len((request.text if text is None else text).split()))
         room = self.runner.config.max_positions - prompt_tokens
         if room < math.ceil(expected):
             raise EngineError("text_too_long", f"the text needs about {math.ceil(expected)} frames after its "
@@ -309,16 +328,24 @@ class Qwen3TTSEngine(Engine):
             frames = min(frames, math.ceil(request.max_audio_ms / FRAME_MS))
         return max(1, frames)
 
+    def check_trailing(self, count: int) -> None:
+        if count > self.runner.config.max_trailing:
+            raise EngineError("text_too_long", f"text of {count} tokens is over the streamed-text limit "
+                              f"({self.runner.config.max_trailing})")
+
+    def submit(self, request: SynthesisRequest, rows: Any, budget: int) -> LoopStream:
+        engine_request = Request(rows, len(rows), budget, self.chunk_schedule, self._param_row)
+        return self.loop.submit(request, engine_request)
+
     def open_stream(self, request: SynthesisRequest) -> AudioStream:
         if not self._ready or self.loop is None:
             raise EngineError("not_ready", "the Qwen3-TTS engine is still loading")
-        rows = self._prompt(request)
+        if request.text_open:
+            return StreamedText(self, request, self.text_min_tokens)
+        rows = self.prompt_rows(self.prompt_inputs(request))
         budget = self.frame_budget(request, len(rows))
-        if len(rows.trailing) > self.runner.config.max_trailing:
-            raise EngineError("text_too_long", f"text of {len(rows.trailing)} tokens is over the streamed-text "
-                              f"limit ({self.runner.config.max_trailing})")
-        engine_request = Request(rows, len(rows), budget, self.chunk_schedule, self._param_row)
-        return self.loop.submit(request, engine_request)
+        self.check_trailing(len(rows.trailing))
+        return self.submit(request, rows, budget)
 
 
 def create_engine(**options: Any) -> Qwen3TTSEngine:

@@ -42,6 +42,12 @@ def codec_buckets(width: int) -> tuple[tuple[int, int], ...]:
     return tuple((rows, width) for rows in CODEC_ROWS)
 
 
+def _text_id(trailing: list[int], frame: int, pad: int) -> int:
+    """The text id added to the Talker input after frame `frame`: the stream's trailing text one id a frame, then
+    tts_pad. (A stream whose text is still open never gets a row past its last id: Request.frames_ready.)"""
+    return trailing[frame] if frame < len(trailing) else pad
+
+
 @dataclass(slots=True)
 class RunnerConfig:
     row_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 96, 128)
@@ -178,8 +184,6 @@ class ModelRunner:
             hidden=torch.zeros(n, h, dtype=self.dtype, device=dev),
             seen=torch.zeros(n, lc.vocab_size, dtype=torch.bool, device=dev),
             params=torch.zeros(n, NUM_PARAMS, dtype=torch.float32, device=dev),
-            trailing=torch.zeros(n, c.max_trailing + 1, dtype=torch.int64, device=dev),
-            trailing_len=torch.zeros(n, dtype=torch.int64, device=dev),
             x_vector=torch.zeros(n, h, dtype=self.dtype, device=dev),
             ring=torch.zeros(n, RING, self.num_codes, dtype=torch.int64, device=dev),
         )
@@ -199,8 +203,7 @@ class ModelRunner:
         np_ = c.max_prefills if tokens else 0
         ints = {"dec_slot": (rows,), "dec_pos": (rows,), "dec_frame": (rows,),
                 "pre_slot": (tokens,), "pre_pos": (tokens,), "pre_text": (tokens,), "pre_codec": (tokens, q),
-                "done_idx": (np_,), "done_slot": (np_,), "new_slot": (np_,), "new_tlen": (np_,),
-                "new_trailing": (np_, c.max_trailing + 1)}
+                "dec_text": (rows,), "done_idx": (np_,), "done_slot": (np_,), "new_slot": (np_,)}
         if c.record_logits:
             ints |= {"forced": (rows, q), "force": (rows,)}
         io = _StepIO(PackedBuffer(ints, torch.int64, self.device),
@@ -217,14 +220,12 @@ class ModelRunner:
                 assert io.floats is not None
                 new = d["new_slot"]
                 state.params.index_copy_(0, new, io.floats.dev["new_params"])
-                state.trailing.index_copy_(0, new, d["new_trailing"])
-                state.trailing_len.index_copy_(0, new, d["new_tlen"])
                 state.seen.index_fill_(0, new, False)
             if rows:
                 logits = io.logits if c.record_logits else None
                 if logits is not None:
                     logits.clear()
-                decode = DecodeRows(d["dec_slot"], d["dec_pos"], d["dec_frame"],
+                decode = DecodeRows(d["dec_slot"], d["dec_pos"], d["dec_frame"], d["dec_text"],
                                     d.get("forced"), d["force"] != 0 if c.record_logits else None)
                 out_frames, x = decode_frames(self.model, state, decode, self.eos_id, self.suppress, c.sampling,
                                               logits)
@@ -268,6 +269,8 @@ class ModelRunner:
             h["dec_slot"][:num_rows] = [r.slot for r in decodes]
             h["dec_frame"][:num_rows] = frame_index = [r.num_launched for r in decodes]
             h["dec_pos"][:num_rows] = np.asarray([r.num_prompt_tokens for r in decodes]) + frame_index
+            pad = self.cfg.tts_pad_token_id  # the text id each row's next Talker input adds: trailing, then pad
+            h["dec_text"][:num_rows] = [_text_id(r.prompt.trailing, r.num_launched, pad) for r in decodes]
             if c.record_logits:
                 self._fill_forced(decodes, h)
         if num_tokens:
@@ -328,9 +331,6 @@ class ModelRunner:
                 h["done_idx"][j], h["done_slot"][j] = end - 1, request.slot
             if start == 0:  # the stream's first piece: its per-slot state is set inside the step
                 h["new_slot"][j] = request.slot
-                h["new_tlen"][j] = len(prompt.trailing)
-                h["new_trailing"][j] = self.cfg.tts_pad_token_id
-                h["new_trailing"][j, : len(prompt.trailing)] = prompt.trailing
                 params[j] = request.sampling
                 if prompt.x_vector is not None:  # Base: the speaker row (rare, so one eager copy)
                     self.state.x_vector[request.slot] = prompt.x_vector.to(self.device, self.dtype)

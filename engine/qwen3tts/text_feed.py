@@ -1,0 +1,67 @@
+"""Text that arrives in pieces (an LLM's tokens), as the content ids the whole text will have.
+
+The streaming-text layout feeds one text id a frame, so ids are committed while the text is still growing, and a
+committed id can never change. The Qwen2 pre-tokenizer splits text into pieces (a word with the space or
+punctuation before it, a digit, a run of punctuation, a run of whitespace) and BPE merges only inside a piece, so
+the ids of a prefix are a prefix of the whole text's ids when the cut falls where no piece can cross: before a
+single space that follows a non-space and precedes a non-space ("the cat| sat"). A piece never runs from a non-space
+into a space after it, and " sat" starts a piece of its own. Text after the last such cut waits for more text
+(the word may go on) or for the end. `end()` tokenizes the whole text and checks that the committed ids are its
+prefix (tests/qwen3tts/test_text_feed.py holds the rule to that on random texts and splits).
+"""
+
+from __future__ import annotations
+
+from .prompt import target_text
+from .tokenizer import TextTokenizer
+
+ROLE_IDS = 3  # `<|im_start|>assistant\n` before the content
+END_IDS = 5  # `<|im_end|>\n<|im_start|>assistant\n` after it
+
+
+def safe_cut(text: str) -> int:
+    """The length of the longest prefix whose ids cannot change with what follows: up to the last single space
+    between two non-spaces (0: none yet)."""
+    for i in range(len(text) - 2, 0, -1):
+        if text[i] == " " and not text[i - 1].isspace() and not text[i + 1].isspace():
+            return i
+    return 0
+
+
+class TextFeed:
+    """Content ids of a text that arrives in pieces: `committed` grows by `append`, `end` gives the rest."""
+
+    def __init__(self, tokenizer: TextTokenizer, text: str = "") -> None:
+        self.tokenizer = tokenizer
+        self.text = ""
+        self.committed: list[int] = []
+        self._cut = 0  # characters of `text` whose ids are committed
+        self.ended = False
+        self.append(text)
+
+    def _content(self, text: str) -> list[int]:
+        return self.tokenizer.encode(target_text(text))[ROLE_IDS:-END_IDS]
+
+    def append(self, text: str) -> list[int]:
+        """Add text; returns the ids this made final (possibly none)."""
+        if self.ended:
+            raise ValueError("the text has ended")
+        self.text += text
+        cut = safe_cut(self.text)
+        if cut <= self._cut:
+            return []
+        ids = self._content(self.text[:cut])
+        new = ids[len(self.committed):]
+        self.committed, self._cut = ids, cut
+        return new
+
+    def end(self) -> list[int]:
+        """No more text: the ids of what is left. Raises if the committed ids are not a prefix of the whole text's
+        (the cut rule broken by some text: a bug, never the caller's fault)."""
+        self.ended = True
+        ids = self._content(self.text)
+        if ids[: len(self.committed)] != self.committed:
+            raise AssertionError(f"streamed ids diverged from the whole text's at {self.text[:self._cut]!r}")
+        new = ids[len(self.committed):]
+        self.committed = ids
+        return new
