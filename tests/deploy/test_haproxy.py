@@ -45,10 +45,15 @@ class Listener:
 
     @classmethod
     async def open(cls, url: str) -> Listener:
+        """Once its audio flows: a session whose context has not started yet would be ended at once by a drain."""
         # 300 ms of cushion: the 2-core test machine runs both backends, HAProxy and every client at once.
         client = VoxgateClient(url, target_buffer_ms=300)
         await client.__aenter__()
-        return cls(client)
+        listener = cls(client)
+        async with asyncio.timeout(10):
+            while not client.context("long").frames:
+                await asyncio.sleep(0.01)
+        return listener
 
     async def finish(self) -> None:
         """The whole passage heard (played out of the player's buffer too) without a pause over 10 ms."""
