@@ -127,6 +127,12 @@ class Engine(abc.ABC):
         """Requests admitted but not yet producing audio (for /metrics)."""
         return 0
 
+    @property
+    def free_rows(self) -> int | None:
+        """Streams the engine could start now without queueing (free rows of its batch state); None: no fixed
+        bound (CPU engines). A balancer's load signal (GET /health/load) and admission (max_queued_streams)."""
+        return None
+
     def register_metrics(self, registry: Any) -> None:  # noqa: B027 (engines without metrics ignore it)
         """Called once, before start(), with the gateway's Prometheus CollectorRegistry: an engine adds its own
         families (voxgate_engine_*) there so they appear on GET /metrics."""

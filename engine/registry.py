@@ -15,6 +15,9 @@ ENGINES: dict[str, str] = {
     "fake": "voxgate.engine.fake:FakeEngine",
 }
 
+# Engines that run on an accelerator take a `device` option (cuda, cuda:N, cpu); `voxgate serve --device` sets it.
+DEVICE_ENGINES = frozenset({"qwen3tts"})
+
 
 def create_engine(name: str, **options: Any) -> Engine:
     try:

@@ -67,6 +67,7 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
         Route("/v1/audio/voices", http_api.audio_voices),
         Route("/v1/models", http_api.models),
         Route("/health", http_api.health),
+        Route("/health/load", http_api.health_load),
         Route("/metrics", http_api.metrics),
     ]
     if config.serve_demo and WEB_DIR.is_dir():

@@ -55,7 +55,11 @@ class GatewayConfig:
     port: int = 8000
     engine: str = "espeak"
     engine_options: dict[str, Any] = field(default_factory=dict)
+    device: str = ""  # cuda:N, cuda or cpu (`voxgate serve --device`); set: every metric is labelled device="..."
     max_sessions: int = 256
+    # Admission (docs/deploy.md): with this many engine streams queued and no free row, a new session is refused
+    # (`engine_full`, close 1013) so that the client or the balancer retries on another backend; 0: never.
+    max_queued_streams: int = 0
     auth_tokens: list[str] = field(default_factory=list)  # empty: no auth
     writer_queue_frames: int = 64  # per socket; the brake for slow readers
     ws_deflate: bool = False  # permessage-deflate: costs ~60 us of CPU per PCM frame and saves little on audio
@@ -83,6 +87,8 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError("port must be within 0..65535")
+        if self.max_queued_streams < 0:
+            raise ValueError("max_queued_streams must be 0 (off) or positive")
         if self.max_sessions <= 0 or self.writer_queue_frames <= 0 or self.gc_gen0_threshold <= 0:
             raise ValueError("max_sessions, writer_queue_frames and gc_gen0_threshold must be positive")
         if not 0 <= self.loop_chunk_turns <= 100_000:

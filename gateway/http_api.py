@@ -9,6 +9,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from .auth import token_from_request
+from .load import LOAD_HEADER, backend_load, engine_full, load_fraction
 from .openai_names import model_ids, voice_aliases
 from .speech import speak
 from .speech_request import SpeechError, check, decode_body
@@ -59,6 +60,8 @@ async def _speech(request: Request, state: GatewayState) -> Response:
         return _error(503, "the server is shutting down", "shutting_down", "server_error", close=True)
     if not state.engine.ready:
         return _error(503, "the engine is warming up", "not_ready", "server_error")
+    if engine_full(state):
+        return _error(503, "the engine is full; retry later or elsewhere", "engine_full", "server_error")
     media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media_type != "application/json":  # also a CSRF guard: cross-site pages cannot send JSON without a preflight
         return _error(415, "the body must be JSON with Content-Type: application/json", "unsupported_media_type")
@@ -96,17 +99,34 @@ async def models(request: Request) -> JSONResponse:
                                                      "owned_by": "voxgate"} for i in ids]})
 
 
-async def health(request: Request) -> JSONResponse:
+def _health_status(state: GatewayState) -> tuple[str, int]:
     """200 once the engine is warm; 503 while it warms up and from the first moment of a shutdown (draining)."""
-    state: GatewayState = request.app.state.voxgate
     if state.drain.draining:
-        status, code = "draining", 503
-    else:
-        status, code = ("ok", 200) if state.engine.ready else ("starting", 503)
+        return "draining", 503
+    return ("ok", 200) if state.engine.ready else ("starting", 503)
+
+
+async def health(request: Request) -> JSONResponse:
+    state: GatewayState = request.app.state.voxgate
+    status, code = _health_status(state)
     body: dict[str, object] = {"status": status}
+    headers = None
     if not state.config.protect_metrics or state.authorized(token_from_request(request)):
         body.update(engine=state.engine.name, engine_info=state.engine.info(), sessions=state.sessions)
-    return JSONResponse(body, status_code=code)
+        headers = {LOAD_HEADER: f"{load_fraction(state):.4f}"}
+    return JSONResponse(body, status_code=code, headers=headers)
+
+
+async def health_load(request: Request) -> JSONResponse:
+    """The balancer's view: /health's status code, and how busy this backend is (load.py, docs/deploy.md)."""
+    state: GatewayState = request.app.state.voxgate
+    status, code = _health_status(state)
+    body: dict[str, object] = {"status": status}
+    headers = None
+    if not state.config.protect_metrics or state.authorized(token_from_request(request)):
+        body.update(backend_load(state))
+        headers = {LOAD_HEADER: f"{body['load']:.4f}"}
+    return JSONResponse(body, status_code=code, headers=headers)
 
 
 async def metrics(request: Request) -> Response:

@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 _LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
 
 
+class LabelledView:
+    """A registry as seen with constant labels on every sample: the process's `device`, so that one dashboard
+    (and one HPA query) tells every engine apart. prometheus_client has no per-registry constant labels."""
+
+    def __init__(self, registry: CollectorRegistry, labels: dict[str, str]) -> None:
+        self.registry = registry
+        self.labels = labels
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            family.samples = [s._replace(labels={**self.labels, **s.labels}) for s in family.samples]
+            yield family
+
+
 class GatewayMetrics:
-    def __init__(self, queue_depth: Callable[[], float]) -> None:
+    def __init__(self, queue_depth: Callable[[], float], free_rows: Callable[[], int | None] | None = None,
+                 device: str = "") -> None:
         r = self.registry = CollectorRegistry()
+        self._view = LabelledView(r, {"device": device}) if device else r
         self.sessions = Gauge("voxgate_sessions_open", "WebSocket sessions open now", registry=r)
         self.sessions_total = Counter("voxgate_sessions_accepted", "WebSocket sessions accepted", registry=r)
         self.contexts_active = Gauge("voxgate_contexts_active", "Contexts speaking or waiting to speak", registry=r)
@@ -40,6 +57,11 @@ class GatewayMetrics:
         depth = Gauge("voxgate_engine_queue_depth", "Requests admitted by the engine, not yet producing audio",
                       registry=r)
         depth.set_function(queue_depth)
+        self.draining = Gauge("voxgate_draining", "1 from the shutdown signal on (/health answers 503)", registry=r)
+        if free_rows is not None and free_rows() is not None:  # engines with a fixed number of rows
+            rows = Gauge("voxgate_engine_free_rows", "Streams the engine could start now without queueing",
+                         registry=r)
+            rows.set_function(lambda: float(free_rows() or 0))
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self._view)  # type: ignore[arg-type]

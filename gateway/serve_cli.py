@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import socket
 import sys
 from typing import Any
@@ -32,20 +33,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default 8000)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--device", help="cuda:N (the process then sees GPU N only), cuda or cpu: where the engine "
+                                         "runs; also labels every metric device=\"...\"")
+    parser.add_argument("--gpus", metavar="all|0,1,...",
+                        help="one supervised gateway process per GPU, on consecutive ports from --port: a crashed one "
+                             "restarts, SIGTERM drains them all (docs/deploy.md)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from voxgate.engine.registry import create_engine
+    from voxgate.engine.registry import DEVICE_ENGINES, create_engine
 
     from .app import create_app
     from .config import load_config
+    from .devices import narrow_to
     from .server import draining_server, uvicorn_config
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    where = f"[{args.device}] " if args.device else ""  # children of --gpus share one terminal
+    logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s {where}%(name)s: %(message)s")
+    if args.gpus is not None:
+        return _supervise(args)
     try:
-        config = load_config(args.config or "default", host=args.host, port=args.port, engine=args.engine)
+        config = load_config(args.config or "default", host=args.host, port=args.port, engine=args.engine,
+                             device=args.device)
         options = dict(config.engine_options)
         options.update(dict(args.engine_option))
+        if config.device:  # before the engine's module is imported: CUDA must not have started yet
+            engine_device = narrow_to(config.device, os.environ)
+            if config.engine in DEVICE_ENGINES:
+                options["device"] = engine_device
         engine = create_engine(config.engine, **options)
     except (ValueError, FileNotFoundError) as exc:
         print(f"voxgate serve: {exc}", file=sys.stderr)
@@ -61,6 +76,37 @@ def run(args: argparse.Namespace) -> int:
     factory = getattr(uv_config, "get_loop_factory", lambda: None)()
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(_serve(server, engine, sock, config.engine, f"{config.host}:{sock.getsockname()[1]}"))
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    """`--gpus`: children `voxgate serve --device cuda:N --port P+k`, with this command's other options."""
+    from .config import load_config
+    from .devices import parse_gpus
+    from .shutdown import HARD_EXIT_AFTER_S
+    from .supervisor import Supervisor
+
+    try:
+        if args.device:
+            raise ValueError("--gpus and --device exclude each other (each child gets its own --device)")
+        config = load_config(args.config or "default", host=args.host, port=args.port, engine=args.engine)
+        indices = parse_gpus(args.gpus)
+        if config.port == 0 or config.port + len(indices) > 65536:
+            raise ValueError(f"--gpus needs {len(indices)} consecutive ports from --port (not {config.port})")
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"voxgate serve: {exc}", file=sys.stderr)
+        return 2
+    shared = [sys.executable, "-m", "voxgate.gateway.cli", "serve", "--log-level", args.log_level]
+    for flag, value in (("--config", args.config), ("--engine", args.engine), ("--host", args.host)):
+        if value:
+            shared += [flag, value]
+    for key, value in args.engine_option:
+        shared += ["--engine-option", f"{key}={value}"]
+    children = [(f"cuda:{index}", config.port + k) for k, index in enumerate(indices)]
+    print("voxgate: supervising " + ", ".join(f"{d} on {config.host}:{p}" for d, p in children), flush=True)
+    # A child ends within its grace plus the hard deadline by itself (shutdown.py); the margin covers its start-up.
+    supervisor = Supervisor(lambda device, port: [*shared, "--device", device, "--port", str(port)], children,
+                            stop_after_s=config.shutdown_grace_s + HARD_EXIT_AFTER_S + 3.0)
+    return supervisor.run()
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -16,10 +16,11 @@ class GatewayState:
     def __init__(self, engine: Engine, config: GatewayConfig) -> None:
         self.engine = engine
         self.config = config
-        self.metrics = GatewayMetrics(lambda: float(engine.queue_depth))
+        self.metrics = GatewayMetrics(lambda: float(engine.queue_depth), lambda: engine.free_rows, config.device)
         engine.register_metrics(self.metrics.registry)
         self.sessions = 0
         self.drain = Drain(config.shutdown_grace_s)
+        self.metrics.draining.set_function(lambda: float(self.drain.draining))
         self.turns = LoopTurns(config.loop_chunk_turns)  # shared by every context's producer
 
     def authorized(self, token: str | None) -> bool:

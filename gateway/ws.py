@@ -17,12 +17,14 @@ from collections.abc import Callable
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .auth import token_from_websocket
+from .load import engine_full
 from .protocol import (
     PROTOCOL,
     WS_1000_NORMAL_CLOSURE,
     WS_1001_GOING_AWAY,
     WS_1008_POLICY_VIOLATION,
     WS_1011_INTERNAL_ERROR,
+    WS_1013_TRY_AGAIN_LATER,
     WS_4001_UNAUTHORIZED,
     WS_4008_TIMEOUT,
     WS_4029_TOO_MANY_SESSIONS,
@@ -75,6 +77,10 @@ async def tts_websocket(websocket: WebSocket) -> None:
     if state.sessions >= state.config.max_sessions:
         await _refuse(websocket, ProtocolError("too_many_sessions", "the server is at its session limit; retry later",
                                                close_code=WS_4029_TOO_MANY_SESSIONS), state)
+        return
+    if engine_full(state):
+        await _refuse(websocket, ProtocolError("engine_full", "the engine is full; retry later or elsewhere",
+                                               close_code=WS_1013_TRY_AGAIN_LATER), state)
         return
     session: Session | None = None
 

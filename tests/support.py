@@ -60,6 +60,10 @@ class RecordingEngine(Engine):
     def queue_depth(self) -> int:
         return self.inner.queue_depth
 
+    @property
+    def free_rows(self) -> int | None:
+        return self.inner.free_rows
+
     def voices(self) -> list[VoiceInfo]:
         return self.inner.voices()
 

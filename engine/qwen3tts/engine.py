@@ -244,6 +244,11 @@ class Qwen3TTSEngine(Engine):
         return self.loop.queue_depth if self.loop is not None else 0
 
     @property
+    def free_rows(self) -> int:
+        """Free KV slots: each holds one stream (0 until the slots exist)."""
+        return self.runner.kv.num_free if self.runner is not None else 0
+
+    @property
     def supports_instruct(self) -> bool:  # type: ignore[override]
         """The 0.6B CustomVoice and Base checkpoints ignore instruct (as the reference does): the gateway warns."""
         return self.tts is not None and self.tts.cfg.supports_instruct

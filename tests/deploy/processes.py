@@ -1,0 +1,150 @@
+"""Real processes for the deployment tests: `voxgate serve` backends (espeak by default), the `--gpus` supervisor,
+and HAProxy running deploy/haproxy/haproxy.cfg on free ports, each stopped at the end of the test."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VOXGATE = str(Path(sys.executable).with_name("voxgate"))
+HAPROXY_CFG = REPO / "deploy" / "haproxy" / "haproxy.cfg"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_port_pair() -> int:
+    """A port P with P + 1 free too (the supervisor's children take consecutive ports)."""
+    for _ in range(100):
+        port = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return
+        assert proc is None or proc.poll() is None, f"the process exited with {proc.returncode}"
+        assert time.monotonic() < deadline, f"{url} did not become healthy in {timeout_s:g} s"
+        time.sleep(0.05)
+
+
+@dataclass
+class Process:
+    proc: subprocess.Popen
+    log: Path
+    ports: list[int] = field(default_factory=list)
+
+    def url(self, k: int = 0) -> str:
+        return f"http://127.0.0.1:{self.ports[k]}"
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def process(args: list[str], log: Path, ports: list[int]) -> Iterator[Process]:
+    """`args` as a process logging to `log`; killed at the end if still running (with its own children)."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield Process(proc, log, ports)
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def serve_args(port: int, config: Path, *extra: str, engine: str = "espeak") -> list[str]:
+    return [VOXGATE, "serve", "--config", str(config), "--engine", engine, "--port", str(port), *extra]
+
+
+def haproxy_binary() -> str:
+    """haproxy's path; skips the test without it, except under CI=true, where it must be installed."""
+    found = shutil.which("haproxy") or next((p for p in ("/usr/sbin/haproxy", "/usr/local/sbin/haproxy")
+                                             if os.access(p, os.X_OK)), None)
+    if found is None:
+        reason = "haproxy is not installed (Debian: apt-get install haproxy; README's test command does)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return found
+
+
+@dataclass
+class Balancer:
+    proc: subprocess.Popen
+    port: int
+    stats_port: int
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/tts/ws"
+
+    def server_status(self) -> dict[str, str]:
+        """Server name -> HAProxy's status of it (UP, DOWN, `UP 1/2`, ...), from the stats page's CSV."""
+        text = httpx.get(f"http://127.0.0.1:{self.stats_port}/;csv", timeout=2).text.lstrip("# ")
+        return {row["svname"]: row["status"] for row in csv.DictReader(io.StringIO(text))
+                if row["pxname"] == "voxgate" and row["svname"] not in ("FRONTEND", "BACKEND")}
+
+    def wait_status(self, server: str, status: str, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.server_status().get(server) != status:
+            assert time.monotonic() < deadline, f"{server} not {status} in {timeout_s:g} s: {self.server_status()}"
+            time.sleep(0.05)
+
+
+def haproxy_config(backend_ports: list[int], port: int, stats_port: int) -> str:
+    """deploy/haproxy/haproxy.cfg as shipped, on these ports and without the lines only root may run."""
+    text = HAPROXY_CFG.read_text()
+    for old, new in (("bind :8080", f"bind 127.0.0.1:{port}"), ("127.0.0.1:8404", f"127.0.0.1:{stats_port}"),
+                     *((f"127.0.0.1:{8000 + k}", f"127.0.0.1:{p}") for k, p in enumerate(backend_ports))):
+        assert old in text, f"{HAPROXY_CFG} no longer has {old!r}: update the test"
+        text = text.replace(old, new)
+    return "\n".join(line for line in text.splitlines() if "root-only" not in line) + "\n"
+
+
+@contextlib.contextmanager
+def haproxy(tmp_path: Path, backend_ports: list[int]) -> Iterator[Balancer]:
+    binary = haproxy_binary()
+    port, stats_port = free_port(), free_port()
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text(haproxy_config(backend_ports, port, stats_port))
+    with process([binary, "-db", "-f", str(cfg)], tmp_path / "haproxy.log", [port]) as running:
+        balancer = Balancer(running.proc, port, stats_port)
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(httpx.TransportError):
+                if all(s == "UP" for s in balancer.server_status().values()):
+                    break
+            assert running.proc.poll() is None, running.log_text()
+            assert time.monotonic() < deadline, f"haproxy's backends are not UP: {running.log_text()}"
+            time.sleep(0.05)
+        yield balancer

@@ -1,0 +1,95 @@
+"""What a balancer reads and meets (issue 17): GET /health/load and its header, admission refusing a full engine
+(`engine_full`, close 1013 / HTTP 503), metrics labelled with the device; and how `--device` / `--gpus` pick GPUs."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import websockets
+from support import next_json
+from voxgate.engine.fake import FakeEngine
+from voxgate.gateway.devices import narrow_to, parse_gpus, visible_gpus
+from voxgate.gateway.protocol import PROTOCOL
+
+
+class FullEngine(FakeEngine):
+    """A fake engine with every row taken and `queued` streams waiting."""
+
+    def __init__(self, queued: int) -> None:
+        super().__init__()
+        self.queued = queued
+
+    @property
+    def free_rows(self) -> int:
+        return 0
+
+    @property
+    def queue_depth(self) -> int:
+        return self.queued
+
+
+def test_health_load_reports_sessions_rows_and_queue(gateway):
+    server = gateway(FullEngine(queued=1), max_queued_streams=4, max_sessions=10, device="cuda:3")
+    response = httpx.get(server.http_url + "/health/load")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "load": 0.25, "accepting": True, "sessions": 0, "max_sessions": 10,
+                               "free_sessions": 10, "queued_streams": 1, "max_queued_streams": 4, "free_rows": 0,
+                               "device": "cuda:3"}
+    assert response.headers["X-Voxgate-Load"] == "0.2500"
+    assert httpx.get(server.http_url + "/health").headers["X-Voxgate-Load"] == "0.2500"
+
+
+def test_metrics_carry_the_device_label(gateway):
+    server = gateway(FullEngine(queued=2), device="cuda:3")
+    text = httpx.get(server.http_url + "/metrics").text
+    assert 'voxgate_engine_queue_depth{device="cuda:3"} 2.0' in text
+    assert 'voxgate_engine_free_rows{device="cuda:3"} 0.0' in text
+    assert 'voxgate_draining{device="cuda:3"} 0.0' in text
+
+
+def test_metrics_without_a_device_stay_unlabelled(gateway):
+    server = gateway(FakeEngine())
+    text = httpx.get(server.http_url + "/metrics").text
+    assert "voxgate_sessions_open 0.0" in text and "voxgate_engine_free_rows" not in text
+
+
+async def test_a_full_engine_refuses_new_sessions_with_1013(gateway):
+    server = gateway(FullEngine(queued=4), max_queued_streams=4)
+    async with websockets.connect(server.ws_url, subprotocols=[PROTOCOL]) as ws:
+        error = await next_json(ws)
+        assert error["code"] == "engine_full" and error["fatal"]
+        await ws.wait_closed()
+    assert ws.close_code == 1013
+    response = httpx.post(server.http_url + "/v1/audio/speech", json={"input": "hi", "voice": "tone-a"})
+    assert response.status_code == 503 and response.json()["error"]["code"] == "engine_full"
+    load = httpx.get(server.http_url + "/health/load").json()
+    assert load["accepting"] is False and load["load"] == 1.0
+
+
+async def test_admission_is_off_by_default(gateway):
+    server = gateway(FullEngine(queued=1000))
+    async with websockets.connect(server.ws_url, subprotocols=[PROTOCOL]) as ws:
+        await ws.send('{"type": "session.start"}')
+        assert (await next_json(ws))["type"] == "session.started"
+
+
+def test_narrow_to_one_gpu():
+    env: dict[str, str] = {}
+    assert narrow_to("cuda:1", env) == "cuda:0" and env == {"CUDA_VISIBLE_DEVICES": "1"}
+    env = {"CUDA_VISIBLE_DEVICES": "2,GPU-abc"}  # indices count among the visible GPUs, as CUDA's do
+    assert narrow_to("cuda:1", env) == "cuda:0" and env == {"CUDA_VISIBLE_DEVICES": "GPU-abc"}
+    with pytest.raises(ValueError, match="only 2 GPU"):
+        narrow_to("cuda:2", {"CUDA_VISIBLE_DEVICES": "2,3"})
+    env = {}
+    assert narrow_to("cuda", env) == "cuda" and narrow_to("cpu", env) == "cpu" and env == {}
+
+
+def test_parse_gpus():
+    assert parse_gpus("0,1") == [0, 1]
+    assert parse_gpus("all", {"CUDA_VISIBLE_DEVICES": "4,5,6"}) == [0, 1, 2]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+    for bad in ("", "0,0", "-1", "x"):
+        with pytest.raises(ValueError):
+            parse_gpus(bad)
+    with pytest.raises(ValueError, match="no GPU is visible"):
+        parse_gpus("all", {"CUDA_VISIBLE_DEVICES": ""})

@@ -1,0 +1,88 @@
+"""`voxgate serve --gpus 0,1` on the CPU (issue 17): the supervisor starts one real `voxgate serve` per device on
+consecutive ports, restarts a child that crashes while the other keeps speaking, and SIGTERM drains every child's
+sessions (1001 `shutting_down`) before it exits; no child outlives it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from processes import VOXGATE, free_port_pair, process, wait_healthy
+from support import bystander
+from voxgate.gateway.client import VoxgateClient
+
+pytestmark = pytest.mark.slow
+GRACE_S = 3.0
+
+
+def child_pids(log: str, device: str) -> list[int]:
+    return [int(pid) for pid in re.findall(rf"started {device} on port \d+ \(pid (\d+)\)", log)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_gpus_supervises_one_process_per_device(tmp_path: Path):
+    config = tmp_path / "gateway.toml"
+    config.write_text(f"shutdown_grace_s = {GRACE_S}\n")
+    port = free_port_pair()
+    args = [VOXGATE, "serve", "--gpus", "0,1", "--engine", "fake", "--config", str(config), "--port", str(port)]
+    with process(args, tmp_path / "supervisor.log", [port, port + 1]) as sup:
+        for k in (0, 1):
+            wait_healthy(sup.url(k), sup.proc)
+            load = httpx.get(sup.url(k) + "/health/load").json()
+            assert load["device"] == f"cuda:{k}" and load["accepting"], load
+            assert f'voxgate_sessions_open{{device="cuda:{k}"}} 0.0' in httpx.get(sup.url(k) + "/metrics").text
+
+        # A crash (SIGKILL) of cuda:1: restarted on its port, while cuda:0's session never pauses.
+        (crashed,) = child_pids(sup.log_text(), "cuda:1")
+        async with bystander(f"ws://127.0.0.1:{port}/v1/tts/ws"):
+            os.kill(crashed, signal.SIGKILL)
+            deadline = time.monotonic() + 20
+            while len(child_pids(sup.log_text(), "cuda:1")) < 2:
+                assert time.monotonic() < deadline, sup.log_text()
+                await asyncio.sleep(0.05)
+        await asyncio.to_thread(wait_healthy, sup.url(1), sup.proc)
+        assert f"cuda:1 (pid {crashed}, port {port + 1}) exited with status -9" in sup.log_text()
+        pids = [child_pids(sup.log_text(), "cuda:0")[-1], child_pids(sup.log_text(), "cuda:1")[-1]]
+
+        # SIGTERM: each child drains its live session (the context finishes, then 1001), then all exit.
+        clients = [VoxgateClient(f"ws://127.0.0.1:{port + k}/v1/tts/ws", pacing="realtime", voice="tone-a")
+                   for k in (0, 1)]
+        for client in clients:
+            await client.__aenter__()
+        speaking = [asyncio.get_running_loop().create_task(c.speak("c", "one two three")) for c in clients]
+        await asyncio.sleep(0.3)
+        signalled = time.monotonic()
+        sup.proc.send_signal(signal.SIGTERM)
+        for client, task in zip(clients, speaking, strict=True):
+            result = await asyncio.wait_for(task, GRACE_S + 2)
+            assert result.event("context.done") is not None
+            await asyncio.wait_for(client.closed.wait(), GRACE_S + 2)
+            assert "session.draining" in [m["type"] for m in client.messages]
+            assert client.close_code == 1001 and client.messages[-1]["code"] == "shutting_down"
+            await client.__aexit__()
+        assert await asyncio.to_thread(sup.proc.wait, GRACE_S + 5) == 0, sup.log_text()
+        assert time.monotonic() - signalled < GRACE_S + 2
+        assert not [pid for pid in pids if alive(pid)]
+        assert "Traceback" not in sup.log_text(), sup.log_text()
+
+
+def test_gpus_refuses_device_and_port_zero(tmp_path: Path):
+    import subprocess
+
+    for extra, message in ((["--device", "cuda:0"], "exclude each other"), (["--port", "0"], "consecutive ports")):
+        done = subprocess.run([VOXGATE, "serve", "--gpus", "0,1", "--engine", "fake", *extra], capture_output=True,
+                              text=True, timeout=30)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
