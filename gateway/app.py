@@ -42,15 +42,25 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
     config = config or GatewayConfig()
     state = GatewayState(engine, config)
 
+    gc_tuning = GcTuning(config.gc_gen0_threshold, config.gc_freeze,
+                         lambda gen, s: state.metrics.gc_pause.labels(str(gen)).observe(s))
+
+    async def engine_ready() -> None:
+        """Called once the engine is warm: the collector's settings (freezing what the load made) from then on."""
+        log.info("engine %s ready", engine.name)
+        gc_tuning.apply()
+
+    app_state = {"on_ready": engine_ready}
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        if not engine.ready:  # `voxgate serve` starts it before binding uvicorn, to report a failure in one line
+        # `voxgate serve` starts the engine itself, behind the listening socket (/health says 503 meanwhile) and
+        # calls on_ready; an app served otherwise (tests, embedding) starts it here.
+        if not engine.ready and not getattr(_app.state, "engine_started_outside", False):
             log.info("starting engine %s", engine.name)
             await engine.start()
-        log.info("engine %s ready", engine.name)
-        gc_tuning = GcTuning(config.gc_gen0_threshold, config.gc_freeze,
-                             lambda gen, s: state.metrics.gc_pause.labels(str(gen)).observe(s))
-        gc_tuning.apply()
+        if engine.ready:
+            await engine_ready()
         configure_opus_pool(config.opus_threads)
         lag_watch = asyncio.get_running_loop().create_task(watch_loop_lag(state.metrics.loop_lag.observe))
         try:
@@ -75,4 +85,5 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
     guard = Middleware(BrowserGuard, config=config, metrics=state.metrics)
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[guard])
     app.state.voxgate = state
+    app.state.on_engine_ready = app_state["on_ready"]
     return app

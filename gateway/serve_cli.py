@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     server = draining_server(app, uv_config)
     factory = getattr(uv_config, "get_loop_factory", lambda: None)()
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(_serve(server, engine, sock, config.engine, f"{config.host}:{sock.getsockname()[1]}"))
+        return runner.run(_serve(server, app, engine, sock, config.engine,
+                                 f"{config.host}:{sock.getsockname()[1]}"))
 
 
 def _supervise(args: argparse.Namespace) -> int:
@@ -121,15 +122,32 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _serve(server: Any, engine: Any, sock: socket.socket, name: str, where: str) -> int:
-    """Start the engine (one line if it fails; the traceback at --log-level debug), then serve until a signal."""
+async def _serve(server: Any, app: Any, engine: Any, sock: socket.socket, name: str, where: str) -> int:
+    """Listen at once (/health answers 503 `starting`, new sessions are refused with `not_ready` while the engine
+    loads, so a balancer or probe sees a loading backend), start the engine, then serve until a signal. A failed
+    start ends the process with one line (the traceback at --log-level debug)."""
+    app.state.engine_started_outside = True
+    # uvicorn's start and stop lines only once the engine is up: a failed start stays one line
+    quiet = [logging.getLogger(n) for n in ("uvicorn", "uvicorn.error")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(max(q.getEffectiveLevel(), logging.WARNING))
+    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    while not server.started and not serving.done():
+        await asyncio.sleep(0.01)
+    print(f"voxgate: listening on {where}; starting the {name} engine (/health answers 503 until it is ready)",
+          flush=True)
     try:
         await engine.start()
     except Exception as exc:
         log.debug("the engine failed to start", exc_info=True)
         print(f"voxgate serve: the {name} engine failed to start: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sock.close()
+        server.should_exit = True
+        await serving
         return 1
+    for q, level in zip(quiet, levels, strict=True):
+        q.setLevel(level)
+    await app.state.on_engine_ready()
     print(f"voxgate: engine {name}; demo at http://{where}/ (WebSocket ws://{where}/v1/tts/ws)", flush=True)
-    await server.serve(sockets=[sock])
+    await serving
     return 0 if server.started else 1

@@ -78,6 +78,10 @@ async def tts_websocket(websocket: WebSocket) -> None:
         await _refuse(websocket, ProtocolError("too_many_sessions", "the server is at its session limit; retry later",
                                                close_code=WS_4029_TOO_MANY_SESSIONS), state)
         return
+    if not state.engine.ready:  # the engine loads behind a listening socket (serve): come back when /health is 200
+        await _refuse(websocket, ProtocolError("not_ready", "the engine is still loading; retry shortly",
+                                               close_code=WS_1013_TRY_AGAIN_LATER), state)
+        return
     if engine_full(state):
         await _refuse(websocket, ProtocolError("engine_full", "the engine is full; retry later or elsewhere",
                                                close_code=WS_1013_TRY_AGAIN_LATER), state)

@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
+import sys
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +23,14 @@ from voxgate.gateway.server import BackgroundServer
 
 BYSTANDER_TEXT = "A second session keeps speaking meanwhile."  # 2.2 s of fake-engine audio
 PASSAGE = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."  # ~5 s
+
+VOXGATE = str(Path(sys.executable).with_name("voxgate"))  # the venv's console command
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class RecordingStream(AudioStream):

@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import wave
-from pathlib import Path
 
 import httpx
 import pytest
-
-VOXGATE = str(Path(sys.executable).with_name("voxgate"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support import VOXGATE, free_port
 
 
 @pytest.fixture

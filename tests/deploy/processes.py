@@ -11,7 +11,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,16 +18,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support import VOXGATE, free_port
 
 REPO = Path(__file__).resolve().parents[2]
-VOXGATE = str(Path(sys.executable).with_name("voxgate"))
 HAPROXY_CFG = REPO / "deploy" / "haproxy" / "haproxy.cfg"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def free_port_pair() -> int:

@@ -4,17 +4,14 @@ is in tests/support.py, the raw socket clients in raw.py."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-
-VOXGATE = str(Path(sys.executable).with_name("voxgate"))
+from support import VOXGATE, free_port
 
 
 @dataclass
@@ -33,12 +30,6 @@ class ServeProcess:
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -1,0 +1,52 @@
+"""`voxgate serve` listens while the engine loads (issue 17): /health answers 503 `starting` and new sessions are
+refused with `not_ready` (close 1013) until the engine is warm, then 200 and sessions are served."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import websockets
+from support import VOXGATE, free_port
+
+
+async def test_a_loading_backend_answers_503_and_refuses_sessions(tiny_ckpt: Callable[[str], Path],
+                                                                  tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen([VOXGATE, "serve", "--engine", "qwen3tts", "--port", str(port), "--engine-option",
+                             f"model={tiny_ckpt('cv17')}", "--engine-option", "device=cpu", "--engine-option",
+                             "row_buckets=1,2", "--engine-option", "prefill_buckets=64"], stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        seen: list[int] = []
+        refused = None
+        deadline = time.monotonic() + 120
+        while not seen or seen[-1] != 200:
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            try:
+                health = httpx.get(url + "/health", timeout=2)
+            except httpx.TransportError:
+                time.sleep(0.02)
+                continue
+            seen.append(health.status_code)
+            if health.status_code == 503 and refused is None:
+                assert health.json()["status"] == "starting"
+                async with websockets.connect(f"ws://127.0.0.1:{port}/v1/tts/ws",
+                                              subprotocols=["voxgate.v1"]) as ws:
+                    refused = json.loads(await ws.recv())
+                    await ws.wait_closed()
+                    assert ws.close_code == 1013
+        assert seen[0] == 503 and refused is not None and refused["code"] == "not_ready", (seen, refused)
+        async with websockets.connect(f"ws://127.0.0.1:{port}/v1/tts/ws", subprotocols=["voxgate.v1"]) as ws:
+            await ws.send(json.dumps({"type": "session.start"}))
+            assert json.loads(await ws.recv())["type"] == "session.started"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
