@@ -90,11 +90,10 @@ class TextFeed:
         self.changed.set()
 
     def close(self) -> None:
-        """The context is over (done or cancelled): no more timers."""
-        if self._recheck is not None:
-            self._recheck.cancel()
-            self._recheck = None
-        self._stream = None
+        """The context is over (done or cancelled): no more timers, and no reference back to the context (`on_error`
+        refers to it: a cycle only the collector could free)."""
+        self.closed()
+        self.on_error = None
 
     # ---- out: the producer ----------------------------------------------------------------------------------
 
