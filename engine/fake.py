@@ -70,6 +70,13 @@ def fake_duration_samples(text: str) -> int:
     return round(words * SECONDS_PER_WORD * SAMPLE_RATE)
 
 
+def _flag(value: bool | str) -> bool:
+    """A boolean option, also as the string an --engine-option gives ("false", "0")."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no", "off")
+    return bool(value)
+
+
 class _Device:
     """A virtual device clock: each chunk reserves its compute time after the work already reserved, and the
     stream sleeps until its reservation ends (no lock hand-offs through the event loop). A wait under a
@@ -92,11 +99,69 @@ class FakeStream(AudioStream):
         self._engine = engine
         self._voice = voice
         self._cancelled = False
+        self._text = request.text  # all the text so far (text_open: grows by append_text)
+        self._text_open = request.text_open
+        self._more = asyncio.Event()  # text came, the text ended, or a cancel: a waiting stream looks again
 
     def cancel(self) -> None:
         self._cancelled = True
+        self._more.set()
 
-    async def __aiter__(self) -> AsyncIterator[np.ndarray]:
+    def append_text(self, text: str) -> None:
+        if not self._text_open:
+            raise EngineError("text_closed", "this request's text has ended")
+        self._text += text
+        self._more.set()
+
+    def end_text(self) -> None:
+        if self.request.text_open:  # idempotent; a whole-text request has nothing to end
+            self._text_open = False
+            self._more.set()
+
+    def __aiter__(self) -> AsyncIterator[np.ndarray]:
+        return self._open_text() if self.request.text_open else self._whole_text()
+
+    def _spoken_samples(self) -> int:
+        """Audio owed for the text so far: every complete word (the last one only once a space follows it or the
+        text ended); at the end the whole-text rule, so the total equals a whole-text request's."""
+        if not self._text_open:
+            return fake_duration_samples(self._text)
+        words = len(self._text.split())
+        if words and not self._text[-1].isspace():
+            words -= 1  # it may go on in the next piece
+        return round(words * SECONDS_PER_WORD * SAMPLE_RATE)
+
+    async def _open_text(self) -> AsyncIterator[np.ndarray]:
+        """A text_open request: tone audio for its text as the text arrives; nothing (no padding) while it has
+        spoken all it has and the text is open; the end once the text ended and all of it is spoken."""
+        engine = self._engine
+        cap = None if self.request.max_audio_ms is None else self.request.max_audio_ms * SAMPLE_RATE // 1000
+        schedule = [ms * SAMPLE_RATE // 1000 for ms in engine.chunk_schedule_ms]
+        period = _tone_period(_tone_index(self.request.text, self._voice))
+        device = engine.device if engine.device is not None else _Device(engine.device_rtf)
+        engine._waiting += 1
+        try:
+            await asyncio.sleep(engine.first_chunk_ms / 1000)
+        finally:
+            engine._waiting -= 1
+        produced = 0
+        for index in itertools.count():
+            while not self._cancelled:
+                owed = self._spoken_samples() if cap is None else min(cap, self._spoken_samples())
+                if produced < owed or not self._text_open or produced == cap:
+                    break
+                self._more.clear()
+                await self._more.wait()
+            if self._cancelled or produced >= owed:
+                break
+            n = min(schedule[min(index, len(schedule) - 1)], owed - produced)
+            await device.run(n)
+            if self._cancelled:
+                break
+            yield _slice(period, n, produced)
+            produced += n
+
+    async def _whole_text(self) -> AsyncIterator[np.ndarray]:
         engine = self._engine
         total = fake_duration_samples(self.request.text)
         if self.request.max_audio_ms is not None:
@@ -124,13 +189,14 @@ class FakeStream(AudioStream):
 class FakeEngine(Engine):
     """Options: `device_rtf` (audio-s per wall-s), `shared_device` (true: `device_rtf` is the total of all streams;
     false: of each stream), `chunk_ms` (one chunk length, or a schedule "320,640,1280" whose last entry repeats,
-    like qwen3tts's 4, 8, 16 codec frames), `first_chunk_ms`."""
+    like qwen3tts's 4, 8, 16 codec frames), `first_chunk_ms`, `text_streaming` (false: whole texts only, so the
+    gateway's sentence mode can be tested on this engine too)."""
 
     name = "fake"
     supports_instruct = False
 
     def __init__(self, device_rtf: float = 50.0, chunk_ms: int | str = 320, first_chunk_ms: float = 5.0,
-                 shared_device: bool = True) -> None:
+                 shared_device: bool = True, text_streaming: bool = True) -> None:
         schedule = [int(x) for x in str(chunk_ms).split(",") if x.strip()]
         if device_rtf <= 0 or not schedule or min(schedule) <= 0 or first_chunk_ms < 0:
             raise ValueError("device_rtf and chunk_ms must be positive, first_chunk_ms non-negative")
@@ -139,6 +205,7 @@ class FakeEngine(Engine):
         self.chunk_ms = schedule[0]
         self.first_chunk_ms = float(first_chunk_ms)
         self.shared_device = bool(shared_device)
+        self.supports_text_streaming = _flag(text_streaming)
         self.device = _Device(self.device_rtf) if self.shared_device else None
         self._ready = False
         self._waiting = 0
@@ -161,7 +228,7 @@ class FakeEngine(Engine):
 
     def info(self) -> dict[str, object]:
         return {"name": self.name, "device_rtf": self.device_rtf, "shared_device": self.shared_device,
-                "chunk_ms": self.chunk_schedule_ms}
+                "chunk_ms": self.chunk_schedule_ms, "text_streaming": self.supports_text_streaming}
 
     def voices(self) -> list[VoiceInfo]:
         return [VoiceInfo("tone-a", "Tone A", ("en",)), VoiceInfo("tone-b", "Tone B", ("en",))]

@@ -70,6 +70,13 @@ class GatewayConfig:
     # (1-2 ms at 5,000 in the gateway). The qwen3tts engine loop keeps more young objects per step: 10,000 there.
     gc_gen0_threshold: int = 5_000
     loop_chunk_turns: int = 4  # engine chunks taken in per event-loop iteration (turns.py); 0: no bound
+    # Text streaming (docs/protocol.md, "Text streaming"): "auto" feeds a context's text into one engine stream
+    # as it arrives on engines that take it (Engine.supports_text_streaming); "off" keeps sentence mode everywhere.
+    # A stream opens on an unfinished sentence only with `text_stream_min_words` words waiting, arriving at
+    # `text_stream_min_wps` or faster (Qwen3-TTS takes ~1 text token per 80 ms frame: slower text runs out).
+    text_streaming: str = "auto"
+    text_stream_min_words: int = 6
+    text_stream_min_wps: float = 10.0
     shutdown_grace_s: float = 10.0  # SIGTERM: live contexts may finish this long; the process is gone 2 s later
     allowed_origins: list[str] = field(default_factory=list)  # browser origins beyond same-origin and localhost
     allowed_hosts: list[str] = field(default_factory=list)  # Host names beyond IP literals and localhost
@@ -93,6 +100,10 @@ class GatewayConfig:
             raise ValueError("max_sessions, writer_queue_frames and gc_gen0_threshold must be positive")
         if not 0 <= self.loop_chunk_turns <= 100_000:
             raise ValueError("loop_chunk_turns must be within 0..100000 (0: no bound)")
+        if self.text_streaming not in ("auto", "off"):
+            raise ValueError(f"text_streaming must be auto or off, not {self.text_streaming!r}")
+        if not 1 <= self.text_stream_min_words <= 1000 or not 0 <= self.text_stream_min_wps <= 1000:
+            raise ValueError("text_stream_min_words must be within 1..1000 and text_stream_min_wps within 0..1000")
         if not 0 <= self.opus_threads <= 64:
             raise ValueError("opus_threads must be within 0..64")
         if not 0 <= self.shutdown_grace_s <= 3600:

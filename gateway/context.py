@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import time
 from collections import deque
@@ -15,6 +16,7 @@ from voxgate.engine.base import SAMPLE_RATE, AudioStream, Engine, EngineError, S
 
 from .audio import AudioFormat, EncodedFrame, FrameEncoder, make_encoder
 from .stalls import StallStats
+from .textfeed import Cut, OpenStream, TextFeed
 from .textsplit import TextSegmenter
 from .turns import LoopTurns
 
@@ -54,11 +56,6 @@ class _Segment:
 
 
 @dataclass(slots=True)
-class _Cut:
-    flush_id: str | int | None  # None: the context's end
-
-
-@dataclass(slots=True)
 class Context:
     context_id: str
     ctx: int  # the numeric handle in binary frames
@@ -91,6 +88,7 @@ class Context:
     stream: AudioStream | None = None  # the engine stream speaking now
     counted: bool = False  # the outcome went into the metrics
     turns: LoopTurns | None = None  # the bound on chunks taken in per event-loop iteration (turns.py)
+    feed: TextFeed | None = None  # text streaming (textfeed.py); None: sentence mode (`segmenter`)
     _drained: asyncio.Event = field(default_factory=asyncio.Event)
     _segments: asyncio.Queue = field(default_factory=asyncio.Queue)
     producer: asyncio.Task | None = None
@@ -110,6 +108,8 @@ class Context:
 
     @property
     def unspoken_chars(self) -> int:
+        if self.feed is not None:
+            return self.feed.pending_chars
         return self.segmenter.buffered_chars + self.queued_chars
 
     def pop(self) -> ReadyFrame | FlushMark:
@@ -146,89 +146,147 @@ class Context:
 
     def append_text(self, text: str) -> None:
         self.chars += len(text)
+        if self.feed is not None:
+            self.feed.add(text)
+            return
         self._enqueue(self.segmenter.append(text))
 
     def flush(self, flush_id: str | int) -> None:
+        if self.feed is not None:
+            self.feed.cut(flush_id)
+            return
         self._enqueue(self.segmenter.flush())
         if self.speakable_at is None:
             self.speakable_at = time.monotonic()
-        self._segments.put_nowait(_Cut(flush_id))
+        self._segments.put_nowait(Cut(flush_id))
 
     def end(self) -> None:
+        if self.feed is not None:
+            self.state = ContextState.ENDING
+            self.feed.cut(None)
+            return
         self._enqueue(self.segmenter.flush())
         if self.speakable_at is None:
             self.speakable_at = time.monotonic()
         self.state = ContextState.ENDING
-        self._segments.put_nowait(_Cut(None))
+        self._segments.put_nowait(Cut(None))
 
     # ---- synthesis (the producer task) ------------------------------------------------------------------------
 
     async def produce(self, engine: Engine, wake: Callable[[], None],
                       report: Callable[[str, str, str], None]) -> None:
-        """Synthesize segments in order until the end mark; push frames and wake the track's sender.
+        """Synthesize the context's text in order until the end mark; push frames and wake the track's sender.
 
         `report(kind, code, message)` sends a warning or error about this context to the client.
         """
+        if self.feed is not None:
+            await self._produce_streamed(engine, wake, report)
+            return
         while True:
             item = await self._segments.get()
             if isinstance(item, _Segment):
                 self.queued_chars -= len(item.text)
-            if isinstance(item, _Cut):
-                self._push(self.encoder.cut())
-                if item.flush_id is not None:
-                    self.frames.append(FlushMark(item.flush_id))
-                    wake()
-                    continue
-                self.produced_all = True
-                wake()
-                return
-            remaining = self.budget_samples - self.produced_samples
-            if remaining <= 0:
-                continue  # budget spent: the rest is dropped (reported once, when it ran out)
-            request = SynthesisRequest(item.text, self.voice, self.language, self.instruct,
-                                       max_audio_ms=max(1, remaining * 1000 // SAMPLE_RATE))
-            try:
-                stream = self.stream = engine.open_stream(request)
-            except EngineError as exc:
-                self.failed_segments += 1
-                report("error", exc.code, exc.message)
+            if isinstance(item, Cut):
+                if self._cut(item, wake):
+                    return
                 continue
-            chunks = aiter(stream)
-            try:
+            await self._speak(engine, SynthesisRequest(item.text, self.voice, self.language, self.instruct), wake,
+                              report)
+
+    async def _produce_streamed(self, engine: Engine, wake: Callable[[], None],
+                                report: Callable[[str, str, str], None]) -> None:
+        """Text streaming (textfeed.py): one engine stream per stretch of text the rule streams, whole-text
+        requests for the sentences it does not."""
+        feed = self.feed
+        assert feed is not None
+        feed.on_error = lambda exc: report("error", exc.code, exc.message)
+        try:
+            while True:
+                item = feed.next_request()
+                if item is None:
+                    feed.changed.clear()
+                    await feed.changed.wait()
+                    continue
+                if isinstance(item, Cut):
+                    if self._cut(item, wake):
+                        return
+                    continue
+                if self.speakable_at is None:
+                    self.speakable_at = feed.last_event_at
+                request = SynthesisRequest(item.text, self.voice, self.language, self.instruct,
+                                           text_open=isinstance(item, OpenStream))
+                opened = functools.partial(feed.opened, request=item) if isinstance(item, OpenStream) else None
+                try:
+                    await self._speak(engine, request, wake, report, opened)
+                finally:
+                    feed.closed()
+        finally:
+            feed.close()
+
+    def _cut(self, cut: Cut, wake: Callable[[], None]) -> bool:
+        """A flush point or the end: the encoder's tail, the mark; True at the end (nothing more to produce)."""
+        self._push(self.encoder.cut())
+        if cut.flush_id is not None:
+            self.frames.append(FlushMark(cut.flush_id))
+            wake()
+            return False
+        self.produced_all = True
+        wake()
+        return True
+
+    async def _speak(self, engine: Engine, request: SynthesisRequest, wake: Callable[[], None],
+                     report: Callable[[str, str, str], None],
+                     opened: Callable[[AudioStream], None] | None = None) -> None:
+        """One engine request, its chunks encoded and queued as they come (`opened`: told of the stream, which
+        then takes more text while it speaks)."""
+        remaining = self.budget_samples - self.produced_samples
+        if remaining <= 0:
+            return  # budget spent: the rest is dropped (reported once, when it ran out)
+        request.max_audio_ms = max(1, remaining * 1000 // SAMPLE_RATE)
+        try:
+            stream = self.stream = engine.open_stream(request)
+        except EngineError as exc:
+            self.failed_segments += 1
+            report("error", exc.code, exc.message)
+            return
+        chunks = aiter(stream)
+        try:
+            if opened is not None:
+                opened(stream)
+            self.hint_playback()
+            async for chunk in chunks:
+                turn = self.turns.take() if self.turns is not None else None
+                if turn is not None:
+                    await turn
+                chunk = chunk[: self.budget_samples - self.produced_samples]
+                self.produced_samples += len(chunk)
+                self._push(await self.encoder.encode(np.ascontiguousarray(chunk, dtype=np.int16)))
+                wake()
                 self.hint_playback()
-                async for chunk in chunks:
-                    turn = self.turns.take() if self.turns is not None else None
-                    if turn is not None:
-                        await turn
-                    chunk = chunk[: self.budget_samples - self.produced_samples]
-                    self.produced_samples += len(chunk)
-                    self._push(await self.encoder.encode(np.ascontiguousarray(chunk, dtype=np.int16)))
-                    wake()
-                    self.hint_playback()
-                    while self.max_ahead_samples and self.ready_samples > self.max_ahead_samples:
-                        self._drained.clear()
-                        await self._drained.wait()
-                    if self.produced_samples >= self.budget_samples:
-                        if not self.budget_from_client:
-                            report("warning", "audio_limit",
-                                   "context reached limits.max_context_audio_s; the rest of its text is dropped")
-                        break
-            except EngineError as exc:
-                self.failed_segments += 1
-                report("error", exc.code, exc.message)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # an engine bug must not take the session down
-                log.exception("engine failed on context %s", self.context_id)
-                self.failed_segments += 1
-                report("error", "synthesis_failed", f"synthesis failed: {type(exc).__name__}")
-            finally:
-                stream.cancel()
-                self.stream = None
-                # Closed here, not left to asyncio's async-generator finalizer (a task per stream, later).
-                aclose = getattr(chunks, "aclose", None)
-                if aclose is not None:
-                    await aclose()
+                while self.max_ahead_samples and self.ready_samples > self.max_ahead_samples:
+                    self._drained.clear()
+                    await self._drained.wait()
+                if self.produced_samples >= self.budget_samples:
+                    if not self.budget_from_client:
+                        report("warning", "audio_limit",
+                               "context reached limits.max_context_audio_s; the rest of its text is dropped")
+                    break
+        except EngineError as exc:
+            self.failed_segments += 1
+            report("error", exc.code, exc.message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # an engine bug must not take the session down
+            log.exception("engine failed on context %s", self.context_id)
+            self.failed_segments += 1
+            report("error", "synthesis_failed", f"synthesis failed: {type(exc).__name__}")
+        finally:
+            stream.cancel()
+            self.stream = None
+            # Closed here, not left to asyncio's async-generator finalizer (a task per stream, later).
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     def _push(self, frames: list[EncodedFrame]) -> None:
         now = time.monotonic()

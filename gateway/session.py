@@ -36,6 +36,7 @@ from .protocol import (
     TextAppend,
     invalid,
 )
+from .textfeed import TextFeed
 from .track import Track
 from .turns import LoopTurns
 from .voices import resolve_voice
@@ -173,6 +174,8 @@ class Session:
             self._report(context, "warning", "unsupported", f"the {self.engine.name} engine ignores instruct")
         context.max_ahead_samples = int(MAX_AHEAD_S * self.fmt.sample_rate)
         context.turns = self.turns
+        if self.config.text_streaming == "auto" and self.engine.supports_text_streaming:
+            context.feed = TextFeed(self.config.text_stream_min_words, self.config.text_stream_min_wps)
         self.used_ids.add(context_id)
         self.contexts[context_id] = context
         track.add(context)
@@ -264,6 +267,8 @@ class Session:
     def _stop(self, context: Context, state: ContextState, outcome: str) -> None:
         context.state = state
         context.drop_ready()
+        if context.feed is not None:
+            context.feed.close()
         if context.producer is not None:
             context.producer.cancel()
         track = self.tracks.get(context.track)

@@ -7,6 +7,34 @@ import re
 MAX_SEGMENT_CHARS = 300
 # A sentence end, recognised only once the next character exists: "3.14" and "e.g." mid-word are not cut.
 _SENTENCE_END = re.compile(r"([.!?;…。！？；]+[\"'”’)\]]*)(?=\s)|\n")
+# A sentence end at the very end of the text, its confirming character not yet arrived.
+_TRAILING_END = re.compile(r"[.!?;…。！？；]+[\"'”’)\]]*$")
+
+
+def ends_sentence(text: str, following: str = "") -> bool:
+    """Whether `text` ends at a sentence end, judged with the first character of `following` when there is one
+    (without it, a trailing "." counts: nothing more has come to say otherwise)."""
+    stripped = text.rstrip()
+    if not stripped or "\n" in text[len(stripped):]:
+        return True
+    if stripped != text or not following:
+        return _TRAILING_END.search(stripped) is not None
+    return following[0].isspace() and _TRAILING_END.search(stripped) is not None
+
+
+def first_sentence(text: str) -> tuple[str, str]:
+    """`text` cut after its first recognised sentence end (head, rest); (text, "") when it has none."""
+    match = _SENTENCE_END.search(text)
+    return (text, "") if match is None else (text[: match.end()], text[match.end():])
+
+
+def count_words(text: str, after_space: bool = True) -> int:
+    """Words that start in `text`; `after_space`: whether the text before it ended in whitespace (so a piece that
+    continues a word, "lo" after "hel", starts none)."""
+    words = len(text.split())
+    if words and not after_space and not text[0].isspace():
+        words -= 1
+    return words
 
 
 class TextSegmenter:

@@ -38,9 +38,17 @@ class RecordingStream(AudioStream):
         self.request = inner.request
         self._inner = inner
         self._sink = sink
+        self.appended: list[str] = []  # text given by append_text, in order
 
     def cancel(self) -> None:
         self._inner.cancel()
+
+    def append_text(self, text: str) -> None:
+        self._inner.append_text(text)
+        self.appended.append(text)
+
+    def end_text(self) -> None:
+        self._inner.end_text()
 
     async def __aiter__(self) -> AsyncIterator[np.ndarray]:
         async for chunk in self._inner:
@@ -55,7 +63,9 @@ class RecordingEngine(Engine):
         self.inner = inner
         self.name = inner.name
         self.supports_instruct = inner.supports_instruct
+        self.supports_text_streaming = inner.supports_text_streaming
         self.produced: list[tuple[SynthesisRequest, list[np.ndarray]]] = []
+        self.streams: list[RecordingStream] = []  # in request order, beside `produced`
 
     async def start(self) -> None:
         await self.inner.start()
@@ -90,7 +100,9 @@ class RecordingEngine(Engine):
     def open_stream(self, request: SynthesisRequest) -> AudioStream:
         sink: list[np.ndarray] = []
         self.produced.append((request, sink))
-        return RecordingStream(self.inner.open_stream(request), sink)
+        stream = RecordingStream(self.inner.open_stream(request), sink)
+        self.streams.append(stream)
+        return stream
 
     def audio_for(self, predicate=lambda request: True) -> np.ndarray:
         parts = [c for request, chunks in self.produced if predicate(request) for c in chunks]

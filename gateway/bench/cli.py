@@ -67,6 +67,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                            "made, up to that, per message")
     load.add_argument("--codec", default="pcm_s16le", choices=["pcm_s16le", "opus"])
     load.add_argument("--voice")
+    load.add_argument("--text-wps", type=float, help="WebSocket: send the text one word a message at this many "
+                      "words/s (an LLM's output; TTFA counts from the first word); default: all at once")
     load.add_argument("--deflate", action="store_true", help="offer WebSocket permessage-deflate (off by default)")
     out = p.add_argument_group("report")
     out.add_argument("--name", help="report name (default ENGINE-TRANSPORT-UTCDATE)")
@@ -127,6 +129,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .stuck import add_arguments as add_stuck_arguments
 
     add_stuck_arguments(sub.add_parser("stuck", help="server memory per client that stops reading, until let go"))
+    from .textrate import add_arguments as add_textrate_arguments
+
+    add_textrate_arguments(sub.add_parser("textrate", help="first audio and pauses against the text's words/s: "
+                                          "text streaming beside sentence mode (fake engine)"))
     r = sub.add_parser("replot", help="re-render report.md and plots from a report.json")
     r.add_argument("report", help="path to report.json")
     from .parse import add_arguments as add_parse_arguments
@@ -141,7 +147,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 _ENTRY_POINTS = {"run": ("main", "bench_run"), "baseline": ("baseline", "baseline_main"),
                  "gpu-suite": ("suite", "suite_main"), "parse": ("parse", "parse_main"),
                  "steps": ("steps", "steps_main"), "codec": ("codec", "codec_main"),
-                 "stuck": ("stuck", "stuck_main"), "soak": ("soak", "soak_main")}
+                 "stuck": ("stuck", "stuck_main"), "soak": ("soak", "soak_main"),
+                 "textrate": ("textrate", "textrate_main")}
 
 
 def run(args: argparse.Namespace) -> int:

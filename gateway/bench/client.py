@@ -4,6 +4,7 @@ what it had received."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import struct
@@ -57,14 +58,15 @@ class WsClient:
 
     _ids = itertools.count(1)
 
-    def __init__(self, ws: Any, started: dict[str, Any]) -> None:
+    def __init__(self, ws: Any, started: dict[str, Any], text_wps: float | None = None) -> None:
         self.ws = ws
         self.started = started
         self.rate = int(started["audio"]["sample_rate"])
+        self.text_wps = text_wps  # set: the text goes word by word at this rate (an LLM's output), not at once
 
     @classmethod
     async def connect(cls, url: str, frame_ms: int = 20, voice: str | None = None, deflate: bool = False,
-                      codec: str = "pcm_s16le") -> WsClient:
+                      codec: str = "pcm_s16le", text_wps: float | None = None) -> WsClient:
         """`deflate`: offer permessage-deflate (off by default: compressing PCM costs both sides CPU and no audio
         client needs it)."""
         from websockets.asyncio.client import connect
@@ -93,7 +95,7 @@ class WsClient:
                 continue
             data = json.loads(msg)
             if data.get("type") == "session.started":
-                return cls(ws, data)
+                return cls(ws, data, text_wps)
             if data.get("type") == "error":
                 await ws.close()
                 raise ServerError(f"session.start refused: {data.get('code')}: {data.get('message')}")
@@ -104,13 +106,17 @@ class WsClient:
         opening: dict[str, Any] = {"type": "context.open", "context_id": cid}
         if trace.max_audio_ms is not None:
             opening["max_audio_ms"] = trace.max_audio_ms
+        writer: asyncio.Task[None] | None = None
         try:
             await ws.send(json.dumps(opening))
-            append = json.dumps({"type": "text.append", "context_id": cid, "text": text})
             end = json.dumps({"type": "context.end", "context_id": cid})
-            trace.sent = time.perf_counter()
-            await ws.send(append)
-            await ws.send(end)
+            if self.text_wps:  # TTFA counts from the first word: what a listener of an LLM agent waits
+                trace.sent = time.perf_counter()
+                writer = asyncio.get_running_loop().create_task(self._words(cid, text, trace.sent))
+            else:
+                trace.sent = time.perf_counter()
+                await ws.send(json.dumps({"type": "text.append", "context_id": cid, "text": text}))
+                await ws.send(end)
             while True:
                 msg = await ws.recv()
                 now = time.perf_counter()
@@ -143,6 +149,19 @@ class WsClient:
         except Exception as exc:  # a closed connection: this client is gone
             trace.error = f"{type(exc).__name__}: {exc}"
             raise ServerError(trace.error) from exc
+        finally:
+            if writer is not None:
+                writer.cancel()
+
+    async def _words(self, cid: str, text: str, start: float) -> None:
+        """The text one word a message at `text_wps`, on a schedule from `start` (no drift), then the end."""
+        assert self.text_wps
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            await asyncio.sleep(max(0.0, start + i / self.text_wps - time.perf_counter()))
+            piece = word + (" " if i + 1 < len(words) else "")
+            await self.ws.send(json.dumps({"type": "text.append", "context_id": cid, "text": piece}))
+        await self.ws.send(json.dumps({"type": "context.end", "context_id": cid}))
 
     async def close(self) -> None:
         try:

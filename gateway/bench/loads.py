@@ -30,6 +30,7 @@ class Target:
     voice: str | None = None
     deflate: bool = False  # WebSocket permessage-deflate
     codec: str = "pcm_s16le"
+    text_wps: float | None = None  # WebSocket text word by word at this rate (None: all at once)
     http: Any = None  # a shared httpx.AsyncClient, opened by `open()`
 
     @property
@@ -50,7 +51,8 @@ class Target:
 
     async def client(self) -> Client:
         if self.transport == "ws":
-            return await WsClient.connect(self.ws_url, self.frame_ms, self.voice, self.deflate, self.codec)
+            return await WsClient.connect(self.ws_url, self.frame_ms, self.voice, self.deflate, self.codec,
+                                          self.text_wps)
         if self.transport == "http":
             return HttpClient(self.http, self.voice)
         raise ValueError(f"unknown transport {self.transport!r}")

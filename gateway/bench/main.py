@@ -41,6 +41,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         voice=args.voice,
         deflate=args.deflate,
         codec=args.codec,
+        text_wps=args.text_wps,
     )
     if args.rate_search:
         start, _, top = args.rate_search.partition(":")
@@ -54,7 +55,8 @@ async def probe(base_url: str, plan: Plan, warmup_requests: int) -> dict[str, An
         "health": await asyncio.to_thread(get_json, base_url, "/health"),
         "voices": await asyncio.to_thread(get_json, base_url, "/v1/voices"),
     }
-    target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate, plan.codec)
+    target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate, plan.codec,
+                    plan.text_wps)
     if plan.voice is None and isinstance(info["voices"], dict):
         plan.voice = info["voices"].get("default")
         target.voice = plan.voice

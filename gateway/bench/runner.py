@@ -39,6 +39,7 @@ class Plan:
     voice: str | None = None
     deflate: bool = False
     codec: str = "pcm_s16le"
+    text_wps: float | None = None  # WebSocket text word by word at this rate (an LLM agent), not all at once
     stop_at: float | None = None  # time.monotonic() after which no phase starts that would not end in time
     skipped: list[str] = field(default_factory=list)  # phases left out for want of time
 
@@ -74,7 +75,8 @@ async def _scraped(base_url: str, phase: Callable[[], Any]) -> tuple[PhaseResult
 
 
 async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any]:
-    target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate, plan.codec)
+    target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate, plan.codec,
+                    plan.text_wps)
     await target.open()
     closed: list[dict[str, Any]] = []
     open_loop: list[dict[str, Any]] = []
