@@ -19,6 +19,8 @@ import numpy as np
 
 from .base import SAMPLE_RATE, AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
 
+DEFAULT_VOICE = "tone-a"  # a request without a voice (the session named none)
+
 SECONDS_PER_WORD = 0.37  # the synthetic-weight length rule of shared/workloads/README.md
 # Every tone (180 + 1.5 k Hz) and the 3 Hz envelope repeat after 2 s, so one period per tone is computed once and
 # a chunk is a slice of it: the engine costs the gateway next to nothing even at thousands of audio-s/s.
@@ -231,10 +233,10 @@ class FakeEngine(Engine):
                 "chunk_ms": self.chunk_schedule_ms, "text_streaming": self.supports_text_streaming}
 
     def voices(self) -> list[VoiceInfo]:
-        return [VoiceInfo("tone-a", "Tone A", ("en",)), VoiceInfo("tone-b", "Tone B", ("en",))]
+        return [VoiceInfo(DEFAULT_VOICE, "Tone A", ("en",)), VoiceInfo("tone-b", "Tone B", ("en",))]
 
     def open_stream(self, request: SynthesisRequest) -> FakeStream:
-        voice = request.voice or "tone-a"
+        voice = request.voice or DEFAULT_VOICE
         if voice not in {v.id for v in self.voices()}:
             raise EngineError("voice_not_found", f"voice {voice!r} not found; see GET /v1/voices")
         return FakeStream(self, request, voice)

@@ -48,12 +48,15 @@ def _expected(text: str, voice: str) -> np.ndarray:
 
 
 async def _session(url: str, args: dict[str, Any], texts: list[str], start_at: float, stats: dict[str, Any]) -> None:
+    from voxgate.engine.fake import DEFAULT_VOICE
+
     from ..client import VoxgateClient
 
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
     rng = random.Random()
     async with VoxgateClient(url, pacing=args["pacing"], frame_ms=args["frame_ms"]) as client:
-        voice = client.session["defaults"]["voice"]
+        # no voice named: the fake engine's default speaks (the session defaults to none since issue 14)
+        voice = client.session["defaults"]["voice"] or DEFAULT_VOICE
         stats["sessions"] += 1
         end = time.monotonic() + args["duration"]
         n = 0

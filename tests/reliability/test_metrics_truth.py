@@ -4,6 +4,7 @@ POST /v1/audio/speech status appears in voxgate_speech_requests_total, 400 and 5
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 import httpx
 import websockets
@@ -12,10 +13,17 @@ from voxgate.engine.fake import FakeEngine
 from voxgate.gateway.protocol import PROTOCOL
 
 
-class BrokenDefaultVoice(RecordingEngine):
-    """An engine bug on demand: `default_voice()` raises once armed (the bystander names its voice, so it is spared)."""
+class BrokenVoices(RecordingEngine):
+    """An engine bug on demand, once armed: listing the voices for a new session's session.started raises, and so
+    does HTTP speech's default voice. The bystander's contexts (which resolve their voice against the same list)
+    are spared, so only the new session and the request fail."""
 
     armed = False
+
+    def voices(self) -> list:
+        if self.armed and any(f.function == "_on_SessionStart" for f in inspect.stack()[1:4]):
+            raise RuntimeError("an engine bug")
+        return super().voices()
 
     def default_voice(self) -> str | None:
         if self.armed:
@@ -29,12 +37,12 @@ def counter(text: str, line: str) -> float:
 
 
 async def test_internal_errors_and_every_status_are_counted(gateway):
-    engine = BrokenDefaultVoice(FakeEngine(device_rtf=200))
+    engine = BrokenVoices(FakeEngine(device_rtf=200))
     server = gateway(engine=engine)
     async with bystander(server.ws_url), httpx.AsyncClient(base_url=server.http_url) as http:
         engine.armed = True
         ws = await websockets.connect(server.ws_url, subprotocols=[PROTOCOL])
-        await ws.send('{"type": "session.start"}')  # no voice: the default is asked for, and the engine fails
+        await ws.send('{"type": "session.start"}')  # session.started lists the voices: the engine fails
         error = await next_json(ws)
         await ws.wait_closed()
         failed = await http.post("/v1/audio/speech", json={"input": "Hi."})
