@@ -15,7 +15,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from voxgate.engine.base import Engine
 
-from . import http_api
+from . import http_api, voices_api
 from .audio import configure_opus_pool
 from .config import GatewayConfig
 from .gctune import GcTuning
@@ -48,6 +48,12 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
             log.info("starting engine %s", engine.name)
             await engine.start()
         log.info("engine %s ready", engine.name)
+        if state.voices is not None:
+            if engine.supports_voice_upload:
+                count = await asyncio.to_thread(state.voices.load)
+                log.info("%d uploaded voice(s) loaded from %s", count, state.voices.directory)
+            else:
+                log.warning("voices_dir is set, but the %s engine takes no uploaded voices", engine.name)
         gc_tuning = GcTuning(config.gc_gen0_threshold, config.gc_freeze,
                              lambda gen, s: state.metrics.gc_pause.labels(str(gen)).observe(s))
         gc_tuning.apply()
@@ -63,7 +69,9 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
     routes = [
         WebSocketRoute("/v1/tts/ws", tts_websocket),
         Route("/v1/audio/speech", http_api.speech, methods=["POST"]),
-        Route("/v1/voices", http_api.voices),
+        Route("/v1/voices", http_api.voices, methods=["GET"]),
+        Route("/v1/voices", voices_api.create, methods=["POST"]),
+        Route("/v1/voices/{voice_id}", voices_api.one, methods=["GET", "DELETE"]),
         Route("/v1/audio/voices", http_api.audio_voices),
         Route("/v1/models", http_api.models),
         Route("/health", http_api.health),
