@@ -9,6 +9,7 @@ the CPU the same loop runs eagerly (tests and CI drive gateway -> loop -> codec 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from typing import Any
@@ -285,12 +286,14 @@ class Qwen3TTSEngine(Engine):
 
         if not self.supports_voice_upload:
             raise EngineError("unsupported", "only Base checkpoints take uploaded voices")
-        with torch.inference_mode():
+        # On CUDA, a side stream: work on the legacy default stream would wait for the loop's steps and hold them.
+        side = torch.cuda.Stream(self.tts.device) if self.tts.device.type == "cuda" else None
+        with torch.inference_mode(), torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
             voice = self.tts.clone_voice(audio, sample_rate, ref_text)
-        out = {"x_vector": voice.x_vector.float().cpu().numpy()}
-        if voice.ref_codes is not None:
-            out["ref_codes"] = voice.ref_codes.cpu().numpy().astype(np.int64)
-            out["ref_ids"] = np.asarray(self.tts.tokenizer.encode(ref_string(ref_text)), dtype=np.int64)
+            out = {"x_vector": voice.x_vector.float().cpu().numpy()}  # .cpu(): waits for the side stream's work
+            if voice.ref_codes is not None:
+                out["ref_codes"] = voice.ref_codes.cpu().numpy().astype(np.int64)
+                out["ref_ids"] = np.asarray(self.tts.tokenizer.encode(ref_string(ref_text)), dtype=np.int64)
         return out
 
     def add_voice(self, voice_id: str, prompt: dict[str, Any], ref_text: str | None) -> None:

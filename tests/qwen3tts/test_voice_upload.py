@@ -230,3 +230,32 @@ def test_a_restart_keeps_the_voices(tiny_ckpt: Callable[[str], Path], ours: Call
         assert httpx.get(second.http_url + f"/v1/voices/{voice['id']}", headers=ALICE, timeout=10).status_code == 404
         assert speak_http(second, voice["id"]).status_code == 404
         assert files(tmp_path) == []
+
+
+@pytest.mark.usefixtures("no_tf32")
+def test_an_uploaded_in_context_voice_takes_streamed_text(tiny_ckpt: Callable[[str], Path],
+                                                         ours: Callable[[str], Any]) -> None:
+    """Text arriving in pieces (text_open): an in-context prompt interleaves the whole text with the reference
+    frames, so the stream waits for the end and then speaks as the whole text would."""
+    from voxgate.engine.base import SynthesisRequest
+
+    wav = wav_bytes(recording(3.5, seed=4))
+
+    async def run() -> np.ndarray:
+        engine = create_engine(model=str(tiny_ckpt("base17")), **SMALL)
+        await engine.start()
+        try:
+            audio, sr = read_wav_bytes(wav)
+            engine.add_voice("voice_00000000000000ee", engine.voice_prompt(audio, sr, REF_TEXT), REF_TEXT)
+            stream = engine.open_stream(SynthesisRequest("Hello from", voice="voice_00000000000000ee",
+                                                         max_audio_ms=MAX_AUDIO_MS, text_open=True))
+            stream.append_text(" an uploaded")
+            await asyncio.sleep(0.2)
+            assert stream.engine_request is None  # nothing spoken before the text's end
+            stream.append_text(" voice.")
+            stream.end_text()
+            return np.concatenate([chunk async for chunk in stream])
+        finally:
+            await engine.stop()
+
+    assert close_to(asyncio.run(run()), offline_pcm(ours, wav, REF_TEXT))
