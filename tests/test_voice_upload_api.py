@@ -117,3 +117,33 @@ def test_the_store_reloads_good_voices_and_skips_broken_ones(tmp_path: Path) -> 
     assert store.load() == 1 and list(engine.added) == ["voice_00000000000000aa"]
     assert engine.added["voice_00000000000000aa"][1] == "hi"
     assert not (tmp_path / ".voice_00000000000000dd.json.tmp").exists()
+
+
+def test_a_failed_write_leaves_no_voice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import os
+
+    from voxgate.gateway.voice_audio import Recording
+
+    class Prompting(_Cloner):
+        def voice_prompt(self, audio: np.ndarray, sample_rate: int, ref_text: str | None) -> dict[str, np.ndarray]:
+            return {"x_vector": np.ones(4, np.float32)}
+
+    engine = Prompting()
+    store = VoiceStore(tmp_path, engine, 10, auth_on=False)
+    rec = Recording(np.full(48_000, 0.1, np.float32), 16_000)
+    replace = os.replace
+
+    def failing(src: Any, dst: Any) -> None:
+        if str(dst).endswith(".json"):
+            raise OSError("disk full")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="disk full"):
+        asyncio.run(store.add(rec, None, "x_vector", None, None))
+    assert list(tmp_path.iterdir()) == [] and store.records == {} and engine.added == {}
+    monkeypatch.setattr(os, "replace", replace)
+    record = asyncio.run(store.add(rec, "n", "x_vector", None, None))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{record.id}.json", f"{record.id}.npz"]
+    assert list(engine.added) == [record.id]
