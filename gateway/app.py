@@ -38,6 +38,17 @@ class WebAssets(StaticFiles):
         return super().lookup_path(path)
 
 
+async def load_uploaded_voices(state: GatewayState) -> None:
+    """Once the engine is warm: the voices stored under voices_dir into it (POST /v1/voices, voice_store.py)."""
+    if state.voices is None:
+        return
+    if state.engine.supports_voice_upload:
+        count = await asyncio.to_thread(state.voices.load)
+        log.info("%d uploaded voice(s) loaded from %s", count, state.voices.directory)
+    else:
+        log.warning("voices_dir is set, but the %s engine takes no uploaded voices", state.engine.name)
+
+
 def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette:
     config = config or GatewayConfig()
     state = GatewayState(engine, config)
@@ -48,12 +59,7 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
             log.info("starting engine %s", engine.name)
             await engine.start()
         log.info("engine %s ready", engine.name)
-        if state.voices is not None:
-            if engine.supports_voice_upload:
-                count = await asyncio.to_thread(state.voices.load)
-                log.info("%d uploaded voice(s) loaded from %s", count, state.voices.directory)
-            else:
-                log.warning("voices_dir is set, but the %s engine takes no uploaded voices", engine.name)
+        await load_uploaded_voices(state)
         gc_tuning = GcTuning(config.gc_gen0_threshold, config.gc_freeze,
                              lambda gen, s: state.metrics.gc_pause.labels(str(gen)).observe(s))
         gc_tuning.apply()

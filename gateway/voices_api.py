@@ -102,11 +102,11 @@ async def _create(request: Request, state: GatewayState) -> Response:
     if store is None:
         return _error(501, "voice uploads are off on this server (config voices_dir)", "voice_uploads_disabled",
                       "server_error", close=True)
+    if not state.engine.ready:  # (what the engine takes is known once it has loaded)
+        return _error(503, "the engine is warming up", "not_ready", "server_error", close=True)
     if not state.engine.supports_voice_upload:
         return _error(501, f"the {state.engine.name} engine (this checkpoint) takes no uploaded voices; a Qwen3-TTS "
                       "Base checkpoint does", "unsupported", "server_error", close=True)
-    if not state.engine.ready:
-        return _error(503, "the engine is warming up", "not_ready", "server_error", close=True)
     limit = config.max_voice_upload_bytes
     body = await _read_body(request, limit)
     if body is None:
