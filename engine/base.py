@@ -104,6 +104,9 @@ class Engine(abc.ABC):
     # True: a request may be opened with `text_open` and fed by AudioStream.append_text / end_text, one stream per
     # turn (the gateway then stops cutting the turn's text into sentences). False: whole texts only.
     supports_text_streaming: bool = False
+    # True: voices made from a reference recording can be added at run time (voice_prompt, add_voice, remove_voice;
+    # the gateway's POST /v1/voices). False: those methods raise EngineError("unsupported").
+    supports_voice_upload: bool = False
 
     @abc.abstractmethod
     async def start(self) -> None: ...
@@ -140,6 +143,20 @@ class Engine(abc.ABC):
     def default_voice(self) -> str | None:
         voices = self.voices()
         return voices[0].id if voices else None
+
+    def voice_prompt(self, audio: np.ndarray, sample_rate: int, ref_text: str | None) -> dict[str, np.ndarray]:
+        """The conditioning of a reference recording (mono float32 in [-1, 1]), computed once, as named arrays the
+        gateway stores and later hands to `add_voice`. `ref_text`: its transcript (in-context cloning), or None.
+        Blocking and heavy: call it from a worker thread. EngineError("unsupported") without supports_voice_upload."""
+        raise EngineError("unsupported", f"the {self.name} engine takes no uploaded voices")
+
+    def add_voice(self, voice_id: str, prompt: dict[str, np.ndarray], ref_text: str | None) -> None:
+        """Serve `voice_id` (a SynthesisRequest.voice from now on) from a `voice_prompt` result. Uploaded voices are
+        not in `voices()`: the gateway lists them, per owner."""
+        raise EngineError("unsupported", f"the {self.name} engine takes no uploaded voices")
+
+    def remove_voice(self, voice_id: str) -> None:  # noqa: B027 (nothing to remove where nothing was added)
+        """Stop serving an uploaded voice (streams already open keep it). Idempotent."""
 
     def info(self) -> dict[str, object]:
         """What the engine is and how it runs (shown by GET /health and copied into benchmark reports)."""

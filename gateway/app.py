@@ -15,7 +15,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from voxgate.engine.base import Engine
 
-from . import http_api
+from . import http_api, voices_api
 from .audio import configure_opus_pool
 from .config import GatewayConfig
 from .gctune import GcTuning
@@ -38,6 +38,17 @@ class WebAssets(StaticFiles):
         return super().lookup_path(path)
 
 
+async def load_uploaded_voices(state: GatewayState) -> None:
+    """Once the engine is warm: the voices stored under voices_dir into it (POST /v1/voices, voice_store.py)."""
+    if state.voices is None:
+        return
+    if state.engine.supports_voice_upload:
+        count = await asyncio.to_thread(state.voices.load)
+        log.info("%d uploaded voice(s) loaded from %s", count, state.voices.directory)
+    else:
+        log.warning("voices_dir is set, but the %s engine takes no uploaded voices", state.engine.name)
+
+
 def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette:
     config = config or GatewayConfig()
     state = GatewayState(engine, config)
@@ -48,6 +59,7 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
     async def engine_ready() -> None:
         """Called once the engine is warm: the collector's settings (freezing what the load made) from then on."""
         log.info("engine %s ready", engine.name)
+        await load_uploaded_voices(state)  # the stored voices need the engine's encoders
         gc_tuning.apply()
 
     app_state = {"on_ready": engine_ready}
@@ -73,7 +85,9 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
     routes = [
         WebSocketRoute("/v1/tts/ws", tts_websocket),
         Route("/v1/audio/speech", http_api.speech, methods=["POST"]),
-        Route("/v1/voices", http_api.voices),
+        Route("/v1/voices", http_api.voices, methods=["GET"]),
+        Route("/v1/voices", voices_api.create, methods=["POST"]),
+        Route("/v1/voices/{voice_id}", voices_api.one, methods=["GET", "DELETE"]),
         Route("/v1/audio/voices", http_api.audio_voices),
         Route("/v1/models", http_api.models),
         Route("/health", http_api.health),

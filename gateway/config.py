@@ -88,6 +88,13 @@ class GatewayConfig:
     model_aliases: list[str] = field(default_factory=lambda: ["tts-1", "tts-1-hd", "gpt-4o-mini-tts",
                                                               "gpt-4o-mini-tts-2025-12-15"])
     speech_encoder_threads: int = 2
+    # POST /v1/voices (docs/http-api.md): uploaded voices are kept under voices_dir ("": uploads off); each upload's
+    # body, its recording's length, and how many voices the server holds are bounded
+    voices_dir: str = ""
+    max_voice_upload_bytes: int = 10_485_760
+    min_voice_s: float = 3.0
+    max_voice_s: float = 30.0
+    max_voices: int = 100
     limits: Limits = field(default_factory=Limits)
     pacing: PacingDefaults = field(default_factory=PacingDefaults)
 
@@ -116,6 +123,10 @@ class GatewayConfig:
                 raise ValueError(f"voice_aliases.{engine} must be a table of alias = \"voice id\" strings")
         if not 0 <= self.speech_encoder_threads <= 64:
             raise ValueError("speech_encoder_threads must be within 0..64")
+        if self.max_voice_upload_bytes <= 0 or self.max_voices <= 0:
+            raise ValueError("max_voice_upload_bytes and max_voices must be positive")
+        if not 0 < self.min_voice_s <= self.max_voice_s <= 600:
+            raise ValueError("voice uploads need 0 < min_voice_s <= max_voice_s <= 600")
         if self.protect_metrics and not self.auth_tokens:
             raise ValueError("protect_metrics needs auth_tokens (the token that /metrics will require)")
 

@@ -71,7 +71,7 @@ async def _speech(request: Request, state: GatewayState) -> Response:
     if raw is None:
         return _error(413, f"the body is over max_request_bytes ({limit})", "request_too_large", close=True)
     try:
-        job = check(decode_body(raw), state)
+        job = check(decode_body(raw), state, state.uploaded_ids(token_from_request(request)))
     except SpeechError as exc:
         return _error(exc.status, exc.message, exc.code, param=exc.param)
     return await speak(state, job, t_request)
@@ -79,16 +79,28 @@ async def _speech(request: Request, state: GatewayState) -> Response:
 
 async def voices(request: Request) -> JSONResponse:
     state: GatewayState = request.app.state.voxgate
-    return JSONResponse({"voices": [v.to_json() for v in state.engine.voices()],
+    return JSONResponse({"voices": [v.to_json() for v in state.engine.voices()] + _uploaded(request, state),
                          "default": state.engine.default_voice(),
                          "aliases": voice_aliases(state.engine, state.config.voice_aliases)})
 
 
+def _uploaded(request: Request, state: GatewayState) -> list[dict[str, object]]:
+    """The uploaded voices the caller may see (theirs with auth on; none without a valid token) **(i16)**."""
+    token = token_from_request(request)
+    if state.voices is None or not state.authorized(token):
+        return []
+    ids = set(state.uploaded_ids(token))
+    return [{**r.info().to_json(), **r.to_json(), "uploaded": True} for r in state.voices.records.values()
+            if r.id in ids]
+
+
 async def audio_voices(request: Request) -> JSONResponse:
-    """vLLM-Omni's `GET /v1/audio/voices`: voice names (engine ids, then OpenAI aliases); no uploads."""
+    """vLLM-Omni's `GET /v1/audio/voices`: voice names (engine ids, then OpenAI aliases), and the uploaded voices."""
     state: GatewayState = request.app.state.voxgate
     names = [v.id for v in state.engine.voices()] + list(voice_aliases(state.engine, state.config.voice_aliases))
-    return JSONResponse({"voices": list(dict.fromkeys(names)), "uploaded_voices": []})
+    uploaded = [{"id": v["id"], "name": v["name"], "mode": v["mode"], "created_at": v["created_at"]}
+                for v in _uploaded(request, state)]
+    return JSONResponse({"voices": list(dict.fromkeys(names)), "uploaded_voices": uploaded})
 
 
 async def models(request: Request) -> JSONResponse:

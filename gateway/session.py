@@ -12,6 +12,7 @@ import itertools
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from voxgate.engine.base import SAMPLE_RATE, Engine
@@ -47,8 +48,9 @@ log = logging.getLogger("voxgate.session")
 
 class Session:
     def __init__(self, engine: Engine, config: GatewayConfig, metrics: GatewayMetrics, writer: SocketWriter,
-                 turns: LoopTurns | None = None) -> None:
+                 turns: LoopTurns | None = None, uploaded: Callable[[], list[str]] = list) -> None:
         self.engine = engine
+        self.uploaded = uploaded  # ids of the uploaded voices this session's token may use (POST /v1/voices)
         self.turns = turns
         self.config = config
         self.limits = config.limits
@@ -134,7 +136,7 @@ class Session:
         self.writer.put_urgent({
             "type": "session.started", "session_id": self.session_id, "protocol": PROTOCOL,
             "engine": self.engine.name, "audio": self.fmt.to_json(), "pacing": pacing,
-            "limits": self.limits.to_json(), "voices": [v.id for v in self.engine.voices()],
+            "limits": self.limits.to_json(), "voices": [v.id for v in self.engine.voices()] + self.uploaded(),
             "defaults": {"voice": voice, "language": self._defaults["language"]},
         })
         if self.metrics_interval_ms:
@@ -144,7 +146,7 @@ class Session:
         """The engine's own id for `voice` (`Tone-A` -> `tone-a`), or voice_not_found."""
         if voice is None:
             return None
-        resolved = resolve_voice(self.engine, voice)
+        resolved = resolve_voice(self.engine, voice, self.uploaded())
         if resolved is None:
             raise ProtocolError("voice_not_found", f"voice {voice!r} not found; see GET /v1/voices",
                                 context_id=context_id)

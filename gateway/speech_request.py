@@ -10,6 +10,7 @@ only where doing nothing is its meaning (it asks for what the engine does anyway
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -121,10 +122,10 @@ def _check_qwen_fields(body: SpeechBody, engine: Engine, info: dict[str, object]
             raise _bad("task_type", f"{body.task_type} is not served here: this {engine.name} engine serves {task}"
                        " (one checkpoint per server; start one with the matching checkpoint)")
     if body.ref_audio is not None:
-        raise _bad("ref_audio", "per-request voice cloning is not offered; serve a Base checkpoint with "
-                   "--engine-option ref_audio=FILE.wav and ask for voice 'clone'")
+        raise _bad("ref_audio", "per-request voice cloning is not offered; upload the recording once (POST "
+                   "/v1/voices, on a Base checkpoint) and name the voice id it returns")
     if body.ref_text is not None:
-        raise _bad("ref_text", "in-context cloning from a transcript is not offered (the clone voice is x-vector only)")
+        raise _bad("ref_text", "send the transcript with the recording to POST /v1/voices (mode in_context)")
     if body.x_vector_only_mode is not None and not (body.x_vector_only_mode and task == "Base"):
         raise _bad("x_vector_only_mode", "only true, on a Base checkpoint (its clone voice is x-vector only)")
     if body.non_streaming_mode is not None and not (body.non_streaming_mode and schedule):
@@ -137,7 +138,7 @@ def _check_qwen_fields(body: SpeechBody, engine: Engine, info: dict[str, object]
                        " option chunk_frames); a per-request size is not offered")
 
 
-def _voice(body: SpeechBody, state: GatewayState) -> str | None:
+def _voice(body: SpeechBody, state: GatewayState, uploaded: Sequence[str]) -> str | None:
     voice = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
     if voice is not None and body.speaker is not None and voice != body.speaker:
         raise _bad("speaker", "names another voice than 'voice'; send one of them", "invalid_value")
@@ -148,7 +149,7 @@ def _voice(body: SpeechBody, state: GatewayState) -> str | None:
             raise SpeechError(404, "this engine has no voice to default to; name one (see GET /v1/voices)",
                               "voice_not_found", "voice")
         return None
-    found = resolve_voice(engine, requested)
+    found = resolve_voice(engine, requested, uploaded)
     if found is None:
         aliases = {k.casefold(): v for k, v in voice_aliases(engine, state.config.voice_aliases).items()}
         found = aliases.get(requested.casefold())
@@ -157,8 +158,9 @@ def _voice(body: SpeechBody, state: GatewayState) -> str | None:
     return found
 
 
-def check(body: SpeechBody, state: GatewayState) -> SpeechJob:
-    """The job, or a SpeechError naming the first field that cannot be honoured."""
+def check(body: SpeechBody, state: GatewayState, uploaded: Sequence[str] = ()) -> SpeechJob:
+    """The job, or a SpeechError naming the first field that cannot be honoured. `uploaded`: the ids of the uploaded
+    voices the caller may use (POST /v1/voices)."""
     engine, limits = state.engine, state.config.limits
     info = engine.info()
     text = body.input
@@ -187,7 +189,7 @@ def check(body: SpeechBody, state: GatewayState) -> SpeechJob:
     _check_qwen_fields(body, engine, info, task)
     if task == "VoiceDesign" and not instruct:
         raise _bad("instructions", "VoiceDesign needs a description of the voice", "missing_field")
-    voice = _voice(body, state)
+    voice = _voice(body, state, uploaded)
     limit_ms = int(limits.max_context_audio_s * 1000)
     budget_ms = limit_ms
     for name, value in (("max_audio_ms", body.max_audio_ms),

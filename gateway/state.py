@@ -10,6 +10,7 @@ from .config import GatewayConfig
 from .drain import Drain
 from .metrics import GatewayMetrics
 from .turns import LoopTurns
+from .voice_store import VoiceStore, owner_of
 
 
 class GatewayState:
@@ -22,6 +23,15 @@ class GatewayState:
         self.drain = Drain(config.shutdown_grace_s)
         self.metrics.draining.set_function(lambda: float(self.drain.draining))
         self.turns = LoopTurns(config.loop_chunk_turns)  # shared by every context's producer
+        # Uploaded voices (POST /v1/voices), loaded into the engine at start; None: uploads off (no voices_dir).
+        self.voices = VoiceStore(config.voices_dir, engine, config.max_voices, bool(config.auth_tokens)) \
+            if config.voices_dir else None
+
+    def uploaded_ids(self, token: str | None) -> list[str]:
+        """The uploaded voices a request with `token` may list and use (its own; every one with auth off)."""
+        if self.voices is None:
+            return []
+        return self.voices.visible_ids(owner_of(token, bool(self.config.auth_tokens)))
 
     def authorized(self, token: str | None) -> bool:
         if not self.config.auth_tokens:

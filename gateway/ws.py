@@ -93,7 +93,9 @@ async def tts_websocket(websocket: WebSocket) -> None:
 
     writer = SocketWriter(websocket.send_bytes, websocket.send_text, state.config.writer_queue_frames,
                           on_frame_written, websocket.scope.get("extensions", {}).get(SEND_NOW))
-    session = Session(state.engine, state.config, state.metrics, writer, state.turns)
+    token = token_from_websocket(websocket)
+    session = Session(state.engine, state.config, state.metrics, writer, state.turns,
+                      lambda: state.uploaded_ids(token))
     writer_task = asyncio.get_running_loop().create_task(writer.run())
     state.session_opened()
     reader = Reader(websocket, session, writer, writer_task)

@@ -97,6 +97,19 @@ class RecordingEngine(Engine):
     def register_metrics(self, registry: Any) -> None:
         self.inner.register_metrics(registry)
 
+    @property
+    def supports_voice_upload(self) -> bool:  # type: ignore[override]
+        return self.inner.supports_voice_upload
+
+    def voice_prompt(self, audio: np.ndarray, sample_rate: int, ref_text: str | None) -> dict[str, np.ndarray]:
+        return self.inner.voice_prompt(audio, sample_rate, ref_text)
+
+    def add_voice(self, voice_id: str, prompt: dict[str, np.ndarray], ref_text: str | None) -> None:
+        self.inner.add_voice(voice_id, prompt, ref_text)
+
+    def remove_voice(self, voice_id: str) -> None:
+        self.inner.remove_voice(voice_id)
+
     def open_stream(self, request: SynthesisRequest) -> AudioStream:
         sink: list[np.ndarray] = []
         self.produced.append((request, sink))

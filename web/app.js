@@ -1,10 +1,11 @@
 // The demo page: controls, the session lifecycle, streaming text in, and the live panel.
 // URL parameters (for tests and debugging): ws=<WebSocket URL>, tap=<seconds of output to record>, record=1
-// (keep every frame and message the worker received), and codec, pacing, target, mode, wps, voice to preset
-// the controls.
+// (keep every frame and message the worker received), token=<auth token> (voices and the WebSocket), and codec,
+// pacing, target, mode, wps, voice to preset the controls.
 import { BufferPlot } from "./plot.js";
 import { Player } from "./player.js";
 import { C, PROTOCOL, S, WS_PATH } from "./protocol.js";
+import { wireClonePanel } from "./voice-upload.js";
 
 const SAMPLES = {
   Greeting: "Hello! This is voxgate, streaming speech to your browser while the words are still arriving.",
@@ -59,7 +60,8 @@ function log(text) {
 }
 
 async function loadVoices() {
-  const res = await fetch("/v1/voices");
+  const token = params.get("token");
+  const res = await fetch("/v1/voices", token ? { headers: { Authorization: `Bearer ${token}` } } : {});
   const body = await res.json();
   const sel = $("voice");
   sel.replaceChildren();
@@ -95,7 +97,8 @@ function controls() {
 
 function wsUrl() {
   if (params.get("ws")) return params.get("ws");
-  return `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${WS_PATH}`;
+  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${WS_PATH}`;
+  return params.get("token") ? `${url}?token=${encodeURIComponent(params.get("token"))}` : url;
 }
 
 function ensureSession(cfg, sampleRate) {
@@ -324,6 +327,12 @@ function init() {
   if ($("codec").value === "opus" && !canOpus) $("codec").value = "pcm_s16le";
   $("voice").onchange = fillLanguages;
   $("speak").onclick = speak;
+  wireClonePanel($, params.get("token"), async (voice) => {
+    await loadVoices();
+    $("voice").value = voice.id;
+    fillLanguages();
+    log(`voice ${voice.id} uploaded`);
+  });
   $("stop").onclick = stop;
   plot.render();
   return loadVoices().catch((err) => {

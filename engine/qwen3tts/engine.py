@@ -9,6 +9,7 @@ the CPU the same loop runs eagerly (tests and CI drive gateway -> loop -> codec 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from typing import Any
@@ -143,6 +144,7 @@ class Qwen3TTSEngine(Engine):
         self.metrics: Any = None
         self._registry: Any = None
         self._voice_kwargs: dict[str, Any] = {}
+        self._uploaded: dict[str, Any] = {}  # voice id -> Voice (POST /v1/voices; add_voice)
         self._param_row: list[float] = []
         self._ready = False
         self.timings: dict[str, float] = {}
@@ -268,6 +270,53 @@ class Qwen3TTSEngine(Engine):
             return [VoiceInfo(CLONE_VOICE, "Cloned voice", (), description=f"x-vector of {self.ref_audio}")]
         return []
 
+    # -- uploaded voices (POST /v1/voices) -------------------------------------------------------------------------
+    @property
+    def supports_voice_upload(self) -> bool:  # type: ignore[override]
+        """Base checkpoints clone a voice from a recording (x-vector, and with a transcript the reference codes)."""
+        return self.tts is not None and self.tts.cfg.tts_model_type == "base"
+
+    def voice_prompt(self, audio: Any, sample_rate: int, ref_text: str | None) -> dict[str, Any]:
+        """`Qwen3TTS.clone_voice` as arrays: x_vector [H] float32; in context also ref_codes [T_ref, 16] int64 and
+        ref_ids (the transcript's prompt ids). Runs beside the loop (speaker and codec encoders only)."""
+        import numpy as np
+        import torch
+
+        from .prompt import ref_text as ref_string
+
+        if not self.supports_voice_upload:
+            raise EngineError("unsupported", "only Base checkpoints take uploaded voices")
+        # On CUDA, a side stream: work on the legacy default stream would wait for the loop's steps and hold them.
+        side = torch.cuda.Stream(self.tts.device) if self.tts.device.type == "cuda" else None
+        with torch.inference_mode(), torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+            voice = self.tts.clone_voice(audio, sample_rate, ref_text)
+            out = {"x_vector": voice.x_vector.float().cpu().numpy()}  # .cpu(): waits for the side stream's work
+            if voice.ref_codes is not None:
+                out["ref_codes"] = voice.ref_codes.cpu().numpy().astype(np.int64)
+                out["ref_ids"] = np.asarray(self.tts.tokenizer.encode(ref_string(ref_text)), dtype=np.int64)
+        return out
+
+    def add_voice(self, voice_id: str, prompt: dict[str, Any], ref_text: str | None) -> None:
+        import torch
+
+        from .generate import Voice
+
+        if not self.supports_voice_upload:
+            raise EngineError("unsupported", "only Base checkpoints take uploaded voices")
+        x_vector = torch.as_tensor(prompt["x_vector"]).to(self.tts.device, next(self.tts.talker.parameters()).dtype)
+        if x_vector.shape != (self.tts.cfg.talker.layers.hidden_size,):
+            raise EngineError("bad_request", f"voice {voice_id!r}: an x-vector of shape {tuple(x_vector.shape)} does "
+                              "not fit this checkpoint")
+        codes = prompt.get("ref_codes")
+        icl = codes is not None and ref_text is not None
+        self._uploaded[voice_id] = Voice(
+            x_vector=x_vector, ref_text=ref_text if icl else None,
+            ref_codes=torch.as_tensor(codes, dtype=torch.long) if icl else None,
+            ref_ids=[int(i) for i in prompt["ref_ids"]] if icl and "ref_ids" in prompt else None)
+
+    def remove_voice(self, voice_id: str) -> None:
+        self._uploaded.pop(voice_id, None)
+
     # -- requests --------------------------------------------------------------------------------------------------
     def voice_for(self, text: str, language: str) -> str | None:
         """A request's default voice: on CustomVoice, a native speaker of its language (an English text gets Ryan),
@@ -297,12 +346,12 @@ class Qwen3TTSEngine(Engine):
         language = (request.language or "auto").lower()
         language = ISO_LANGUAGES.get(language, language)
         voice_id = request.voice or self.voice_for(request.text, language)
-        if voice_id not in {v.id for v in self.voices()}:
+        if voice_id not in self._uploaded and voice_id not in {v.id for v in self.voices()}:
             raise EngineError("voice_not_found", f"voice {voice_id!r} not found; see GET /v1/voices")
         if language not in self.tts.cfg.languages:
             raise EngineError("language_not_supported", f"language {request.language!r} is not supported")
-        voice = self._voice_kwargs.get(voice_id) or (Voice(speaker=voice_id) if voice_id not in
-                                                     (DESIGN_VOICE, CLONE_VOICE) else None)
+        voice = self._uploaded.get(voice_id) or self._voice_kwargs.get(voice_id) or \
+            (Voice(speaker=voice_id) if voice_id not in (DESIGN_VOICE, CLONE_VOICE) else None)
         try:
             return self.tts.prompt_inputs(request.text, voice, language, request.instruct, non_streaming)
         except PromptError as exc:

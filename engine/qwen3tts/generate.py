@@ -38,6 +38,7 @@ class Voice:
     x_vector: torch.Tensor | None = None
     ref_text: str | None = None
     ref_codes: torch.Tensor | None = None  # [T_ref, 16]
+    ref_ids: list[int] | None = None  # ref_text tokenized (`prompt.ref_text(...)` whole), when cached; else on use
 
 
 class Qwen3TTS:
@@ -90,7 +91,8 @@ class Qwen3TTS:
             speaker=v.speaker,
             instruct_ids=self.tokenizer.encode(instruct_text(use_instruct)) if use_instruct else None,
             x_vector=v.x_vector,
-            ref_ids=self.tokenizer.encode(ref_text(v.ref_text)) if icl and v.ref_text is not None else None,
+            ref_ids=(v.ref_ids if v.ref_ids is not None else self.tokenizer.encode(ref_text(v.ref_text)))
+            if icl and v.ref_text is not None else None,
             ref_codes=v.ref_codes,
             non_streaming=non_streaming,
         )
