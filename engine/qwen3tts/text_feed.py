@@ -6,15 +6,18 @@ punctuation before it, a digit, a run of punctuation, a run of whitespace) and B
 the ids of a prefix are a prefix of the whole text's ids when the cut falls where no piece can cross: before a
 single space that follows a non-space and precedes a non-space ("the cat| sat"). A piece never runs from a non-space
 into a space after it, and " sat" starts a piece of its own. Text after the last such cut waits for more text
-(the word may go on) or for the end. `end()` tokenizes the whole text and checks that the committed ids are its
-prefix (tests/qwen3tts/test_text_feed.py holds the rule to that on random texts and splits).
+(the word may go on) or for the end. `end()` tokenizes the whole text and goes on from the committed ids
+(tests/qwen3tts/test_text_feed.py holds the rule to "a prefix of the whole" on random texts and splits).
 """
 
 from __future__ import annotations
 
+import logging
+
 from .prompt import target_text
 from .tokenizer import TextTokenizer
 
+log = logging.getLogger("voxgate.engine.qwen3tts")
 ROLE_IDS = 3  # `<|im_start|>assistant\n` before the content
 END_IDS = 5  # `<|im_end|>\n<|im_start|>assistant\n` after it
 
@@ -56,12 +59,13 @@ class TextFeed:
         return new
 
     def end(self) -> list[int]:
-        """No more text: the ids of what is left. Raises if the committed ids are not a prefix of the whole text's
-        (the cut rule broken by some text: a bug, never the caller's fault)."""
+        """No more text: the ids of what is left. Should the committed ids not be a prefix of the whole text's (the
+        cut rule broken by some text: a bug, never the caller's fault), the stream goes on with the rest and a
+        warning is logged: the ids already spoken cannot be taken back."""
         self.ended = True
         ids = self._content(self.text)
         if ids[: len(self.committed)] != self.committed:
-            raise AssertionError(f"streamed ids diverged from the whole text's at {self.text[:self._cut]!r}")
+            log.warning("streamed text tokenized apart from the whole text after %r", self.text[: self._cut][-40:])
         new = ids[len(self.committed):]
         self.committed = ids
         return new
