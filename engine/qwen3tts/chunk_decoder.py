@@ -14,6 +14,7 @@ memory: the step writes ring entries of frames the call does not read, and only 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +41,11 @@ class ChunkDecoder:
         self._io: dict[Bucket, tuple[PackedBuffer, HostCopy]] = {}
         self._in_flight: tuple[Sequence[tuple[Request, int]], np.ndarray, torch.cuda.Event | None] | None = None
         self.after: torch.cuda.Event | None = None  # the last step read (its frames are in the ring); CUDA only
+        # In-context voices: the codec state after the reference frames, by the voice's reference codes (the same
+        # tensor for every stream of an uploaded or configured voice; dropped with it). A stream then starts from a
+        # copy of one slot row instead of decoding up to 30 s of reference again.
+        # Keyed by identity (a tensor's == is elementwise), the entry dropped when the voice's tensor is.
+        self._warmed: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
 
     @property
     def max_width(self) -> int:
@@ -126,9 +132,16 @@ class ChunkDecoder:
         return self._in_flight[0] if self._in_flight is not None else ()
 
     def _warm(self, request: Request) -> None:
-        """In-context cloning: a fresh state, then the reference frames through it (their audio unused)."""
+        """In-context cloning: a fresh state, then the reference frames through it (their audio unused); the state
+        it leaves is kept for the voice's next streams."""
         ref = request.prompt.ref_codes
         slots = torch.tensor([request.slot], device=self.device)
+        key, cached = id(ref), self._warmed.get(id(ref))
+        if cached is not None and cached[0]() is ref:
+            self.codec.pool.scatter_rows(slots, cached[1])
+            return
         self.codec.pool.reset([request.slot])
         self.codec.warm(slots, ref[None].to(self.device), torch.tensor([ref.shape[0]], device=self.device))
+        self._warmed[key] = (weakref.ref(ref, lambda _, key=key: self._warmed.pop(key, None)),
+                             self.codec.pool.gather_rows(slots))
 

@@ -160,7 +160,8 @@ def test_prompt_rows_embed_like_build_prompt(tiny_ckpt: Callable[[str], Path], o
 
 def test_in_context_clone_streams_equal_the_whole_decode(tiny_ckpt: Callable[[str], Path]) -> None:
     """Base, in-context: the reference frames warm the codec state at the stream's first chunk (on the codec's own
-    stream on CUDA), the prompt carries the x-vector and the reference's frames; codes and audio as alone."""
+    stream on CUDA), the prompt carries the x-vector and the reference's frames; codes and audio as alone. A third
+    stream of the first voice starts from the kept warm state (a copy of one slot row), with the same result."""
     from voxgate.engine.core import EngineCore
     from voxgate.engine.qwen3tts.generate import Voice
     from voxgate.engine.qwen3tts.prompt import prompt_rows
@@ -174,12 +175,16 @@ def test_in_context_clone_streams_equal_the_whole_decode(tiny_ckpt: Callable[[st
     h = base.cfg.talker.layers.hidden_size
     gen = base.cfg.generation.greedy()
     runner = make_runner(base)
+    warms = []
+    codec_warm = runner.chunks.codec.warm
+    runner.chunks.codec.warm = lambda *args: (warms.append(args[1].shape), codec_warm(*args))
     recorder = RecordingRunner(runner)
     core = EngineCore(recorder, runner.kv, SchedulerConfig(max_rows=4, max_prefill_tokens=64, urgent_s=0))
     cases = []
-    for i, (text, frames) in enumerate([("Cloned speech, first.", 6), ("Second clone.", 30)]):
-        voice = Voice(x_vector=torch.randn(h), ref_text="Some reference words.",
-                      ref_codes=torch.randint(0, 2048, (frames, 16)))
+    voices = [Voice(x_vector=torch.randn(h), ref_text="Some reference words.",
+                    ref_codes=torch.randint(0, 2048, (frames, 16))) for frames in (6, 30)]
+    for i, (text, voice) in enumerate([("Cloned speech, first.", voices[0]), ("Second clone.", voices[1]),
+                                       ("The first voice again.", voices[0])]):
         inputs = base.prompt_inputs(text, voice, "english")
         rows = prompt_rows(base.cfg, inputs)
         request = Request(rows, len(rows), 9 + i, (2, 4), param_row(gen))
@@ -188,6 +193,7 @@ def test_in_context_clone_streams_equal_the_whole_decode(tiny_ckpt: Callable[[st
     while core.has_work:
         for request, pcm in core.step().chunks:
             next(c for c in cases if c[0] is request)[2].append(pcm)
+    assert len(warms) == 2 and len(runner.chunks._warmed) == 2  # the third stream copied the first voice's state
     for request, inputs, audio in cases:
         prompt = base.build(inputs)
         alone = base.generate_codes(prompt, gen, request.frame_budget)
