@@ -36,7 +36,7 @@ _STATUS = {"voice_not_found": 404, "language_not_supported": 400, "bad_request":
            "not_ready": 503, "unsupported": 400}
 _pools: dict[int, ThreadPoolExecutor] = {}
 _ready = ReadyEncoders()  # process-wide: one encoder per container format made ahead
-FIRST_PART = SAMPLE_RATE // 50 * 2  # 20 ms of PCM16: what an encoder is fed at a time until its first packet
+FIRST_BYTES = SAMPLE_RATE // 10 * 2  # 100 ms of PCM16: past every encoder's first packet (aac needs ~2160 samples)
 
 
 def _pool(threads: int) -> ThreadPoolExecutor | None:
@@ -106,14 +106,16 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
             if head:
                 yield head
             if first is not None:
-                started = False  # until the first packet, audio goes to the encoder in 20 ms parts
-                async for data in _chained(first, pcm):
+                # The first piece may be long (what the engine made before the producer ran): its first 100 ms
+                # are encoded alone, so the encoder's first packets leave without waiting for the whole piece.
+                for part in (first[:FIRST_BYTES], first[FIRST_BYTES:]):
+                    if part:
+                        yield await off_loop(encoder, encoder.encode, part)
+                async for data in pcm:
                     metrics.audio_seconds.labels("http").inc(len(data) / 2 / SAMPLE_RATE)
-                    for part in (data,) if started else _parts(data):
-                        out = await off_loop(encoder, encoder.encode, part)
-                        if out:
-                            started = True
-                            yield out
+                    out = await off_loop(encoder, encoder.encode, data)
+                    if out:
+                        yield out
             if not errors:
                 yield await off_loop(encoder, encoder.finish)
         finally:
@@ -125,6 +127,8 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
 
     headers = {"X-Sample-Rate": str(SAMPLE_RATE), "X-Channels": "1", "Cache-Control": "no-store"}
     media = FORMATS[job.format].media_type
+    if first is not None:
+        metrics.audio_seconds.labels("http").inc(len(first) / 2 / SAMPLE_RATE)
     if job.mode == "audio":
         return StreamingResponse(_cut_on_engine_error(_counted(encoded(), metrics), errors), media_type=media,
                                  headers=headers)
@@ -137,19 +141,6 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
     if job.format == "wav":  # a complete file: real sizes
         data = data[:4] + struct.pack("<I", len(data) - 8) + data[8:40] + struct.pack("<I", len(data) - 44) + data[44:]
     return Response(data, media_type=media, headers=headers)
-
-
-def _parts(data: bytes) -> list[bytes]:
-    """PCM in FIRST_PART pieces. Before its first packet an encoder gets audio in these, so the packet leaves as
-    soon as the encoder has what it needs (mp3 80 ms, aac 90 ms, opus and flac 10 ms) instead of after a whole
-    engine chunk: espeak's first chunks are 37 and 74 ms, and mp3 took ~2.4 ms to encode 100 ms here."""
-    return [data[i: i + FIRST_PART] for i in range(0, len(data), FIRST_PART)]
-
-
-async def _chained(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    yield first
-    async for data in rest:
-        yield data
 
 
 async def _counted(pieces: AsyncIterator[bytes], metrics: Any) -> AsyncIterator[bytes]:
