@@ -8,6 +8,7 @@ interval. Results per context: the decoded audio, the raw frames, the events, an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
 import time
@@ -96,6 +97,10 @@ class VoxgateClient:
             await self.__aexit__()
             raise SessionError(f"no session.started within {self.start_timeout_s:g} s") from None
         if not self.session:  # an error came instead, or the server closed
+            # The server closes right after its error: wait for that close (briefly), so its code is known.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2.0):
+                    await self.closed.wait()
             await self.__aexit__()
             raise SessionError(self._why_closed("the server refused the session"))
         audio = self.session["audio"]

@@ -19,7 +19,11 @@ async def test_a_slow_engine_causes_generation_stalls(gateway, fake_engine):
     assert client.player.gaps_over(0.010), "the simulated player should have starved"
     stalls = [m for m in client.messages if m["type"] == "stall"]
     assert stalls and all(m["context_id"] == "slow" for m in stalls)
-    assert {m["cause"] for m in stalls} == {"generation"}
+    # The slow engine's starvation is attributed to generation. On a loaded 2-core machine the test client (the same
+    # process as the server) can itself fall behind reading: those stalls are rightly "network" (audio was sent in
+    # time), and may come on top, never instead.
+    causes = {m["cause"] for m in stalls}
+    assert "generation" in causes and causes <= {"generation", "network"}, causes
     done = result.event("context.done")
     # context.done is written after the last frame; stalls reported after it are not in it, but some were before.
     assert done["stalls"]["events"] >= 1 and done["stalls"]["by_cause"]["generation"] == done["stalls"]["events"]
