@@ -97,10 +97,13 @@ class VoxgateClient:
             await self.__aexit__()
             raise SessionError(f"no session.started within {self.start_timeout_s:g} s") from None
         if not self.session:  # an error came instead, or the server closed
-            # The server closes right after its error: wait for that close (briefly), so its code is known.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(2.0):
-                    await self.closed.wait()
+            # A fatal refusal is followed by the server's close: wait for it (briefly), so its code is known. A
+            # refusal that keeps the session open (a bad voice) is not waited on: nothing else would come but,
+            # later, an idle timeout of its own.
+            if self.errors and self.errors[-1].get("fatal"):
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(2.0):
+                        await self.closed.wait()
             await self.__aexit__()
             raise SessionError(self._why_closed("the server refused the session"))
         audio = self.session["audio"]
