@@ -133,11 +133,10 @@ class FakeStream(AudioStream):
             words -= 1  # it may go on in the next piece
         return round(words * SECONDS_PER_WORD * SAMPLE_RATE)
 
-    async def _open_text(self) -> AsyncIterator[np.ndarray]:
-        """A text_open request: tone audio for its text as the text arrives; nothing (no padding) while it has
-        spoken all it has and the text is open; the end once the text ended and all of it is spoken."""
+    async def _first_chunk_wait(self) -> tuple[list[int], np.ndarray, _Device]:
+        """What both kinds of request start with: the chunk schedule in samples, the voice's tone period, the device
+        that paces them, after `first_chunk_ms` counted as waiting."""
         engine = self._engine
-        cap = None if self.request.max_audio_ms is None else self.request.max_audio_ms * SAMPLE_RATE // 1000
         schedule = [ms * SAMPLE_RATE // 1000 for ms in engine.chunk_schedule_ms]
         period = _tone_period(_tone_index(self.request.text, self._voice))
         device = engine.device if engine.device is not None else _Device(engine.device_rtf)
@@ -146,6 +145,13 @@ class FakeStream(AudioStream):
             await asyncio.sleep(engine.first_chunk_ms / 1000)
         finally:
             engine._waiting -= 1
+        return schedule, period, device
+
+    async def _open_text(self) -> AsyncIterator[np.ndarray]:
+        """A text_open request: tone audio for its text as the text arrives; nothing (no padding) while it has
+        spoken all it has and the text is open; the end once the text ended and all of it is spoken."""
+        cap = None if self.request.max_audio_ms is None else self.request.max_audio_ms * SAMPLE_RATE // 1000
+        schedule, period, device = await self._first_chunk_wait()
         produced = 0
         for index in itertools.count():
             while not self._cancelled:
@@ -164,18 +170,10 @@ class FakeStream(AudioStream):
             produced += n
 
     async def _whole_text(self) -> AsyncIterator[np.ndarray]:
-        engine = self._engine
         total = fake_duration_samples(self.request.text)
         if self.request.max_audio_ms is not None:
             total = min(total, self.request.max_audio_ms * SAMPLE_RATE // 1000)
-        schedule = [ms * SAMPLE_RATE // 1000 for ms in engine.chunk_schedule_ms]
-        period = _tone_period(_tone_index(self.request.text, self._voice))
-        device = engine.device if engine.device is not None else _Device(engine.device_rtf)
-        engine._waiting += 1
-        try:
-            await asyncio.sleep(engine.first_chunk_ms / 1000)
-        finally:
-            engine._waiting -= 1
+        schedule, period, device = await self._first_chunk_wait()
         produced = 0
         for index in itertools.count():
             if produced >= total or self._cancelled:
