@@ -3,7 +3,8 @@ text streaming (`text_streaming = "auto"`) beside sentence mode (`"off"`), on ga
 
 Each point: `--sessions` WebSocket sessions (asap) at once, each speaking `--texts` passage openings (their first
 `--sentences` sentences) one word a message at the rate. First audio counts from the first word; pauses follow the
-listener's rule (playback.py). The fake engine runs one device per stream, so sessions do not slow each other.
+listener's rule (playback.py). The fake engine (default) runs one device per stream, so sessions do not slow each
+other; `--engine qwen3tts --config qwen3tts` measures the model, its streams sharing the GPU.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import random
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sessions", type=int, default=4, help="sessions at once per point")
     p.add_argument("--texts", type=int, default=2, help="texts each session speaks per point, one after another")
     p.add_argument("--sentences", type=int, default=3, help="sentences of each passage spoken")
+    p.add_argument("--engine", default="fake", help="fake (default) or qwen3tts, as `voxgate serve` takes it")
+    p.add_argument("--config", help="the gateways' base config (a TOML file or preset, e.g. qwen3tts); the "
+                                    "text-streaming settings are set on top of it")
+    p.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="engine options on top of the config's (e.g. model=/path/to/checkpoint)")
     p.add_argument("--device-rtf", type=float, default=20.0, help="fake engine speed, x real time per stream")
     p.add_argument("--chunk-ms", default="80", help="fake engine chunk schedule")
     p.add_argument("--min-words", type=int, help="text_stream_min_words (default: the gateway's)")
@@ -72,6 +79,26 @@ async def _point(url: str, wps: float, texts: list[str], ns: argparse.Namespace)
             "pause_max_ms": 1000 * max(h.max_pause_s for h in heard), "audio_s": sum(h.audio_s for h in heard)}
 
 
+def _base(ns: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
+    """The base config as TOML lines (its top-level settings) and engine options (the config's, then the fake
+    engine's defaults, then --engine-option)."""
+    from ..config import CONFIG_DIR
+    from .cli import _pairs
+
+    data: dict[str, Any] = {}
+    if ns.config:
+        path = Path(ns.config) if Path(ns.config).exists() else CONFIG_DIR / f"{ns.config}.toml"
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    options = dict(data.pop("engine_options", {}))
+    if ns.engine == "fake":
+        options |= {"device_rtf": ns.device_rtf, "shared_device": "false", "chunk_ms": ns.chunk_ms}
+    options |= {k: str(v) for k, v in _pairs(ns.engine_option).items()}
+    skip = {"engine", "host", "port", "text_streaming", "max_sessions", "text_stream_min_words", "text_stream_min_wps"}
+    lines = [f"{k} = {json.dumps(v)}" for k, v in data.items() if k not in skip and not isinstance(v, dict)]
+    return lines, options
+
+
 def textrate_main(ns: argparse.Namespace) -> int:
     rates = [float(x) for x in ns.wps.split(",") if x.strip()]
     workload = Workload.load("passages", length_rule=False)
@@ -80,17 +107,17 @@ def textrate_main(ns: argparse.Namespace) -> int:
     texts = [_opening(workload.texts[order[i % len(order)]], ns.sentences) for i in range(needed)]
     random.Random(ns.seed).shuffle(texts)
     results: dict[str, list[dict[str, Any]]] = {}
+    base_lines, options = _base(ns)
     with tempfile.TemporaryDirectory() as tmp:
         for mode, switch in MODES.items():
             config = Path(tmp) / f"{mode}.toml"
-            lines = [f'text_streaming = "{switch}"', f"max_sessions = {ns.sessions + 8}"]
+            lines = [*base_lines, f'text_streaming = "{switch}"', f"max_sessions = {ns.sessions + 8}"]
             if ns.min_words is not None:
                 lines.append(f"text_stream_min_words = {ns.min_words}")
             if ns.min_wps is not None:
                 lines.append(f"text_stream_min_wps = {ns.min_wps}")
             config.write_text("\n".join(lines) + "\n")
-            options = {"device_rtf": ns.device_rtf, "shared_device": "false", "chunk_ms": ns.chunk_ms}
-            with GatewayProcess("fake", options, extra_args=["--config", str(config)]) as gw:
+            with GatewayProcess(ns.engine, options, extra_args=["--config", str(config)]) as gw:
                 url = gw.base_url.replace("http://", "ws://") + "/v1/tts/ws"
                 results[mode] = []
                 for wps in rates:

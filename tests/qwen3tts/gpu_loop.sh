@@ -8,7 +8,8 @@
 # gateway (the gateway alone on the fake engine at 1,000x real time, closed loop c=128, long PCM frames),
 # schedules (the chunk schedules of SCHEDULES, each on its own server: closed c=1 and c=32, open 1 req/s),
 # variants (engine-option A/B, VARIANTS="name:option=value ...", each on its own server: closed c=32 and c=128,
-# open 1 req/s).
+# open 1 req/s), textrate (`voxgate bench textrate` on the model: text streamed at $WPS words/s beside sentence
+# mode), opus (gateway/bench/gateway_run.sh's Opus encoder pool against inline, fake engine).
 # Everything comes back as $OUT/results.tar.gz (rewritten after each stage), and Triton's cache in parts of 15 MB
 # as $OUT/triton.tar.gz.part-* (cat them into .tcache/triton.tar.gz for the next call).
 set -o pipefail
@@ -89,6 +90,18 @@ if has variants; then
     save
   done
   save_cache
+fi
+if has textrate; then
+  log "textrate"
+  timeout ${TEXTRATE_S:-200} python3 -m voxgate.gateway.cli bench textrate --engine qwen3tts --config qwen3tts \
+    --engine-option "model=$CKPT" --wps ${WPS:-4,8,16,32,80} --sessions ${TEXTRATE_SESSIONS:-4} --texts 2 \
+    --out "$RES/textrate" 2>&1 | grep -v "^{" | tail -12
+  save
+fi
+if has opus; then
+  log "opus pool against inline"
+  OUT=$RES/opus ONLY="opus-pool opus-inline" DUR=${OPUS_DUR:-12} WARM=3 bash gateway/bench/gateway_run.sh 2>&1 | tail -4
+  save
 fi
 log "done"
 save; ls -la "$OUT"
