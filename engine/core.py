@@ -126,6 +126,11 @@ class EngineCore:
             if closes:
                 self._hand_over(request, now, out)
         self._closing = []
+        # A chunk whose decoded pieces wait for frames not yet made (a stream waiting for text) goes out as it is
+        # once its listener is about to run dry: a short chunk beats a pause.
+        for request in self.scheduler.running:
+            if request.pcm_parts and request.pending_frames == 0 and self.scheduler.urgent(request):
+                self._close_early(request, now, out)
         t4 = time.perf_counter()
         pieces = self._pieces()
         if pieces:
@@ -141,9 +146,7 @@ class EngineCore:
         for request in list(self.scheduler.running):
             if request.ended and request.pending_frames == 0 and id(request) not in in_flight:
                 if request.pcm_parts:  # ended on a piece that did not close its chunk: what there is, now
-                    request.num_chunks += 1
-                    request.chunk_launched = 0
-                    self._hand_over(request, now, out)
+                    self._close_early(request, now, out)
                 self.scheduler.finish(request, Status.FINISHED)
                 out.finished.append(request)
         out.idle = plan.empty and not pieces and not self._launched and not out.chunks and not out.finished \
@@ -181,14 +184,22 @@ class EngineCore:
             width = max(width, n)
         return chosen
 
+    @classmethod
+    def _close_early(cls, request: Request, now: float, out: StepOutput) -> None:
+        """Close the open chunk before its width is reached, on the pieces decoded so far (none in flight)."""
+        request.num_chunks += 1
+        request.chunk_launched = 0
+        cls._hand_over(request, now, out)
+
     @staticmethod
     def _hand_over(request: Request, now: float, out: StepOutput) -> None:
-        """The open chunk's pieces as one chunk of audio."""
+        """The open chunk's pieces as one chunk of audio: every frame decoded so far (no piece is in flight)."""
         parts = request.pcm_parts
         pcm = parts[0] if len(parts) == 1 else np.concatenate(parts)
         parts.clear()
         if request.first_audio_at is None:
             request.first_audio_at = now
+        request.num_delivered = request.num_decoded
         out.chunks.append((request, pcm))
 
     def fail_all(self, reason: str = "error") -> list[Request]:

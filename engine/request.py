@@ -40,7 +40,8 @@ class Request:
     num_prefilled: int = 0  # prompt tokens launched through the Talker (prefill may span steps)
     num_frames: int = 0  # frames generated (an EOS sample is not a frame)
     num_launched: int = 0  # frames whose step was launched: num_frames, or one more while a step is in flight
-    num_decoded: int = 0  # frames already through the codec
+    num_decoded: int = 0  # frames already through the codec (or on their way: a piece in flight)
+    num_delivered: int = 0  # frames handed to the listener: a chunk's decoded pieces wait for its last one
     num_chunks: int = 0  # codec chunks closed (their last piece launched)
     chunk_launched: int = 0  # frames of the open chunk already launched in pieces
     pcm_parts: list = field(default_factory=list)  # the open chunk's decoded pieces, handed over when it closes
@@ -52,7 +53,7 @@ class Request:
     first_step_at: float | None = None  # first step that ran any of its tokens (queue wait = this - arrival)
     first_audio_at: float | None = None  # when the first chunk was handed over
     playback_deadline: float | None = None  # the gateway's last hint: when the listener runs dry (None: none)
-    decoded_at_hint: int = 0  # num_decoded when that hint came (audio decoded since extends it)
+    delivered_at_hint: int = 0  # num_delivered when that hint came (audio handed over since extends it)
     sink: Any = None  # where the engine loop delivers this stream's chunks
 
     @property
@@ -77,24 +78,26 @@ class Request:
 
     def deadline(self) -> float:
         """When this stream's listener runs out of audio. Before the first chunk: its arrival (already due).
-        Without a hint: playback at 1x from the first chunk, as the benchmark's listener plays."""
+        Without a hint: playback at 1x from the first chunk, as the benchmark's listener plays. Only audio handed
+        over counts: frames decoded into an open chunk are not the listener's yet (a stream that waits for text
+        fills a wide chunk slowly, and its listener can run dry meanwhile)."""
         if self.playback_deadline is not None:
-            return self.playback_deadline + (self.num_decoded - self.decoded_at_hint) * FRAME_S
+            return self.playback_deadline + (self.num_delivered - self.delivered_at_hint) * FRAME_S
         if self.first_audio_at is None:
             return self.arrival
-        return self.first_audio_at + self.num_decoded * FRAME_S
+        return self.first_audio_at + self.num_delivered * FRAME_S
 
     def generation_deadline(self) -> float:
-        """When the next frame must exist: frames generated but not yet decoded reach the listener with the next
-        chunk, so they extend the delivered audio."""
-        return self.deadline() + self.pending_frames * FRAME_S
+        """When the next frame must exist: frames generated but not yet handed over reach the listener with the
+        next chunk, so they extend the delivered audio."""
+        return self.deadline() + (self.num_frames - self.num_delivered) * FRAME_S
 
     def report_playback(self, buffered_s: float, now: float | None = None) -> None:
         """The gateway's hint (AudioStream.report_playback): audio handed over but not yet played, in seconds."""
         now = time.monotonic() if now is None else now
         # Two attributes written from the event loop, read by the engine thread: a torn pair only misplaces one
         # step's priority, never a result.
-        self.decoded_at_hint = self.num_decoded
+        self.delivered_at_hint = self.num_delivered
         self.playback_deadline = now + max(0.0, buffered_s)
 
     def __repr__(self) -> str:

@@ -145,14 +145,13 @@ class Scheduler:
         or the rest of the chunk), when the stream has ended (what is left), or, once the stream is playing, when
         its listener runs dry within `urgent_s` (what is there, closing the chunk: a short chunk beats a pause)."""
         now = self.clock() if now is None else now
-        urgent_s = self.config.urgent_s
         due = []
         for r in self.running:
             pending = r.num_frames - r.num_decoded
             if pending <= 0:
                 continue
             deadline = r.deadline()
-            if urgent_s > 0 and r.first_audio_at is not None and deadline - now < urgent_s:
+            if self.urgent(r, now):
                 due.append((deadline, r, min(pending, max_width), True))
                 continue
             rest = r.next_chunk - r.chunk_launched
@@ -161,6 +160,13 @@ class Scheduler:
                 due.append((deadline, r, n, n == rest or (r.ended and n == pending)))
         due.sort(key=itemgetter(0))
         return [(r, n, closes) for _, r, n, closes in due]
+
+    def urgent(self, request: Request, now: float | None = None) -> bool:
+        """The stream is playing and its listener runs dry within `urgent_s`: what is decoded goes out now."""
+        urgent_s = self.config.urgent_s
+        if urgent_s <= 0 or request.first_audio_at is None:
+            return False
+        return request.deadline() - (self.clock() if now is None else now) < urgent_s
 
     def finish(self, request: Request, status: Status, reason: str | None = None) -> None:
         """End a stream: free its slot at this step boundary (end, cancel or error)."""

@@ -222,11 +222,50 @@ def test_urgent_listeners_get_short_chunks_and_the_hint_counts_audio_decoded_sin
     r.num_prefilled, r.num_frames = 2, 3
     assert scheduler.due_pieces(16) == []  # 3 of 8 frames, not yet playing: wait for the chunk
     assert scheduler.due_pieces(2) == [(r, 2, False)]  # pieces of 2: the first is full
-    r.first_audio_at, r.num_decoded, r.num_frames = 9.0, 8, 11
+    r.first_audio_at, r.num_decoded, r.num_delivered, r.num_frames = 9.0, 8, 8, 11
     r.report_playback(0.1, now=clock[0])  # 100 ms left: a short chunk now beats a pause
     assert scheduler.due_pieces(16) == [(r, 3, True)]
-    r.num_decoded += 3  # those frames reach the listener: the hint's deadline moves by their length
+    r.num_decoded += 3  # decoded, not yet handed over: the listener's deadline stays
+    assert abs(r.deadline() - (clock[0] + 0.1)) < 1e-9
+    r.num_delivered += 3  # those frames reach the listener: the hint's deadline moves by their length
     assert abs(r.deadline() - (clock[0] + 0.1 + 3 * FRAME_S)) < 1e-9
+
+
+def test_a_stream_short_of_input_hands_over_its_decoded_pieces_before_its_listener_runs_dry() -> None:
+    """Frames that come slower than real time (text streamed in) fill a wide chunk slowly: its decoded pieces go
+    out, closing the chunk early, once the listener would run dry within urgent_s, not when the chunk is full."""
+    clock = [100.0]
+    runner = FakeRunner(((4, 4),))
+    core = EngineCore(runner, Pool(2), SchedulerConfig(urgent_s=0.15))
+    core.scheduler.clock = lambda: clock[0]
+    r = _request(tokens=2, budget=100, schedule=(1, 16))
+    r.frames_ready, r.arrival = 5, clock[0]  # the first words' frames: one for the first chunk, four more
+    core.add(r)
+    heard: list[tuple[float, int]] = []  # (time, frames) of each chunk handed over
+
+    def step() -> None:
+        for request, pcm in core.step().chunks:
+            assert request is r
+            heard.append((clock[0], len(pcm) // 1920))
+
+    for _ in range(4):  # prefill, the first frame, its chunk
+        step()
+    assert heard == [(100.0, 1)]
+    r.first_audio_at = clock[0]  # playback starts now (the core stamps the monotonic clock)
+    for _ in range(4):  # frames 2-5 made and decoded (the chunk of 16 stays open)
+        step()
+    for tick in range(1, 12):  # one more frame's input every 60 ms (80 ms of audio each): 11 frames in 0.66 s
+        clock[0] = 100.0 + 0.06 * tick
+        r.frames_ready += 1
+        step()
+        step()
+    # played from 100.0 at 1x: the listener must never wait
+    end = heard[0][0]
+    for at, frames in heard:
+        assert at <= end + 1e-9, heard
+        end = max(end, at) + frames * FRAME_S
+    assert end >= clock[0], heard  # nor be waiting now, with frames decoded into the open chunk
+    assert sum(f for _, f in heard) >= 12, heard
 
 
 def test_abort_frees_the_slot_and_drops_audio_in_flight() -> None:
