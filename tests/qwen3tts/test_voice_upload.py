@@ -1,12 +1,16 @@
 """Uploaded voices through the loop **(i16)**: POST /v1/voices on a real gateway in front of a tiny Base checkpoint
 (CPU, fp32, greedy); the voice speaks over HTTP and WebSocket exactly as `clone_voice` + generate + decode offline,
-survives a restart, goes away on DELETE, belongs to its token, and every bad upload is refused with nothing written."""
+survives a restart, goes away on DELETE, belongs to its token, and every bad upload is refused with nothing written.
+
+VOXGATE_TEST_DEVICE=cuda runs the same gateway's engine on the GPU (CUDA graphs, the upload's encoders on their side
+stream, fp32 without TF32), still against the offline clone on the CPU."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import os
 import wave
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +35,8 @@ REF_TEXT = "This is the reference transcript."
 MAX_AUDIO_MS = 800  # 10 frames: random weights rarely sample EOS, so the budget fixes the length
 ALICE, BOB = {"Authorization": "Bearer alice"}, {"Authorization": "Bearer bob"}
 LIMITS = dict(max_voice_upload_bytes=2_000_000, max_voices=4)
+DEVICE = os.environ.get("VOXGATE_TEST_DEVICE", "cpu")
+ENGINE = {**SMALL, "device": DEVICE} | ({"codec": "reference"} if DEVICE != "cpu" else {})
 
 
 def recording(seconds: float, sr: int = 16_000, seed: int = 0) -> np.ndarray:
@@ -66,9 +72,15 @@ def voices_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tiny_ckpt: Callable[[str], Path], voices_dir: Path) -> Iterator[BackgroundServer]:
-    engine = create_engine(model=str(tiny_ckpt("base17")), **SMALL)
-    with running_gateway(engine, _config(voices_dir)) as srv:
-        yield srv
+    # TF32 off before the engine starts: its CUDA graphs keep the math mode of their capture
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        engine = create_engine(model=str(tiny_ckpt("base17")), **ENGINE)
+        with running_gateway(engine, _config(voices_dir)) as srv:
+            yield srv
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def upload(server: BackgroundServer, data: bytes, headers: dict[str, str] = ALICE, **fields: str) -> httpx.Response:
@@ -213,10 +225,10 @@ def test_too_many_voices(server: BackgroundServer, voices_dir: Path) -> None:
 def test_a_restart_keeps_the_voices(tiny_ckpt: Callable[[str], Path], ours: Callable[[str], Any],
                                     tmp_path: Path) -> None:
     wav = wav_bytes(recording(3.5, seed=3))
-    with running_gateway(create_engine(model=str(tiny_ckpt("base17")), **SMALL), _config(tmp_path)) as first:
+    with running_gateway(create_engine(model=str(tiny_ckpt("base17")), **ENGINE), _config(tmp_path)) as first:
         voice = upload(first, wav, ref_text=REF_TEXT).json()
     (tmp_path / f".{voice['id']}.npz.tmp").write_bytes(b"an upload cut short")  # removed at the next start
-    with running_gateway(create_engine(model=str(tiny_ckpt("base17")), **SMALL), _config(tmp_path)) as second:
+    with running_gateway(create_engine(model=str(tiny_ckpt("base17")), **ENGINE), _config(tmp_path)) as second:
         listed = httpx.get(second.http_url + "/v1/voices", headers=ALICE, timeout=10).json()
         assert [v["id"] for v in listed["voices"] if v.get("uploaded")] == [voice["id"]]
         assert files(tmp_path) == [f"{voice['id']}.json", f"{voice['id']}.npz"]
@@ -224,7 +236,7 @@ def test_a_restart_keeps_the_voices(tiny_ckpt: Callable[[str], Path], ours: Call
         assert spoken.status_code == 200 and close_to(np.frombuffer(spoken.content, "<i2"),
                                                       offline_pcm(ours, wav, REF_TEXT))
         engine = second.server.config.app.state.voxgate.engine
-        torch.testing.assert_close(engine._uploaded[voice["id"]].ref_codes,
+        torch.testing.assert_close(torch.as_tensor(engine._uploaded[voice["id"]].ref_codes).cpu(),
                                    ours("base17").clone_voice(*read_wav_bytes(wav), REF_TEXT).ref_codes)
         assert httpx.delete(second.http_url + f"/v1/voices/{voice['id']}", headers=ALICE, timeout=10).is_success
         assert httpx.get(second.http_url + f"/v1/voices/{voice['id']}", headers=ALICE, timeout=10).status_code == 404
@@ -242,7 +254,7 @@ def test_an_uploaded_in_context_voice_takes_streamed_text(tiny_ckpt: Callable[[s
     wav = wav_bytes(recording(3.5, seed=4))
 
     async def run() -> np.ndarray:
-        engine = create_engine(model=str(tiny_ckpt("base17")), **SMALL)
+        engine = create_engine(model=str(tiny_ckpt("base17")), **ENGINE)
         await engine.start()
         try:
             audio, sr = read_wav_bytes(wav)
