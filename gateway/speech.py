@@ -65,21 +65,30 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
                          state.turns)
     state.drain.http_streams += 1  # a shutdown lets it finish within the grace
     # The encoder: the one made ahead, else made (codec opened, header written) while the engine makes the first
-    # audio; the next one is made ahead off the loop.
+    # audio. The next one is made ahead off the loop once this one's first bytes are out: made earlier, it would
+    # compete with them for the CPU and the GIL.
     ready = _ready.take(job.format) if FORMATS[job.format].muxer else None
     making = asyncio.ensure_future(off_loop(None, make_speech_encoder, job.format)) \
         if FORMATS[job.format].muxer and ready is None else None
-    if FORMATS[job.format].muxer:
+    refilled = False
+
+    def refill() -> None:
+        nonlocal refilled
+        if refilled or not FORMATS[job.format].muxer:
+            return
+        refilled = True
         if pool is not None:
             loop.run_in_executor(pool, _ready.refill, job.format)
         else:
             loop.call_soon(_ready.refill, job.format)
+
     try:
         first = await anext(pcm, None)
         if first is not None:
             metrics.first_audio.labels("http").observe(time.monotonic() - t_request)
         encoder = ready or (await making if making is not None else make_speech_encoder(job.format))
     except BaseException:
+        refill()
         state.drain.http_streams -= 1
         await pcm.aclose()
         if making is not None:
@@ -88,6 +97,7 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
             ready.close()
         raise
     if first is None and errors:
+        refill()
         state.drain.http_streams -= 1
         await pcm.aclose()
         encoder.close()
@@ -117,7 +127,9 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
                     nonlocal started
                     inline = not started and len(part) <= FIRST_BYTES
                     out = encoder.encode(part) if inline else await off_loop(encoder, encoder.encode, part)
-                    started = started or bool(out)
+                    if out and not started:
+                        started = True
+                        loop.call_soon(refill)  # after these bytes are written
                     return out
 
                 for part in (first[:FIRST_BYTES], first[FIRST_BYTES:]):
@@ -131,6 +143,7 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
             if not errors:
                 yield await off_loop(encoder, encoder.finish)
         finally:
+            refill()  # a request that ended before its first bytes
             encoder.close()
             await pcm.aclose()
             state.drain.http_streams -= 1

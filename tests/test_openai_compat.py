@@ -193,7 +193,7 @@ def test_an_encoder_made_ahead_serves_the_next_request(gateway, fmt):
                                                                          response_format=fmt) as response:
             _check_length(server, fmt, response.read())
     deadline = time.monotonic() + 5
-    while speech._ready.take(fmt) is None:  # refilled off the event loop after each request
+    while speech._ready.take(fmt) is None:  # refilled off the event loop once each request's first bytes were out
         assert time.monotonic() < deadline, "no encoder was made ahead"
         time.sleep(0.01)
 
