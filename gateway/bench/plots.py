@@ -129,3 +129,33 @@ def _pause_histogram(report: dict[str, Any], path: Path) -> Path:
         _empty(ax, "no pauses in any measured request")
     ax.set(xlabel="pause (ms)", ylabel="pauses", title=f"Pauses by the listener's rule ({len(positive)} in all)")
     return _save(fig, path)
+
+
+def textrate_plot(report: dict[str, Any], path: Path) -> Path:
+    """`bench textrate`: first audio against the text's words/s for each mode (log-log: the rate spans 40x), and
+    the pauses heard below it."""
+    fig, (ax, pauses) = plt.subplots(2, 1, figsize=(7, 5.6), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]})
+    modes = report.get("results", {})
+    for i, (mode, points) in enumerate(modes.items()):
+        wps = [p["wps"] for p in points]
+        for q, style in (("p50", "-o"), ("p90", "--s")):
+            ax.plot(wps, [p["ttfa_ms"][q] for p in points], style, color=f"C{i}", label=f"{mode} {q}")
+        shift = 0.93 if i == 0 else 1.07  # the modes' bars side by side on the log axis
+        pauses.bar([w * shift for w in wps], [p["pauses"] for p in points], width=[w * 0.1 for w in wps],
+                   color=f"C{i}", label=mode)
+    ax.set(ylabel="first audio from the first word (ms)", title="Text streaming: first audio by text rate")
+    pauses.set(xlabel="text rate (words/s)", ylabel="pauses")
+    if modes:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        rates = sorted({p["wps"] for points in modes.values() for p in points})
+        pauses.set_xticks(rates, [f"{r:g}" for r in rates])
+        pauses.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.legend(fontsize=7)
+        pauses.legend(fontsize=7)
+        most = max((p["pauses"] for points in modes.values() for p in points), default=0)
+        pauses.set_ylim(0, max(1, most) * 1.15)  # none at all reads as an empty axis from 0, not around it
+        pauses.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    else:
+        _empty(ax, "no points")
+    return _save(fig, path)

@@ -131,6 +131,12 @@ def textrate_main(ns: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(json.dumps(report, indent=1))
         (out / "report.md").write_text(markdown(report))
+        try:
+            from .plots import textrate_plot
+        except ImportError:  # matplotlib is the `bench` extra
+            pass
+        else:
+            textrate_plot(report, out / "ttfa_by_wps.png")
     print(markdown(report))
     return 0
 
