@@ -9,7 +9,9 @@
 # schedules (the chunk schedules of SCHEDULES, each on its own server: closed c=1 and c=32, open 1 req/s),
 # variants (engine-option A/B, VARIANTS="name:option=value ...", each on its own server: closed c=32 and c=128,
 # open 1 req/s), textrate (`voxgate bench textrate` on the model: text streamed at $WPS words/s beside sentence
-# mode), opus (gateway/bench/gateway_run.sh's Opus encoder pool against inline, fake engine).
+# mode), opus (gateway/bench/gateway_run.sh's Opus encoder pool against inline, fake engine), voice (uploaded voices'
+# first audio on a 1.7B Base checkpoint it writes: tests/qwen3tts/gpu_voice_ttfa.py). SKIP_CKPT=1: no CustomVoice
+# checkpoint (stages that do not use it).
 # Everything comes back as $OUT/results.tar.gz (rewritten after each stage), and Triton's cache in parts of 15 MB
 # as $OUT/triton.tar.gz.part-* (cat them into .tcache/triton.tar.gz for the next call).
 set -o pipefail
@@ -34,8 +36,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,
 'transformers', transformers.__version__)" | tee -a "$RES/gpu_loop.log"
 
-log "checkpoint"
-python3 tests/qwen3tts/gpu_bench.py write --out "$CKPT" --json "$RES/write.json" 2>&1 | tail -2
+if [ "${SKIP_CKPT:-0}" != 1 ]; then
+  log "checkpoint"
+  python3 tests/qwen3tts/gpu_bench.py write --out "$CKPT" --json "$RES/write.json" 2>&1 | tail -2
+fi
 
 if has tests; then
   log "gpu tests"
@@ -101,6 +105,14 @@ fi
 if has opus; then
   log "opus pool against inline"
   OUT=$RES/opus ONLY="opus-pool opus-inline" DUR=${OPUS_DUR:-12} WARM=3 bash gateway/bench/gateway_run.sh 2>&1 | tail -4
+  save
+fi
+if has voice; then
+  log "uploaded voices' first audio (1.7B Base)"
+  python3 -c "from pathlib import Path; from voxgate.engine.qwen3tts.synthetic import write_synthetic
+write_synthetic('Qwen3-TTS-12Hz-1.7B-Base', '/tmp/ckb17', device='cuda', shared=Path('$VOXGATE_SHARED'))"
+  timeout ${VOICE_S:-150} python3 tests/qwen3tts/gpu_voice_ttfa.py --checkpoint /tmp/ckb17 --out "$RES/voice_ttfa.json" \
+    2>&1 | grep -v "it/s\]\|graph/s\|tensor/s" | tail -6
   save
 fi
 log "done"
