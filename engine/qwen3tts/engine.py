@@ -19,6 +19,7 @@ from ..core import EngineCore, StepOutput
 from ..loop import EngineLoop, LoopStream
 from ..request import FRAME_S, Request
 from ..scheduler import SchedulerConfig
+from .options import OPTIONS, parse_buckets, parse_flag, parse_ints
 from .text_stream import StreamedText
 
 FRAME_MS = 80  # 12.5 Hz
@@ -29,73 +30,6 @@ NATIVE = {"vivian": "zh", "serena": "zh", "uncle_fu": "zh", "dylan": "zh", "eric
 PREFERRED = {"en": "ryan", "zh": "vivian", "ja": "ono_anna", "ko": "sohee"}  # the default speaker per language
 DESIGN_VOICE = "design"  # VoiceDesign: the request's instruct describes the voice
 CLONE_VOICE = "clone"  # Base: the x-vector of the `ref_audio` option
-
-# Engine options (`--engine-option key=value`), with their meaning; create_engine refuses anything else.
-OPTIONS = {
-    "model": "checkpoint directory or Hugging Face repo id (required)",
-    "device": "cuda, cuda:N or cpu (default: cuda when available)",
-    "dtype": "Talker dtype: bf16 (CUDA default), fp16, fp32 (CPU default)",
-    "codec_dtype": "codec dtype (default: the Talker's)",
-    "max_frames": "hard cap on frames per stream (80 ms each; default 2048)",
-    "budget_factor": "frame budget = this x the text's expected frames (default 2.5), at least min_budget_s",
-    "min_budget_s": "the smallest frame budget, in seconds of audio (default 2)",
-    "chunk_frames": "codec chunk schedule in frames, e.g. 1,2,4,8,16 (the last repeats)",
-    "codec_width": "frames per stream in one codec call: chunks are decoded in pieces this wide (default 4)",
-    "codec_buckets": "captured codec calls as ROWSxFRAMES, e.g. 1x4,8x4,32x4 (default: 1,8,16,32,64 x codec_width)",
-    "ref_audio": "Base: a 16-bit WAV whose x-vector is the `clone` voice",
-    "greedy": "true: greedy decoding (no sampling)",
-    "warmup": "false: skip the warm-up stream at start",
-    "max_rows": "decode rows per step (the largest row bucket; default 128)",
-    "row_buckets": "captured row buckets, e.g. 1,2,4,8,16,32,64,96,128",
-    "prefill_buckets": "captured prompt-token buckets per step, e.g. 64,256",
-    "max_prefills": "new prompts per step (default 4)",
-    "max_slots": "streams held at once, plus one (default 257; fewer if memory is short)",
-    "max_positions": "KV positions per stream: prompt + frames (default 2560)",
-    "kv_memory_fraction": "share of free GPU memory for stream slots (default 0.6)",
-    "enforce_eager": "true: no CUDA graphs",
-    "deadline_order": "false: rows round-robin instead of to the streams closest to a stall",
-    "urgent_s": "decode pending frames early when a listener runs dry within this (default 0.15; 0: off)",
-    "max_ahead_s": "a stream this far ahead of its listener gets no row (default 30)",
-    "attention": "triton | torch | auto",
-    "depth": "the depth loop's passes 1..14: layers (as the Talker's, default) | fused (five launches a layer; "
-             "exact, but measured no faster on the H200)",
-    "codec": "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto",
-    "pipeline": "false: read each step before launching the next (default true: launch it first, host work overlaps)",
-    "gil_switch_ms": "CPython's thread switch interval while the loop runs (default 0.5; 0 leaves it)",
-    "text_min_tokens": "a stream whose text is still arriving starts after this many text tokens (default 4)",
-}
-
-
-def _flag(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-def _ints(value: Any) -> tuple[int, ...]:
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    return tuple(int(x) for x in items)
-
-
-def _buckets(value: Any) -> tuple[tuple[int, int], ...] | None:
-    """"1x4,8x4" -> ((1, 4), (8, 4)); None or "" -> None (the default)."""
-    if value is None or value == "":
-        return None
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    try:
-        pairs = tuple(tuple(int(n) for n in (item.lower().split("x") if isinstance(item, str) else item))
-                      for item in items)
-    except ValueError:
-        pairs = ((0,),)
-    if any(len(p) != 2 or min(p) < 1 for p in pairs):
-        raise ValueError(f"codec_buckets must be ROWSxFRAMES pairs, e.g. 1x4,8x4 (got {value!r})")
-    return pairs  # type: ignore[return-value]
-
 
 class Qwen3TTSEngine(Engine):
     name = "qwen3tts"
@@ -111,30 +45,30 @@ class Qwen3TTSEngine(Engine):
                  depth: str = "layers", text_min_tokens: int = 4,
                  gil_switch_ms: float = 0.5, codec_width: int = 4, codec_buckets: Any = None,
                  pipeline: Any = True) -> None:
-        self.chunk_schedule = _ints(chunk_frames)
+        self.chunk_schedule = parse_ints(chunk_frames)
         self.max_frames, self.budget_factor, self.min_budget_s = int(max_frames), float(budget_factor), \
             float(min_budget_s)
         if self.max_frames <= 0 or not self.chunk_schedule or min(self.chunk_schedule) <= 0:
             raise ValueError("max_frames and chunk_frames must be positive")
         self.model_path, self.device, self.dtype, self.codec_dtype = model, device, dtype, codec_dtype
         self.ref_audio = ref_audio
-        self.greedy, self.warmup = _flag(greedy), _flag(warmup)
+        self.greedy, self.warmup = parse_flag(greedy), parse_flag(warmup)
         if not 1 <= int(codec_width) <= 32:
             raise ValueError("codec_width must be 1 to 32 frames")
-        rows = tuple(b for b in _ints(row_buckets) if b <= int(max_rows))
+        rows = tuple(b for b in parse_ints(row_buckets) if b <= int(max_rows))
         if not rows:
             raise ValueError("max_rows must be at least the smallest row bucket")
         self.loop_options: dict[str, Any] = dict(
-            row_buckets=rows, prefill_buckets=_ints(prefill_buckets), max_prefills=int(max_prefills),
+            row_buckets=rows, prefill_buckets=parse_ints(prefill_buckets), max_prefills=int(max_prefills),
             max_slots=int(max_slots), max_positions=int(max_positions),
-            kv_memory_fraction=float(kv_memory_fraction), enforce_eager=_flag(enforce_eager), attention=attention,
-            depth=depth, codec=codec, codec_width=int(codec_width), codec_buckets=_buckets(codec_buckets))
+            kv_memory_fraction=float(kv_memory_fraction), enforce_eager=parse_flag(enforce_eager), attention=attention,
+            depth=depth, codec=codec, codec_width=int(codec_width), codec_buckets=parse_buckets(codec_buckets))
         self.scheduler_config = SchedulerConfig(max_rows=max(rows), max_prefills=int(max_prefills),
-                                                max_prefill_tokens=max(_ints(prefill_buckets)),
-                                                deadline_order=_flag(deadline_order), urgent_s=float(urgent_s),
+                                                max_prefill_tokens=max(parse_ints(prefill_buckets)),
+                                                deadline_order=parse_flag(deadline_order), urgent_s=float(urgent_s),
                                                 max_ahead_s=float(max_ahead_s))
         self.gil_switch_s = float(gil_switch_ms) / 1000 or None
-        self.pipeline = _flag(pipeline)
+        self.pipeline = parse_flag(pipeline)
         self.text_min_tokens = int(text_min_tokens)
         if self.text_min_tokens < 1:
             raise ValueError("text_min_tokens must be at least 1")
