@@ -244,6 +244,34 @@ async def test_an_interruption_cancels_the_turn_and_the_next_one_speaks(gateway)
         assert not [f for f in bot.up.frames if isinstance(f, ErrorFrame)]
 
 
+async def test_a_token_that_trails_an_interruption_does_not_hold_up_the_next_reply(gateway):
+    """A token the LLM sent after the interruption (its stream not yet stopped) opens a turn of its own that never
+    gets its end; the next reply opens another. On the gateway's track the first waited for a sentence end that
+    never came, ahead of the second: no audio for either, and Pipecat's 'completed with no audio' errors after 3 s
+    (seen under load in CI). The orphaned turn now ends when the next one opens: it speaks its word, then the reply."""
+    server = gateway()
+    tts = VoxgateTTSService(url=server.ws_url)
+    async with running(tts) as bot:
+        stop_llm = asyncio.Event()
+        llm = asyncio.create_task(bot.reply(LONG, delay_s=0.02, stop=stop_llm))
+        first = await bot.down.wait_for(lambda f: isinstance(f, TTSAudioRawFrame))
+        await bot.worker.queue_frame(InterruptionFrame())
+        stop_llm.set()
+        await llm
+        await bot.down.wait_for(lambda f: isinstance(f, InterruptionFrame))
+        await bot.worker.queue_frame(LLMTextFrame("easy "))  # the trailing token
+        trailing = await bot.down.wait_for(lambda f: isinstance(f, TTSStartedFrame)
+                                           and f.context_id != first.context_id)
+        started = asyncio.get_running_loop().time()
+        await bot.reply("Yes?")
+        assert (await bot.stopped(trailing.context_id)) and bot.down.audio(trailing.context_id)
+        reply = await bot.stopped()
+        assert reply.context_id not in (first.context_id, trailing.context_id)
+        assert 0.2 < len(pcm(bot.down.audio(reply.context_id))) / 24000 < 2.0
+        assert asyncio.get_running_loop().time() - started < 2.5  # not after Pipecat's 3 s no-audio timeout
+        assert not [f for f in bot.up.frames if isinstance(f, ErrorFrame)]
+
+
 async def test_an_idle_bot_keeps_its_session_and_an_expired_one_is_replaced(gateway):
     server = gateway(limits=Limits(idle_timeout_s=1.0, max_session_s=2.5))
     tts = VoxgateTTSService(url=server.ws_url)

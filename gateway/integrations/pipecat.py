@@ -188,6 +188,11 @@ class VoxgateTTSService(WebsocketTTSService):
         if connection is None:
             logger.warning(f"{self} no gateway session, not speaking context {context_id}")
             return None
+        # Pipecat has moved on to a new turn: an older one it never ended (a reply cut off before its end, such as
+        # tokens that trailed an interruption) gets no more text, yet on the gateway it would hold the track ahead of
+        # this one, waiting for a sentence end that never comes. It speaks what it has and ends.
+        for older in list(self._turns.values()):
+            await self._end_turn(older)
         options = {name: getattr(self._settings, name) for name in ("voice", "language", "instruct")}
         try:
             turn = connection.context(context_id, **options)
@@ -243,14 +248,17 @@ class VoxgateTTSService(WebsocketTTSService):
         context_id = context_id or self.get_active_audio_context_id() or ""
         turn = self._turns.get(context_id)
         if turn is not None:
-            try:
-                await turn.end()
-            except SessionError as error:  # the session closed: the reader reports it
-                logger.debug(f"{self} context.end not sent: {error}")
+            await self._end_turn(turn)
         elif self.audio_context_available(context_id):  # a turn with nothing to speak ends now, not on a timeout
             await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
             await self.remove_audio_context(context_id)
         self._unspoken.discard(context_id)
+
+    async def _end_turn(self, turn: Turn) -> None:
+        try:
+            await turn.end()  # once: a turn already ended sends nothing
+        except SessionError as error:  # the session closed: the reader reports it
+            logger.debug(f"{self} context.end not sent: {error}")
 
     # -- interruptions ------------------------------------------------------------------------------------------
 
