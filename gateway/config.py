@@ -182,17 +182,23 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> GatewayConf
     return _build(GatewayConfig, data, where)
 
 
+def config_path(path_or_preset: str | Path) -> Path:
+    """A TOML file, or a preset by exact name from configs/ (`default`, `qwen3tts`, ...)."""
+    path = Path(path_or_preset)
+    if path.exists():
+        return path
+    preset = CONFIG_DIR / f"{path_or_preset}.toml"
+    if not preset.exists():
+        names = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+        raise FileNotFoundError(f"no config file {str(path)!r} and no preset of that name (presets: {names})")
+    return preset
+
+
 def load_config(path_or_preset: str | Path | None = None, **overrides: Any) -> GatewayConfig:
     """Load a TOML file, or a preset by exact name from configs/ (`default`, `dev`, ...), then apply overrides."""
     data: dict[str, Any] = {}
     if path_or_preset is not None:
-        path = Path(path_or_preset)
-        if not path.exists():
-            preset = CONFIG_DIR / f"{path_or_preset}.toml"
-            if not preset.exists():
-                names = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
-                raise FileNotFoundError(f"no config file {str(path)!r} and no preset of that name (presets: {names})")
-            path = preset
+        path = config_path(path_or_preset)
         with path.open("rb") as f:
             data = tomllib.load(f)
         where = str(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -39,18 +40,28 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return bytes(body)
 
 
-async def speech(request: Request) -> Response:
-    state: GatewayState = request.app.state.voxgate
+async def answered(state: GatewayState, what: str, handling: Awaitable[Response],
+                   refusal: Callable[[Exception], Response | None] = lambda _exc: None) -> Response:
+    """A handler's response, counted by status: `refusal` turns the handler's own exceptions into answers, a client
+    that left is a 400, anything else one logged 500."""
     try:
-        response = await _speech(request, state)
+        response = await handling
     except ClientDisconnect:
         response = _error(400, "the client closed the request", "client_disconnected")
-    except Exception:
-        log.exception("POST /v1/audio/speech failed")
-        state.metrics.errors.labels("internal_error").inc()
-        response = _error(500, "internal error", "internal_error", "server_error")
+    except Exception as exc:
+        refused = refusal(exc)
+        if refused is None:
+            log.exception("%s failed", what)
+            state.metrics.errors.labels("internal_error").inc()
+            refused = _error(500, "internal error", "internal_error", "server_error")
+        response = refused
     state.metrics.http_requests.labels(str(response.status_code)).inc()
     return response
+
+
+async def speech(request: Request) -> Response:
+    state: GatewayState = request.app.state.voxgate
+    return await answered(state, "POST /v1/audio/speech", _speech(request, state))
 
 
 async def _speech(request: Request, state: GatewayState) -> Response:

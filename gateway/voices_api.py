@@ -7,12 +7,12 @@ import asyncio
 import logging
 from email.message import Message
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from voxgate.engine.base import EngineError
 
 from .auth import token_from_request
-from .http_api import _error, _read_body
+from .http_api import _error, _read_body, answered
 from .state import GatewayState
 from .voice_audio import UploadError, check_recording, decode_audio
 from .voice_store import MODES, owner_of
@@ -78,20 +78,15 @@ def _fields(request: Request, body: bytes) -> dict[str, bytes]:
 
 async def create(request: Request) -> Response:
     state: GatewayState = request.app.state.voxgate
-    try:
-        response = await _create(request, state)
-    except ClientDisconnect:
-        response = _error(400, "the client closed the request", "client_disconnected")
-    except UploadError as exc:
-        response = _error(exc.status, exc.message, exc.code, param=exc.param)
-    except EngineError as exc:
-        response = _error(501 if exc.code == "unsupported" else 400, exc.message, exc.code)
-    except Exception:
-        log.exception("POST /v1/voices failed")
-        state.metrics.errors.labels("internal_error").inc()
-        response = _error(500, "internal error", "internal_error", "server_error")
-    state.metrics.http_requests.labels(str(response.status_code)).inc()
-    return response
+    return await answered(state, "POST /v1/voices", _create(request, state), _refusal)
+
+
+def _refusal(exc: Exception) -> Response | None:
+    if isinstance(exc, UploadError):
+        return _error(exc.status, exc.message, exc.code, param=exc.param)
+    if isinstance(exc, EngineError):
+        return _error(501 if exc.code == "unsupported" else 400, exc.message, exc.code)
+    return None
 
 
 async def _create(request: Request, state: GatewayState) -> Response:

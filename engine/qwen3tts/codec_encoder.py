@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .codec import LayerScale
 from .config import CodecEncoderConfig
 from .layers import apply_rope, rope_tables
 
@@ -117,15 +118,6 @@ class EncoderMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(F.gelu(self.fc1(x)))
-
-
-class LayerScale(nn.Module):
-    def __init__(self, dim: int, init: float) -> None:
-        super().__init__()
-        self.scale = nn.Parameter(torch.full((dim,), init))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scale * x
 
 
 class EncoderTransformerLayer(nn.Module):

@@ -82,13 +82,12 @@ async def _point(url: str, wps: float, texts: list[str], ns: argparse.Namespace)
 def _base(ns: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
     """The base config as TOML lines (its top-level settings) and engine options (the config's, then the fake
     engine's defaults, then --engine-option)."""
-    from ..config import CONFIG_DIR
+    from ..config import config_path
     from .cli import _pairs
 
     data: dict[str, Any] = {}
     if ns.config:
-        path = Path(ns.config) if Path(ns.config).exists() else CONFIG_DIR / f"{ns.config}.toml"
-        with path.open("rb") as f:
+        with config_path(ns.config).open("rb") as f:
             data = tomllib.load(f)
     options = dict(data.pop("engine_options", {}))
     if ns.engine == "fake":

@@ -13,14 +13,13 @@ import asyncio
 import json
 import statistics
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from voxgate.engine.base import SynthesisRequest
 from voxgate.engine.qwen3tts.engine import create_engine
-from voxgate.gateway.config import CONFIG_DIR
+from voxgate.gateway.config import load_config
 
 TEXT = "Hello there, this is an uploaded voice speaking a short sentence."
 REF_TEXT = "This is the reference transcript, read aloud for the recording."
@@ -48,8 +47,7 @@ async def _background(engine: Any, stop: asyncio.Event) -> None:
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    with (CONFIG_DIR / "qwen3tts.toml").open("rb") as f:
-        options = {k: str(v) for k, v in tomllib.load(f)["engine_options"].items()}
+    options = {k: str(v) for k, v in load_config("qwen3tts").engine_options.items()}
     options["model"] = args.checkpoint
     options |= dict(item.split("=", 1) for item in args.engine_option)
     engine = create_engine(**options)
