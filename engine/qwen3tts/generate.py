@@ -55,10 +55,12 @@ class Qwen3TTS:
     @classmethod
     def from_pretrained(cls, path_or_id: str | Path, device: str | torch.device = "cpu",
                         dtype: torch.dtype | str = torch.bfloat16, codec_dtype: torch.dtype | str = torch.float32,
-                        progress: bool = True) -> Qwen3TTS:
+                        progress: bool = True, with_encoder: bool | None = None) -> Qwen3TTS:
+        """with_encoder: the codec encoder (voice cloning) as `load_checkpoint` takes it; None: when the file has it."""
         dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
         codec_dtype = DTYPES[codec_dtype] if isinstance(codec_dtype, str) else codec_dtype
-        directory, cfg, weights, codec = load_checkpoint(path_or_id, device, dtype, codec_dtype, progress)
+        directory, cfg, weights, codec = load_checkpoint(path_or_id, device, dtype, codec_dtype, progress,
+                                                         with_encoder=with_encoder)
         return cls(cfg, weights.talker, codec.decoder, TextTokenizer(directory), weights.speaker_encoder, codec.encoder)
 
     @property

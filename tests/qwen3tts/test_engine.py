@@ -174,3 +174,15 @@ async def test_instruct_capability_follows_the_checkpoint(tiny_ckpt: Callable[[s
             assert engine.supports_instruct is expected
         finally:
             await engine.stop()
+
+
+@pytest.mark.parametrize("kind,has_encoder", [("cv17", False), ("base17", True)])
+async def test_the_codec_encoder_is_loaded_for_base_checkpoints_only(tiny_ckpt: Callable[[str], Path], kind: str,
+                                                                     has_encoder: bool) -> None:
+    """It serves voice uploads, which only Base takes; elsewhere it is never loaded (225 MB in fp32 at real size)."""
+    engine = await _engine(tiny_ckpt(kind), warmup=False)
+    try:
+        assert (engine.tts.codec_encoder is not None) == has_encoder
+        assert engine.supports_voice_upload == has_encoder
+    finally:
+        await engine.stop()
