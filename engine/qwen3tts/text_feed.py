@@ -13,6 +13,7 @@ into a space after it, and " sat" starts a piece of its own. Text after the last
 from __future__ import annotations
 
 import logging
+import re
 
 from .prompt import target_text
 from .tokenizer import TextTokenizer
@@ -22,13 +23,16 @@ ROLE_IDS = 3  # `<|im_start|>assistant\n` before the content
 END_IDS = 5  # `<|im_end|>\n<|im_start|>assistant\n` after it
 
 
-def safe_cut(text: str) -> int:
+_CUT = re.compile(r"(?<=\S) (?=\S)")  # a single space between two non-spaces
+
+
+def safe_cut(text: str, start: int = 1) -> int:
     """The length of the longest prefix whose ids cannot change with what follows: up to the last single space
-    between two non-spaces (0: none yet)."""
-    for i in range(len(text) - 2, 0, -1):
-        if text[i] == " " and not text[i - 1].isspace() and not text[i + 1].isspace():
-            return i
-    return 0
+    between two non-spaces, looked for from `start` on (0: none there). Linear: streamed text is looked at once."""
+    cut = 0
+    for match in _CUT.finditer(text, max(1, start)):
+        cut = match.start()
+    return cut
 
 
 class TextFeed:
@@ -39,6 +43,7 @@ class TextFeed:
         self.text = ""
         self.committed: list[int] = []
         self._cut = 0  # characters of `text` whose ids are committed
+        self._checked = 1  # cuts before this index of `text` are known (a cut needs the character after it)
         self.ended = False
         self.append(text)
 
@@ -50,7 +55,8 @@ class TextFeed:
         if self.ended:
             raise ValueError("the text has ended")
         self.text += text
-        cut = safe_cut(self.text)
+        cut = safe_cut(self.text, self._checked)
+        self._checked = max(1, len(self.text) - 1)
         if cut <= self._cut:
             return []
         ids = self._content(self.text[:cut])
