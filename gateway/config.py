@@ -25,6 +25,11 @@ class Limits:
     idle_timeout_s: float = 60.0
     max_session_s: float = 3600.0
     slow_consumer_s: float = 5.0  # a socket that takes no message this long: the client is let go
+    # Per-session state a client can make the server hold: flushes waiting for their audio (and their ids), and
+    # the ids of every context of the session (a context id is never reused).
+    max_pending_flushes: int = 64
+    max_flush_id_chars: int = 256
+    max_session_contexts: int = 10_000
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -79,6 +79,7 @@ class Context:
     first_written_at: float | None = None
     stalls: StallStats = field(default_factory=StallStats)
     failed_segments: int = 0
+    pending_flushes: int = 0  # flushes whose `flushed` has not gone to the writer (limits.max_pending_flushes)
     queued_chars: int = 0  # text cut into segments but not yet taken up by the producer
     ready_samples: int = 0  # timeline samples in `frames`
     ready_frames: int = 0  # ReadyFrames in `frames`
@@ -118,11 +119,13 @@ class Context:
             self.ready_samples -= item.frame.samples
             self.ready_frames -= 1
             self._drained.set()
+        else:
+            self.pending_flushes -= 1
         return item
 
     def drop_ready(self) -> None:
         self.frames.clear()
-        self.ready_samples = self.ready_frames = 0
+        self.ready_samples = self.ready_frames = self.pending_flushes = 0
         self._drained.set()
 
     def hint_playback(self) -> None:
@@ -152,6 +155,7 @@ class Context:
         self._enqueue(self.segmenter.append(text))
 
     def flush(self, flush_id: str | int) -> None:
+        self.pending_flushes += 1
         if self.feed is not None:
             self.feed.cut(flush_id)
             return

@@ -160,6 +160,10 @@ class Session:
         if self.active_contexts >= self.limits.max_contexts:
             raise ProtocolError("context_limit", f"at most {self.limits.max_contexts} active contexts per session",
                                 context_id=context_id)
+        if len(self.used_ids) >= self.limits.max_session_contexts:
+            raise ProtocolError("context_limit", f"this session opened limits.max_session_contexts "
+                                f"({self.limits.max_session_contexts}) contexts; open a new session",
+                                context_id=context_id)
         opts = opts or ContextOpen(context_id=context_id)
         voice = self._check_voice(opts.voice or self._defaults["voice"], context_id)
         limit = int(self.limits.max_context_audio_s * SAMPLE_RATE)
@@ -222,6 +226,13 @@ class Session:
         context = self._active(msg.context_id)
         if context.state is not ContextState.OPEN:
             raise ProtocolError("unknown_context", f"context {msg.context_id!r} has ended", context_id=msg.context_id)
+        if isinstance(msg.flush_id, str) and len(msg.flush_id) > self.limits.max_flush_id_chars:
+            raise ProtocolError("flush_limit", f"flush_id over limits.max_flush_id_chars "
+                                f"({self.limits.max_flush_id_chars})", context_id=msg.context_id)
+        pending = sum(c.pending_flushes for c in self.contexts.values() if c.active)
+        if pending >= self.limits.max_pending_flushes:
+            raise ProtocolError("flush_limit", f"limits.max_pending_flushes ({self.limits.max_pending_flushes}) "
+                                "flushes already wait for their audio; the flush is dropped", context_id=msg.context_id)
         context.flush(msg.flush_id if msg.flush_id is not None else next(self._flush_ids))
 
     def _on_ContextEnd(self, msg: ContextEnd) -> None:
