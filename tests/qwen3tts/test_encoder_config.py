@@ -20,7 +20,7 @@ SMALL = dict(device="cpu", dtype="fp32", greedy="true", warmup="false", row_buck
 
 
 def _flawed_copy(src: Path, dst: Path) -> Path:
-    """A copy whose speech_tokenizer encoder_config has vector_quantization_hidden_dimension != codebook_dim."""
+    """A copy whose speech_tokenizer encoder_config has vector_quantization_hidden_dimension = 2 x codebook_dim."""
     shutil.copytree(src, dst)
     path = dst / "speech_tokenizer" / "config.json"
     config = json.loads(path.read_text())
@@ -46,11 +46,12 @@ async def test_custom_voice_with_a_flawed_unused_encoder_config_serves(tiny_ckpt
 async def test_base_with_the_same_flaw_is_refused_naming_file_and_key(tiny_ckpt: Callable[[str], Path],
                                                                      tmp_path: Path) -> None:
     directory = _flawed_copy(tiny_ckpt("base06"), tmp_path / "base")
+    dim = json.loads((directory / "speech_tokenizer" / "config.json").read_text())["encoder_config"]["codebook_dim"]
     engine = create_engine(model=str(directory), **SMALL)
     with pytest.raises(ConfigError) as refused:
         await engine.start()
     message = str(refused.value)
     assert message.startswith(f"{directory}/speech_tokenizer/config.json: "
-                              "encoder_config.vector_quantization_hidden_dimension (32) must equal "
-                              "encoder_config.codebook_dim (16)"), message
+                              f"encoder_config.vector_quantization_hidden_dimension ({2 * dim}) must equal "
+                              f"encoder_config.codebook_dim ({dim})"), message
     assert "\n" not in message
