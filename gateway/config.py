@@ -90,6 +90,7 @@ class GatewayConfig:
     # POST /v1/audio/speech: OpenAI voice names per engine (merged over gateway/openai_names.py's tables), model ids
     # accepted besides voxgate and the engine's own, and threads for the mp3/opus/aac/flac encoders (0: on the loop)
     voice_aliases: dict[str, dict[str, str]] = field(default_factory=dict)
+    served_model_name: list[str] = field(default_factory=list)  # vLLM's: the model's names, listed first
     model_aliases: list[str] = field(default_factory=lambda: ["tts-1", "tts-1-hd", "gpt-4o-mini-tts",
                                                               "gpt-4o-mini-tts-2025-12-15"])
     speech_encoder_threads: int = 2
@@ -126,6 +127,8 @@ class GatewayConfig:
             if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                       for k, v in table.items()):
                 raise ValueError(f"voice_aliases.{engine} must be a table of alias = \"voice id\" strings")
+        if not all(name.strip() for name in self.served_model_name):
+            raise ValueError("served_model_name must list non-empty names")
         if not 0 <= self.speech_encoder_threads <= 64:
             raise ValueError("speech_encoder_threads must be within 0..64")
         if self.max_voice_upload_bytes <= 0 or self.max_voices <= 0:

@@ -302,14 +302,20 @@ class Context:
 
 async def synthesize_pcm(engine: Engine, text: str, voice: str | None, language: str | None, instruct: str | None,
                          budget_samples: int, errors: list[str], turns: LoopTurns | None = None,
-                         ) -> AsyncIterator[bytes]:
+                         stream_text: bool = False) -> AsyncIterator[bytes]:
     """One utterance as PCM16 24 kHz byte chunks, through the same producer as a WebSocket context (HTTP speech).
 
-    Chunks are what the engine made (long frames). Engine errors are appended to `errors`; the rest is spoken."""
+    Chunks are what the engine made (long frames). Engine errors are appended to `errors`; the rest is spoken.
+    `stream_text` (engines with supports_text_streaming): the whole text goes into one engine stream, opened with
+    `text_open` and ended at once, as a streamed WebSocket turn whose text all came before its end; otherwise one
+    whole-text request per sentence."""
     fmt = AudioFormat(frame_ms=1280)  # long frames: nothing held back
     context = Context("http", 0, 0, voice, language, instruct, budget_samples, True, make_encoder(fmt))
     context.max_ahead_samples = int(MAX_AHEAD_S * SAMPLE_RATE)
     context.turns = turns
+    if stream_text:
+        # The text and its end come together, so the feed's rate rule never applies: one stream takes it all.
+        context.feed = TextFeed(min_words=1, min_wps=0.0)
     wake = asyncio.Event()
     producer = asyncio.get_running_loop().create_task(
         context.produce(engine, wake.set, lambda _kind, code, message: errors.append(f"{code}: {message}")))

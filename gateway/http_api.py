@@ -11,7 +11,8 @@ from starlette.responses import JSONResponse, Response
 
 from .auth import token_from_request
 from .load import LOAD_HEADER, backend_load, engine_full, load_fraction
-from .openai_names import model_ids, voice_aliases
+from .model_names import model_ids
+from .openai_names import voice_aliases
 from .speech import speak
 from .speech_request import SpeechError, check, decode_body
 from .state import GatewayState
@@ -117,7 +118,7 @@ async def audio_voices(request: Request) -> JSONResponse:
 async def models(request: Request) -> JSONResponse:
     """OpenAI's `GET /v1/models`: every id `model` may name (all served by the one engine)."""
     state: GatewayState = request.app.state.voxgate
-    ids = model_ids(state.engine, state.engine.info(), state.config.model_aliases)
+    ids = model_ids(state.engine, state.engine.info(), state.config.served_model_name, state.config.model_aliases)
     return JSONResponse({"object": "list", "data": [{"id": i, "object": "model", "created": STARTED_AT,
                                                      "owned_by": "voxgate"} for i in ids]})
 

@@ -1,4 +1,4 @@
-"""Names clients bring from other APIs: OpenAI voice names (aliases of engine voices) and model ids (/v1/models).
+"""Names clients bring from other APIs: OpenAI voice names (aliases of engine voices). Model ids: model_names.py.
 
 The alias table is per engine: `voice_aliases.<engine>.<alias> = "<engine voice id>"` in the gateway config, merged
 over the built-in tables below (an empty string removes a built-in alias). An alias whose voice the engine lacks is
@@ -32,19 +32,3 @@ def voice_aliases(engine: Engine, configured: dict[str, dict[str, str]]) -> dict
         return {alias: ids[0] for alias, target in table.items() if target or alias in OPENAI_VOICES}
     return {alias: target for alias, target in table.items() if target in ids}
 
-
-def model_ids(engine: Engine, info: dict[str, object], extra: list[str]) -> list[str]:
-    """The ids `POST /v1/audio/speech` accepts as `model` and `GET /v1/models` lists: `voxgate`, the engine's name,
-    its checkpoint (as given, and its last path component), then the configured `model_aliases`."""
-    ids = ["voxgate", engine.name]
-    checkpoint = info.get("model")
-    if isinstance(checkpoint, str) and checkpoint:
-        ids += [checkpoint, checkpoint.rstrip("/").rsplit("/", 1)[-1]]
-    ids += extra
-    return list(dict.fromkeys(ids))
-
-
-def model_matches(requested: str, ids: list[str]) -> bool:
-    """Exact, ignoring case, or by the last path component (`Qwen/X` matches a checkpoint directory `.../X`)."""
-    folded = {i.casefold() for i in ids}
-    return requested.casefold() in folded or requested.rstrip("/").rsplit("/", 1)[-1].casefold() in folded

@@ -62,7 +62,7 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
         return fn(*args)
 
     pcm = synthesize_pcm(state.engine, job.text, job.voice, job.language, job.instruct, job.budget_samples, errors,
-                         state.turns)
+                         state.turns, job.stream_text)
     state.drain.http_streams += 1  # a shutdown lets it finish within the grace
     # The encoder: the one made ahead, else made (codec opened, header written) while the engine makes the first
     # audio. The next one is made ahead off the loop once this one's first bytes are out: made earlier, it would

@@ -17,7 +17,8 @@ from typing import Literal
 import msgspec
 from voxgate.engine.base import SAMPLE_RATE, Engine
 
-from .openai_names import model_ids, model_matches, voice_aliases
+from .model_names import model_ids, model_matches
+from .openai_names import voice_aliases
 from .protocol import JsonInt, describe_validation_error
 from .speech_formats import DEFAULT_FORMAT, FORMATS
 from .state import GatewayState
@@ -75,6 +76,9 @@ class SpeechJob:
     format: str
     mode: Literal["audio", "sse", "whole"]
     budget_samples: int
+    # non_streaming_mode false: the whole input through one text stream, on engines that take text while speaking
+    # (Qwen3-TTS: one text token a frame, as the reference's non_streaming_mode=False); elsewhere it changes nothing
+    stream_text: bool = False
 
     def usage(self, samples: int) -> dict[str, int]:
         """OpenAI's `usage`: input in characters (the gateway has no tokenizer), output in 80 ms codec frames."""
@@ -128,8 +132,6 @@ def _check_qwen_fields(body: SpeechBody, engine: Engine, info: dict[str, object]
         raise _bad("ref_text", "send the transcript with the recording to POST /v1/voices (mode in_context)")
     if body.x_vector_only_mode is not None and not (body.x_vector_only_mode and task == "Base"):
         raise _bad("x_vector_only_mode", "only true, on a Base checkpoint (its clone voice is x-vector only)")
-    if body.non_streaming_mode is not None and not (body.non_streaming_mode and schedule):
-        raise _bad("non_streaming_mode", "only true (the whole text in the prompt), on the qwen3tts engine")
     if body.initial_codec_chunk_frames is not None:
         if not isinstance(schedule, list) or not schedule:
             raise _bad("initial_codec_chunk_frames", f"the {engine.name} engine has no codec chunks")
@@ -168,7 +170,7 @@ def check(body: SpeechBody, state: GatewayState, uploaded: Sequence[str] = ()) -
         raise SpeechError(400, "'input' is required and must not be empty", "missing_input", "input")
     if len(text) > limits.max_text_chars:
         raise SpeechError(413, f"'input' is over {limits.max_text_chars} characters", "text_too_long", "input")
-    ids = model_ids(engine, info, state.config.model_aliases)
+    ids = model_ids(engine, info, state.config.served_model_name, state.config.model_aliases)
     if body.model is not None and not model_matches(body.model, ids):
         raise SpeechError(404, f"model {body.model!r} is not served here; models: {', '.join(ids)}",
                           "model_not_found", "model")
@@ -199,4 +201,5 @@ def check(body: SpeechBody, state: GatewayState, uploaded: Sequence[str] = ()) -
                 raise _bad(name, "must be positive", "invalid_value")
             budget_ms = min(budget_ms, value)
     mode: Literal["audio", "sse", "whole"] = body.stream_format or ("audio" if body.stream else "whole")
-    return SpeechJob(text, voice, body.language, instruct or None, fmt, mode, budget_ms * SAMPLE_RATE // 1000)
+    return SpeechJob(text, voice, body.language, instruct or None, fmt, mode, budget_ms * SAMPLE_RATE // 1000,
+                     stream_text=body.non_streaming_mode is False and engine.supports_text_streaming)

@@ -149,6 +149,42 @@ def test_voice_aliases_models_and_voices(gateway):
     assert [r.voice for r, _ in server.server.config.app.state.voxgate.engine.produced] == ["en-gb", "en-gb-x-rp"]
 
 
+def test_served_model_name_is_served_and_listed_first(gateway):
+    from voxgate.gateway.config import GatewayConfig
+
+    server = gateway(config=GatewayConfig(served_model_name=["espeak-en"]))
+    models = [m.id for m in _client(server).models.list().data]
+    assert models == ["espeak-en", "voxgate", "espeak", "tts-1", "tts-1-hd", "gpt-4o-mini-tts",
+                      "gpt-4o-mini-tts-2025-12-15"]
+    for model, status in (("espeak-en", 200), ("ESPEAK-EN", 200), ("tts-1", 200),
+                          ("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", 404), ("espeak-fr", 404)):
+        body = {"model": model, "input": "Hi.", "voice": "alloy", "response_format": "pcm"}
+        response = httpx.post(server.http_url + "/v1/audio/speech", json=body, timeout=30)
+        assert response.status_code == status, (model, response.text)
+    with pytest.raises(ValueError, match="served_model_name"):
+        GatewayConfig(served_model_name=[" "])
+
+
+@pytest.mark.parametrize("engine", ["espeak", "fake"])
+def test_non_streaming_mode_is_accepted_either_way_where_it_means_nothing(gateway, fake_engine, engine):
+    """Text layout is a Qwen3-TTS notion: espeak and the test tones take both values and speak the same audio."""
+    server = gateway(engine=fake_engine() if engine == "fake" else None)
+    recorded = server.server.config.app.state.voxgate.engine
+    lengths = []
+    for extra in ({}, {"non_streaming_mode": True}, {"non_streaming_mode": False}):
+        before = len(recorded.produced)
+        body = {"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "pcm", **extra}
+        response = httpx.post(server.http_url + "/v1/audio/speech", json=body, timeout=30)
+        assert response.status_code == 200, response.text
+        made = [c for _, chunks in recorded.produced[before:] for c in chunks]
+        assert response.content == np.concatenate(made).tobytes()
+        assert " ".join(r.text.strip() for r, _ in recorded.produced[before:]) == TEXT  # all of it, once
+        lengths.append(len(response.content))
+    assert min(lengths) > 48000
+    if engine == "fake":  # (espeak-ng's length varies by a few samples from call to call)
+        assert lengths[0] == lengths[1] == lengths[2], lengths
+
+
 @pytest.mark.parametrize("extra,status,code,param", [
     ({"ref_audio": "https://example.com/ref.wav"}, 400, "unsupported_field", "ref_audio"),
     ({"ref_text": "Transcript."}, 400, "unsupported_field", "ref_text"),
@@ -156,7 +192,6 @@ def test_voice_aliases_models_and_voices(gateway):
     ({"task_type": "Clone"}, 400, "invalid_value", "task_type"),
     ({"instructions": "Speak warmly."}, 400, "unsupported_field", "instructions"),
     ({"instructions": "a", "instruct": "b"}, 400, "invalid_value", "instructions"),
-    ({"non_streaming_mode": True}, 400, "unsupported_field", "non_streaming_mode"),
     ({"initial_codec_chunk_frames": 1}, 400, "unsupported_field", "initial_codec_chunk_frames"),
     ({"x_vector_only_mode": True}, 400, "unsupported_field", "x_vector_only_mode"),
     ({"max_new_tokens": 0}, 400, "invalid_value", "max_new_tokens"),

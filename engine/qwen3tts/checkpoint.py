@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from .codec import CodecDecoder
 from .codec_encoder import CodecEncoder
-from .config import Qwen3TTSConfig, load_config
+from .config import CODEC_CONFIG, CodecEncoderConfig, ConfigError, Qwen3TTSConfig, load_config
 from .speaker_encoder import SpeakerEncoder
 from .talker import Talker
 
@@ -46,12 +46,24 @@ class Qwen3TTSWeights(nn.Module):
 class CodecWeights(nn.Module):
     """`speech_tokenizer/model.safetensors`: `decoder.*` and, when asked for, `encoder.*`."""
 
-    def __init__(self, cfg: Qwen3TTSConfig, with_encoder: bool = False) -> None:
+    def __init__(self, cfg: Qwen3TTSConfig, with_encoder: bool = False, directory: Path | None = None) -> None:
         super().__init__()
         self.decoder = CodecDecoder(cfg.codec)
-        if with_encoder and cfg.codec_encoder is None:
-            raise CheckpointError("speech_tokenizer/config.json has no encoder_config")
-        self.encoder = CodecEncoder(cfg.codec_encoder) if with_encoder and cfg.codec_encoder is not None else None
+        self.encoder = CodecEncoder(encoder_config(cfg, directory)) if with_encoder else None
+
+
+def encoder_config(cfg: Qwen3TTSConfig, directory: Path | None = None) -> CodecEncoderConfig:
+    """The codec encoder's config, checked now that the encoder is built: a one-line ConfigError names the file
+    (under `directory`) and the key."""
+    try:
+        encoder = cfg.codec_encoder
+    except ConfigError as exc:
+        if directory is None:
+            raise
+        raise ConfigError(f"{directory}/{exc}") from None
+    if encoder is None:
+        raise CheckpointError(f"{directory or '.'}/{CODEC_CONFIG} has no encoder_config")
+    return encoder
 
 
 def resolve(path_or_id: str | Path) -> Path:
@@ -138,10 +150,10 @@ def load_checkpoint(path_or_id: str | Path, device: str | torch.device = "cpu", 
     device = torch.device(device)
     codec_files = weight_files(directory / CODEC_DIR)
     if with_encoder is None:
-        with_encoder = cfg.codec_encoder is not None and has_keys(codec_files, ENCODER_PREFIX)
+        with_encoder = cfg.has_codec_encoder and has_keys(codec_files, ENCODER_PREFIX)
     with torch.device("meta"):
         weights = Qwen3TTSWeights(cfg)
-        codec = CodecWeights(cfg, with_encoder)
+        codec = CodecWeights(cfg, with_encoder, directory)
     load_into(weights, weight_files(directory), dtype, device, "model", progress=progress)
     load_into(codec, codec_files, codec_dtype, device, "speech_tokenizer",
               ignore_prefixes=() if with_encoder else (ENCODER_PREFIX,), progress=progress)
@@ -165,10 +177,8 @@ def load_codec_encoder(path_or_id: str | Path, device: str | torch.device = "cpu
     """Only the codec encoder of a checkpoint (`speech_tokenizer/` `encoder.*`)."""
     directory = resolve(path_or_id)
     cfg = load_config(directory)
-    if cfg.codec_encoder is None:
-        raise CheckpointError(f"{directory / CODEC_DIR / 'config.json'}: no encoder_config")
     with torch.device("meta"):
-        encoder = CodecEncoder(cfg.codec_encoder)
+        encoder = CodecEncoder(encoder_config(cfg, directory))
     holder = nn.Module()  # `encoder.*` keys without building the decoder
     holder.encoder = encoder
     load_into(holder, weight_files(directory / CODEC_DIR), dtype, torch.device(device), "speech_tokenizer encoder",

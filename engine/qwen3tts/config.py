@@ -7,6 +7,7 @@ here is read from the file; a missing field is an error, not a silent default.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 MODEL_TYPE = "qwen3_tts"
 TOKENIZER_TYPE = "qwen3_tts_tokenizer_12hz"
 TTS_MODEL_TYPES = ("base", "custom_voice", "voice_design")
+CODEC_CONFIG = "speech_tokenizer/config.json"
+REPO_KINDS = {"base": "Base", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}  # official repo names
 
 
 class ConfigError(ValueError):
@@ -177,24 +180,25 @@ class CodecEncoderConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], valid_num_quantizers: int) -> CodecEncoderConfig:
-        w = "speech_tokenizer encoder_config"
+        w = f"{CODEC_CONFIG}: encoder_config"
         # What the port implements; anything else in a config is refused rather than run wrongly.
         fixed = {"audio_channels": 1, "use_causal_conv": True, "use_conv_shortcut": False, "pad_mode": "constant",
                  "hidden_act": "gelu", "attention_bias": False}
         for key, want in fixed.items():
             if d.get(key, want) != want:
-                raise ConfigError(f"{w}: {key}={d[key]!r} is not supported (only {want!r})")
+                raise ConfigError(f"{w}.{key}={d[key]!r} is not supported (only {want!r})")
         if d.get("rope_scaling"):
-            raise ConfigError(f"{w}: rope_scaling is not supported")
+            raise ConfigError(f"{w}.rope_scaling is not supported")
         vals = {f: _get(d, f, w) for f in cls.__slots__ if f not in ("frame_rate", "valid_num_quantizers")}  # type: ignore[attr-defined]
         vals["upsampling_ratios"] = tuple(vals["upsampling_ratios"])
         cfg = cls(frame_rate=float(_get(d, "_frame_rate", w)), valid_num_quantizers=valid_num_quantizers, **vals)
         if cfg.vector_quantization_hidden_dimension != cfg.codebook_dim:
-            raise ConfigError(f"{w}: vector_quantization_hidden_dimension must equal codebook_dim")
+            raise ConfigError(f"{w}.vector_quantization_hidden_dimension ({cfg.vector_quantization_hidden_dimension}) "
+                              f"must equal encoder_config.codebook_dim ({cfg.codebook_dim}) to build the codec encoder")
         if not cfg.num_semantic_quantizers < valid_num_quantizers <= cfg.num_quantizers:
-            raise ConfigError(f"{w}: encoder_valid_num_quantizers {valid_num_quantizers} out of range")
+            raise ConfigError(f"{CODEC_CONFIG}: encoder_valid_num_quantizers {valid_num_quantizers} out of range")
         if cfg.downsample_stride * cfg.hop_length != round(cfg.sampling_rate / cfg.frame_rate):
-            raise ConfigError(f"{w}: frame_rate {cfg.frame_rate} is not the SEANet rate / 2")
+            raise ConfigError(f"{w}._frame_rate {cfg.frame_rate} is not the SEANet rate / 2")
         return cfg
 
     @property
@@ -253,7 +257,6 @@ class Qwen3TTSConfig:
     codec: CodecDecoderConfig
     generation: GenerationConfig
     speaker_encoder: SpeakerEncoderConfig | None
-    codec_encoder: CodecEncoderConfig | None
     im_start_token_id: int
     im_end_token_id: int
     assistant_token_id: int
@@ -261,6 +264,31 @@ class Qwen3TTSConfig:
     tts_bos_token_id: int
     tts_eos_token_id: int
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    codec_raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)  # speech_tokenizer/config.json
+
+    @property
+    def has_codec_encoder(self) -> bool:
+        return "encoder_config" in self.codec_raw
+
+    @property
+    def codec_encoder(self) -> CodecEncoderConfig | None:
+        """The codec encoder's config, parsed and checked when read: only code that builds the encoder reads it
+        (Base checkpoints, for voice uploads). Elsewhere it is never used, and the reference serves such checkpoints
+        whatever their encoder_config says, so a flaw there must not refuse them."""
+        if not self.has_codec_encoder:
+            return None
+        valid = int(_get(self.codec_raw, "encoder_valid_num_quantizers", CODEC_CONFIG))
+        return CodecEncoderConfig.from_dict(self.codec_raw["encoder_config"], valid)
+
+    @property
+    def repo_id(self) -> str | None:
+        """The official Hugging Face repo of this kind of checkpoint (`Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice`), from
+        `tts_model_size` (`1b7` -> 1.7B) and `tts_model_type`; None for a size not written that way."""
+        size = re.fullmatch(r"(\d+)b(\d*)", self.tts_model_size.lower())
+        if size is None:
+            return None
+        billions = size[1] + (f".{size[2]}" if size[2] else "")
+        return f"Qwen/Qwen3-TTS-12Hz-{billions}B-{REPO_KINDS[self.tts_model_type]}"
 
     @property
     def speakers(self) -> list[str]:
@@ -302,11 +330,8 @@ def parse_config(config: dict[str, Any], codec_config: dict[str, Any], generatio
         codec=CodecDecoderConfig.from_dict(_get(codec_config, "decoder_config", "speech_tokenizer/config.json")),
         generation=GenerationConfig.from_dict(generation),
         speaker_encoder=SpeakerEncoderConfig.from_dict(spk) if tts_type == "base" and spk else None,
-        codec_encoder=CodecEncoderConfig.from_dict(codec_config["encoder_config"],
-                                                   int(_get(codec_config, "encoder_valid_num_quantizers",
-                                                            "speech_tokenizer/config.json")))
-        if "encoder_config" in codec_config else None,
         raw=config,
+        codec_raw=codec_config,
         **{k: int(_get(config, k, "config.json")) for k in ids},
     )
 

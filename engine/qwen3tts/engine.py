@@ -166,7 +166,7 @@ class Qwen3TTSEngine(Engine):
         if tts is not None:
             import torch
 
-            out |= {"model_type": tts.cfg.tts_model_type, "device": str(tts.device),
+            out |= {"model_type": tts.cfg.tts_model_type, "repo_id": tts.cfg.repo_id, "device": str(tts.device),
                     "dtype_talker": str(next(tts.talker.parameters()).dtype),
                     "dtype_codec": str(next(tts.codec.parameters()).dtype)}
             if runner is not None:

@@ -55,6 +55,11 @@ def test_config_values(shared: Path) -> None:
     assert not load_config(shared / "checkpoints" / LIKE["cv06"]).supports_instruct
 
 
+@pytest.mark.parametrize("name", sorted(INVENTORY))
+def test_the_official_repo_id_comes_from_the_config(shared: Path, name: str) -> None:
+    assert load_config(shared / "checkpoints" / name).repo_id == f"Qwen/{name}"
+
+
 def test_unknown_model_types_are_refused(shared: Path) -> None:
     d = shared / "checkpoints" / LIKE["cv17"]
     config = json.loads((d / "config.json").read_text())

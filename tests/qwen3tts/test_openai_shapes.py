@@ -21,8 +21,8 @@ SMALL = dict(device="cpu", dtype="fp32", greedy="true", row_buckets="1,2,4", pre
 @pytest.fixture(scope="module")
 def server(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]:
     engine = RecordingEngine(create_engine(model=str(tiny_ckpt("cv17")), **SMALL))
-    # A synthetic checkpoint lives in a temporary directory: the Hub name is accepted through model_aliases.
-    with running_gateway(engine, GatewayConfig(model_aliases=["Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"])) as srv:
+    # A synthetic checkpoint lives in a temporary directory: the Hub name comes from its config.
+    with running_gateway(engine, GatewayConfig()) as srv:
         engine.supports_instruct = engine.inner.supports_instruct  # known once the checkpoint is loaded
         yield srv
 
@@ -43,8 +43,7 @@ def test_vllm_omni_customvoice_request_streams_pcm(server: BackgroundServer) -> 
 
 
 @pytest.mark.parametrize("extra,param", [({"task_type": "VoiceDesign"}, "task_type"),
-                                         ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames"),
-                                         ({"non_streaming_mode": False}, "non_streaming_mode")])
+                                         ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames")])
 def test_fields_this_checkpoint_cannot_honour(server: BackgroundServer, extra: dict, param: str) -> None:
     body = {"input": "Hello.", "voice": "ryan", "response_format": "pcm", **extra}
     response = httpx.post(server.http_url + "/v1/audio/speech", json=body, timeout=60)
