@@ -27,7 +27,7 @@ class GatewayState:
         # Uploaded voices (POST /v1/voices), loaded into the engine at start; None: uploads off (no voices_dir).
         self.voices = VoiceStore(config.voices_dir, engine, config.max_voices, bool(config.auth_tokens)) \
             if config.voices_dir else None
-        # Uploads being handled (body, decode, prompt); one past the cap is refused unread, not queued
+        # Uploads being handled (body, decode, prompt); one past the cap is refused, not queued
         self.voice_uploads = asyncio.Semaphore(config.max_concurrent_voice_uploads)
 
     def uploaded_ids(self, token: str | None) -> list[str]:

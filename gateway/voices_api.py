@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from email.message import Message
 
@@ -103,7 +104,8 @@ async def _create(request: Request, state: GatewayState) -> Response:
     if not state.engine.supports_voice_upload:
         return _error(501, f"the {state.engine.name} engine (this checkpoint) takes no uploaded voices; a Qwen3-TTS "
                       "Base checkpoint does", "unsupported", "server_error", close=True)
-    if state.voice_uploads.locked():  # refused unread: a queued upload would hold its body meanwhile
+    if state.voice_uploads.locked():  # refused, not queued: a queued upload would hold its body meanwhile
+        await _discarded(request, config.max_voice_upload_bytes, config.voice_upload_timeout_s)
         response = _error(503, f"{config.max_concurrent_voice_uploads} uploads are being handled "
                           "(max_concurrent_voice_uploads); retry in a moment", "uploads_busy", "server_error",
                           close=True)
@@ -111,6 +113,21 @@ async def _create(request: Request, state: GatewayState) -> Response:
         return response
     async with state.voice_uploads:
         return await _upload(request, state, token)
+
+
+async def _discarded(request: Request, limit: int, timeout: float) -> None:
+    """Read the body and drop it, chunk by chunk (up to `limit` bytes, for `timeout` s at most): closing a
+    connection with its body unread resets it, and a client still sending would lose the answer."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
+        return
+    received = 0
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                received += len(chunk)
+                if received > limit:
+                    return
 
 
 async def _upload(request: Request, state: GatewayState, token: str | None) -> Response:

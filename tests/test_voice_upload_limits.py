@@ -168,7 +168,9 @@ def test_uploads_past_max_concurrent_voice_uploads_get_503_with_retry_after(uplo
         async with httpx.AsyncClient(base_url=server.http_url, timeout=20) as client:
             first = asyncio.create_task(client.post("/v1/voices", content=wav))
             assert await asyncio.to_thread(engine.entered.wait, 30)  # the first upload holds the one slot
-            busy = await client.post("/v1/voices", content=wav)
+            # 5.6 MB, still on its way when refused: the answer must reach the client, not a connection reset
+            busy = await client.post("/v1/voices", content=encoded([np.tile(as_int16(tone(29.0, 48_000)), (1, 2))],
+                                                                   48_000))
             assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
             assert refusal(busy)["code"] == "uploads_busy" and "max_concurrent_voice_uploads" in busy.text
             assert (await client.get("/health")).status_code == 200  # the loop answers meanwhile
