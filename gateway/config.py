@@ -95,9 +95,12 @@ class GatewayConfig:
                                                               "gpt-4o-mini-tts-2025-12-15"])
     speech_encoder_threads: int = 2
     # POST /v1/voices (docs/http-api.md): uploaded voices are kept under voices_dir ("": uploads off); each upload's
-    # body, its recording's length, and how many voices the server holds are bounded
+    # body, the time it takes to arrive, its recording's length, the uploads handled at once (each holds its body
+    # and decoded audio) and how many voices each token (without auth: the server) holds are bounded
     voices_dir: str = ""
     max_voice_upload_bytes: int = 10_485_760
+    voice_upload_timeout_s: float = 60.0
+    max_concurrent_voice_uploads: int = 2
     min_voice_s: float = 3.0
     max_voice_s: float = 30.0
     max_voices: int = 100
@@ -133,6 +136,10 @@ class GatewayConfig:
             raise ValueError("speech_encoder_threads must be within 0..64")
         if self.max_voice_upload_bytes <= 0 or self.max_voices <= 0:
             raise ValueError("max_voice_upload_bytes and max_voices must be positive")
+        if not 0 < self.voice_upload_timeout_s <= 3600:
+            raise ValueError("voice_upload_timeout_s must be positive and at most 3600")
+        if not 1 <= self.max_concurrent_voice_uploads <= 64:
+            raise ValueError("max_concurrent_voice_uploads must be within 1..64")
         if not 0 < self.min_voice_s <= self.max_voice_s <= 600:
             raise ValueError("voice uploads need 0 < min_voice_s <= max_voice_s <= 600")
         if self.protect_metrics and not self.auth_tokens:

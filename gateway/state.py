@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 
 from voxgate.engine.base import Engine
@@ -26,6 +27,8 @@ class GatewayState:
         # Uploaded voices (POST /v1/voices), loaded into the engine at start; None: uploads off (no voices_dir).
         self.voices = VoiceStore(config.voices_dir, engine, config.max_voices, bool(config.auth_tokens)) \
             if config.voices_dir else None
+        # Uploads being handled (body, decode, prompt); one past the cap is refused, not queued
+        self.voice_uploads = asyncio.Semaphore(config.max_concurrent_voice_uploads)
 
     def uploaded_ids(self, token: str | None) -> list[str]:
         """The uploaded voices a request with `token` may list and use (its own; every one with auth off)."""

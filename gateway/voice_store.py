@@ -5,7 +5,8 @@ A voice is two files: `<id>.npz` (the engine's prompt arrays, computed once at u
 each written to a temporary name and renamed into place, the record last: a voice exists once its record does, so a
 failed upload or a crash leaves no voice behind (leftover temporaries are removed at the next start). A restart
 reloads every voice into the engine. Ownership: with auth on, a voice belongs to the token that made it (a SHA-256
-digest of the token is stored, never the token); other tokens neither see nor use it.
+digest of the token is stored, never the token); other tokens neither see nor use it, and it counts toward its
+token's `max_voices` alone.
 """
 
 from __future__ import annotations
@@ -103,16 +104,22 @@ class VoiceStore:
         return len(self.records)
 
     # -- changes -----------------------------------------------------------------------------------------------------
-    def check_room(self) -> None:
-        if len(self.records) >= self.max_voices:
-            raise UploadError(409, "too_many_voices", f"this server holds at most {self.max_voices} uploaded voices; "
+    def check_room(self, owner: str | None) -> None:
+        """`max_voices` per owner with auth on (one token cannot fill the server for the others; voices made with
+        auth off count for no one), one pool for everyone with auth off."""
+        if self.auth_on:
+            held, whose = sum(1 for r in self.records.values() if r.owner == owner), "this token holds"
+        else:
+            held, whose = len(self.records), "this server holds"
+        if held >= self.max_voices:
+            raise UploadError(409, "too_many_voices", f"{whose} max_voices ({self.max_voices}) uploaded voices; "
                               "delete one first (DELETE /v1/voices/{id})")
 
     async def add(self, rec: Recording, name: str | None, mode: str, ref_text: str | None,
                   owner: str | None) -> VoiceRecord:
         """Compute the prompt (in a worker thread), write it and the record, serve it. Nothing is kept on a failure."""
         async with self.lock:
-            self.check_room()
+            self.check_room(owner)
             prompt = await asyncio.to_thread(self.engine.voice_prompt, rec.audio, rec.sample_rate,
                                              ref_text if mode == "in_context" else None)
             voice_id = "voice_" + secrets.token_hex(8)

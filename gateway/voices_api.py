@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from email.message import Message
 
@@ -85,7 +86,8 @@ def _refusal(exc: Exception) -> Response | None:
     if isinstance(exc, UploadError):
         return _error(exc.status, exc.message, exc.code, param=exc.param)
     if isinstance(exc, EngineError):
-        return _error(501 if exc.code == "unsupported" else 400, exc.message, exc.code)
+        return _error(501 if exc.code == "unsupported" else 400, exc.message, exc.code,
+                      param="ref_text" if exc.code == "ref_text_too_long" else None)
     return None
 
 
@@ -102,8 +104,42 @@ async def _create(request: Request, state: GatewayState) -> Response:
     if not state.engine.supports_voice_upload:
         return _error(501, f"the {state.engine.name} engine (this checkpoint) takes no uploaded voices; a Qwen3-TTS "
                       "Base checkpoint does", "unsupported", "server_error", close=True)
-    limit = config.max_voice_upload_bytes
-    body = await _read_body(request, limit)
+    if state.voice_uploads.locked():  # refused, not queued: a queued upload would hold its body meanwhile
+        await _discarded(request, config.max_voice_upload_bytes, config.voice_upload_timeout_s)
+        response = _error(503, f"{config.max_concurrent_voice_uploads} uploads are being handled "
+                          "(max_concurrent_voice_uploads); retry in a moment", "uploads_busy", "server_error",
+                          close=True)
+        response.headers["Retry-After"] = "1"
+        return response
+    async with state.voice_uploads:
+        return await _upload(request, state, token)
+
+
+async def _discarded(request: Request, limit: int, timeout: float) -> None:
+    """Read the body and drop it, chunk by chunk (up to `limit` bytes, for `timeout` s at most): closing a
+    connection with its body unread resets it, and a client still sending would lose the answer."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
+        return
+    received = 0
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                received += len(chunk)
+                if received > limit:
+                    return
+
+
+async def _upload(request: Request, state: GatewayState, token: str | None) -> Response:
+    store, config = state.voices, state.config
+    assert store is not None
+    limit, timeout = config.max_voice_upload_bytes, config.voice_upload_timeout_s
+    try:
+        async with asyncio.timeout(timeout):  # a body trickled in would hold its upload slot for ever
+            body = await _read_body(request, limit)
+    except TimeoutError:
+        return _error(408, f"the upload did not arrive within voice_upload_timeout_s ({timeout:g} s)",
+                      "upload_timeout", close=True)
     if body is None:
         return _error(413, f"the upload is over max_voice_upload_bytes ({limit})", "upload_too_large", close=True)
     fields = _fields(request, body)
@@ -123,10 +159,11 @@ async def _create(request: Request, state: GatewayState) -> Response:
                           "ref_text")
     if name is not None and not 0 < len(name) <= MAX_NAME_CHARS:
         raise UploadError(400, "invalid_value", f"name must be 1 to {MAX_NAME_CHARS} characters", "name")
-    store.check_room()
-    recording = await asyncio.to_thread(decode_audio, audio, config.max_voice_s)
+    owner = owner_of(token, bool(config.auth_tokens))
+    store.check_room(owner)
+    recording = await asyncio.to_thread(decode_audio, audio, config.max_voice_s)  # off the loop: /health answers
     check_recording(recording, config.min_voice_s, config.max_voice_s)
-    record = await store.add(recording, name, mode, ref_text, owner_of(token, bool(config.auth_tokens)))
+    record = await store.add(recording, name, mode, ref_text, owner)
     log.info("voice %s uploaded (%s, %.1f s)", record.id, mode, record.duration_s)
     return JSONResponse(record.to_json(), status_code=201)
 

@@ -221,10 +221,14 @@ class Qwen3TTSEngine(Engine):
         import numpy as np
         import torch
 
-        from .prompt import ref_text as ref_string
+        from .prompt import PromptError, reference_ids
 
         if not self.supports_voice_upload:
             raise EngineError("unsupported", "only Base checkpoints take uploaded voices")
+        try:  # refused before the encoders run, rather than at every request of the voice
+            ref_ids = reference_ids(self.tts.tokenizer, ref_text, len(audio) / sample_rate) if ref_text else []
+        except PromptError as exc:
+            raise EngineError("ref_text_too_long", str(exc)) from None
         # On CUDA, a side stream: work on the legacy default stream would wait for the loop's steps and hold them.
         side = torch.cuda.Stream(self.tts.device) if self.tts.device.type == "cuda" else None
         with torch.inference_mode(), torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
@@ -232,7 +236,7 @@ class Qwen3TTSEngine(Engine):
             out = {"x_vector": voice.x_vector.float().cpu().numpy()}  # .cpu(): waits for the side stream's work
             if voice.ref_codes is not None:
                 out["ref_codes"] = voice.ref_codes.cpu().numpy().astype(np.int64)
-                out["ref_ids"] = np.asarray(self.tts.tokenizer.encode(ref_string(ref_text)), dtype=np.int64)
+                out["ref_ids"] = np.asarray(ref_ids, dtype=np.int64)
         return out
 
     def add_voice(self, voice_id: str, prompt: dict[str, Any], ref_text: str | None) -> None:

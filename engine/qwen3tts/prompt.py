@@ -13,6 +13,7 @@ import torch
 
 from .config import Qwen3TTSConfig
 from .talker import Talker
+from .tokenizer import TextTokenizer
 
 
 def target_text(text: str) -> str:
@@ -29,6 +30,23 @@ def ref_text(text: str) -> str:
 
 class PromptError(ValueError):
     """A request the checkpoint cannot serve (unknown speaker or language, missing instruct, ...)."""
+
+
+REF_TOKENS_PER_S = 12.5  # one per 80 ms codec frame: over twice the fastest speech
+
+
+def reference_ids(tokenizer: TextTokenizer, text: str, seconds: float) -> list[int]:
+    """In-context cloning: the transcript's prompt ids (`ref_text(text)` tokenized), refused (PromptError) unless
+    they fit the recording of `seconds`. The prompt pairs its tokens with the recording's frames; tokens past the
+    frames spill into the streamed text of every request of the voice (RunnerConfig.max_trailing), and a long
+    transcript leaves none: each request would be refused text_too_long. At most one token per frame, so that the
+    transcript takes none of that room."""
+    ids = tokenizer.encode(ref_text(text))
+    tokens, frames = len(ids) - 5, int(seconds * REF_TOKENS_PER_S)  # (5: the role markers around the text)
+    if tokens > frames:
+        raise PromptError(f"ref_text is {tokens} tokens, more than its {seconds:.2f} s recording can hold: at most "
+                          f"{frames} (one per 80 ms); send the recording's transcript only")
+    return ids
 
 
 @dataclass(slots=True)

@@ -198,6 +198,8 @@ BAD = {
     "unknown_mode": (dict(data=wav_bytes(recording(3.5)), mode="icl"), 400, "invalid_mode"),
     "no_transcript": (dict(data=wav_bytes(recording(3.5)), mode="in_context"), 400, "missing_ref_text"),
     "unknown_field": (dict(data=wav_bytes(recording(3.5)), speed="2"), 400, "unknown_field"),
+    # 10,000 characters (limits.max_text_chars) for 3.5 s: taken, its voice would answer every request 413
+    "long_ref_text": (dict(data=wav_bytes(recording(3.5)), ref_text="word " * 2000), 400, "ref_text_too_long"),
 }
 
 
@@ -210,14 +212,30 @@ def test_bad_uploads_are_refused_and_write_nothing(server: BackgroundServer, voi
     assert files(voices_dir) == before
 
 
+def test_a_transcript_must_fit_its_recording(server: BackgroundServer, voices_dir: Path) -> None:
+    """At most one token per 80 ms frame: 43 for 3.5 s; the refusal names the field and the limit."""
+    wav = wav_bytes(recording(3.5, seed=5))
+    refused = upload(server, wav, ref_text="word " * 44)  # 44 tokens ("word" and " word" are one token each)
+    error = refused.json()["error"]
+    assert refused.status_code == 400 and error["code"] == "ref_text_too_long" and error["param"] == "ref_text"
+    assert "ref_text is 44 tokens" in error["message"] and "at most 43" in error["message"], error
+    assert files(voices_dir) == []
+    taken = upload(server, wav, ref_text="word " * 43)
+    assert taken.status_code == 201, taken.text
+    assert httpx.delete(server.http_url + f"/v1/voices/{taken.json()['id']}", headers=ALICE, timeout=10).is_success
+
+
 def test_too_many_voices(server: BackgroundServer, voices_dir: Path) -> None:
     made = [upload(server, wav_bytes(recording(3.0, seed=10 + i))).json()["id"] for i in range(LIMITS["max_voices"])]
     before = files(voices_dir)
-    refused = upload(server, wav_bytes(recording(3.0)), headers=BOB)
+    refused = upload(server, wav_bytes(recording(3.0)))
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "too_many_voices"
     assert files(voices_dir) == before
-    for voice_id in made:
-        httpx.delete(server.http_url + f"/v1/voices/{voice_id}", headers=ALICE, timeout=10)
+    bobs = upload(server, wav_bytes(recording(3.0)), headers=BOB)  # each token has its own max_voices
+    assert bobs.status_code == 201, bobs.text
+    made.append(bobs.json()["id"])
+    for voice_id, headers in zip(made, [ALICE] * LIMITS["max_voices"] + [BOB], strict=True):
+        httpx.delete(server.http_url + f"/v1/voices/{voice_id}", headers=headers, timeout=10)
     assert files(voices_dir) == []
 
 
