@@ -1,0 +1,61 @@
+"""nari-labs tts-bench with every default (model `Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice`, voice `Ryan`, language
+`English`) against the qwen3tts engine on a tiny 1.7B CustomVoice checkpoint (CPU) whose folder has another name,
+served as `voxgate serve` would serve it: no model alias configured. Each of its five HTTP targets' exact request
+(tests/ttsbench.py) and its WebSocket mode get the PCM their reader accepts, equal to what the engine made."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support import RecordingEngine, running_gateway
+from ttsbench import DEFAULTS, TARGETS, body_for, post_like_ttsbench, speak_over_ws
+from voxgate.engine.qwen3tts.engine import create_engine
+from voxgate.gateway.config import GatewayConfig, Limits
+from voxgate.gateway.server import BackgroundServer
+
+from .test_openai_shapes import SMALL
+
+TEXT = "Hello there. This is a short benchmark prompt for the tiny checkpoint."
+# A random tiny checkpoint may never say its end: the server's audio limit ends each request after 2 s (25 frames).
+CONFIG = GatewayConfig(limits=Limits(max_context_audio_s=2.0))
+
+
+@pytest.fixture(scope="module")
+def server(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]:
+    engine = RecordingEngine(create_engine(model=str(tiny_ckpt("cv17")), **SMALL))
+    with running_gateway(engine, CONFIG) as srv:
+        yield srv
+
+
+def _engine(server: BackgroundServer) -> RecordingEngine:
+    return server.server.config.app.state.voxgate.engine
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+async def test_http_target_with_defaults_gets_pcm(server: BackgroundServer, name: str) -> None:
+    target = TARGETS[name]
+    engine = _engine(server)
+    before = len(engine.produced)
+    answer = await post_like_ttsbench(server.http_url, target, body_for(target, TEXT, **DEFAULTS))
+    assert answer.status == 200, answer.describe()
+    assert answer.content_type in target.content_types, answer.describe()
+    if target.rate_header is not None:
+        assert answer.headers.get(target.rate_header) == "24000"
+    requests = engine.produced[before:]
+    assert {r.voice for r, _ in requests} == {"ryan"} and {r.language for r, _ in requests} == {"English"}
+    made = np.concatenate([c for _, chunks in requests for c in chunks])
+    assert len(made) > 0 and np.array_equal(answer.pcm, made)
+
+
+async def test_websocket_mode_with_defaults_gets_pcm(server: BackgroundServer) -> None:
+    engine = _engine(server)
+    before = len(engine.produced)
+    result = await speak_over_ws(server.http_url, TEXT, dict(DEFAULTS, response_format="pcm"))
+    requests = engine.produced[before:]
+    assert {r.voice for r, _ in requests} == {"ryan"}
+    made = np.concatenate([c for _, chunks in requests for c in chunks])
+    assert len(made) > 0 and np.array_equal(result.pcm, made)
+    assert result.close_code == 1000
