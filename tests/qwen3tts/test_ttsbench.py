@@ -5,11 +5,13 @@ served as `voxgate serve` would serve it: no model alias configured. Each of its
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import websockets
 from support import RecordingEngine, running_gateway
 from ttsbench import DEFAULTS, TARGETS, body_for, post_like_ttsbench, speak_over_ws
 from voxgate.engine.qwen3tts.engine import create_engine
@@ -59,3 +61,24 @@ async def test_websocket_mode_with_defaults_gets_pcm(server: BackgroundServer) -
     made = np.concatenate([c for _, chunks in requests for c in chunks])
     assert len(made) > 0 and np.array_equal(result.pcm, made)
     assert result.close_code == 1000
+
+
+async def test_websocket_engine_refusal_is_one_error(server: BackgroundServer) -> None:
+    """A language the engine refuses when it opens the stream: the error names it, and the close is 1008 (the
+    client's fault, as HTTP's 400 for it), not 1011."""
+    url = server.http_url.replace("http", "ws", 1) + "/v1/audio/speech/ws"
+    async with websockets.connect(url, subprotocols=["nari.speech.v1"]) as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        await ws.send(json.dumps({"type": "request.start", "voice": "Ryan", "language": "Klingon"}))
+        assert json.loads(await ws.recv())["type"] == "request.configured"
+        for sequence, message in enumerate([{"type": "input_text.append", "text": "Hello there."},
+                                            {"type": "input_text.end"}]):
+            await ws.send(json.dumps({**message, "sequence": sequence}))
+        events = []
+        with pytest.raises(websockets.ConnectionClosedError):
+            while True:
+                message = await ws.recv()
+                if isinstance(message, str):
+                    events.append(json.loads(message))
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "language_not_supported", events
+    assert ws.close_code == 1008
