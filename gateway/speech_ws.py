@@ -141,17 +141,17 @@ async def _read_text(socket: SpeechSocket, context: Context) -> None:
             return
         if kind not in ("input_text.append", "input_text.end") or ended:
             raise Refusal("invalid_message", f"{kind!r} is not expected here", "type")
-        if message.get("sequence") != sequence:
-            raise Refusal("invalid_sequence", f"sequence: {sequence} expected, not {message.get('sequence')!r}",
-                          "sequence")
+        got = message.get("sequence")
+        if type(got) is not int or got != sequence:  # (not True for 1)
+            raise Refusal("invalid_sequence", f"sequence: {sequence} expected, not {got!r}", "sequence")
         if kind == "input_text.end":
             ended = True
             await socket.send({"type": "input_text.ack", "event": kind, "sequence": sequence})
             context.end()  # after the ack: response.done can only follow it
             continue
         text = message.get("text")
-        if not isinstance(text, str):
-            raise Refusal("invalid_value", "text: a string is required", "text")
+        if not isinstance(text, str) or not text:  # never empty: the text limit also bounds the message count
+            raise Refusal("invalid_value", "text: a non-empty string is required", "text")
         chars += len(text)
         if chars > limits.max_text_chars:
             raise Refusal("text_too_long", f"text: over limits.max_text_chars ({limits.max_text_chars})", "text")
@@ -191,7 +191,6 @@ async def speech_websocket(websocket: WebSocket) -> None:
     await websocket.accept(subprotocol=SPEECH_PROTOCOL if SPEECH_PROTOCOL in offered else None)
     socket, token = SpeechSocket(websocket, state), token_from_websocket(websocket)
     tasks: list[asyncio.Task[None]] = []
-    state.drain.http_streams += 1  # a shutdown lets it finish within the grace
     try:
         refused = _refusal(state, token)
         if refused is not None:
@@ -207,6 +206,7 @@ async def speech_websocket(websocket: WebSocket) -> None:
         await socket.send({"type": "request.configured", "model": start.get("model"), "voice": job.voice,
                            "language": job.language, "response_format": "pcm", "audio": AUDIO})
         loop = asyncio.get_running_loop()
+        state.drain.http_streams += 1  # a shutdown lets a configured request finish within the grace
         tasks = [loop.create_task(_read_text(socket, context)), loop.create_task(_send_audio(socket, context))]
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
@@ -226,7 +226,8 @@ async def speech_websocket(websocket: WebSocket) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        state.drain.http_streams -= 1
+        if tasks:
+            state.drain.http_streams -= 1
 
 
 async def _close(socket: SpeechSocket, code: int, refusal: Refusal | None = None) -> None:

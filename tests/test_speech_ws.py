@@ -61,14 +61,22 @@ async def test_first_message_must_be_request_start(gateway) -> None:
     assert (error["code"], error["param"], close_code) == ("invalid_message", "type", 1008)
 
 
-async def test_sequence_out_of_order_is_refused(gateway) -> None:
+@pytest.mark.parametrize("second,code,param", [
+    ({"type": "input_text.append", "sequence": 2, "text": "there."}, "invalid_sequence", "sequence"),
+    ({"type": "input_text.append", "sequence": True, "text": "there."}, "invalid_sequence", "sequence"),
+    ({"type": "input_text.end", "sequence": 0}, "invalid_sequence", "sequence"),
+    ({"type": "input_text.append", "sequence": 1, "text": ""}, "invalid_value", "text"),
+    ({"type": "input_text.append", "sequence": 1}, "invalid_value", "text"),
+    ({"type": "session.start"}, "invalid_message", "type"),
+])
+async def test_bad_text_message_is_refused(gateway, second: dict, code: str, param: str) -> None:
     ws = await _open(gateway(), {"voice": "en-us"})
     assert json.loads(await ws.recv())["type"] == "request.configured"
     await ws.send(json.dumps({"type": "input_text.append", "sequence": 0, "text": "Hello "}))
     assert json.loads(await ws.recv()) == {"type": "input_text.ack", "event": "input_text.append", "sequence": 0}
-    await ws.send(json.dumps({"type": "input_text.append", "sequence": 2, "text": "there."}))
+    await ws.send(json.dumps(second))
     error, close_code = await _refused(ws)
-    assert (error["code"], error["param"], close_code) == ("invalid_sequence", "sequence", 1008)
+    assert (error["code"], error["param"], close_code) == (code, param, 1008)
 
 
 async def test_text_over_the_limit_is_refused(gateway) -> None:

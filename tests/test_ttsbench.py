@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ttsbench import TARGETS, body_for, post_like_ttsbench, speak_over_ws
+from ttsbench import TARGETS, body_for, post_like_ttsbench, preflight, speak_over_ws
 
 TEXT = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
 ESPEAK = {"model": "espeak", "voice": "en-us", "language": "English"}
@@ -17,6 +17,7 @@ ESPEAK = {"model": "espeak", "voice": "en-us", "language": "English"}
 async def test_http_target_gets_pcm(gateway, name: str) -> None:
     server = gateway()
     target = TARGETS[name]
+    assert await preflight(server.http_url) == 200
     answer = await post_like_ttsbench(server.http_url, target, body_for(target, TEXT, **ESPEAK))
     assert answer.status == 200, answer.describe()
     assert answer.content_type in target.content_types, answer.describe()
@@ -30,6 +31,7 @@ async def test_http_target_gets_pcm(gateway, name: str) -> None:
 
 async def test_websocket_mode_gets_pcm(gateway) -> None:
     server = gateway()
+    assert await preflight(server.http_url) == 200
     result = await speak_over_ws(server.http_url, TEXT, dict(ESPEAK, response_format="pcm"))
     engine = server.server.config.app.state.voxgate.engine
     made = engine.audio_for()

@@ -13,6 +13,7 @@ Read from github.com/nari-labs/benchmarks at a2d65e1 (tts_bench/src/tts_bench/):
   `/v1/audio/speech` with `json=` (Content-Type: application/json) and `Accept: audio/wav, audio/pcm,
   application/octet-stream`; a status outside 2xx fails; the body is read as raw PCM16 or as a RIFF/WAVE stream whose
   sizes may be 0xFFFFFFFF (audio.py `PcmStreamDecoder`), and must be non-empty and frame-aligned.
+- targets.py `preflight_target`: `GET /health` must answer 2xx before the run.
 - runtime.py `execute_websocket` (nari only, `--transport websocket`): the WebSocket exchange in `speak_over_ws`.
 """
 
@@ -102,6 +103,13 @@ def wav_payload(data: bytes) -> bytes:
             fmt_seen = True
         at += size + size % 2
     raise AssertionError("no data chunk")
+
+
+async def preflight(base_url: str) -> int:
+    """targets.py `preflight_target`: before any load, `GET /health` must answer 2xx (its status)."""
+    async with aiohttp.ClientSession() as http, http.get(base_url + "/health") as response:
+        await response.read()
+        return response.status
 
 
 async def post_like_ttsbench(base_url: str, target: Target, body: dict[str, Any], timeout_s: float = 120) -> Answer:

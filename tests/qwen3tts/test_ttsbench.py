@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import websockets
 from support import RecordingEngine, running_gateway
-from ttsbench import DEFAULTS, TARGETS, body_for, post_like_ttsbench, speak_over_ws
+from ttsbench import DEFAULTS, TARGETS, body_for, post_like_ttsbench, preflight, speak_over_ws
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.gateway.config import GatewayConfig, Limits
 from voxgate.gateway.server import BackgroundServer
@@ -41,6 +41,7 @@ async def test_http_target_with_defaults_gets_pcm(server: BackgroundServer, name
     target = TARGETS[name]
     engine = _engine(server)
     before = len(engine.produced)
+    assert await preflight(server.http_url) == 200
     answer = await post_like_ttsbench(server.http_url, target, body_for(target, TEXT, **DEFAULTS))
     assert answer.status == 200, answer.describe()
     assert answer.content_type in target.content_types, answer.describe()
@@ -55,6 +56,7 @@ async def test_http_target_with_defaults_gets_pcm(server: BackgroundServer, name
 async def test_websocket_mode_with_defaults_gets_pcm(server: BackgroundServer) -> None:
     engine = _engine(server)
     before = len(engine.produced)
+    assert await preflight(server.http_url) == 200
     result = await speak_over_ws(server.http_url, TEXT, dict(DEFAULTS, response_format="pcm"))
     requests = engine.produced[before:]
     assert {r.voice for r, _ in requests} == {"ryan"}
