@@ -21,6 +21,7 @@ from .config import GatewayConfig
 from .gctune import GcTuning
 from .guard import BrowserGuard
 from .looplag import watch_loop_lag
+from .speech_ws import speech_websocket
 from .state import GatewayState
 from .ws import tts_websocket
 
@@ -85,6 +86,7 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
     routes = [
         WebSocketRoute("/v1/tts/ws", tts_websocket),
         Route("/v1/audio/speech", http_api.speech, methods=["POST"]),
+        WebSocketRoute("/v1/audio/speech/ws", speech_websocket),
         Route("/v1/voices", http_api.voices, methods=["GET"]),
         Route("/v1/voices", voices_api.create, methods=["POST"]),
         Route("/v1/voices/{voice_id}", voices_api.one, methods=["GET", "DELETE"]),
