@@ -144,6 +144,12 @@ class Engine(abc.ABC):
         voices = self.voices()
         return voices[0].id if voices else None
 
+    def language_for(self, tag: str, name: str) -> str | None:
+        """What this engine calls a language (its `SynthesisRequest.language`), given its lower-case BCP-47 tag
+        (`en-us`, `zh-hans`) and English name (`english`; "" where the gateway's table has none); None: the engine
+        does not speak it. By default the name (else the tag): engines that ignore the language take any."""
+        return name or tag
+
     def voice_prompt(self, audio: np.ndarray, sample_rate: int, ref_text: str | None) -> dict[str, np.ndarray]:
         """The conditioning of a reference recording (mono float32 in [-1, 1]), computed once, as named arrays the
         gateway stores and later hands to `add_voice`. `ref_text`: its transcript (in-context cloning), or None.

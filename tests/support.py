@@ -91,6 +91,9 @@ class RecordingEngine(Engine):
     def default_voice(self) -> str | None:
         return self.inner.default_voice()
 
+    def language_for(self, tag: str, name: str) -> str | None:
+        return self.inner.language_for(tag, name)
+
     def info(self) -> dict[str, object]:
         return self.inner.info()
 

@@ -209,6 +209,18 @@ class Qwen3TTSEngine(Engine):
             return [VoiceInfo(CLONE_VOICE, "Cloned voice", (), description=f"x-vector of {self.ref_audio}")]
         return []
 
+    def default_voice(self) -> str | None:
+        """On CustomVoice the English speaker (Ryan, else Aiden): /v1/voices' `default`, what the demo starts on."""
+        ids = [v.id for v in self.voices()]
+        english = [i for i in ids if NATIVE.get(i) == "en"]
+        if PREFERRED["en"] in ids:
+            return PREFERRED["en"]
+        return english[0] if english else (ids[0] if ids else None)
+
+    def language_for(self, tag: str, name: str) -> str | None:
+        """Qwen3-TTS names its languages in English (`english`); dialects are reached through their speakers."""
+        return name if self.tts is not None and name in self.tts.cfg.languages and name != "auto" else None
+
     # -- uploaded voices (POST /v1/voices) -------------------------------------------------------------------------
     @property
     def supports_voice_upload(self) -> bool:  # type: ignore[override]
