@@ -101,6 +101,7 @@ class Engine(abc.ABC):
     name: str = "engine"
     sample_rate: int = SAMPLE_RATE
     supports_instruct: bool = True  # False: `SynthesisRequest.instruct` is ignored (the gateway warns the client)
+    requires_instruct: bool = False  # True: the instruct describes the voice (VoiceDesign); a request needs one
     # True: a request may be opened with `text_open` and fed by AudioStream.append_text / end_text, one stream per
     # turn (the gateway then stops cutting the turn's text into sentences). False: whole texts only.
     supports_text_streaming: bool = False

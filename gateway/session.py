@@ -130,8 +130,8 @@ class Session:
         # No voice named: none is fixed for the session, so each context's voice follows its language (the engine
         # picks: a native speaker on qwen3tts CustomVoice, espeak's voice of that language).
         self._aliases = voice_aliases(self.engine, self.config.voice_aliases)
-        choice = self._choose(msg.defaults.get("voice"), msg.defaults.get("language") or None,
-                              ("defaults.voice", "defaults.language"), required=False)
+        choice = self._choose(msg.defaults.get("voice"), msg.defaults.get("language") or None, None,
+                              ("defaults.voice", "defaults.language", "defaults.instruct"), required=False)
         voice = choice.voice
         self._defaults = {"voice": voice, "language": choice.language, "instruct": msg.defaults.get("instruct")}
         self._pacing = pacing
@@ -146,12 +146,12 @@ class Session:
         if self.metrics_interval_ms:
             self._spawn(self._send_metrics())
 
-    def _choose(self, voice: str | None, language: str | None, fields: tuple[str, str], required: bool,
-                context_id: str | None = None) -> VoiceChoice:
+    def _choose(self, voice: str | None, language: str | None, instruct: str | None, fields: tuple[str, str, str],
+                required: bool, context_id: str | None = None) -> VoiceChoice:
         """The one voice rule (voices.py), its refusal as this context's error."""
         try:
-            return choose_voice(self.engine, voice, language, uploaded=self.uploaded(), aliases=self._aliases,
-                                fields=fields, required=required)
+            return choose_voice(self.engine, voice, language, instruct, uploaded=self.uploaded(),
+                                aliases=self._aliases, fields=fields, required=required)
         except VoiceError as exc:
             raise ProtocolError(exc.code, exc.message, context_id=context_id) from None
 
@@ -164,7 +164,8 @@ class Session:
             raise ProtocolError("context_limit", f"at most {self.limits.max_contexts} active contexts per session",
                                 context_id=context_id)
         opts = opts or ContextOpen(context_id=context_id)
-        choice = self._choose(opts.voice or None, opts.language or None, ("voice", "language"),
+        instruct = opts.instruct or self._defaults["instruct"]
+        choice = self._choose(opts.voice or None, opts.language or None, instruct, ("voice", "language", "instruct"),
                               self._defaults["voice"] is None, context_id)
         language = choice.language if opts.language else self._defaults["language"]
         limit = int(self.limits.max_context_audio_s * SAMPLE_RATE)
@@ -174,7 +175,7 @@ class Session:
             for other in list(track.queue):
                 self._cancel(other, None)
         context = Context(context_id, next(self._handles), opts.track, choice.voice or self._defaults["voice"],
-                          language, opts.instruct or self._defaults["instruct"],
+                          language, instruct,
                           budget, opts.max_audio_ms is not None and opts.max_audio_ms * SAMPLE_RATE // 1000 < limit,
                           make_encoder(self.fmt))
         if context.instruct and not self.engine.supports_instruct:

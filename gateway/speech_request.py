@@ -138,13 +138,14 @@ def _check_qwen_fields(body: SpeechBody, engine: Engine, info: dict[str, object]
                        " option chunk_frames); a per-request size is not offered")
 
 
-def _voice(body: SpeechBody, state: GatewayState, uploaded: Sequence[str]) -> VoiceChoice:
+def _voice(body: SpeechBody, state: GatewayState, uploaded: Sequence[str], instruct: str | None) -> VoiceChoice:
     voice = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
     if voice is not None and body.speaker is not None and voice != body.speaker:
         raise _bad("speaker", "names another voice than 'voice'; send one of them", "invalid_value")
     try:
-        return choose_voice(state.engine, voice if voice is not None else body.speaker, body.language,
-                            uploaded=uploaded, aliases=voice_aliases(state.engine, state.config.voice_aliases))
+        return choose_voice(state.engine, voice if voice is not None else body.speaker, body.language, instruct,
+                            uploaded=uploaded, aliases=voice_aliases(state.engine, state.config.voice_aliases),
+                            fields=("voice", "language", "instructions" if body.instruct is None else "instruct"))
     except VoiceError as exc:
         raise SpeechError(404 if exc.code == "voice_not_found" else 400, exc.message, exc.code, exc.field) from None
 
@@ -178,9 +179,7 @@ def check(body: SpeechBody, state: GatewayState, uploaded: Sequence[str] = ()) -
         raise _bad(name, f"the {engine.name} engine (this checkpoint) takes no style instructions")
     task = engine_task(info)
     _check_qwen_fields(body, engine, info, task)
-    if task == "VoiceDesign" and not instruct:
-        raise _bad("instructions", "VoiceDesign needs a description of the voice", "missing_field")
-    choice = _voice(body, state, uploaded)
+    choice = _voice(body, state, uploaded, instruct)
     limit_ms = int(limits.max_context_audio_s * 1000)
     budget_ms = limit_ms
     for name, value in (("max_audio_ms", body.max_audio_ms),

@@ -1,6 +1,7 @@
-"""The one voice rule of every door (HTTP speech, WebSocket session.start and context.open): a requested voice and
-language become what the engine understands, or one error naming the field. Engines only ever receive one of their
-own voice ids (or None: their default, which may follow the language) and their own name of the language.
+"""The one voice rule of every door (HTTP speech, WebSocket session.start and context.open): a requested voice,
+language and instruct become what the engine understands, or one error naming the field. Engines only ever receive
+one of their own voice ids (or None: their default, which may follow the language) and their own name of the
+language; an engine whose instruct is the voice (VoiceDesign) only requests that carry one.
 
 A voice is, in this order: an engine voice id or one of the caller's uploaded ids (POST /v1/voices), the one id
 equal to it ignoring case, an OpenAI name (`alloy`; openai_names.py, the `voice_aliases` config). A language is a
@@ -45,13 +46,18 @@ def resolve_voice(engine: Engine, requested: str, uploaded: Sequence[str] = ()) 
     return matches[0] if len(matches) == 1 else None
 
 
-def choose_voice(engine: Engine, voice: str | None, language: str | None, *, uploaded: Sequence[str] = (),
-                 aliases: Mapping[str, str] | None = None, fields: tuple[str, str] = ("voice", "language"),
+def choose_voice(engine: Engine, voice: str | None, language: str | None, instruct: str | None = None, *,
+                 uploaded: Sequence[str] = (), aliases: Mapping[str, str] | None = None,
+                 fields: tuple[str, str, str] = ("voice", "language", "instruct"),
                  required: bool = True) -> VoiceChoice:
     """The engine's voice and language for a request. `aliases`: OpenAI name -> engine voice id (voice_aliases());
-    `fields`: the names the client used for voice and language, for the error. `required`: a request that speaks
-    now (not a session default, which a context may still complete) needs a voice the engine can default to."""
-    voice_field, language_field = fields
+    `fields`: the names the client used for voice, language and instruct, for the error. `required`: a request that
+    speaks now (not a session default, which a context may still complete) needs a voice the engine can default to,
+    and an instruct where the instruct is the voice (VoiceDesign)."""
+    voice_field, language_field, instruct_field = fields
+    if required and engine.requires_instruct and not instruct:
+        raise VoiceError("missing_field", f"{instruct_field}: the {engine.name} engine (VoiceDesign) needs a "
+                         "description of the voice", instruct_field)
     return VoiceChoice(_voice(engine, voice, uploaded, aliases or {}, voice_field, required),
                        _language(engine, language, language_field))
 

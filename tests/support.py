@@ -85,6 +85,10 @@ class RecordingEngine(Engine):
     def free_rows(self) -> int | None:
         return self.inner.free_rows
 
+    @property
+    def requires_instruct(self) -> bool:  # type: ignore[override]
+        return self.inner.requires_instruct  # known once the engine has started
+
     def voices(self) -> list[VoiceInfo]:
         return self.inner.voices()
 

@@ -194,6 +194,11 @@ class Qwen3TTSEngine(Engine):
         """The 0.6B CustomVoice and Base checkpoints ignore instruct (as the reference does): the gateway warns."""
         return self.tts is not None and self.tts.cfg.supports_instruct
 
+    @property
+    def requires_instruct(self) -> bool:  # type: ignore[override]
+        """VoiceDesign: the instruct is the voice."""
+        return self.tts is not None and self.tts.cfg.tts_model_type == "voice_design"
+
     # Text may arrive while a stream runs (the streaming-text layout: one text token a frame; text_stream.py).
     supports_text_streaming = True
 

@@ -1,6 +1,6 @@
 """The voice rule on Qwen3-TTS checkpoints (tiny, CPU): English text gets an English speaker (the default, /v1/voices'
 `default`, `alloy`, a language given as an ISO code); a Base checkpoint without an uploaded voice answers one error
-telling how to upload one, over the WebSocket and HTTP."""
+telling how to upload one, and VoiceDesign one asking for the instruct, over the WebSocket and HTTP alike."""
 
 from __future__ import annotations
 
@@ -30,6 +30,12 @@ def custom_voice(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]
 @pytest.fixture(scope="module")
 def base(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]:
     with running_gateway(create_engine(model=str(tiny_ckpt("base06")), **SMALL), GatewayConfig()) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def voice_design(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]:
+    with running_gateway(create_engine(model=str(tiny_ckpt("vd17")), **SMALL), GatewayConfig()) as srv:
         yield srv
 
 
@@ -76,3 +82,17 @@ async def test_base_without_a_voice_says_how_to_upload_one(base: BackgroundServe
         error = response.json()["error"]
         assert (response.status_code, error["code"], error["param"]) == (status, code, "voice"), error
         assert "POST /v1/voices" in error["message"]
+
+
+async def test_voice_design_asks_for_the_instruct_at_every_door(voice_design: BackgroundServer) -> None:
+    ws, _ = await connect(voice_design.ws_url, pacing={"mode": "asap"})
+    await ws.send(json.dumps({"type": "text.append", "context_id": "c", "text": "Hello there."}))
+    error = await next_json(ws, timeout=30)
+    assert (error["type"], error["code"], error["context_id"]) == ("error", "missing_field", "c")
+    assert error["message"].startswith("instruct: ") and "description of the voice" in error["message"]
+    await ws.close()
+    async with voxgate.client.connect(voice_design.ws_url, instruct="A calm, low voice.") as tts:  # the default's
+        assert len(await tts.speak("Hello there.", max_audio_ms=MAX_AUDIO_MS).audio()) > 0
+    response = httpx.post(voice_design.http_url + "/v1/audio/speech", timeout=60, json={"input": "Hello."})
+    error = response.json()["error"]
+    assert (response.status_code, error["code"], error["param"]) == (400, "missing_field", "instructions"), error
