@@ -224,7 +224,7 @@ class Qwen3TTSEngine(Engine):
 
     def language_for(self, tag: str, name: str) -> str | None:
         """Qwen3-TTS names its languages in English (`english`); dialects are reached through their speakers."""
-        return name if self.tts is not None and name in self.tts.cfg.languages and name != "auto" else None
+        return name if self.tts is not None and name in self.tts.cfg.languages else None
 
     # -- uploaded voices (POST /v1/voices) -------------------------------------------------------------------------
     @property
