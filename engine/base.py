@@ -101,6 +101,7 @@ class Engine(abc.ABC):
     name: str = "engine"
     sample_rate: int = SAMPLE_RATE
     supports_instruct: bool = True  # False: `SynthesisRequest.instruct` is ignored (the gateway warns the client)
+    requires_instruct: bool = False  # True: the instruct describes the voice (VoiceDesign); a request needs one
     # True: a request may be opened with `text_open` and fed by AudioStream.append_text / end_text, one stream per
     # turn (the gateway then stops cutting the turn's text into sentences). False: whole texts only.
     supports_text_streaming: bool = False
@@ -143,6 +144,12 @@ class Engine(abc.ABC):
     def default_voice(self) -> str | None:
         voices = self.voices()
         return voices[0].id if voices else None
+
+    def language_for(self, tag: str, name: str) -> str | None:
+        """What this engine calls a language (its `SynthesisRequest.language`), given its lower-case BCP-47 tag
+        (`en-us`, `zh-hans`) and English name (`english`; "" where the gateway's table has none); None: the engine
+        does not speak it. By default the name (else the tag): engines that ignore the language take any."""
+        return name or tag
 
     def voice_prompt(self, audio: np.ndarray, sample_rate: int, ref_text: str | None) -> dict[str, np.ndarray]:
         """The conditioning of a reference recording (mono float32 in [-1, 1]), computed once, as named arrays the

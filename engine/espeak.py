@@ -27,6 +27,7 @@ _PARAM_RATE = 1
 _BUFFER_MS = 60  # espeak's callback granularity: small enough for a quick first chunk
 _SENTENCE_END = re.compile(r"(?<=[.!?;:。！？；])\s+|\n+")
 _DEFAULT_VOICE = "en-us"
+_REGION_DEFAULTS = {"en": "en-us", "zh": "cmn", "fr": "fr-fr"}  # a bare code whose espeak voices all have a region
 _LANGUAGE_VOICES = {"english": "en-us", "chinese": "cmn", "german": "de", "italian": "it", "portuguese": "pt",
                     "spanish": "es", "japanese": "ja", "korean": "ko", "french": "fr-fr", "russian": "ru"}
 
@@ -278,6 +279,17 @@ class EspeakEngine(Engine):
     def info(self) -> dict[str, object]:
         return {"name": self.name, "native_rate": self.worker.native_rate if self._worker else None,
                 "sample_rate": SAMPLE_RATE, "rate_wpm": self.rate_wpm or 175, "voices": len(self._voices)}
+
+    def language_for(self, tag: str, name: str) -> str | None:
+        """The espeak voice of a language: the tag's own (`pt-br`, `en-gb`), else that of a shorter prefix
+        (`en-au` -> `en` -> `en-us`, `zh-hans` -> `cmn`); None where espeak has none."""
+        parts = tag.split("-")
+        for end in range(len(parts), 0, -1):
+            prefix = "-".join(parts[:end])
+            voice = _REGION_DEFAULTS.get(prefix, prefix)
+            if voice in self._names:
+                return voice
+        return None
 
     def resolve_voice(self, voice: str | None, language: str | None) -> str:
         if voice:

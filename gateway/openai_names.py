@@ -13,11 +13,11 @@ OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "on
                  "marin", "cedar")
 
 # espeak-ng ships male voices only: OpenAI's British-sounding narrators get RP English, the rest US English.
-# Qwen3-TTS CustomVoice: female OpenAI voices -> Vivian / Serena, male ones -> Ryan / Aiden (its native English
-# speakers). Test tones: two voices.
+# Qwen3-TTS CustomVoice: `alloy` (OpenAI's default) -> Ryan, the English default speaker; other female OpenAI
+# voices -> Vivian / Serena, male ones -> Ryan / Aiden (its native English speakers). Test tones: two voices.
 DEFAULT_VOICE_ALIASES: dict[str, dict[str, str]] = {
     "espeak": {**dict.fromkeys(OPENAI_VOICES, "en-us"), "fable": "en-gb-x-rp", "ballad": "en-gb-x-rp"},
-    "qwen3tts": {"alloy": "serena", "ash": "aiden", "ballad": "aiden", "coral": "vivian", "echo": "ryan",
+    "qwen3tts": {"alloy": "ryan", "ash": "aiden", "ballad": "aiden", "coral": "vivian", "echo": "ryan",
                  "fable": "ryan", "nova": "vivian", "onyx": "ryan", "sage": "serena", "shimmer": "vivian",
                  "verse": "aiden", "marin": "serena", "cedar": "ryan"},
     "fake": {name: ("tone-a" if i % 2 == 0 else "tone-b") for i, name in enumerate(OPENAI_VOICES)},

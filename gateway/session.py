@@ -21,6 +21,7 @@ from .audio import AudioFormat, make_encoder
 from .config import GatewayConfig
 from .context import MAX_AHEAD_S, Context, ContextState
 from .metrics import GatewayMetrics
+from .openai_names import voice_aliases
 from .protocol import (
     PACING_MODES,
     PROTOCOL,
@@ -40,7 +41,7 @@ from .protocol import (
 from .textfeed import TextFeed
 from .track import Track
 from .turns import LoopTurns
-from .voices import resolve_voice
+from .voices import VoiceChoice, VoiceError, choose_voice
 from .writer import OutFrame, SocketWriter
 
 log = logging.getLogger("voxgate.session")
@@ -65,6 +66,7 @@ class Session:
         self._handles = itertools.count(1)
         self._flush_ids = itertools.count(1)
         self._defaults: dict[str, Any] = {}
+        self._aliases: dict[str, str] = {}  # OpenAI name -> engine voice id (fixed at session.start)
         self._pacing: dict[str, Any] = {}
         self._tasks: set[asyncio.Task] = set()
         self._bytes_out = metrics.bytes_out.labels("ws")  # label lookups once, not per frame
@@ -127,9 +129,11 @@ class Session:
         self.fmt = AudioFormat.negotiate(msg.audio, pacing["mode"])
         # No voice named: none is fixed for the session, so each context's voice follows its language (the engine
         # picks: a native speaker on qwen3tts CustomVoice, espeak's voice of that language).
-        voice = self._check_voice(msg.defaults.get("voice"), None)
-        self._defaults = {"voice": voice, "language": msg.defaults.get("language"),
-                          "instruct": msg.defaults.get("instruct")}
+        self._aliases = voice_aliases(self.engine, self.config.voice_aliases)
+        choice = self._choose(msg.defaults.get("voice"), msg.defaults.get("language") or None, None,
+                              ("defaults.voice", "defaults.language", "defaults.instruct"), required=False)
+        voice = choice.voice
+        self._defaults = {"voice": voice, "language": choice.language, "instruct": msg.defaults.get("instruct")}
         self._pacing = pacing
         self.metrics_interval_ms = msg.metrics_interval_ms
         self.started = True
@@ -137,20 +141,19 @@ class Session:
             "type": "session.started", "session_id": self.session_id, "protocol": PROTOCOL,
             "engine": self.engine.name, "audio": self.fmt.to_json(), "pacing": pacing,
             "limits": self.limits.to_json(), "voices": [v.id for v in self.engine.voices()] + self.uploaded(),
-            "defaults": {"voice": voice, "language": self._defaults["language"]},
+            "aliases": self._aliases, "defaults": {"voice": voice, "language": self._defaults["language"]},
         })
         if self.metrics_interval_ms:
             self._spawn(self._send_metrics())
 
-    def _check_voice(self, voice: str | None, context_id: str | None) -> str | None:
-        """The engine's own id for `voice` (`Tone-A` -> `tone-a`), or voice_not_found."""
-        if voice is None:
-            return None
-        resolved = resolve_voice(self.engine, voice, self.uploaded())
-        if resolved is None:
-            raise ProtocolError("voice_not_found", f"voice {voice!r} not found; see GET /v1/voices",
-                                context_id=context_id)
-        return resolved
+    def _choose(self, voice: str | None, language: str | None, instruct: str | None, fields: tuple[str, str, str],
+                required: bool, context_id: str | None = None) -> VoiceChoice:
+        """The one voice rule (voices.py), its refusal as this context's error."""
+        try:
+            return choose_voice(self.engine, voice, language, instruct, uploaded=self.uploaded(),
+                                aliases=self._aliases, fields=fields, required=required)
+        except VoiceError as exc:
+            raise ProtocolError(exc.code, exc.message, context_id=context_id) from None
 
     def _open(self, context_id: str, opts: ContextOpen | None) -> Context:
         if self.draining:
@@ -165,15 +168,18 @@ class Session:
                                 f"({self.limits.max_session_contexts}) contexts; open a new session",
                                 context_id=context_id)
         opts = opts or ContextOpen(context_id=context_id)
-        voice = self._check_voice(opts.voice or self._defaults["voice"], context_id)
+        instruct = opts.instruct or self._defaults["instruct"]
+        choice = self._choose(opts.voice or None, opts.language or None, instruct, ("voice", "language", "instruct"),
+                              self._defaults["voice"] is None, context_id)
+        language = choice.language if opts.language else self._defaults["language"]
         limit = int(self.limits.max_context_audio_s * SAMPLE_RATE)
         budget = limit if opts.max_audio_ms is None else min(limit, opts.max_audio_ms * SAMPLE_RATE // 1000)
         track = self._track(opts.track)
         if opts.placement == "replace":
             for other in list(track.queue):
                 self._cancel(other, None)
-        context = Context(context_id, next(self._handles), opts.track, voice,
-                          opts.language or self._defaults["language"], opts.instruct or self._defaults["instruct"],
+        context = Context(context_id, next(self._handles), opts.track, choice.voice or self._defaults["voice"],
+                          language, instruct,
                           budget, opts.max_audio_ms is not None and opts.max_audio_ms * SAMPLE_RATE // 1000 < limit,
                           make_encoder(self.fmt))
         if context.instruct and not self.engine.supports_instruct:

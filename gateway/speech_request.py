@@ -22,7 +22,7 @@ from .openai_names import voice_aliases
 from .protocol import JsonInt, describe_validation_error
 from .speech_formats import DEFAULT_FORMAT, FORMATS
 from .state import GatewayState
-from .voices import resolve_voice
+from .voices import VoiceChoice, VoiceError, choose_voice
 
 FRAME_MS = 80  # a Qwen3-TTS 12 Hz codec frame: the unit of `max_new_tokens` and of `usage.output_tokens`
 TASKS = {"custom_voice": "CustomVoice", "voice_design": "VoiceDesign", "base": "Base"}
@@ -71,7 +71,7 @@ class SpeechError(Exception):
 class SpeechJob:
     text: str
     voice: str | None  # an engine voice id; None: the engine's default (which may follow the language)
-    language: str | None
+    language: str | None  # the engine's name of it; None: the engine decides
     instruct: str | None
     format: str
     mode: Literal["audio", "sse", "whole"]
@@ -140,24 +140,16 @@ def _check_qwen_fields(body: SpeechBody, engine: Engine, info: dict[str, object]
                        " option chunk_frames); a per-request size is not offered")
 
 
-def _voice(body: SpeechBody, state: GatewayState, uploaded: Sequence[str]) -> str | None:
+def _voice(body: SpeechBody, state: GatewayState, uploaded: Sequence[str], instruct: str | None) -> VoiceChoice:
     voice = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
     if voice is not None and body.speaker is not None and voice != body.speaker:
         raise _bad("speaker", "names another voice than 'voice'; send one of them", "invalid_value")
-    requested = voice if voice is not None else body.speaker
-    engine = state.engine
-    if requested is None:
-        if engine.default_voice() is None:
-            raise SpeechError(404, "this engine has no voice to default to; name one (see GET /v1/voices)",
-                              "voice_not_found", "voice")
-        return None
-    found = resolve_voice(engine, requested, uploaded)
-    if found is None:
-        aliases = {k.casefold(): v for k, v in voice_aliases(engine, state.config.voice_aliases).items()}
-        found = aliases.get(requested.casefold())
-    if found is None:
-        raise SpeechError(404, f"voice {requested!r} not found; see GET /v1/voices", "voice_not_found", "voice")
-    return found
+    try:
+        return choose_voice(state.engine, voice if voice is not None else body.speaker, body.language, instruct,
+                            uploaded=uploaded, aliases=voice_aliases(state.engine, state.config.voice_aliases),
+                            fields=("voice", "language", "instructions" if body.instruct is None else "instruct"))
+    except VoiceError as exc:
+        raise SpeechError(404 if exc.code == "voice_not_found" else 400, exc.message, exc.code, exc.field) from None
 
 
 def check(body: SpeechBody, state: GatewayState, uploaded: Sequence[str] = ()) -> SpeechJob:
@@ -189,9 +181,7 @@ def check(body: SpeechBody, state: GatewayState, uploaded: Sequence[str] = ()) -
         raise _bad(name, f"the {engine.name} engine (this checkpoint) takes no style instructions")
     task = engine_task(info)
     _check_qwen_fields(body, engine, info, task)
-    if task == "VoiceDesign" and not instruct:
-        raise _bad("instructions", "VoiceDesign needs a description of the voice", "missing_field")
-    voice = _voice(body, state, uploaded)
+    choice = _voice(body, state, uploaded, instruct)
     limit_ms = int(limits.max_context_audio_s * 1000)
     budget_ms = limit_ms
     for name, value in (("max_audio_ms", body.max_audio_ms),
@@ -201,5 +191,5 @@ def check(body: SpeechBody, state: GatewayState, uploaded: Sequence[str] = ()) -
                 raise _bad(name, "must be positive", "invalid_value")
             budget_ms = min(budget_ms, value)
     mode: Literal["audio", "sse", "whole"] = body.stream_format or ("audio" if body.stream else "whole")
-    return SpeechJob(text, voice, body.language, instruct or None, fmt, mode, budget_ms * SAMPLE_RATE // 1000,
+    return SpeechJob(text, choice.voice, choice.language, instruct or None, fmt, mode, budget_ms * SAMPLE_RATE // 1000,
                      stream_text=body.non_streaming_mode is False and engine.supports_text_streaming)

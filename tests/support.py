@@ -85,11 +85,18 @@ class RecordingEngine(Engine):
     def free_rows(self) -> int | None:
         return self.inner.free_rows
 
+    @property
+    def requires_instruct(self) -> bool:  # type: ignore[override]
+        return self.inner.requires_instruct  # known once the engine has started
+
     def voices(self) -> list[VoiceInfo]:
         return self.inner.voices()
 
     def default_voice(self) -> str | None:
         return self.inner.default_voice()
+
+    def language_for(self, tag: str, name: str) -> str | None:
+        return self.inner.language_for(tag, name)
 
     def info(self) -> dict[str, object]:
         return self.inner.info()

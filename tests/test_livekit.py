@@ -34,6 +34,17 @@ async def events_of(stream) -> list[SynthesizedAudio]:
     return [event async for event in stream]
 
 
+async def streamed(tts: TTS, text: str) -> list[SynthesizedAudio]:
+    """One segment: `text` pushed as an LLM's tokens, then end_input; its events, the stream closed."""
+    stream = tts.stream()
+    for token in tokens(text):
+        stream.push_text(token)
+    stream.end_input()
+    events = await events_of(stream)
+    await stream.aclose()
+    return events
+
+
 def pcm_of(events: list[SynthesizedAudio]) -> np.ndarray:
     return np.concatenate([np.frombuffer(e.frame.data, np.int16) for e in events])
 
@@ -50,12 +61,7 @@ async def test_pushed_text_comes_back_as_ordered_contiguous_frames(gateway):
     server = gateway()
     async with TTS(url=server.ws_url, voice="en-us") as tts:
         assert tts.capabilities.streaming and tts.sample_rate == 24000 and tts.num_channels == 1
-        stream = tts.stream()
-        for token in tokens(TEXT):
-            stream.push_text(token)
-        stream.end_input()
-        events = await events_of(stream)
-        await stream.aclose()
+        events = await streamed(tts, TEXT)
     assert all(e.frame.sample_rate == 24000 and e.frame.num_channels == 1 for e in events)
     assert len({e.request_id for e in events}) == 1 and len({e.segment_id for e in events}) == 1
     assert [e.is_final for e in events] == [False] * (len(events) - 1) + [True]
@@ -92,6 +98,18 @@ async def test_synthesize_returns_the_whole_text(gateway):
         frame = await tts.synthesize(TEXT).collect()
     assert frame.sample_rate == 24000 and frame.num_channels == 1
     assert_engine_audio(np.frombuffer(frame.data, np.int16), server, TEXT)
+
+
+async def test_a_language_without_a_voice_speaks(gateway):
+    """LiveKit's `language="en"` and no voice: espeak's English voice speaks, streamed and whole."""
+    server = gateway()
+    async with TTS(url=server.ws_url, language="en") as tts:
+        events = await streamed(tts, TEXT)
+        frame = await tts.synthesize("Hello there.", conn_options=NO_RETRY).collect()
+    assert_engine_audio(pcm_of(events), server, TEXT)
+    assert frame.duration > 0.3
+    requests = [request for request, _ in server.server.config.app.state.voxgate.engine.produced]
+    assert requests and {(r.voice, r.language) for r in requests} == {(None, "en-us")}
 
 
 async def test_aclose_mid_stream_cancels_the_context_on_the_gateway(gateway, fake_engine):

@@ -180,7 +180,21 @@ async def test_the_pipeline_rate_is_asked_of_the_gateway(gateway):
         await bot.reply("Next turn.")
         await bot.stopped()
     requests = [request for request, _ in server.server.config.app.state.voxgate.engine.produced]
-    assert [(r.voice, r.language, r.instruct) for r in requests] == [("en-us", "en", None), ("en-gb", "fr", "slowly")]
+    # The language as the engine names it: espeak's voice of `en`, of `fr`.
+    assert [(r.voice, r.language, r.instruct) for r in requests] == [("en-us", "en-us", None),
+                                                                    ("en-gb", "fr-fr", "slowly")]
+
+
+async def test_a_language_without_a_voice_speaks(gateway):
+    """Pipecat's documented `language=Language.EN_US` (sent as `en`) and no voice: espeak's English voice speaks."""
+    server = gateway()
+    async with running(VoxgateTTSService(url=server.ws_url, language=Language.EN_US)) as bot:
+        await bot.reply("Hello there, this is voxgate.")
+        stopped = await bot.stopped()
+        assert len(pcm(bot.down.audio(stopped.context_id))) > 0.3 * 24000
+        assert not [f for f in bot.up.frames if isinstance(f, ErrorFrame)]
+    requests = [request for request, _ in server.server.config.app.state.voxgate.engine.produced]
+    assert requests and {(r.voice, r.language) for r in requests} == {(None, "en-us")}
 
 
 async def test_a_rate_the_gateway_lacks_is_resampled(gateway):

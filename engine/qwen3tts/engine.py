@@ -194,6 +194,11 @@ class Qwen3TTSEngine(Engine):
         """The 0.6B CustomVoice and Base checkpoints ignore instruct (as the reference does): the gateway warns."""
         return self.tts is not None and self.tts.cfg.supports_instruct
 
+    @property
+    def requires_instruct(self) -> bool:  # type: ignore[override]
+        """VoiceDesign: the instruct is the voice."""
+        return self.tts is not None and self.tts.cfg.tts_model_type == "voice_design"
+
     # Text may arrive while a stream runs (the streaming-text layout: one text token a frame; text_stream.py).
     supports_text_streaming = True
 
@@ -208,6 +213,18 @@ class Qwen3TTSEngine(Engine):
         if CLONE_VOICE in self._voice_kwargs:
             return [VoiceInfo(CLONE_VOICE, "Cloned voice", (), description=f"x-vector of {self.ref_audio}")]
         return []
+
+    def default_voice(self) -> str | None:
+        """On CustomVoice the English speaker (Ryan, else Aiden): /v1/voices' `default`, what the demo starts on."""
+        ids = [v.id for v in self.voices()]
+        english = [i for i in ids if NATIVE.get(i) == "en"]
+        if PREFERRED["en"] in ids:
+            return PREFERRED["en"]
+        return english[0] if english else (ids[0] if ids else None)
+
+    def language_for(self, tag: str, name: str) -> str | None:
+        """Qwen3-TTS names its languages in English (`english`); dialects are reached through their speakers."""
+        return name if self.tts is not None and name in self.tts.cfg.languages else None
 
     # -- uploaded voices (POST /v1/voices) -------------------------------------------------------------------------
     @property

@@ -37,7 +37,7 @@ def test_vllm_omni_customvoice_request_streams_pcm(server: BackgroundServer) -> 
         assert response.status_code == 200, response.read()
         data = b"".join(response.iter_bytes())
     request, chunks = engine.produced[-1]
-    assert (request.voice, request.language, request.instruct) == ("vivian", "English", "Speak with great enthusiasm")
+    assert (request.voice, request.language, request.instruct) == ("vivian", "english", "Speak with great enthusiasm")
     assert np.array_equal(np.frombuffer(data, "<i2"), np.concatenate(chunks))
     assert 0 < len(data) <= 12 * 1920 * 2
 
