@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .devices import check_device
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
@@ -129,6 +131,7 @@ class GatewayConfig:
             raise ValueError("voice uploads need 0 < min_voice_s <= max_voice_s <= 600")
         if self.protect_metrics and not self.auth_tokens:
             raise ValueError("protect_metrics needs auth_tokens (the token that /metrics will require)")
+        check_device(self.device)
 
 
 _TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}

@@ -8,7 +8,7 @@ import pytest
 import websockets
 from support import next_json
 from voxgate.engine.fake import FakeEngine
-from voxgate.gateway.devices import narrow_to, parse_gpus, visible_gpus
+from voxgate.gateway.devices import check_device, narrow_to, parse_gpus, visible_gpus
 from voxgate.gateway.protocol import PROTOCOL
 
 
@@ -93,3 +93,11 @@ def test_parse_gpus():
             parse_gpus(bad)
     with pytest.raises(ValueError, match="no GPU is visible"):
         parse_gpus("all", {"CUDA_VISIBLE_DEVICES": ""})
+
+
+def test_check_device():
+    for good in ("", "cpu", "cuda", "cuda:0", "cuda:12"):
+        check_device(good)
+    for bad in ("banana", "cuda:", "cuda:01", "cuda:-1", "CUDA:0", "cuda:0,1", " cpu"):
+        with pytest.raises(ValueError, match="device must be cpu, cuda or cuda:N"):
+            check_device(bad)
