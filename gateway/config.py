@@ -60,7 +60,8 @@ class GatewayConfig:
     device: str = ""  # cuda:N, cuda or cpu (`voxgate serve --device`); set: every metric is labelled device="..."
     max_sessions: int = 256
     # Admission (docs/deploy.md): with this many engine streams queued and no free row, a new session is refused
-    # (`engine_full`, close 1013) so that the client or the balancer retries on another backend; 0: never.
+    # (`engine_full`, close 1013) so that the client or the balancer retries on another backend, and so is a new
+    # context of an open session (a non-fatal `engine_full`); counted per engine, all sessions together; 0: never.
     max_queued_streams: int = 0
     auth_tokens: list[str] = field(default_factory=list)  # empty: no auth
     writer_queue_frames: int = 64  # per socket; the brake for slow readers
