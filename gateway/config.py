@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .devices import check_device
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
@@ -63,7 +65,8 @@ class GatewayConfig:
     device: str = ""  # cuda:N, cuda or cpu (`voxgate serve --device`); set: every metric is labelled device="..."
     max_sessions: int = 256
     # Admission (docs/deploy.md): with this many engine streams queued and no free row, a new session is refused
-    # (`engine_full`, close 1013) so that the client or the balancer retries on another backend; 0: never.
+    # (`engine_full`, close 1013) so that the client or the balancer retries on another backend, and so is a new
+    # context of an open session (a non-fatal `engine_full`); counted per engine, all sessions together; 0: never.
     max_queued_streams: int = 0
     auth_tokens: list[str] = field(default_factory=list)  # empty: no auth
     writer_queue_frames: int = 64  # per socket; the brake for slow readers
@@ -144,6 +147,7 @@ class GatewayConfig:
             raise ValueError("voice uploads need 0 < min_voice_s <= max_voice_s <= 600")
         if self.protect_metrics and not self.auth_tokens:
             raise ValueError("protect_metrics needs auth_tokens (the token that /metrics will require)")
+        check_device(self.device)
 
 
 _TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}

@@ -87,6 +87,7 @@ class Context:
     timeline_rate: int = SAMPLE_RATE
     listener_buffered: Callable[[], int] | None = None  # timeline samples the listener holds or will (set by Track)
     stream: AudioStream | None = None  # the engine stream speaking now
+    release_admission: Callable[[], None] | None = None  # load.py: admitted until the engine counts its stream
     counted: bool = False  # the outcome went into the metrics
     turns: LoopTurns | None = None  # the bound on chunks taken in per event-loop iteration (turns.py)
     feed: TextFeed | None = None  # text streaming (textfeed.py); None: sentence mode (`segmenter`)
@@ -247,6 +248,8 @@ class Context:
         if remaining <= 0:
             return  # budget spent: the rest is dropped (reported once, when it ran out)
         request.max_audio_ms = max(1, remaining * 1000 // SAMPLE_RATE)
+        if self.release_admission is not None:
+            self.release_admission()  # the engine's queue counts this stream from here
         try:
             stream = self.stream = engine.open_stream(request)
         except EngineError as exc:

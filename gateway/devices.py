@@ -9,7 +9,14 @@ import re
 import shutil
 import subprocess
 
-_CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
+_CUDA_INDEX = re.compile(r"^cuda:(0|[1-9]\d*)$")
+
+
+def check_device(device: str) -> None:
+    """`--device` (config `device`): empty (none named), `cpu`, `cuda` or `cuda:N`; anything else is a ValueError,
+    since the name would otherwise reach the engine and label every metric."""
+    if device not in ("", "cpu", "cuda") and _CUDA_INDEX.match(device) is None:
+        raise ValueError(f"device must be cpu, cuda or cuda:N (N a GPU index such as 0), not {device!r}")
 
 
 def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:

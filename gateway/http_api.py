@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from prometheus_client import Counter
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
@@ -42,9 +43,10 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
 
 
 async def answered(state: GatewayState, what: str, handling: Awaitable[Response],
-                   refusal: Callable[[Exception], Response | None] = lambda _exc: None) -> Response:
-    """A handler's response, counted by status: `refusal` turns the handler's own exceptions into answers, a client
-    that left is a 400, anything else one logged 500."""
+                   refusal: Callable[[Exception], Response | None] = lambda _exc: None, *,
+                   counter: Counter) -> Response:
+    """A handler's response, counted by status in its route's `counter`: `refusal` turns the handler's own
+    exceptions into answers, a client that left is a 400, anything else one logged 500."""
     try:
         response = await handling
     except ClientDisconnect:
@@ -56,13 +58,14 @@ async def answered(state: GatewayState, what: str, handling: Awaitable[Response]
             state.metrics.errors.labels("internal_error").inc()
             refused = _error(500, "internal error", "internal_error", "server_error")
         response = refused
-    state.metrics.http_requests.labels(str(response.status_code)).inc()
+    counter.labels(str(response.status_code)).inc()
     return response
 
 
 async def speech(request: Request) -> Response:
     state: GatewayState = request.app.state.voxgate
-    return await answered(state, "POST /v1/audio/speech", _speech(request, state))
+    return await answered(state, "POST /v1/audio/speech", _speech(request, state),
+                          counter=state.metrics.http_requests)
 
 
 async def _speech(request: Request, state: GatewayState) -> Response:

@@ -47,6 +47,8 @@ class GatewayMetrics:
         self.errors = Counter("voxgate_errors_total", "Errors sent to clients, by code", ["code"], registry=r)
         self.http_requests = Counter("voxgate_speech_requests_total", "POST /v1/audio/speech requests, by status",
                                      ["status"], registry=r)
+        self.voice_uploads = Counter("voxgate_voice_uploads_total", "POST /v1/voices requests, by status",
+                                     ["status"], registry=r)
         self.gc_pause = Histogram("voxgate_engine_gc_pause_seconds",
                                   "Python garbage-collector pauses in the gateway process, by generation",
                                   ["generation"], buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1),

@@ -126,6 +126,8 @@ async def _serve(server: Any, app: Any, engine: Any, sock: socket.socket, name: 
     """Listen at once (/health answers 503 `starting`, new sessions are refused with `not_ready` while the engine
     loads, so a balancer or probe sees a loading backend), start the engine, then serve until a signal. A failed
     start ends the process with one line (the traceback at --log-level debug)."""
+    from .supervisor import notify_ready
+
     app.state.engine_started_outside = True
     # uvicorn's start and stop lines only once the engine is up: a failed start stays one line
     quiet = [logging.getLogger(n) for n in ("uvicorn", "uvicorn.error")]
@@ -148,6 +150,7 @@ async def _serve(server: Any, app: Any, engine: Any, sock: socket.socket, name: 
     for q, level in zip(quiet, levels, strict=True):
         q.setLevel(level)
     await app.state.on_engine_ready()
+    notify_ready()  # a supervisor (--gpus) counts a start as failed only if the child dies before this
     print(f"voxgate: engine {name}; demo at http://{where}/ (WebSocket ws://{where}/v1/tts/ws)", flush=True)
     await serving
     return 0 if server.started else 1

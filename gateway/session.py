@@ -20,6 +20,7 @@ from voxgate.engine.base import SAMPLE_RATE, Engine
 from .audio import AudioFormat, make_encoder
 from .config import GatewayConfig
 from .context import MAX_AHEAD_S, Context, ContextState
+from .load import Admission
 from .metrics import GatewayMetrics
 from .openai_names import voice_aliases
 from .protocol import (
@@ -49,8 +50,10 @@ log = logging.getLogger("voxgate.session")
 
 class Session:
     def __init__(self, engine: Engine, config: GatewayConfig, metrics: GatewayMetrics, writer: SocketWriter,
-                 turns: LoopTurns | None = None, uploaded: Callable[[], list[str]] = list) -> None:
+                 turns: LoopTurns | None = None, uploaded: Callable[[], list[str]] = list,
+                 admission: Admission | None = None) -> None:
         self.engine = engine
+        self.admission = admission  # the engine's queue limit, shared by all sessions (load.py); None: no limit
         self.uploaded = uploaded  # ids of the uploaded voices this session's token may use (POST /v1/voices)
         self.turns = turns
         self.config = config
@@ -167,6 +170,8 @@ class Session:
             raise ProtocolError("context_limit", f"this session opened limits.max_session_contexts "
                                 f"({self.limits.max_session_contexts}) contexts; open a new session",
                                 context_id=context_id)
+        if self.admission is not None and self.admission.full():  # a new turn waits like a new session would
+            raise ProtocolError("engine_full", "the engine is full; retry this context later", context_id=context_id)
         opts = opts or ContextOpen(context_id=context_id)
         instruct = opts.instruct or self._defaults["instruct"]
         choice = self._choose(opts.voice or None, opts.language or None, instruct, ("voice", "language", "instruct"),
@@ -193,6 +198,9 @@ class Session:
         track.add(context)
         context.producer = self._spawn(context.produce(
             self.engine, track.wake.set, lambda kind, code, message: self._report(context, kind, code, message)))
+        if self.admission is not None:  # unseen by the engine until its first stream opens, or it ends
+            release = context.release_admission = self.admission.admit()
+            context.producer.add_done_callback(lambda _task: release())
         self.metrics.contexts_active.inc()
         return context
 
@@ -290,6 +298,8 @@ class Session:
             context.feed.close()
         if context.producer is not None:
             context.producer.cancel()
+        if context.release_admission is not None:
+            context.release_admission()  # now, not a loop iteration later with its producer
         track = self.tracks.get(context.track)
         if track is not None:
             track.remove(context)

@@ -9,6 +9,7 @@ from voxgate.engine.base import Engine
 
 from .config import GatewayConfig
 from .drain import Drain
+from .load import Admission
 from .metrics import GatewayMetrics
 from .turns import LoopTurns
 from .voice_store import VoiceStore, owner_of
@@ -24,6 +25,7 @@ class GatewayState:
         self.drain = Drain(config.shutdown_grace_s)
         self.metrics.draining.set_function(lambda: float(self.drain.draining))
         self.turns = LoopTurns(config.loop_chunk_turns)  # shared by every context's producer
+        self.admission = Admission(config, engine)  # max_queued_streams, counted for every session together
         # Uploaded voices (POST /v1/voices), loaded into the engine at start; None: uploads off (no voices_dir).
         self.voices = VoiceStore(config.voices_dir, engine, config.max_voices, bool(config.auth_tokens)) \
             if config.voices_dir else None

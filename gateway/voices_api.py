@@ -79,7 +79,8 @@ def _fields(request: Request, body: bytes) -> dict[str, bytes]:
 
 async def create(request: Request) -> Response:
     state: GatewayState = request.app.state.voxgate
-    return await answered(state, "POST /v1/voices", _create(request, state), _refusal)
+    return await answered(state, "POST /v1/voices", _create(request, state), _refusal,
+                          counter=state.metrics.voice_uploads)
 
 
 def _refusal(exc: Exception) -> Response | None:

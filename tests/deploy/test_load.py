@@ -1,14 +1,17 @@
 """What a balancer reads and meets (issue 17): GET /health/load and its header, admission refusing a full engine
-(`engine_full`, close 1013 / HTTP 503), metrics labelled with the device; and how `--device` / `--gpus` pick GPUs."""
+(`engine_full`, close 1013 / HTTP 503), counted for every session of the engine together, so an open session's new
+context is refused too (issue 23.3); metrics labelled with the device; and how `--device` / `--gpus` pick GPUs."""
 
 from __future__ import annotations
+
+import json
 
 import httpx
 import pytest
 import websockets
-from support import next_json
+from support import connect, next_json
 from voxgate.engine.fake import FakeEngine
-from voxgate.gateway.devices import narrow_to, parse_gpus, visible_gpus
+from voxgate.gateway.devices import check_device, narrow_to, parse_gpus, visible_gpus
 from voxgate.gateway.protocol import PROTOCOL
 
 
@@ -73,6 +76,70 @@ async def test_admission_is_off_by_default(gateway):
         assert (await next_json(ws))["type"] == "session.started"
 
 
+def queued_stream_server(gateway, limit: int = 2):
+    """A fake engine whose streams wait a minute for their first audio (they stay queued), admission at `limit`."""
+    return gateway(FakeEngine(first_chunk_ms=60_000), max_queued_streams=limit)
+
+
+async def speak(ws, context_id: str) -> None:
+    await ws.send(json.dumps({"type": "text.append", "context_id": context_id, "text": "Hello there."}))
+    await ws.send(json.dumps({"type": "context.end", "context_id": context_id}))
+
+
+async def errors_until_pong(ws) -> list[dict]:
+    """The errors the server sends before it answers a ping sent now (it answers in order)."""
+    await ws.send(json.dumps({"type": "ping"}))
+    errors = []
+    while (message := await next_json(ws))["type"] != "pong":
+        if message["type"] == "error":
+            errors.append(message)
+    return errors
+
+
+async def test_a_full_engine_refuses_new_contexts_of_open_sessions(gateway):
+    server = queued_stream_server(gateway)
+    a, _ = await connect(server.ws_url)
+    b, _ = await connect(server.ws_url)
+    await speak(a, "a1")
+    await speak(b, "b1")  # two streams queued, one by each session: the engine is full
+    assert await errors_until_pong(b) == []
+    await speak(a, "a2")
+    refusal, end = await errors_until_pong(a)  # (its context.end then names a context that was never opened)
+    assert refusal == {"type": "error", "code": "engine_full", "fatal": False, "context_id": "a2",
+                       "message": "the engine is full; retry this context later"}
+    assert end["code"] == "unknown_context" and end["context_id"] == "a2"
+    async with websockets.connect(server.ws_url, subprotocols=[PROTOCOL]) as refused:  # a new session too
+        assert (await next_json(refused))["code"] == "engine_full"
+    speech = httpx.post(server.http_url + "/v1/audio/speech", json={"input": "hi", "voice": "tone-a"})
+    assert speech.status_code == 503 and speech.json()["error"]["code"] == "engine_full"
+    load = httpx.get(server.http_url + "/health/load").json()
+    assert load["queued_streams"] == 2 and not load["accepting"] and load["load"] == 1.0
+
+    # a1 cancelled: its place in the queue is free, and the refused id may be used again
+    await a.send(json.dumps({"type": "context.cancel", "context_id": "a1"}))
+    assert (await next_json(a))["type"] == "context.cancelled"
+    await speak(a, "a2")
+    assert await errors_until_pong(a) == []
+    assert httpx.get(server.http_url + "/health/load").json()["queued_streams"] == 2
+    await a.close()
+    await b.close()
+
+
+async def test_a_burst_of_new_contexts_is_admitted_up_to_the_limit(gateway):
+    """Contexts opened faster than their producers hand streams to the engine still count: of 9 sent at once,
+    2 are admitted."""
+    server = queued_stream_server(gateway)
+    ws, _ = await connect(server.ws_url)
+    for k in range(9):
+        await speak(ws, f"c{k}")
+    errors = await errors_until_pong(ws)
+    refused = [e["context_id"] for e in errors if e["code"] == "engine_full"]
+    assert refused == [f"c{k}" for k in range(2, 9)], errors
+    assert {e["context_id"] for e in errors} == set(refused)  # (their context.end: unknown_context, also refused)
+    assert httpx.get(server.http_url + "/health/load").json()["queued_streams"] == 2
+    await ws.close()
+
+
 def test_narrow_to_one_gpu():
     env: dict[str, str] = {}
     assert narrow_to("cuda:1", env) == "cuda:0" and env == {"CUDA_VISIBLE_DEVICES": "1"}
@@ -93,3 +160,11 @@ def test_parse_gpus():
             parse_gpus(bad)
     with pytest.raises(ValueError, match="no GPU is visible"):
         parse_gpus("all", {"CUDA_VISIBLE_DEVICES": ""})
+
+
+def test_check_device():
+    for good in ("", "cpu", "cuda", "cuda:0", "cuda:12"):
+        check_device(good)
+    for bad in ("banana", "cuda:", "cuda:01", "cuda:-1", "CUDA:0", "cuda:0,1", " cpu"):
+        with pytest.raises(ValueError, match="device must be cpu, cuda or cuda:N"):
+            check_device(bad)

@@ -1,6 +1,7 @@
 """`voxgate serve --gpus 0,1` on the CPU (issue 17): the supervisor starts one real `voxgate serve` per device on
 consecutive ports, restarts a child that crashes while the other keeps speaking, and SIGTERM drains every child's
-sessions (1001 `shutting_down`) before it exits; no child outlives it."""
+sessions (1001 `shutting_down`) before it exits; no child outlives it. A child that dies before it is ever ready,
+3 starts in a row, makes the supervisor give up with one line and exit 1 (issue 23.4)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import asyncio
 import os
 import re
 import signal
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +20,7 @@ import pytest
 from processes import VOXGATE, free_port_pair, process, wait_healthy
 from support import bystander
 from voxgate.gateway.client import VoxgateClient
+from voxgate.gateway.supervisor import Supervisor
 
 pytestmark = pytest.mark.slow
 GRACE_S = 3.0
@@ -80,9 +85,54 @@ async def test_gpus_supervises_one_process_per_device(tmp_path: Path):
 
 
 def test_gpus_refuses_device_and_port_zero(tmp_path: Path):
-    import subprocess
-
     for extra, message in ((["--device", "cuda:0"], "exclude each other"), (["--port", "0"], "consecutive ports")):
         done = subprocess.run([VOXGATE, "serve", "--gpus", "0,1", "--engine", "fake", *extra], capture_output=True,
                               text=True, timeout=30)
         assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_gpus_gives_up_on_a_child_that_never_becomes_ready(tmp_path: Path):
+    """cuda:1's port is taken, so each of its starts exits (status 1) before it is ready, as on a machine without
+    that GPU: after the third, one line, every child stopped, exit 1 (it restarted forever)."""
+    config = tmp_path / "gateway.toml"
+    config.write_text("shutdown_grace_s = 1.0\n")
+    port = free_port_pair()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", port + 1))
+        busy.listen()
+        args = [VOXGATE, "serve", "--gpus", "0,1", "--engine", "fake", "--config", str(config), "--port", str(port)]
+        with process(args, tmp_path / "supervisor.log", [port, port + 1]) as sup:
+            status = sup.proc.wait(timeout=90)
+            log = sup.log_text()
+    assert status == 1, log
+    assert len(child_pids(log, "cuda:1")) == 3, log
+    assert "before it was ready (1 of 3); restarting in 1 s" in log and "(2 of 3); restarting in 2 s" in log, log
+    gave_up = [line for line in log.splitlines() if "giving up" in line]
+    assert len(gave_up) == 1 and f"cuda:1 (port {port + 1}) exited before it was ready 3 times in a row " \
+        "(last status 1); giving up: stopping every child" in gave_up[0], log
+    assert "Traceback" not in log, log
+    assert not [pid for pid in child_pids(log, "cuda:0") + child_pids(log, "cuda:1") if alive(pid)]
+
+
+# A child that says it is ready, then crashes; its fourth start stops the supervisor (SIGTERM to its parent).
+READY_THEN_CRASH = """
+import os, pathlib, signal, sys
+from voxgate.gateway.supervisor import notify_ready
+starts = pathlib.Path(sys.argv[1])
+starts.write_text(starts.read_text() + "x" if starts.exists() else "x")
+if len(starts.read_text()) == 4:
+    os.kill(os.getppid(), signal.SIGTERM)
+    sys.exit(0)
+notify_ready()
+sys.exit(1)
+"""
+
+
+def test_a_child_that_was_ready_is_restarted_however_often_it_crashes(tmp_path: Path):
+    """Only starts that never reach ready count: with a limit of 1, a child that crashes after each ready is
+    still restarted (3 crashes, then the fourth start stops the supervisor, which exits 0)."""
+    starts = tmp_path / "starts"
+    supervisor = Supervisor(lambda device, port: [sys.executable, "-c", READY_THEN_CRASH, str(starts)],
+                            [("cuda:0", 1)], stop_after_s=10.0, max_failed_starts=1)
+    assert supervisor.run() == 0
+    assert starts.read_text() == "xxxx" and supervisor.children[0].restarts == 3

@@ -75,6 +75,28 @@ def test_start_up_failures_are_one_line(tmp_path):
     busy.close()
 
 
+def test_serve_refuses_an_unknown_device(tmp_path):
+    """`--device` (or config `device`) is cpu, cuda or cuda:N: anything else was accepted and labelled every metric
+    (issue 23.5); now one line and exit 2, before any engine starts."""
+    (tmp_path / "banana.toml").write_text('device = "banana"\n')
+    port = str(free_port())
+    cases = [["--device", bad] for bad in ("banana", "cuda:x", "cuda:01", "CPU")]
+    cases.append(["--config", str(tmp_path / "banana.toml")])
+    procs = [(args, subprocess.Popen([VOXGATE, "serve", "--engine", "fake", "--port", port, *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) for args in cases]
+    try:
+        for args, proc in procs:
+            _, err = proc.communicate(timeout=60)
+            line = one_line(err)
+            assert proc.returncode == 2 and "device must be cpu, cuda or cuda:N" in line, (args, err)
+            assert repr(args[-1] if args[0] == "--device" else "banana") in line, (args, err)
+    finally:
+        for _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def test_bench_report_without_matplotlib(tmp_path, monkeypatch, capsys):
     from voxgate.gateway.bench.report import load, write
 

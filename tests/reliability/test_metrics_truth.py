@@ -57,3 +57,17 @@ async def test_internal_errors_and_every_status_are_counted(gateway):
     assert counter(metrics, 'voxgate_errors_total{code="internal_error"}') == 2
     for status in ("200", "400", "500"):
         assert counter(metrics, f'voxgate_speech_requests_total{{status="{status}"}}') == 1, status
+
+
+async def test_speech_requests_count_only_speech(gateway):
+    """POST /v1/voices is counted in its own family, never in voxgate_speech_requests_total (issue 23.2)."""
+    server = gateway(engine=FakeEngine(device_rtf=200))
+    async with httpx.AsyncClient(base_url=server.http_url) as http:
+        upload = await http.post("/v1/voices", content=b"RIFF....", headers={"Content-Type": "audio/wav"})
+        ok = await http.post("/v1/audio/speech", json={"input": "Hi."})
+        metrics = (await http.get("/metrics")).text
+    assert upload.status_code == 501 and upload.json()["error"]["code"] == "voice_uploads_disabled"
+    assert ok.status_code == 200
+    speech = [ln for ln in metrics.splitlines() if ln.startswith("voxgate_speech_requests_total{")]
+    assert speech == ['voxgate_speech_requests_total{status="200"} 1.0'], speech
+    assert counter(metrics, 'voxgate_voice_uploads_total{status="501"}') == 1
