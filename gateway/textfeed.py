@@ -247,7 +247,11 @@ class TextFeed:
         return True
 
     def _end(self, stream: AudioStream, mid_sentence: bool = False) -> None:
-        stream.end_text()
+        try:
+            stream.end_text()
+        except EngineError as exc:  # an engine that takes the text only whole may refuse it now
+            self._fail(stream, exc)
+            return
         self._stream = None
         if not mid_sentence:
             self._sentence_ended()

@@ -81,8 +81,13 @@ class StreamedText(AudioStream):
         """text_too_long unless a stream whose whole text is `text` fits: its ids and tts_eos within
         `max_trailing` (one id too many: the first sits in the prompt) and its expected frames within the slot's
         positions after the prompt."""
-        self._engine.check_trailing(len(self._feed.content_ids(text)) + 1)
-        self._engine.frame_budget(self.request, self._prompt_tokens, text)
+        ids = self._feed.content_ids(text)
+        self._engine.check_trailing(len(ids) + 1)
+        prompt_tokens = self._prompt_tokens
+        if self._whole_text_first:  # the prompt holds the whole text
+            prompt_tokens = len(self._engine.prompt_rows(
+                dataclasses.replace(self._inputs, text_ids=[*self._role, *ids, *self._end])))
+        self._engine.frame_budget(self.request, prompt_tokens, text)
 
     def _extend(self, ids: list[int], ended: bool) -> None:
         request = self._inner.engine_request  # type: ignore[union-attr]
