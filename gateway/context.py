@@ -200,7 +200,7 @@ class Context:
         feed = self.feed
         assert feed is not None
 
-        def on_error(exc: EngineError) -> None:  # the engine refused streamed text: the feed ends the context
+        def on_error(exc: EngineError) -> None:  # the engine refused streamed text: the feed drops the rest
             self.failed_segments += 1
             report("error", exc.code, exc.message)
 
