@@ -87,6 +87,12 @@ class AudioStream(abc.ABC):
         """No more text: the stream speaks what it has and ends. Idempotent."""
         raise EngineError("unsupported", "this engine takes a request's whole text at once")
 
+    def can_append_text(self, text: str) -> bool:
+        """Whether `append_text(text)` would fit: a stream holds a bounded text (qwen3tts: the positions of its
+        slot), and one that is full refuses more with EngineError("text_too_long"), changing nothing. The
+        gateway asks ahead and ends a nearly full stream's text at a sentence end. No side effects."""
+        return True
+
     def report_playback(self, buffered_s: float) -> None:  # noqa: B027 (a hint engines may ignore)
         """Hint from the gateway: this stream's listener holds `buffered_s` seconds of its audio right now (audio
         sent but not yet played, plus audio made but not yet sent). An engine that schedules by playback deadline

@@ -204,7 +204,12 @@ class Context:
         requests for the sentences it does not."""
         feed = self.feed
         assert feed is not None
-        feed.on_error = lambda exc: report("error", exc.code, exc.message)
+
+        def on_error(exc: EngineError) -> None:  # the engine refused streamed text: the feed drops the rest
+            self.failed_segments += 1
+            report("error", exc.code, exc.message)
+
+        feed.on_error = on_error
         try:
             while True:
                 item = feed.next_request()

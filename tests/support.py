@@ -50,6 +50,9 @@ class RecordingStream(AudioStream):
     def end_text(self) -> None:
         self._inner.end_text()
 
+    def can_append_text(self, text: str) -> bool:
+        return self._inner.can_append_text(text)
+
     async def __aiter__(self) -> AsyncIterator[np.ndarray]:
         async for chunk in self._inner:
             self._sink.append(chunk.copy())

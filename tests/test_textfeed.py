@@ -120,3 +120,92 @@ async def test_a_stream_waiting_at_a_sentence_end_ends_its_text_once_the_rate_de
     clock.t += 2.0
     feed._on_recheck()  # what the timer does RECHECK_S later
     assert stream.ended
+
+
+class BoundedStream(Stream):
+    """Takes at most `max_words` words (an engine stream's positions); `honest=False`: says every text fits, so only
+    `append_text` refuses (the safety net)."""
+
+    def __init__(self, request: OpenStream, max_words: int, honest: bool = True) -> None:
+        super().__init__()
+        self.text = request.text
+        self.max_words = max_words
+        self.honest = honest
+        self.cancelled = False
+
+    def can_append_text(self, text: str) -> bool:
+        return not self.honest or count_words(self.text + text) <= self.max_words
+
+    def append_text(self, text: str) -> None:
+        if count_words(self.text + text) > self.max_words:
+            raise EngineError("text_too_long", "over max_positions")
+        super().append_text(text)
+        self.text += text
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def open_live(feed: TextFeed, clock: Clock, words: str, max_words: int, honest: bool = True) -> BoundedStream:
+    """`words` at 100 words/s, then the stream they open, live."""
+    feed_words(feed, clock, words, 100)
+    request = feed.next_request()
+    assert isinstance(request, OpenStream) and not request.final
+    stream = BoundedStream(request, max_words, honest)
+    feed.opened(stream, request)
+    return stream
+
+
+def speak_all(feed: TextFeed, max_words: int, honest: bool = True) -> list[BoundedStream]:
+    """The producer's side: every request opened and (streams) finished, until the end mark."""
+    streams: list[BoundedStream] = []
+    while (request := feed.next_request()) != Cut(None):
+        assert isinstance(request, OpenStream), request
+        stream = BoundedStream(request, max_words, honest)
+        streams.append(stream)
+        feed.opened(stream, request)
+        assert stream.ended  # the text is all there: a stream's text ends when it is full or at the end
+        feed.closed()
+    return streams
+
+
+async def test_a_full_stream_ends_its_text_at_a_sentence_end_and_a_fresh_stream_goes_on():
+    clock = Clock()
+    feed = TextFeed(min_words=4, min_wps=10, clock=clock)
+    text = " ".join(f"Sentence {n} has five words." for n in range(1, 9))
+    feed_words(feed, clock, text, 100)
+    feed.cut(None)
+    streams = speak_all(feed, max_words=12)
+    # 12 words: two 5-word sentences; a third would not fit, so each stream ends its text after two.
+    assert [s.text.split() for s in streams] == [text.split()[i:i + 10] for i in range(0, 40, 10)]
+    assert feed.rollovers == 3 and not feed.failed
+
+
+async def test_an_engine_refusing_text_mid_sentence_ends_the_stream_there_and_the_rest_goes_on():
+    clock = Clock()
+    feed, errors = TextFeed(min_words=2, min_wps=10, clock=clock), []
+    feed.on_error = errors.append
+    first = open_live(feed, clock, "One two.", max_words=6, honest=False)
+    feed_words(feed, clock, "Three four five six seven eight nine. Ten eleven.", 100)
+    assert first.text.split() == ["One", "two.", "Three", "four", "five", "six"] and first.ended  # mid-sentence
+    feed.closed()
+    feed.cut(None)
+    rest = speak_all(feed, max_words=6, honest=False)
+    assert " ".join(s.text for s in rest).split() == ["seven", "eight", "nine.", "Ten", "eleven."]
+    assert errors == [] and feed.rollovers == 1 and not feed.failed
+
+
+async def test_a_sentence_longer_than_a_whole_stream_ends_the_context_with_an_error():
+    clock = Clock()
+    feed, errors = TextFeed(min_words=4, min_wps=10, clock=clock), []
+    feed.on_error = errors.append
+    stream = open_live(feed, clock, "a b c d", max_words=8)
+    feed_words(feed, clock, "e f g h i j k", 100)
+    assert stream.cancelled and feed.failed  # the slot is freed now, not when the socket closes
+    assert [e.code for e in errors] == ["text_too_long"] and "max_positions" in errors[0].message
+    feed.closed()
+    feed.add("more text. ")  # dropped, with no more errors: the client was told once
+    assert feed.next_request() is None and feed.pending_chars == 0 and len(errors) == 1
+    feed.cut("f")
+    feed.cut(None)
+    assert feed.next_request() == Cut("f") and feed.next_request() == Cut(None)  # still answered

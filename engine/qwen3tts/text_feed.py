@@ -47,7 +47,8 @@ class TextFeed:
         self.ended = False
         self.append(text)
 
-    def _content(self, text: str) -> list[int]:
+    def content_ids(self, text: str) -> list[int]:
+        """The content ids of `text` as a whole (what `end` would have committed, had it been the text)."""
         return self.tokenizer.encode(target_text(text))[ROLE_IDS:-END_IDS]
 
     def append(self, text: str) -> list[int]:
@@ -59,7 +60,7 @@ class TextFeed:
         self._checked = max(1, len(self.text) - 1)
         if cut <= self._cut:
             return []
-        ids = self._content(self.text[:cut])
+        ids = self.content_ids(self.text[:cut])
         new = ids[len(self.committed):]
         self.committed, self._cut = ids, cut
         return new
@@ -69,7 +70,7 @@ class TextFeed:
         cut rule broken by some text: a bug, never the caller's fault), the stream goes on with the rest and a
         warning is logged: the ids already spoken cannot be taken back."""
         self.ended = True
-        ids = self._content(self.text)
+        ids = self.content_ids(self.text)
         if ids[: len(self.committed)] != self.committed:
             log.warning("streamed text tokenized apart from the whole text after %r", self.text[: self._cut][-40:])
         new = ids[len(self.committed):]

@@ -40,6 +40,9 @@ class StreamedText(AudioStream):
         self._role, self._end = ids[:ROLE_IDS], ids[-END_IDS:]
         self._eos = engine.tts.cfg.tts_eos_token_id
         self._feed = TextFeed(engine.tts.tokenizer, request.text)
+        # The prompt's length holds from the first text id on (the streaming-text layout adds text as trailing
+        # ids), so the room left can be told before the stream joins.
+        self._prompt_tokens = len(engine.prompt_rows(inputs))
         self._inner: LoopStream | None = None
         self._joined = asyncio.Event()  # the inner stream exists, or there will be none (cancelled, empty text)
         self._cancelled = False
@@ -49,6 +52,7 @@ class StreamedText(AudioStream):
     def append_text(self, text: str) -> None:
         if self._feed.ended:
             raise EngineError("text_closed", "this stream's text has ended")
+        self._check(self._feed.text + text)  # before anything changes: a refused append leaves the stream as it was
         new = self._feed.append(text)
         if self._inner is None:
             self._join_if_ready()
@@ -63,6 +67,27 @@ class StreamedText(AudioStream):
             self._join_if_ready()
         else:
             self._extend([*rest, self._eos], ended=True)
+
+    def can_append_text(self, text: str) -> bool:
+        if self._feed.ended:
+            return False
+        try:
+            self._check(self._feed.text + text)
+        except EngineError:
+            return False
+        return True
+
+    def _check(self, text: str) -> None:
+        """text_too_long unless a stream whose whole text is `text` fits: its ids and tts_eos within
+        `max_trailing` (one id too many: the first sits in the prompt) and its expected frames within the slot's
+        positions after the prompt."""
+        ids = self._feed.content_ids(text)
+        self._engine.check_trailing(len(ids) + 1)
+        prompt_tokens = self._prompt_tokens
+        if self._whole_text_first:  # the prompt holds the whole text
+            prompt_tokens = len(self._engine.prompt_rows(
+                dataclasses.replace(self._inputs, text_ids=[*self._role, *ids, *self._end])))
+        self._engine.frame_budget(self.request, prompt_tokens, text)
 
     def _extend(self, ids: list[int], ended: bool) -> None:
         request = self._inner.engine_request  # type: ignore[union-attr]
@@ -91,6 +116,7 @@ class StreamedText(AudioStream):
         if not ended:
             rows.trailing.pop()  # tts_eos comes with the end of the text
         self._engine.check_trailing(len(rows.trailing))
+        self._prompt_tokens = len(rows)
         self._inner = self._engine.submit(self.request, rows, self._budget(len(rows)))
         if not ended:
             self._inner.engine_request.frames_ready = len(rows.trailing)

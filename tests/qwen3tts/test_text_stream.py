@@ -115,3 +115,32 @@ async def test_empty_streamed_text_ends_without_audio(tiny_ckpt: Callable[[str],
             engine.open_stream(SynthesisRequest(text="Hi", voice="nobody", text_open=True))
     finally:
         await engine.stop()
+
+
+async def test_a_full_stream_refuses_more_text_changing_nothing_and_still_speaks(
+        tiny_ckpt: Callable[[str], Path]) -> None:
+    """At its slot's positions a stream says it cannot take more (`can_append_text`), refuses it with
+    text_too_long naming the limit, and is as it was: its text ends and its audio comes (issue 23)."""
+    engine = await _engine(tiny_ckpt("cv17"), max_positions=64)
+    try:
+        stream = engine.open_stream(SynthesisRequest(text="Words", voice="ryan", text_open=True))
+        taken = 0
+        while stream.can_append_text(" word"):
+            stream.append_text(" word")
+            taken += 1
+        assert 5 <= taken <= 15  # ~64 positions less the prompt, 4.6 frames a word
+        text = stream._feed.text
+        with pytest.raises(EngineError, match="max_positions") as refused:
+            stream.append_text(" word")
+        assert refused.value.code == "text_too_long" and stream._feed.text == text
+        assert stream.can_append_text("")
+        stream.end_text()
+        assert not stream.can_append_text(" word")  # ended
+        assert len(np.concatenate([c async for c in stream])) > 0
+        for _ in range(100):  # the slot comes back with the loop's next step
+            if engine.runner.kv.num_free == engine.runner.kv.max_streams:
+                break
+            await asyncio.sleep(0.05)
+        assert engine.runner.kv.num_free == engine.runner.kv.max_streams
+    finally:
+        await engine.stop()
