@@ -84,3 +84,35 @@ def test_bench_report_without_matplotlib(tmp_path, monkeypatch, capsys):
     files = write(report, tmp_path)
     assert [f.name for f in files] == ["report.json", "report.md"] and all(f.exists() for f in files)
     assert "no plots" in capsys.readouterr().err
+
+
+def test_every_preset_binds_loopback():
+    from voxgate.gateway.config import load_config
+
+    presets = sorted(p.stem for p in (REPO / "configs").glob("*.toml"))
+    assert "qwen3tts" in presets and "default" in presets
+    assert {name: load_config(name).host for name in presets} == dict.fromkeys(presets, "127.0.0.1")
+    assert load_config("qwen3tts", host="0.0.0.0").host == "0.0.0.0"  # --host still says otherwise
+
+
+def test_serve_warns_in_one_line_when_it_listens_beyond_loopback_with_auth_off(serve, tmp_path):
+    def warnings(text: str) -> list[str]:
+        return [line for line in text.splitlines() if "warning: listening on" in line]
+
+    exposed = serve("", "--host", "0.0.0.0")
+    [line] = warnings(exposed.log_text())
+    assert "0.0.0.0" in line and "auth_tokens" in line and "--host 127.0.0.1" in line, line
+    assert warnings(serve('auth_tokens = ["s3cret"]\n', "--host", "0.0.0.0").log_text()) == []
+    assert warnings(serve("").log_text()) == []  # the default: 127.0.0.1
+
+
+@pytest.mark.slow
+def test_qwen3tts_preset_without_cuda_says_what_to_do(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    rc, printed, err, _ = voxgate("serve", "--config", "qwen3tts", "--port", str(free_port()),
+                                  "--engine-option", f"model={tmp_path / 'nowhere'}", timeout=120)
+    line = one_line(err)
+    assert rc == 1 and "no CUDA GPU" in line and "--engine-option device=cpu" in line, err
+    assert "listening on 127.0.0.1:" in printed, printed
