@@ -162,10 +162,11 @@ def test_voice_aliases_models_and_voices(gateway):
     ({"max_new_tokens": 0}, 400, "invalid_value", "max_new_tokens"),
     ({"speed": 1.5}, 400, "unsupported_speed", "speed"),
     ({"seed": 3}, 400, "unknown_field", "seed"),
-    ({"stream_format": "ws"}, 400, "invalid_type", None),
+    ({"stream_format": "ws"}, 400, "invalid_type", "stream_format"),
+    ({"input": 5}, 400, "invalid_type", "input"),
     ({"model": "gpt-5"}, 404, "model_not_found", "model"),
     ({"voice": "nobody"}, 404, "voice_not_found", "voice"),
-    ({"language": "Klingon"}, 404, "voice_not_found", None),
+    ({"language": "Klingon"}, 400, "language_not_supported", "language"),  # refused by the engine, before audio
 ])
 def test_fields_that_cannot_be_honoured_are_named(gateway, extra, status, code, param):
     server = gateway()
