@@ -203,8 +203,10 @@ async def test_every_context_ends_with_a_frame_flagged_last_however_it_ends(gate
 async def test_a_context_that_fails_ends_with_last_and_the_sdk_skips_empty_frames(gateway):
     server = gateway()  # espeak: an unknown language is refused by the engine, after context.started
     ws, _ = await connect(server.ws_url, pacing={"mode": "asap"})
-    frames, _ = await _turn(ws, [], "x", {"type": "context.open", "language": "xx"},
-                               {"type": "text.append", "text": "Nothing."}, {"type": "context.end"})
+    log: list = []
+    frames, _ = await _turn(ws, log, "x", {"type": "context.open", "language": "xx"},
+                            {"type": "text.append", "text": "Nothing."}, {"type": "context.end"})
+    assert [m["code"] for m in log if isinstance(m, dict) and m["type"] == "error"] == ["language_not_supported"]
     assert [(f.flags & (FLAG_FIRST | FLAG_LAST), f.samples) for f in frames] == [(FLAG_FIRST | FLAG_LAST, 0)]
     await ws.close()
     import voxgate.client
