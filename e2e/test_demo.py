@@ -87,6 +87,8 @@ def opus_reference(frames: list[dict], frame_ms: int) -> np.ndarray:
     out = []
     decoder = None
     for f in frames:
+        if not f["samples"]:  # an empty LAST frame: no packet
+            continue
         if decoder is None or f["flags"] & 8:  # CODEC_RESET
             decoder = opuslib.Decoder(48_000, 1)
         pcm = np.frombuffer(decoder.decode_float(base64.b64decode(f["payload"]), 48 * frame_ms), dtype=np.float32)

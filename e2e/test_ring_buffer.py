@@ -91,6 +91,20 @@ def test_a_stall_in_progress_is_reported_and_counted_when_it_ends(js) -> None:
     assert [e[0] for e in res["events"]] == ["start", "stall", "resume"]
 
 
+def test_an_end_written_after_running_dry_ends_the_stall_uncounted(js) -> None:
+    # The server learned of the end after the audio went out: its LAST frame is empty (docs/protocol.md).
+    res = js("""
+        const b = jb();
+        write(b, 0, 10); read(b, 10); read(b, 30);   // ran dry: stalled, 10 ms so far
+        write(b, 10, 0, true); read(b, 30);          // the empty LAST frame at the end
+        const state = b.state;
+        write(b, 10, 10, true); read(b, 10);         // the next context plays; no stall was counted
+        return { state, report: b.underrunReport, events: events.map((e) => e[0]) };
+    """)
+    assert res["state"] == "idle" and res["report"] == {"events": 0, "samples": 0, "max_gap_ms": 0}, res
+    assert res["events"] == ["start", "stall", "idle", "start"], res
+
+
 def test_target_changes_apply_to_the_next_preroll(js) -> None:
     res = js("""
         const b = jb({ targetMs: 20 });

@@ -302,6 +302,9 @@ class EspeakEngine(Engine):
     def open_stream(self, request: SynthesisRequest) -> EspeakStream:
         voice = self.resolve_voice(request.voice, request.language)
         name = self._names.get(voice)
+        if name is None and not request.voice and request.language:  # the voice came from the language
+            raise EngineError("language_not_supported", f"language {request.language!r} is not supported; "
+                              "the voices' languages are in GET /v1/voices")
         if name is None:
             raise EngineError("voice_not_found", f"voice {voice!r} not found; see GET /v1/voices")
         return EspeakStream(self, request, name)

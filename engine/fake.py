@@ -197,7 +197,12 @@ class FakeEngine(Engine):
 
     def __init__(self, device_rtf: float = 50.0, chunk_ms: int | str = 320, first_chunk_ms: float = 5.0,
                  shared_device: bool = True, text_streaming: bool = True) -> None:
-        schedule = [int(x) for x in str(chunk_ms).split(",") if x.strip()]
+        try:  # strings from the command line
+            schedule = [int(x) for x in str(chunk_ms).split(",") if x.strip()]
+            device_rtf, first_chunk_ms = float(device_rtf), float(first_chunk_ms)
+        except ValueError:
+            raise ValueError(f"device_rtf and first_chunk_ms must be numbers, chunk_ms integers (got device_rtf="
+                             f"{device_rtf!r}, chunk_ms={chunk_ms!r}, first_chunk_ms={first_chunk_ms!r})") from None
         if device_rtf <= 0 or not schedule or min(schedule) <= 0 or first_chunk_ms < 0:
             raise ValueError("device_rtf and chunk_ms must be positive, first_chunk_ms non-negative")
         self.device_rtf = float(device_rtf)

@@ -11,8 +11,10 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
+from starlette.websockets import WebSocket
 from voxgate.engine.base import Engine
 
 from . import http_api, voices_api
@@ -37,6 +39,18 @@ class WebAssets(StaticFiles):
         if path not in ("", ".") and Path(path).suffix not in WEB_SUFFIXES:
             return "", None
         return super().lookup_path(path)
+
+
+async def unknown_websocket_path(websocket: WebSocket) -> None:
+    """A handshake for a path with no WebSocket endpoint: HTTP 404 (Starlette's default close reads as a 403, the
+    answer of an Origin refusal, which sent people hunting for a guard that never ran)."""
+    message = f"no WebSocket endpoint at {websocket.url.path}; the gateway's is /v1/tts/ws"
+    response = JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": "not_found"}},
+                            status_code=404)
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(response)
+    else:  # a server without the denial extension can only refuse (403)
+        await websocket.close(code=1008, reason="not_found")
 
 
 async def load_uploaded_voices(state: GatewayState) -> None:
@@ -95,6 +109,7 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
         Route("/health", http_api.health),
         Route("/health/load", http_api.health_load),
         Route("/metrics", http_api.metrics),
+        WebSocketRoute("/{path:path}", unknown_websocket_path),  # (matches WebSocket handshakes only)
     ]
     if config.serve_demo and WEB_DIR.is_dir():
         routes.append(Mount("/", WebAssets(directory=WEB_DIR, html=True), name="web"))

@@ -38,6 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, ImportError)
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """USER_ERRORS, and the clients' own (a WebSocket handshake refused or a bad ws URL, an HTTP request that
+    failed), imported only once a command failed."""
+    import httpx
+    from websockets.exceptions import WebSocketException
+
+    return (*USER_ERRORS, WebSocketException, httpx.HTTPError)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "_unavailable", None):
@@ -47,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         return 130
-    except USER_ERRORS as exc:
-        if os.environ.get("VOXGATE_DEBUG"):
+    except Exception as exc:
+        if os.environ.get("VOXGATE_DEBUG") or not isinstance(exc, _user_errors()):
             raise
         print(f"voxgate {args.command}: {_one_line(exc)} (VOXGATE_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1

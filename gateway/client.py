@@ -229,6 +229,8 @@ class VoxgateClient:
         self.player.on_frame(header.pts, header.samples, header.flags, now)
 
     def _decode(self, header: FrameHeader, payload: bytes) -> np.ndarray:
+        if not header.samples:  # an empty frame (a LAST with no audio left): nothing to decode
+            return np.zeros(0, np.int16)
         if header.codec == 0:
             return np.frombuffer(payload, "<i2").astype(np.int16)
         if header.codec == 3:

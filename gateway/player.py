@@ -75,6 +75,11 @@ class SimulatedPlayer:
         self.received_end = max(self.received_end, pts + samples)
         if flags & FLAG_LAST:
             self.boundaries.add(pts + samples)
+            if not samples and self.stalled_since is not None and pts == self.anchor_pts:
+                # An empty LAST frame where the player ran dry: that silence was the context's end, not a stall.
+                self.stalled_since = None
+                self._awaiting_preroll = True
+                return
         self.max_buffered = max(self.max_buffered, self.received_end - self.position(now))
         if self.playing:
             return

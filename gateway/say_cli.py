@@ -80,12 +80,15 @@ async def _say(args: argparse.Namespace, text: str) -> int:
             await asyncio.sleep(client.player.buffered() / client.rate + 0.1)
         errors = list(client.errors)
     for err in errors:
-        print(f"{err['type']}: {err['code']}: {err['message']}", file=sys.stderr)
+        print(f"voxgate say: {err['type']}: {err['code']}: {err['message']}", file=sys.stderr)
     done = result.event("context.done")
     if done is None:
-        print("no context.done received", file=sys.stderr)
+        print("voxgate say: no context.done received", file=sys.stderr)
         return 1
+    failed = any(err["type"] == "error" for err in errors)
     audio = result.audio
+    if failed and not len(audio):  # nothing was spoken: no empty WAV that looks like a result
+        return 1
     with wave.open(args.output, "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)
@@ -99,4 +102,4 @@ async def _say(args: argparse.Namespace, text: str) -> int:
           f"{done['timing']['first_audio_ms']} ms (server)")
     print(f"stalls: {len(stalls)} ({len(over)} over 10 ms, longest "
           f"{max((s.duration_s for s in stalls), default=0) * 1000:.1f} ms); server saw {done['stalls']['events']}")
-    return 0
+    return 1 if failed else 0  # an error cut the text short: what was spoken is written, but it is not a success

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import socket
@@ -70,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"voxgate serve: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    if not config.auth_tokens and not is_loopback(config.host):
+        print(f"voxgate serve: warning: listening on {config.host} with auth off: anyone who can reach this port "
+              "may use the gateway; set auth_tokens, or --host 127.0.0.1 to stay on this machine", file=sys.stderr)
     app = create_app(engine, config)
     uv_config = uvicorn_config(app, config.host, config.port, log_level=args.log_level)
     server = draining_server(app, uv_config)
@@ -110,6 +114,17 @@ def _supervise(args: argparse.Namespace) -> int:
     return supervisor.run()
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` binds this machine's loopback only (an IP literal of it, or `localhost`); a name or an
+    address other than that may be reachable from the network."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -143,7 +158,8 @@ async def _serve(server: Any, app: Any, engine: Any, sock: socket.socket, name: 
         await engine.start()
     except Exception as exc:
         log.debug("the engine failed to start", exc_info=True)
-        print(f"voxgate serve: the {name} engine failed to start: {type(exc).__name__}: {exc}", file=sys.stderr)
+        why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"  # ValueError: told to users
+        print(f"voxgate serve: the {name} engine failed to start: {why}", file=sys.stderr)
         server.should_exit = True
         await serving
         return 1

@@ -288,6 +288,8 @@ class Session:
             dropped += withdrawn
         self._stop(context, ContextState.CANCELLED, outcome="cancelled")
         cancel_pts = context.end_pts if visible else None
+        if visible:  # the client saw it start: its frame with LAST (an empty one) comes before the ack
+            self.writer.put_urgent(track.last_frame(context))
         self.writer.put_urgent({"type": "context.cancelled", "context_id": context.context_id, "ctx": context.ctx,
                                 "cancel_pts": cancel_pts, "played_pts": played_pts, "dropped_samples": dropped})
 
@@ -345,7 +347,7 @@ class Session:
 
     def on_frame_written(self, frame: OutFrame, written_at: float) -> None:
         context: Context = frame.owner
-        if context.first_written_at is None:
+        if context.first_written_at is None and frame.samples:  # (an empty LAST frame is no audio)
             context.first_written_at = written_at
         self._bytes_out.inc(len(frame.payload) + 24)
 

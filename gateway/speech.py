@@ -34,6 +34,8 @@ T = TypeVar("T")
 # Engine error codes (EngineError.code) -> HTTP status, for a request refused before any audio.
 _STATUS = {"voice_not_found": 404, "language_not_supported": 400, "bad_request": 400, "text_too_long": 413,
            "not_ready": 503, "unsupported": 400}
+# The request field an engine's refusal is about (where one is): OpenAI's `param`. Other codes name no one field.
+_PARAM = {"voice_not_found": "voice", "language_not_supported": "language", "text_too_long": "input"}
 _pools: dict[int, ThreadPoolExecutor] = {}
 _ready = ReadyEncoders()  # process-wide: one encoder per container format made ahead
 FIRST_BYTES = SAMPLE_RATE // 10 * 2  # 100 ms of PCM16: past every encoder's first packet (aac needs ~2160 samples)
@@ -106,8 +108,8 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
         code = errors[0].partition(":")[0]
         status = _STATUS.get(code, 500)
         kind = "invalid_request_error" if status < 500 else "server_error"
-        return JSONResponse({"error": {"message": "; ".join(errors), "type": kind, "code": code, "param": None}},
-                            status_code=status)
+        return JSONResponse({"error": {"message": "; ".join(errors), "type": kind, "code": code,
+                                       "param": _PARAM.get(code)}}, status_code=status)
 
     async def encoded() -> AsyncIterator[bytes]:
         """Container bytes; ends without the encoder's tail when the engine failed midway."""
@@ -184,8 +186,9 @@ async def _events(pieces: AsyncIterator[bytes], encoder: SpeechEncoder, job: Spe
             yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(piece).decode()})
     if errors:
         log.warning("speech stream incomplete: %s", "; ".join(errors))
+        code = errors[0].partition(":")[0]
         yield _sse({"type": "speech.audio.error", "error": {"message": "; ".join(errors), "type": "server_error",
-                                                             "code": errors[0].partition(":")[0], "param": None}})
+                                                             "code": code, "param": _PARAM.get(code)}})
     else:
         yield _sse({"type": "speech.audio.done", "usage": job.usage(encoder.samples)})
 

@@ -10,6 +10,7 @@ only where doing nothing is its meaning (it asks for what the engine does anyway
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -98,7 +99,8 @@ def decode_body(raw: bytes) -> SpeechBody:
             name = text.partition("'")[2].rstrip("'")
             raise SpeechError(400, f"{text}: this server does not take it (see docs/http-api.md)", "unknown_field",
                               name) from None
-        raise SpeechError(400, text, "invalid_type") from None
+        field = re.match(r"(?:missing )?field '([A-Za-z_]\w*)", text)  # the top-level field at fault
+        raise SpeechError(400, text, "invalid_type", field.group(1) if field else None) from None
     except msgspec.DecodeError as exc:
         raise SpeechError(400, f"the body must be JSON: {str(exc).removeprefix('JSON is malformed: ')}",
                           "invalid_json") from None

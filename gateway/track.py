@@ -39,6 +39,7 @@ class Track:
         self.pacer = Pacer(pacing["mode"], fmt.sample_rate, pacing["target_buffer_ms"], pacing["max_buffer_ms"],
                            pacing["feedback_interval_ms"], timeline=self)
         self.inflight: OutFrame | None = None  # a frame the sender is waiting to queue (the writer is full)
+        self.flagged_last: Context | None = None  # the context whose frame with LAST was handed to the writer
         self._codec_reset = FLAG_CODEC_RESET if fmt.codec == "opus" else 0
         self._max_samples = fmt.frame_samples
 
@@ -136,6 +137,11 @@ class Track:
                 await self._send_frame(context)
                 continue
             if context.produced_all:
+                if self.flagged_last is not context:
+                    # Its last audio frame went out before the end was known (an end after a flush, or no audio at
+                    # all): the frame with LAST is an empty one. The loop looks again (a cancel may come meanwhile).
+                    await self._queue(context, self.last_frame(context))
+                    continue
                 self.queue.popleft()
                 context.listener_buffered = None  # (a reference cycle, as in `remove`)
                 self.on_finish(context)
@@ -170,6 +176,18 @@ class Track:
         out = OutFrame(context, self.fmt.codec_id, flags, context.ctx, self.number, samples, self.pts, payload)
         # Advance before the await: a cancel during the await withdraws the frame and rewinds (`withdraw`).
         self._advance(context, samples, ready_at)
+        await self._queue(context, out)
+
+    def last_frame(self, context: Context) -> OutFrame:
+        """An empty frame with LAST at the context's end (FIRST too when none of its frames went out)."""
+        flags = FLAG_LAST
+        if context.end_pts == context.start_pts:
+            flags |= FLAG_FIRST | self._codec_reset
+        return OutFrame(context, self.fmt.codec_id, flags, context.ctx, self.number, 0, context.end_pts, b"")
+
+    async def _queue(self, context: Context, out: OutFrame) -> None:
+        if out.flags & FLAG_LAST:
+            self.flagged_last = context
         self.inflight = out
         try:
             await self.writer.put_frame(out)  # False (not queued) if a cancel came meanwhile: it was rewound

@@ -48,7 +48,7 @@ class SocketWriter:
         self._send_now = send_now  # writes at once if the socket takes it without waiting (ws_transport.py)
         self._max = max_frames
         self._ordered: deque[OutFrame | OutEvent] = deque()
-        self._urgent: deque[JsonItem] = deque()
+        self._urgent: deque[JsonItem | OutFrame] = deque()
         self._ready = asyncio.Event()
         self._space = asyncio.Event()
         self._on_frame_written = on_frame_written
@@ -74,7 +74,9 @@ class SocketWriter:
         self._ordered.append(OutEvent(owner, item))
         self._ready.set()
 
-    def put_urgent(self, item: JsonItem) -> None:
+    def put_urgent(self, item: JsonItem | OutFrame) -> None:
+        """Ahead of everything ordered: cancel acks, errors, pongs, and a cancelled context's empty LAST frame
+        (which must precede its ack, after every frame of it that was written)."""
         self._urgent.append(item)
         self._ready.set()
 
@@ -119,22 +121,16 @@ class SocketWriter:
                 continue
             if self._urgent:
                 item = self._urgent.popleft()
+                if isinstance(item, OutFrame):
+                    await self._write_frame(item)
+                    continue
             else:
                 item = self._ordered.popleft()
                 if isinstance(item, OutFrame):
                     self._frames -= 1
                     self._space.set()
-                    if item.owner.cancelled:
-                        continue
-                    data = HEADER.pack(1, item.codec, item.flags, item.ctx, self._seq, item.track, item.samples,
-                                       item.pts) + item.payload
-                    self._seq = (self._seq + 1) & 0xFFFFFFFF
-                    written_at = time.monotonic()
-                    if self._send_now is None or not self._send_now(data):
-                        self._sending_since = written_at
-                        await self._send_bytes(data)
-                        self._sending_since = None
-                    self._on_frame_written(item, written_at)
+                    if not item.owner.cancelled:
+                        await self._write_frame(item)
                     continue
                 item = item.item
             message = item() if callable(item) else item
@@ -144,6 +140,17 @@ class SocketWriter:
                     self._sending_since = time.monotonic()
                     await self._send_text(text)
                     self._sending_since = None
+
+    async def _write_frame(self, item: OutFrame) -> None:
+        data = HEADER.pack(1, item.codec, item.flags, item.ctx, self._seq, item.track, item.samples,
+                           item.pts) + item.payload
+        self._seq = (self._seq + 1) & 0xFFFFFFFF
+        written_at = time.monotonic()
+        if self._send_now is None or not self._send_now(data):
+            self._sending_since = written_at
+            await self._send_bytes(data)
+            self._sending_since = None
+        self._on_frame_written(item, written_at)
 
     def close(self) -> None:
         self.closed = True

@@ -173,6 +173,17 @@ def test_simulated_player_counts_stalls_but_not_boundaries():
     assert report["underruns"] == {"events": 1, "samples": 50, "max_gap_ms": 50.0}
 
 
+def test_simulated_player_an_empty_last_frame_turns_running_dry_into_an_end():
+    clock = Clock()
+    player = SimulatedPlayer(1000, preroll=100, clock=clock)
+    player.on_frame(0, 100, FLAG_FIRST)
+    clock.t += 0.3  # dry at 100.1: the end was not known yet
+    player.on_frame(100, 0, FLAG_LAST)  # the context's end, after its audio (an empty frame)
+    clock.t += 0.5
+    player.on_frame(100, 200, FLAG_FIRST)  # the next context: nothing in between was a stall
+    assert player.stalls == [] and player.report()["underruns"]["events"] == 0
+
+
 def test_stall_attribution():
     log = FrameLog()
     log.record(FrameRecord(0, 480, ready_at=1.0, sent_at=1.0))

@@ -141,6 +141,22 @@ async def test_auth_tokens(gateway):
     await ws.close()
 
 
+@pytest.mark.parametrize("serve_demo", [True, False])
+async def test_an_unknown_websocket_path_is_404_and_a_foreign_origin_403(gateway, serve_demo):
+    server = gateway(serve_demo=serve_demo)
+    for path in ("/v1/tts/wss", "/", "/v1/audio/speech"):
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(server.ws_url.replace("/v1/tts/ws", path))
+        response = refused.value.response
+        assert response.status_code == 404, (path, response.status_code)
+        assert json.loads(response.body)["error"]["code"] == "not_found"
+    with pytest.raises(websockets.InvalidStatus) as refused:  # the Origin check still comes first
+        await websockets.connect(server.ws_url, origin="https://evil.example")
+    assert refused.value.response.status_code == 403
+    async with VoxgateClient(server.ws_url, pacing="asap") as client:  # the real endpoint is unaffected
+        assert (await client.speak("t", "Still here.")).event("context.done")
+
+
 async def test_rate_limit(gateway):
     server = gateway(limits=Limits(max_messages_per_s=5))
     ws, _ = await connect(server.ws_url)

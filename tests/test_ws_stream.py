@@ -17,7 +17,8 @@ TEXT = ("The birch canoe slid on the smooth planks. Glue the sheet to the dark b
 
 
 def check_order(messages: list, frames_by_ctx: dict) -> None:
-    """context.started before frames; flushed/done/cancelled after the last frame; pts contiguous."""
+    """context.started before frames; flushed/done/cancelled after the last frame; pts contiguous; a started
+    context's last frame, and only it, has LAST."""
     started: dict[int, int] = {}
     closed: set[int] = set()
     last_end: dict[int, int] = {}
@@ -33,6 +34,9 @@ def check_order(messages: list, frames_by_ctx: dict) -> None:
             started[item["ctx"]] = item["start_pts"]
         elif item["type"] in ("context.done", "context.cancelled"):
             closed.add(item["ctx"])
+            if item["ctx"] in started:
+                lasts = [FrameHeader.unpack(f).flags & FLAG_LAST for f in frames_by_ctx.get(item["ctx"], [])]
+                assert lasts and lasts[-1] and not any(lasts[:-1]), f"LAST flags {lasts} of ctx {item['ctx']}"
             if item["type"] == "context.done":
                 assert item["end_pts"] == last_end.get(item["ctx"], started[item["ctx"]])
 
@@ -152,6 +156,69 @@ async def test_no_frame_of_a_context_after_its_cancel_ack_under_a_race(gateway, 
         if ack["cancel_pts"] is not None:  # the timeline stays contiguous across a cancel
             assert follower["start_pts"] == ack["cancel_pts"]
     await ws.close()
+
+
+async def _turn(ws, log: list, cid: str, *messages: dict, until: str = "context.done") -> tuple[list, dict]:
+    """Send `messages` about context `cid`, read until its `until`; check the session's whole `log` so far.
+    Returns the context's frames (all so far) and the `until` message."""
+    for msg in messages:
+        await ws.send(json.dumps({"context_id": cid, **msg}))
+    log += await collect_until(ws, until, cid)
+    frames: dict = {}
+    check_order(log, frames)
+    ctx = next(m["ctx"] for m in log if isinstance(m, dict) and m.get("context_id") == cid and "ctx" in m)
+    return [FrameHeader.unpack(f) for f in frames.get(ctx, [])], log[-1]
+
+
+@pytest.mark.parametrize("codec", ["pcm_s16le", "opus"])
+async def test_every_context_ends_with_a_frame_flagged_last_however_it_ends(gateway, fake_engine, codec):
+    server = gateway(engine=fake_engine(device_rtf=20, chunk_ms=40))
+    ws, _ = await connect(server.ws_url, pacing={"mode": "asap"}, audio={"codec": codec})
+    end, log = {"type": "context.end"}, []
+    # Flushed, then ended: its last audio frame went out before the end was known, so an empty frame has LAST.
+    # (A missing LAST fails check_order in _turn.)
+    await _turn(ws, log, "f", {"type": "text.append", "text": "Spoken before the end"}, {"type": "context.flush"},
+                until="flushed")
+    frames, done = await _turn(ws, log, "f", end)
+    last = frames[-1]
+    assert last.flags == FLAG_LAST and last.pts + last.samples == done["end_pts"], last
+    if codec == "pcm_s16le":  # (Opus: the end pushes one more packet of silence out of the encoder's lookahead)
+        assert last.samples == 0, last
+    # No audio at all: one empty frame, FIRST and LAST (and CODEC_RESET for Opus).
+    frames, done = await _turn(ws, log, "e", {"type": "context.open"}, end)
+    first_last = FLAG_FIRST | FLAG_LAST | (FLAG_CODEC_RESET if codec == "opus" else 0)
+    assert [(f.flags, f.samples) for f in frames] == [(first_last, 0)] and done["usage"]["audio_ms"] == 0
+    assert done["timing"]["first_audio_ms"] is None
+    # The length budget runs out: its last frame has LAST.
+    frames, done = await _turn(ws, log, "b", {"type": "context.open", "max_audio_ms": 200},
+                               {"type": "text.append", "text": "word " * 30}, end)
+    assert frames[-1].flags & FLAG_LAST and 0 < done["usage"]["audio_ms"] <= 260
+    # Cancelled while it speaks: an empty LAST frame at cancel_pts, before the ack.
+    await _turn(ws, log, "c", {"type": "text.append", "text": "word " * 60}, end, until="context.started")
+    frames, cancelled = await _turn(ws, log, "c", {"type": "context.cancel"}, until="context.cancelled")
+    assert frames[-1].flags & FLAG_LAST and frames[-1].samples == 0 and frames[-1].pts == cancelled["cancel_pts"]
+    await ws.close()
+
+
+async def test_a_context_that_fails_ends_with_last_and_the_sdk_skips_empty_frames(gateway):
+    server = gateway()  # espeak: an unknown language is refused by the engine, after context.started
+    ws, _ = await connect(server.ws_url, pacing={"mode": "asap"})
+    log: list = []
+    frames, _ = await _turn(ws, log, "x", {"type": "context.open", "language": "xx"},
+                            {"type": "text.append", "text": "Nothing."}, {"type": "context.end"})
+    assert [m["code"] for m in log if isinstance(m, dict) and m["type"] == "error"] == ["language_not_supported"]
+    assert [(f.flags & (FLAG_FIRST | FLAG_LAST), f.samples) for f in frames] == [(FLAG_FIRST | FLAG_LAST, 0)]
+    await ws.close()
+    import voxgate.client
+
+    async with voxgate.client.connect(server.ws_url, codec="opus") as tts:  # an empty Opus frame decodes to nothing
+        turn = tts.context()
+        await turn.send("Flushed first")
+        await turn.wait_flushed(await turn.flush())
+        await turn.end()
+        chunks = [chunk async for chunk in turn]
+        assert all(c.samples for c in chunks)
+        assert sum(len(c.pcm) for c in chunks) == turn.done["end_pts"] - chunks[0].pts
 
 
 async def test_clear_cancels_every_context_and_replace_placement(gateway, fake_engine):

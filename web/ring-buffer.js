@@ -5,7 +5,9 @@
 // Policy:
 // - Preroll: playback starts once `target` samples are buffered, or an end (a context's LAST frame or a flush
 //   point) has been written, or data has waited `prerollTimeout` samples of audio time without a new write.
-// - At an end the buffer goes idle when it runs dry: silence there is not a stall.
+// - At an end the buffer goes idle when it runs dry: silence there is not a stall. An end written after the
+//   buffer ran dry (an empty LAST frame: the server learned of the end after the audio went out) ends the stall
+//   uncounted.
 // - Anywhere else running dry is a stall: silence is inserted, faded out over `fade` samples; playback resumes
 //   as soon as `resume` samples (or an end) are buffered, fading in. A stall is counted when it ends, with its
 //   length, so a report that shows a new event also shows its full gap.
@@ -168,6 +170,13 @@ export class JitterBuffer {
           break;
         }
       } else if (this.#state === STALLED) {
+        if (avail === 0 && this.#atEnd()) {
+          // The end came after the audio ran out (an empty LAST frame): that silence was no stall.
+          this.#gap = 0;
+          this.#state = IDLE;
+          this.onEvent("idle", this.playedPts, i);
+          break;
+        }
         if (avail >= this.resume || (avail > 0 && this.#endWritten())) {
           this.#endStall();
           this.#state = PLAYING;

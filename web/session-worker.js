@@ -106,7 +106,14 @@ function onFrame(buf) {
   }
   const last = (hdr.flags & FLAG.LAST) !== 0;
   const entry = { ctx: hdr.ctx, pts: hdr.pts, last, ready: true };
-  if (hdr.codec === CODEC_ID.pcm_s16le) {
+  if (hdr.samples === 0) {
+    // An empty frame: the context's end (LAST) after its audio already went out, or a context with no audio.
+    // Its end is marked like a flush point's, in order behind the packets still decoding.
+    if (last) {
+      releaseDecoder(hdr.ctx);
+      enqueue({ ctx: hdr.ctx, pts: hdr.pts, end: true, ready: true });
+    }
+  } else if (hdr.codec === CODEC_ID.pcm_s16le) {
     enqueue({ ...entry, samples: pcm16ToFloat(buf, HEADER_BYTES, hdr.samples) });
   } else if (hdr.codec === CODEC_ID.mulaw) {
     enqueue({ ...entry, samples: mulawToFloat(new Uint8Array(buf, HEADER_BYTES)) });
@@ -128,11 +135,15 @@ function decodeOpus(hdr, packet, last) {
   enqueue(entry);
   const timestamp = Math.round((hdr.pts * 1e6) / session.audio.sample_rate);
   d.decoder.decode(new EncodedAudioChunk({ type: "key", timestamp, data: packet }));
-  if (last) {
-    // The context's last packet: let its output out, then free the decoder.
-    d.decoder.flush().then(() => closeDecoder(d), () => {});
-    decoders.delete(hdr.ctx);
-  }
+  if (last) releaseDecoder(hdr.ctx);
+}
+
+// The context's last packet went in: let its output out, then free the decoder.
+function releaseDecoder(ctx) {
+  const d = decoders.get(ctx);
+  if (!d) return;
+  d.decoder.flush().then(() => closeDecoder(d), () => {});
+  decoders.delete(ctx);
 }
 
 function openDecoder(ctx) {

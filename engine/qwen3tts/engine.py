@@ -98,6 +98,9 @@ class Qwen3TTSEngine(Engine):
 
         t0 = time.perf_counter()
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if device.startswith("cuda") and not torch.cuda.is_available():  # before any download or load
+            raise ValueError(f"device {device!r}, but torch {torch.__version__} sees no CUDA GPU here: run on a GPU "
+                             "machine, or pass --engine-option device=cpu (slow: for a tiny checkpoint)")
         dtype = self.dtype or ("bf16" if device.startswith("cuda") else "fp32")
         # The codec encoder serves voice uploads, which only Base takes: elsewhere it is not loaded (~56 M
         # parameters, 225 MB in fp32).

@@ -122,6 +122,8 @@ class WsClient:
                 now = time.perf_counter()
                 if isinstance(msg, bytes):
                     samples = FRAME_HEADER.unpack_from(msg, 0)[6]
+                    if not samples:  # an empty LAST frame: no audio
+                        continue
                     if trace.first_audio is None:
                         trace.first_audio = now
                     trace.chunks.append((now, samples / self.rate))

@@ -19,7 +19,7 @@ from .client import Trace, WsClient
 from .loads import Target
 from .report import SLO, write
 from .runner import Plan, run_plan
-from .server import GatewayProcess, get_json
+from .server import GatewayProcess, gateway_base_url, get_json
 from .workload import LENGTH_RULE, Workload
 
 
@@ -151,6 +151,7 @@ def bench_run(args: argparse.Namespace) -> int:
     plan = plan_from_args(args)
     if not args.url and not args.engine:
         raise SystemExit("give --url of a running gateway or --engine to start one")
+    base_url = gateway_base_url(args.url) if args.url else None  # a bad --url is told before anything runs
     name = args.name or default_name(args.engine or "gateway", plan.transport)
     out_dir = Path(args.out or Path("docs/benchmarks") / name)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -173,7 +174,8 @@ def bench_run(args: argparse.Namespace) -> int:
             **info,
         }
     else:
-        info, results = asyncio.run(measure(args.url, plan, args.warmup_requests))
+        assert base_url is not None
+        info, results = asyncio.run(measure(base_url, plan, args.warmup_requests))
         server = {"engine": (info.get("health") or {}).get("engine"), "url": args.url, **info}
     args.name, args.out = name, str(out_dir)  # so that the recorded command writes the same report again
     report = build_report(name, plan, server, results, setup, command_line(args), describe)

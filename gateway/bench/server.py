@@ -100,6 +100,21 @@ class GatewayProcess:
             self.proc.wait()
 
 
+def gateway_base_url(url: str) -> str:
+    """`--url` as the gateway's base, http(s)://HOST:PORT: its HTTP root or its WebSocket URL both name it."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.strip())
+    scheme = {"http": "http", "ws": "http", "https": "https", "wss": "https"}.get(parts.scheme.lower())
+    if scheme is None or not parts.netloc:
+        raise ValueError(f"--url {url!r}: expected the gateway's address, e.g. http://127.0.0.1:8000 or "
+                         "ws://127.0.0.1:8000/v1/tts/ws")
+    if parts.path.rstrip("/") not in ("", "/v1/tts/ws"):
+        raise ValueError(f"--url {url!r}: the path must be / or /v1/tts/ws (the bench speaks to both HTTP endpoints "
+                         "and the WebSocket)")
+    return f"{scheme}://{parts.netloc}"
+
+
 def get_json(base_url: str, path: str) -> Any:
     import httpx
 

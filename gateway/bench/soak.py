@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..looplag import watch_loop_lag
+from .server import gateway_base_url
 
 COUNTS = ("sessions", "contexts", "frames", "lost", "garbled", "pauses_over_10ms", "errors", "server_errors")
 
@@ -99,7 +100,7 @@ def _worker(url: str, args: dict[str, Any], count: int, offset: int, t0: float, 
     texts = Workload.load(args["workload"], length_rule=False).texts
     stats: dict[str, Any] = dict.fromkeys(COUNTS, 0)
     stats["max_pause_ms"] = 0.0
-    ws_url = url.replace("http://", "ws://", 1) + "/v1/tts/ws"
+    ws_url = url.replace("http", "ws", 1) + "/v1/tts/ws"  # (url: gateway_base_url's http(s)://HOST:PORT)
     lags: list[float] = []
 
     async def main() -> None:
@@ -119,13 +120,14 @@ def _worker(url: str, args: dict[str, Any], count: int, offset: int, t0: float, 
 
 def soak_main(ns: argparse.Namespace) -> int:
     args = {k: getattr(ns, k) for k in ("sessions", "pacing", "frame_ms", "duration", "ramp", "workload")}
+    base_url = gateway_base_url(ns.url)
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     per = [ns.sessions // ns.processes + (i < ns.sessions % ns.processes) for i in range(ns.processes)]
     t0 = time.monotonic() + 2.0  # the processes start first
     procs, offset = [], 0
     for count in per:
-        procs.append(ctx.Process(target=_worker, args=(ns.url, args, count, offset, t0, queue)))
+        procs.append(ctx.Process(target=_worker, args=(base_url, args, count, offset, t0, queue)))
         offset += count
     for p in procs:
         p.start()

@@ -34,7 +34,7 @@ class _Client(VoxgateClient):
         header = FrameHeader.unpack(data)
         result = self.by_handle[header.ctx]
         turn = self.turns.get(result.context_id)
-        if turn is not None:
+        if turn is not None and header.samples:  # (an empty LAST frame carries no audio: no chunk)
             turn._on_chunk(AudioChunk(result.pcm[-1], header.pts, header.samples, self.rate, header.track, now))
             # The turn owns its audio now: the protocol client's per-context copies would grow with the session.
             result.pcm.clear()

@@ -60,6 +60,8 @@ def test_start_up_failures_are_one_line(tmp_path):
         "config type": (["serve", "--config", str(tmp_path / "bad.toml")], "port must be an integer, not 'eighty'"),
         "engine option": (["serve", "--engine", "fake", "--engine-option", "speed=2"],
                           "unknown option(s) for the fake engine: speed; its options: device_rtf, chunk_ms"),
+        "engine option type": (["serve", "--engine", "fake", "--engine-option", "device_rtf=fast"],
+                               "device_rtf and first_chunk_ms must be numbers"),
         "port in use": (["serve", "--engine", "fake", "--port", str(busy.getsockname()[1])], "cannot listen on"),
         "engine start": (["serve", "--engine", "qwen3tts", "--engine-option", f"model={tmp_path}/none",
                           "--port", str(free_port())], "the qwen3tts engine failed to start"),
@@ -106,3 +108,60 @@ def test_bench_report_without_matplotlib(tmp_path, monkeypatch, capsys):
     files = write(report, tmp_path)
     assert [f.name for f in files] == ["report.json", "report.md"] and all(f.exists() for f in files)
     assert "no plots" in capsys.readouterr().err
+
+
+def test_every_preset_binds_loopback():
+    from voxgate.gateway.config import load_config
+
+    presets = sorted(p.stem for p in (REPO / "configs").glob("*.toml"))
+    assert "qwen3tts" in presets and "default" in presets
+    assert {name: load_config(name).host for name in presets} == dict.fromkeys(presets, "127.0.0.1")
+    assert load_config("qwen3tts", host="0.0.0.0").host == "0.0.0.0"  # --host still says otherwise
+
+
+def test_serve_warns_in_one_line_when_it_listens_beyond_loopback_with_auth_off(serve, tmp_path):
+    def warnings(text: str) -> list[str]:
+        return [line for line in text.splitlines() if "warning: listening on" in line]
+
+    exposed = serve("", "--host", "0.0.0.0")
+    [line] = warnings(exposed.log_text())
+    assert "0.0.0.0" in line and "auth_tokens" in line and "--host 127.0.0.1" in line, line
+    assert warnings(serve('auth_tokens = ["s3cret"]\n', "--host", "0.0.0.0").log_text()) == []
+    assert warnings(serve("").log_text()) == []  # the default: 127.0.0.1
+
+
+@pytest.mark.slow
+def test_qwen3tts_preset_without_cuda_says_what_to_do(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    rc, printed, err, _ = voxgate("serve", "--config", "qwen3tts", "--port", str(free_port()),
+                                  "--engine-option", f"model={tmp_path / 'nowhere'}", timeout=120)
+    line = one_line(err)
+    assert rc == 1 and "no CUDA GPU" in line and "--engine-option device=cpu" in line, err
+    assert "listening on 127.0.0.1:" in printed, printed
+
+
+def test_say_with_an_unknown_language_fails_without_writing_a_wav(gateway, tmp_path):
+    server = gateway()  # espeak, which speaks per language
+    out = tmp_path / "out.wav"
+    rc, printed, err, _ = voxgate("say", "Hello.", "--language", "xx", "-o", str(out), "--url", server.ws_url)
+    line = one_line(err)
+    assert rc == 1 and "language_not_supported" in line and "'xx'" in line and "voice" not in line.split(";")[0], err
+    assert not out.exists() and "wrote" not in printed
+
+
+@pytest.mark.slow
+def test_bench_url_takes_either_address_and_refuses_others_in_one_line(serve, tmp_path):
+    nobody = free_port()
+    for url, expected in (("notaurl", "expected the gateway's address"),
+                          ("ftp://127.0.0.1:8000", "expected the gateway's address"),
+                          ("ws://127.0.0.1:8000/v1/tts/wss", "the path must be / or /v1/tts/ws"),
+                          (f"ws://127.0.0.1:{nobody}/v1/tts/ws", "Connect call failed")):
+        rc, _, err, _ = voxgate("bench", "run", "--url", url, "--out", str(tmp_path / "none"))
+        assert rc == 1 and expected in one_line(err), (url, err)
+    server = serve()
+    rc, printed, err, _ = voxgate("bench", "run", "--url", server.ws_url, "--concurrency", "1", "--closed-warmup", "0",
+                                  "--closed-duration", "1", "--warmup-requests", "1", "--drain", "5", "--no-plots",
+                                  "--out", str(tmp_path / "ws"), timeout=120)
+    assert rc == 0 and "closed loop: best" in printed, (printed, err)
