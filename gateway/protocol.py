@@ -53,12 +53,14 @@ assert HEADER.size == 24
 class ProtocolError(Exception):
     """A message the server answers with an `error`. Fatal ones close the socket with `close_code`."""
 
-    def __init__(self, code: str, message: str, *, context_id: str | None = None, close_code: int | None = None):
+    def __init__(self, code: str, message: str, *, context_id: str | None = None, close_code: int | None = None,
+                 param: str | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.context_id = context_id
         self.close_code = close_code
+        self.param = param  # the one field at fault (a dotted path into the message), when one is
 
     @property
     def fatal(self) -> bool:
@@ -68,14 +70,16 @@ class ProtocolError(Exception):
         out: dict[str, Any] = {"type": "error", "code": self.code, "message": self.message, "fatal": self.fatal}
         if self.context_id is not None:
             out["context_id"] = self.context_id
+        if self.param is not None:
+            out["param"] = self.param
         return out
 
     def __repr__(self) -> str:
         return f"ProtocolError({self.code!r}, {self.message!r}, close_code={self.close_code!r})"
 
 
-def invalid(message: str, context_id: str | None = None) -> ProtocolError:
-    return ProtocolError("invalid_message", message, context_id=context_id)
+def invalid(message: str, context_id: str | None = None, param: str | None = None) -> ProtocolError:
+    return ProtocolError("invalid_message", message, context_id=context_id, param=param)
 
 
 # ---- the binary frame header ------------------------------------------------------------------------------------
@@ -118,23 +122,23 @@ ScalarMap = dict[str, Scalar]
 
 def _check_context_id(value: str) -> None:
     if not _CONTEXT_ID.match(value):
-        raise invalid("context_id must be 1-64 characters from [A-Za-z0-9_.:-]")
+        raise invalid("context_id must be 1-64 characters from [A-Za-z0-9_.:-]", param="context_id")
 
 
 def _check_track(value: int) -> None:
     if not 0 <= value < MAX_TRACKS:
-        raise invalid(f"track must be within 0..{MAX_TRACKS - 1}")
+        raise invalid(f"track must be within 0..{MAX_TRACKS - 1}", param="track")
 
 
 def _check_keys(obj: dict, where: str, schema: dict[str, tuple[type, ...]]) -> None:
     """Known keys of a nested object, each of an accepted type (JSON true is not a number)."""
     for key, value in obj.items():
         if key not in schema:
-            raise invalid(f"{where}.{key} is not a known field")
+            raise invalid(f"{where}.{key} is not a known field", param=f"{where}.{key}")
         accepted = schema[key]
         if (isinstance(value, bool) and bool not in accepted) or not isinstance(value, accepted):
             names = " or ".join("null" if t is type(None) else t.__name__ for t in accepted)
-            raise invalid(f"{where}.{key} must be {names}")
+            raise invalid(f"{where}.{key} must be {names}", param=f"{where}.{key}")
 
 
 class Message(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True):
@@ -154,7 +158,7 @@ class SessionStart(Message, tag="session.start"):
 
     def validate(self) -> None:
         if self.protocol != PROTOCOL:
-            raise invalid(f"protocol must be {PROTOCOL!r}")
+            raise invalid(f"protocol must be {PROTOCOL!r}", param="protocol")
         _check_keys(self.audio, "audio", {"codec": (str,), "sample_rate": (int,), "frame_ms": (int,),
                                           "channels": (int,), "bitrate": (int,)})
         _check_keys(self.pacing, "pacing", {"mode": (str,), "target_buffer_ms": (int, float),
@@ -162,9 +166,9 @@ class SessionStart(Message, tag="session.start"):
         _check_keys(self.defaults, "defaults", {"voice": (str, type(None)), "language": (str, type(None)),
                                                 "instruct": (str, type(None)), "model": (str, type(None))})
         if not 10 <= self.feedback_interval_ms <= 1000:
-            raise invalid("feedback_interval_ms must be within 10..1000")
+            raise invalid("feedback_interval_ms must be within 10..1000", param="feedback_interval_ms")
         if self.metrics_interval_ms != 0 and not 100 <= self.metrics_interval_ms <= 60_000:
-            raise invalid("metrics_interval_ms must be 0 (off) or within 100..60000")
+            raise invalid("metrics_interval_ms must be 0 (off) or within 100..60000", param="metrics_interval_ms")
 
 
 class ContextOpen(Message, tag="context.open"):
@@ -180,9 +184,9 @@ class ContextOpen(Message, tag="context.open"):
         _check_context_id(self.context_id)
         _check_track(self.track)
         if self.placement not in ("queue", "replace"):
-            raise invalid("placement must be 'queue' or 'replace'", self.context_id)
+            raise invalid("placement must be 'queue' or 'replace'", self.context_id, "placement")
         if self.max_audio_ms is not None and self.max_audio_ms <= 0:
-            raise invalid("max_audio_ms must be positive", self.context_id)
+            raise invalid("max_audio_ms must be positive", self.context_id, "max_audio_ms")
 
 
 class TextAppend(Message, tag="text.append"):
@@ -215,7 +219,7 @@ class ContextCancel(Message, tag="context.cancel"):
     def validate(self) -> None:
         _check_context_id(self.context_id)
         if self.played_pts is not None and self.played_pts < 0:
-            raise invalid("played_pts must be >= 0", self.context_id)
+            raise invalid("played_pts must be >= 0", self.context_id, "played_pts")
 
 
 class Clear(Message, tag="clear"):
@@ -232,12 +236,14 @@ class Playback(Message, tag="playback"):
 
     def validate(self) -> None:
         _check_track(self.track)
-        if self.played_pts < 0 or self.buffered_samples < 0:
-            raise invalid("played_pts and buffered_samples must be >= 0")
+        for name in ("played_pts", "buffered_samples"):
+            if getattr(self, name) < 0:
+                raise invalid(f"{name} must be >= 0", param=name)
         _check_keys(self.underruns, "underruns", {"events": (int,), "samples": (int,), "max_gap_ms": (int, float),
                                                   "last_pts": (int,)})
-        if any(v < 0 for v in self.underruns.values()):
-            raise invalid("underruns counters must be >= 0")
+        for key, value in self.underruns.items():
+            if value < 0:
+                raise invalid("underruns counters must be >= 0", param=f"underruns.{key}")
 
 
 class Ping(Message, tag="ping"):
@@ -278,6 +284,16 @@ def describe_validation_error(exc: msgspec.ValidationError) -> str:
     return text[:1].lower() + text[1:]
 
 
+def field_at_fault(exc: msgspec.ValidationError) -> str | None:
+    """The field msgspec's message names (`pacing.mode`), if it names one."""
+    text = str(exc)
+    for prefix in ("Object missing required field ", "Object contains unknown field "):
+        if text.startswith(prefix):
+            return text[len(prefix):].strip("`")
+    match = _AT.match(text)
+    return match.group(2) or None if match else None
+
+
 def parse_message(raw: str | bytes) -> Message:
     """Parse one inbound text frame. Raises ProtocolError(invalid_message) naming the first problem."""
     try:
@@ -304,7 +320,7 @@ def _invalid_message(raw: str | bytes, exc: msgspec.ValidationError) -> Protocol
     kind = envelope.type
     context_id = envelope.context_id if isinstance(envelope.context_id, str) else None
     if not isinstance(kind, str):
-        return invalid("missing field 'type' (a string)", context_id)
+        return invalid("missing field 'type' (a string)", context_id, "type")
     if kind not in MESSAGE_TYPES:
-        return invalid(f"unknown message type {kind!r}", context_id)
-    return invalid(f"{kind}: {describe_validation_error(exc)}", context_id)
+        return invalid(f"unknown message type {kind!r}", context_id, "type")
+    return invalid(f"{kind}: {describe_validation_error(exc)}", context_id, field_at_fault(exc))

@@ -156,13 +156,13 @@ class Session:
             return choose_voice(self.engine, voice, language, instruct, uploaded=self.uploaded(),
                                 aliases=self._aliases, fields=fields, required=required)
         except VoiceError as exc:
-            raise ProtocolError(exc.code, exc.message, context_id=context_id) from None
+            raise ProtocolError(exc.code, exc.message, context_id=context_id, param=exc.field) from None
 
     def _open(self, context_id: str, opts: ContextOpen | None) -> Context:
         if self.draining:
             raise ProtocolError("shutting_down", "the server is shutting down; no new contexts", context_id=context_id)
         if context_id in self.used_ids:
-            raise invalid(f"context_id {context_id!r} was already used in this session", context_id)
+            raise invalid(f"context_id {context_id!r} was already used in this session", context_id, "context_id")
         if self.active_contexts >= self.limits.max_contexts:
             raise ProtocolError("context_limit", f"at most {self.limits.max_contexts} active contexts per session",
                                 context_id=context_id)
@@ -221,7 +221,7 @@ class Session:
     def _on_TextAppend(self, msg: TextAppend) -> None:
         if len(msg.text) > self.limits.max_text_chars:
             raise ProtocolError("text_too_long", f"text over limits.max_text_chars ({self.limits.max_text_chars})",
-                                context_id=msg.context_id)
+                                context_id=msg.context_id, param="text")
         context = self.contexts.get(msg.context_id)
         if context is None and msg.context_id in self.used_ids:
             raise ProtocolError("unknown_context", f"context {msg.context_id!r} has ended; open a new one",
@@ -233,7 +233,7 @@ class Session:
                                 context_id=msg.context_id)
         if context.unspoken_chars + len(msg.text) > self.limits.max_buffered_text_chars:
             raise ProtocolError("text_too_long", "unspoken text over limits.max_buffered_text_chars "
-                                f"({self.limits.max_buffered_text_chars})", context_id=msg.context_id)
+                                f"({self.limits.max_buffered_text_chars})", context_id=msg.context_id, param="text")
         context.append_text(msg.text)
 
     def _on_ContextFlush(self, msg: ContextFlush) -> None:
@@ -242,7 +242,7 @@ class Session:
             raise ProtocolError("unknown_context", f"context {msg.context_id!r} has ended", context_id=msg.context_id)
         if isinstance(msg.flush_id, str) and len(msg.flush_id) > self.limits.max_flush_id_chars:
             raise ProtocolError("flush_limit", f"flush_id over limits.max_flush_id_chars "
-                                f"({self.limits.max_flush_id_chars})", context_id=msg.context_id)
+                                f"({self.limits.max_flush_id_chars})", context_id=msg.context_id, param="flush_id")
         pending = sum(c.pending_flushes for c in self.contexts.values() if c.active)
         if pending >= self.limits.max_pending_flushes:
             raise ProtocolError("flush_limit", f"limits.max_pending_flushes ({self.limits.max_pending_flushes}) "

@@ -52,6 +52,31 @@ async def test_non_fatal_errors_keep_the_session(gateway, raw, code):
         await ws.close()
 
 
+PARAMS = [
+    ({"type": "text.append", "context_id": "a"}, "text"),
+    ({"type": "text.append", "context_id": "a", "text": 5}, "text"),
+    ({"type": "text.append", "context_id": "a", "text": "hi", "colour": 1}, "colour"),
+    ({"type": "context.open", "context_id": "bad id!"}, "context_id"),
+    ({"type": "context.open", "context_id": "t", "placement": "sideways"}, "placement"),
+    ({"type": "context.open", "context_id": "t", "max_audio_ms": 0}, "max_audio_ms"),
+    ({"type": "context.open", "context_id": "v", "voice": "no-such-voice"}, "voice"),
+    ({"type": "context.open", "context_id": "l", "language": "Klingon"}, "language"),
+    ({"type": "text.append", "context_id": "a", "text": "x" * 501}, "text"),
+    ({"type": "playback", "played_pts": -5}, "played_pts"),
+    ({"type": "shout"}, "type"),
+]
+
+
+@pytest.mark.parametrize("message,param", PARAMS, ids=[p for _, p in PARAMS])
+async def test_errors_name_the_field_at_fault(gateway, message, param):
+    server = gateway(limits=LIMITS)
+    ws, _ = await connect(server.ws_url)
+    await ws.send(json.dumps(message))
+    error = await next_error(ws)
+    assert error["param"] == param, error
+    await ws.close()
+
+
 async def test_too_many_contexts_and_buffered_text(gateway, fake_engine):
     server = gateway(engine=fake_engine(device_rtf=0.5), limits=LIMITS)
     ws, _ = await connect(server.ws_url)
