@@ -2,7 +2,8 @@
 // URL parameters (for tests and debugging): ws=<WebSocket URL>, tap=<seconds of output to record>, record=1
 // (keep every frame and message the worker received), token=<auth token> (voices and the WebSocket), and codec,
 // pacing, target, mode, wps, voice to preset the controls.
-import { UtterancePanel } from "./panel.js";
+import { Inspector } from "./inspect.js";
+import { Notes, UtterancePanel } from "./panel.js";
 import { BufferPlot } from "./plot.js";
 import { Player } from "./player.js";
 import { C, PROTOCOL, S, WS_PATH } from "./protocol.js";
@@ -45,15 +46,14 @@ const state = {
 const plot = new BufferPlot($("plot"));
 const panel = new UtterancePanel($);
 const player = new Player(onWorker);
-const notes = new Map(); // what #note says, by topic: "codec" (this browser), "voices", "utterance"
+const inspector = new Inspector(player);
+const notes = new Notes($("note"));
 let sessionKey = null;
 let sessionWait = null;
 const t0 = now(); // one origin for the page's life: log and plot times never restart
 let nextId = 0;
 let streamTimer = null;
-let requestSeq = 0;
 let cancelSeq = 0;
-const requests = new Map();
 
 function log(text) {
   const li = document.createElement("li");
@@ -61,12 +61,6 @@ function log(text) {
   const ol = $("log");
   ol.prepend(li);
   while (ol.children.length > 200) ol.lastChild.remove();
-}
-
-function setNote(topic, text) {
-  if (text) notes.set(topic, text);
-  else notes.delete(topic);
-  $("note").textContent = [...notes.values()].join(" · ");
 }
 
 /** Speak acts while nothing is speaking or playing (and there is text); Stop only while something is. */
@@ -97,7 +91,7 @@ async function loadVoices() {
   }
   sel.value = params.get("voice") || body.default || (body.voices[0] && body.voices[0].id);
   fillLanguages();
-  setNote("voices", null);
+  notes.set("voices", null);
 }
 
 function fillLanguages() {
@@ -154,13 +148,13 @@ async function speak() {
   if (!cfg.text.trim() || state.active !== null) return;
   const sampleRate = RATES[cfg.codec];
   // A new utterance: the panel and the note show only what belongs to it.
-  setNote("utterance", null);
+  notes.set("utterance", null);
   panel.reset();
   let audioReady;
   try {
     audioReady = player.ensureAudio(sampleRate); // synchronously, inside the click: the gesture unlocks audio
   } catch (err) {
-    setNote("utterance", `no audio: ${err.message || err}`);
+    notes.set("utterance", `no audio: ${err.message || err}`);
     return;
   }
   const speakAt = now();
@@ -178,7 +172,7 @@ async function speak() {
     }
     await ensureSession(cfg, sampleRate);
   } catch (err) {
-    setNote("utterance", String(err.message || err));
+    notes.set("utterance", String(err.message || err));
     state.errors.push({ message: String(err.message || err) });
     endUtterance(id);
     return;
@@ -232,17 +226,13 @@ function onWorker(m) {
     $("conn").classList.remove("on");
     const why = `connection ${m.type} ${m.code || ""} ${m.reason || ""}`.trim();
     if (state.onFailed) state.onFailed(new Error(why));
-    else if (state.active !== null) setNote("utterance", why); // cut off mid-utterance
+    else if (state.active !== null) notes.set("utterance", why); // cut off mid-utterance
     endUtterance(state.active);
     log(`${m.type} ${m.code || ""} ${m.reason || ""}`);
   } else if (m.type === "decoder-error") {
     state.errors.push(m);
     log(`decoder error: ${m.message}`);
-  } else if (m.type === "tap" || m.type === "record") {
-    const resolve = requests.get(m.id);
-    requests.delete(m.id);
-    if (resolve) resolve(m);
-  }
+  } else if (m.type === "tap" || m.type === "record") inspector.answer(m);
 }
 
 function onServer(msg) {
@@ -284,7 +274,7 @@ function onServer(msg) {
     log(`${msg.type} ${msg.code}: ${msg.message}`);
     // The active utterance's problem (its own, or the session's while it speaks) stays shown until the next one.
     const mine = msg.context_id ? msg.context_id === state.active : state.active !== null;
-    if (mine) setNote("utterance", `${msg.code}: ${msg.message}`);
+    if (mine) notes.set("utterance", `${msg.code}: ${msg.message}`);
     if (msg.type === S.ERROR && state.onFailed && !state.connected) {
       sessionKey = null; // the session did not start (e.g. unsupported): the next Speak tries afresh
       state.onFailed(new Error(msg.message));
@@ -327,20 +317,6 @@ function onReport(r, stats) {
   if (active && playedOut(active, r)) endUtterance(state.active);
 }
 
-function request(type) {
-  const id = ++requestSeq;
-  return new Promise((resolve) => {
-    requests.set(id, resolve);
-    player.post({ type, id });
-  });
-}
-
-function b64(bytes) {
-  let s = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
-  return btoa(s);
-}
-
 function init() {
   for (const [name, text] of Object.entries(SAMPLES)) {
     const b = document.createElement("button");
@@ -355,7 +331,7 @@ function init() {
   const noOpus = (why) => {
     $("codec").querySelector('option[value="opus"]').disabled = true;
     if ($("codec").value === "opus") $("codec").value = "pcm_s16le";
-    setNote("codec", `${why}: PCM only.`);
+    notes.set("codec", `${why}: PCM only.`);
   };
   if (!canOpus) noOpus("WebCodecs AudioDecoder is missing here");
   else {
@@ -378,7 +354,7 @@ function init() {
   syncControls();
   plot.render();
   return loadVoices().catch((err) => {
-    setNote("voices", `could not load voices: ${err}`);
+    notes.set("voices", `could not load voices: ${err}`);
   });
 }
 
@@ -386,18 +362,6 @@ window.voxgate = {
   state,
   ready: init(),
   samples: SAMPLES,
-  /** The worklet's tap: exactly what it output, as base64 float32 LE, plus its events. */
-  async tap() {
-    const m = await request("tap");
-    return { b64: b64(new Uint8Array(m.samples.buffer)), sampleRate: m.sampleRate, events: state.events };
-  },
-  /** What the worker received (with ?record=1): frame headers, payloads (base64) and server messages. */
-  async record() {
-    const m = await request("record");
-    return {
-      frames: m.record.frames.map((f) => ({ ...f.hdr, payload: b64(f.payload) })),
-      messages: m.record.messages,
-      stats: m.stats,
-    };
-  },
+  tap: () => inspector.tap(state.events),
+  record: () => inspector.record(),
 };

@@ -1,5 +1,5 @@
-// The live panel's figures, each one the current utterance's: reset to "—" when an utterance starts and filled
-// in as its facts arrive, so no figure ever shows an earlier utterance's value.
+// What the page says about now: the live panel's figures, each one the current utterance's (reset to "—" when an
+// utterance starts, filled in as its facts arrive), and the note, which holds only what is still so.
 
 export const UNKNOWN = "—";
 const FIGURES = ["s-first", "s-first-server", "s-buffer", "s-played", "s-stalls", "s-causes", "s-bytes"];
@@ -71,5 +71,21 @@ export class UtterancePanel {
     }
     this.seen = { events: u.events, samples: u.samples };
     this.#show("s-stalls", `${u.events - this.base.events} · max ${Math.round(this.maxGapMs)} ms`);
+  }
+}
+
+/** The note: one line per topic ("codec": this browser, "voices", "utterance": the current one's problem). */
+export class Notes {
+  #lines = new Map();
+
+  constructor(el) {
+    this.el = el;
+  }
+
+  /** The topic's line; null or "" removes it. */
+  set(topic, text) {
+    if (text) this.#lines.set(topic, text);
+    else this.#lines.delete(topic);
+    this.el.textContent = [...this.#lines.values()].join(" · ");
   }
 }
