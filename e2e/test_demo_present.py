@@ -144,3 +144,16 @@ def test_log_times_count_from_one_origin_across_sessions(page, gateway: str) -> 
     times = [float(re.match(r"(\d+\.\d\d)s  ", line).group(1)) for line in lines]
     assert times == sorted(times), lines
     assert page.errors == []
+
+
+def test_a_connection_lost_mid_utterance_ends_it_with_a_note(page, gateway: str) -> None:
+    port = int(gateway.rsplit(":", 1)[1])
+    with PausingProxy(port) as proxy:
+        open_demo(page, gateway, codec="pcm_s16le", ws=f"ws://127.0.0.1:{proxy.port}/v1/tts/ws")
+        cid = speak(page, "Passage", mode="all")
+        wait_played(page, cid, 1)
+        wait_controls(page, speak_enabled=False, stop_enabled=True)
+    # The proxy is gone, and the connection with it (no close frame: 1006).
+    page.wait_for_function("document.querySelector('#note').textContent.startsWith('connection closed')")
+    wait_controls(page, speak_enabled=True, stop_enabled=False)
+    assert page.text_content("#conn").startswith("closed")
