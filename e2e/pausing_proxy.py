@@ -2,7 +2,8 @@
 
 It runs its own asyncio loop in a thread; `pause(ms)` makes the server -> client pump stop forwarding for that
 long from now (what it reads meanwhile waits in the proxy and the kernel buffers, as on a congested link), while
-client -> server traffic (playback reports) keeps flowing.
+client -> server traffic (playback reports) keeps flowing. `hold()` stops it until `release()`, for a test that
+looks at the page between sending and hearing back.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class PausingProxy:
         self.port = 0
         self.pauses: list[tuple[float, float]] = []  # (monotonic start, seconds) actually applied
         self._hold_until = 0.0
+        self._held = False
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -39,6 +41,13 @@ class PausingProxy:
         start = time.monotonic()
         self._hold_until = start + ms / 1000
         self.pauses.append((start, ms / 1000))
+
+    def hold(self) -> None:
+        """Hold server -> client bytes until release()."""
+        self._held = True
+
+    def release(self) -> None:
+        self._held = False
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -78,6 +87,8 @@ class PausingProxy:
         while data := await reader.read(65536):
             if hold and (wait := self._hold_until - time.monotonic()) > 0:
                 await asyncio.sleep(wait)
+            while hold and self._held:
+                await asyncio.sleep(0.005)  # polled: hold() and release() come from the test's thread
             writer.write(data)
             await writer.drain()
         with contextlib.suppress(OSError):

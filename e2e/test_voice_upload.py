@@ -53,12 +53,14 @@ def test_upload_a_recording_then_speak_with_it(page, base_gateway: str) -> None:
     page.evaluate("window.voxgate.ready")
     assert page.eval_on_selector_all("#voice option", "options => options.length") == 0  # Base: no voice yet
     page.click("#clone summary")
-    page.click("#clone-upload")
-    assert page.text_content("#clone-note") == "record or pick a recording first"
+    assert page.is_disabled("#clone-upload")  # nothing to send yet
     page.set_input_files("#clone-file", files=[{"name": "me.wav", "mimeType": "audio/wav", "buffer": _wav(1.5)}])
-    page.click("#clone-upload")
+    # Clicked in the page, so the state right after the click is read before the server can answer.
+    assert page.evaluate("() => { const b = document.querySelector('#clone-upload'); b.click(); return b.disabled; }")
     page.wait_for_function("document.querySelector('#clone-note').textContent.startsWith('audio_too_short')")
+    assert page.is_enabled("#clone-upload")  # (the upload is over: it can be sent again)
     page.set_input_files("#clone-file", files=[{"name": "me.wav", "mimeType": "audio/wav", "buffer": _wav(3.5)}])
+    assert page.text_content("#clone-note") == ""  # the refusal was the other file's
     page.fill("#clone-text", "This is the reference transcript.")
     page.fill("#clone-name", "Me")
     page.click("#clone-upload")

@@ -2,6 +2,8 @@
 // URL parameters (for tests and debugging): ws=<WebSocket URL>, tap=<seconds of output to record>, record=1
 // (keep every frame and message the worker received), token=<auth token> (voices and the WebSocket), and codec,
 // pacing, target, mode, wps, voice to preset the controls.
+import { Inspector } from "./inspect.js";
+import { Notes, UtterancePanel } from "./panel.js";
 import { BufferPlot } from "./plot.js";
 import { Player } from "./player.js";
 import { C, PROTOCOL, S, WS_PATH } from "./protocol.js";
@@ -28,7 +30,8 @@ const state = {
   connected: false,
   session: null,
   contexts: {}, // id -> {speakAt, started, done, cancelled, firstAudioMs}
-  current: null,
+  current: null, // the latest utterance: the panel shows its figures
+  active: null, // the utterance speaking or playing: Stop acts on it, Speak waits for it
   events: [], // worklet events: {kind, pts, tap_index, t}
   serverStalls: [],
   cancels: [], // worklet cancel acks {played_pts, cancel_pts}
@@ -41,15 +44,16 @@ const state = {
 };
 
 const plot = new BufferPlot($("plot"));
+const panel = new UtterancePanel($);
 const player = new Player(onWorker);
+const inspector = new Inspector(player);
+const notes = new Notes($("note"));
 let sessionKey = null;
 let sessionWait = null;
-let t0 = now();
+const t0 = now(); // one origin for the page's life: log and plot times never restart
 let nextId = 0;
 let streamTimer = null;
-let requestSeq = 0;
 let cancelSeq = 0;
-const requests = new Map();
 
 function log(text) {
   const li = document.createElement("li");
@@ -57,6 +61,20 @@ function log(text) {
   const ol = $("log");
   ol.prepend(li);
   while (ol.children.length > 200) ol.lastChild.remove();
+}
+
+/** Speak acts while nothing is speaking or playing (and there is text); Stop only while something is. */
+function syncControls() {
+  $("speak").disabled = state.active !== null || !$("text").value.trim();
+  $("stop").disabled = state.active === null;
+}
+
+/** The active utterance is over (played out, stopped, refused or cut off). */
+function endUtterance(id) {
+  if (state.active !== id || id === null) return;
+  state.active = null;
+  clearTimeout(streamTimer);
+  syncControls();
 }
 
 async function loadVoices() {
@@ -73,6 +91,7 @@ async function loadVoices() {
   }
   sel.value = params.get("voice") || body.default || (body.voices[0] && body.voices[0].id);
   fillLanguages();
+  notes.set("voices", null);
 }
 
 function fillLanguages() {
@@ -118,7 +137,6 @@ function ensureSession(cfg, sampleRate) {
     feedback_interval_ms: 50,
     metrics_interval_ms: 250,
   };
-  t0 = now();
   plot.clear();
   player.post({ type: "connect", url: wsUrl(), start, tapSeconds: Number(params.get("tap")) || 0,
                 record: params.get("record") === "1" });
@@ -127,23 +145,25 @@ function ensureSession(cfg, sampleRate) {
 
 async function speak() {
   const cfg = controls();
-  if (!cfg.text.trim()) return;
+  if (!cfg.text.trim() || state.active !== null) return;
   const sampleRate = RATES[cfg.codec];
+  // A new utterance: the panel and the note show only what belongs to it.
+  notes.set("utterance", null);
+  panel.reset();
   let audioReady;
   try {
     audioReady = player.ensureAudio(sampleRate); // synchronously, inside the click: the gesture unlocks audio
   } catch (err) {
-    $("note").textContent = `no audio: ${err.message || err}`;
+    notes.set("utterance", `no audio: ${err.message || err}`);
     return;
   }
-  // Speaking over an utterance is a barge-in: the old one stops (and is cancelled at the server) first.
-  if (Object.values(state.contexts).some((c) => !c.done && !c.cancelled)) stop();
   const speakAt = now();
   const id = `ctx-${++nextId}`;
   state.current = id;
+  state.active = id;
   state.contexts[id] = { speakAt, firstAudioMs: null };
   state.firstAudioMs = null;
-  $("stop").disabled = false;
+  syncControls();
   try {
     const ac = await audioReady;
     if (ac.sampleRate !== sampleRate) {
@@ -152,10 +172,12 @@ async function speak() {
     }
     await ensureSession(cfg, sampleRate);
   } catch (err) {
-    $("note").textContent = String(err.message || err);
+    notes.set("utterance", String(err.message || err));
     state.errors.push({ message: String(err.message || err) });
+    endUtterance(id);
     return;
   }
+  if (state.active !== id) return; // cut off while the session was starting
   const open = { type: C.CONTEXT_OPEN, context_id: id, voice: cfg.voice || undefined };
   if (cfg.language && cfg.language !== "auto") open.language = cfg.language;
   if (cfg.instruct) open.instruct = cfg.instruct;
@@ -170,7 +192,7 @@ async function speak() {
   const words = cfg.text.match(/\S+\s*/g) || [];
   let i = 0;
   const step = () => {
-    if (state.current !== id) return;
+    if (state.active !== id) return;
     send({ type: C.TEXT_APPEND, context_id: id, text: words[i++] });
     if (i < words.length) streamTimer = setTimeout(step, 1000 / cfg.wps);
     else send({ type: C.CONTEXT_END, context_id: id });
@@ -179,10 +201,10 @@ async function speak() {
 }
 
 function stop() {
+  if (state.active === null) return;
   // The render clock at the click, so tests can measure how fast the tap goes silent.
   state.stopFrame = player.ac ? Math.round(player.ac.currentTime * player.ac.sampleRate) : null;
-  clearTimeout(streamTimer);
-  state.current = null;
+  endUtterance(state.active);
   player.stop(++cancelSeq);
   plot.mark((now() - t0) / 1000, "cancel", { label: "stop" });
   log("stop (barge-in)");
@@ -202,16 +224,15 @@ function onWorker(m) {
     sessionKey = null;
     $("conn").textContent = m.type === "closed" ? `closed ${m.code}` : "socket error";
     $("conn").classList.remove("on");
-    if (state.onFailed) state.onFailed(new Error(`connection ${m.type} ${m.code || ""} ${m.reason || ""}`));
+    const why = `connection ${m.type} ${m.code || ""} ${m.reason || ""}`.trim();
+    if (state.onFailed) state.onFailed(new Error(why));
+    else if (state.active !== null) notes.set("utterance", why); // cut off mid-utterance
+    endUtterance(state.active);
     log(`${m.type} ${m.code || ""} ${m.reason || ""}`);
   } else if (m.type === "decoder-error") {
     state.errors.push(m);
     log(`decoder error: ${m.message}`);
-  } else if (m.type === "tap" || m.type === "record") {
-    const resolve = requests.get(m.id);
-    requests.delete(m.id);
-    if (resolve) resolve(m);
-  }
+  } else if (m.type === "tap" || m.type === "record") inspector.answer(m);
 }
 
 function onServer(msg) {
@@ -221,7 +242,6 @@ function onServer(msg) {
     state.session = msg;
     state.connected = true;
     state.serverStalls = [];
-    showCauses();
     state.targetMs = msg.pacing.target_buffer_ms;
     $("conn").textContent = `${msg.engine} · ${msg.audio.codec} ${msg.audio.sample_rate / 1000} kHz`;
     $("conn").classList.add("on");
@@ -230,18 +250,20 @@ function onServer(msg) {
     state.onStarted(msg);
   } else if (msg.type === S.CONTEXT_STARTED && c) {
     c.started = msg;
+    if (isCurrent(msg.context_id)) panel.causes([]);
   } else if (msg.type === S.CONTEXT_DONE && c) {
     c.done = msg;
-    $("s-first-server").textContent = `${Math.round(msg.timing.first_audio_ms)} ms`;
+    if (isCurrent(msg.context_id)) panel.firstServer(msg);
     log(`done ${msg.context_id}: ${(msg.usage.audio_ms / 1000).toFixed(1)} s audio, stalls ${msg.stalls.events}`);
-    if (state.current === msg.context_id) $("stop").disabled = true;
+    if (state.report && playedOut(c, state.report)) endUtterance(msg.context_id);
   } else if (msg.type === S.CONTEXT_CANCELLED && c) {
     c.cancelled = msg;
+    endUtterance(msg.context_id); // (Stop ended it already; this is a cancel the page did not ask for)
     log(`cancelled ${msg.context_id} at pts ${msg.cancel_pts}, dropped ${msg.dropped_samples} samples`);
   } else if (msg.type === S.STALL) {
     state.serverStalls.push(msg);
     plot.label(msg.cause);
-    showCauses();
+    if (isCurrent(msg.context_id)) panel.causes(state.serverStalls.filter((s) => s.context_id === msg.context_id));
     log(`stall ${Math.round(msg.duration_ms)} ms in ${msg.context_id}: ${msg.cause}`);
   } else if (msg.type === S.METRICS) {
     state.targetMs = msg.target_ms;
@@ -250,6 +272,9 @@ function onServer(msg) {
   } else if (msg.type === S.ERROR || msg.type === S.WARNING) {
     state.errors.push(msg);
     log(`${msg.type} ${msg.code}: ${msg.message}`);
+    // The active utterance's problem (its own, or the session's while it speaks) stays shown until the next one.
+    const mine = msg.context_id ? msg.context_id === state.active : state.active !== null;
+    if (mine) notes.set("utterance", `${msg.code}: ${msg.message}`);
     if (msg.type === S.ERROR && state.onFailed && !state.connected) {
       sessionKey = null; // the session did not start (e.g. unsupported): the next Speak tries afresh
       state.onFailed(new Error(msg.message));
@@ -257,13 +282,22 @@ function onServer(msg) {
   }
 }
 
+function isCurrent(id) {
+  return id !== undefined && id === state.current;
+}
+
+/** The context's audio has all come out of the player (the utterance is over). */
+function playedOut(c, report) {
+  return c.done && report.played_pts >= c.done.end_pts;
+}
+
 function onEvent(ev, t) {
   state.events.push({ ...ev, t });
   const c = state.current && state.contexts[state.current];
-  if (ev.kind === "start" && c && c.firstAudioMs === null) {
+  if (ev.kind === "start" && c && c.started && c.firstAudioMs === null && ev.pts >= c.started.start_pts) {
     c.firstAudioMs = t - c.speakAt;
     state.firstAudioMs = c.firstAudioMs;
-    $("s-first").textContent = `${Math.round(c.firstAudioMs)} ms`;
+    panel.firstHeard(c.firstAudioMs);
   }
   if (ev.kind === "stall") plot.mark((t - t0) / 1000, "stall");
   else if (ev.kind === "resume" || ev.kind === "cancel") plot.endStall((t - t0) / 1000);
@@ -275,47 +309,29 @@ function onReport(r, stats) {
   const rate = state.session ? state.session.audio.sample_rate : 24000;
   const bufferMs = (r.buffered_samples / rate) * 1000;
   plot.add((now() - t0) / 1000, bufferMs, state.targetMs);
-  $("s-buffer").textContent = `${Math.round(bufferMs)} / ${Math.round(state.targetMs)} ms`;
   $("s-state").textContent = r.state;
-  $("s-played").textContent = `${(r.played_pts / rate).toFixed(1)} s`;
-  const u = r.underruns;
-  $("s-stalls").textContent = `${u.events} · max ${Math.round(u.max_gap_ms)} ms`;
-  $("s-bytes").textContent = `${(stats.bytes / 1024).toFixed(0)} KiB`;
-  $("s-bytes").title = `${stats.frames} frames`;
-}
-
-function showCauses() {
-  const causes = {};
-  for (const s of state.serverStalls) causes[s.cause] = (causes[s.cause] || 0) + 1;
-  $("s-causes").textContent = Object.entries(causes).map(([k, v]) => `${k} ${v}`).join(", ") || "none";
-}
-
-function request(type) {
-  const id = ++requestSeq;
-  return new Promise((resolve) => {
-    requests.set(id, resolve);
-    player.post({ type, id });
-  });
-}
-
-function b64(bytes) {
-  let s = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
-  return btoa(s);
+  const c = state.current && state.contexts[state.current];
+  const received = c && c.started ? stats.by_ctx[c.started.ctx] : undefined;
+  panel.report(r, c, { rate, targetMs: state.targetMs, received });
+  const active = state.active && state.contexts[state.active];
+  if (active && playedOut(active, r)) endUtterance(state.active);
 }
 
 function init() {
   for (const [name, text] of Object.entries(SAMPLES)) {
     const b = document.createElement("button");
     b.textContent = name;
-    b.onclick = () => ($("text").value = text);
+    b.onclick = () => {
+      $("text").value = text;
+      syncControls();
+    };
     $("samples").append(b);
   }
   $("text").value = SAMPLES.Greeting;
   const noOpus = (why) => {
     $("codec").querySelector('option[value="opus"]').disabled = true;
     if ($("codec").value === "opus") $("codec").value = "pcm_s16le";
-    $("note").textContent = `${why}: PCM only.`;
+    notes.set("codec", `${why}: PCM only.`);
   };
   if (!canOpus) noOpus("WebCodecs AudioDecoder is missing here");
   else {
@@ -327,6 +343,7 @@ function init() {
   if ($("codec").value === "opus" && !canOpus) $("codec").value = "pcm_s16le";
   $("voice").onchange = fillLanguages;
   $("speak").onclick = speak;
+  $("text").oninput = syncControls;
   wireClonePanel($, params.get("token"), async (voice) => {
     await loadVoices();
     $("voice").value = voice.id;
@@ -334,9 +351,10 @@ function init() {
     log(`voice ${voice.id} uploaded`);
   });
   $("stop").onclick = stop;
+  syncControls();
   plot.render();
   return loadVoices().catch((err) => {
-    $("note").textContent = `could not load voices: ${err}`;
+    notes.set("voices", `could not load voices: ${err}`);
   });
 }
 
@@ -344,18 +362,6 @@ window.voxgate = {
   state,
   ready: init(),
   samples: SAMPLES,
-  /** The worklet's tap: exactly what it output, as base64 float32 LE, plus its events. */
-  async tap() {
-    const m = await request("tap");
-    return { b64: b64(new Uint8Array(m.samples.buffer)), sampleRate: m.sampleRate, events: state.events };
-  },
-  /** What the worker received (with ?record=1): frame headers, payloads (base64) and server messages. */
-  async record() {
-    const m = await request("record");
-    return {
-      frames: m.record.frames.map((f) => ({ ...f.hdr, payload: b64(f.payload) })),
-      messages: m.record.messages,
-      stats: m.stats,
-    };
-  },
+  tap: () => inspector.tap(state.events),
+  record: () => inspector.record(),
 };

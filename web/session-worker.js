@@ -15,7 +15,8 @@ const decoders = new Map(); // ctx -> {decoder, pending: [entry]}
 const pendingCancels = new Map(); // cancel id (from the page) -> context ids
 const stats = {};
 const resetStats = () =>
-  Object.assign(stats, { frames: 0, bytes: 0, dropped_frames: 0, frames_after_ack: 0, preskip_trimmed_by_decoder: null });
+  Object.assign(stats, { frames: 0, bytes: 0, by_ctx: {}, dropped_frames: 0, frames_after_ack: 0,
+                        preskip_trimmed_by_decoder: null });
 resetStats();
 
 const toPage = (msg, transfer) => self.postMessage(msg, transfer || []);
@@ -96,6 +97,9 @@ function onFrame(buf) {
   const hdr = parseHeader(buf);
   stats.frames += 1;
   stats.bytes += buf.byteLength;
+  const received = (stats.by_ctx[hdr.ctx] ||= { frames: 0, bytes: 0 }); // the page shows each utterance's own
+  received.frames += 1;
+  received.bytes += buf.byteLength;
   const id = byCtx.get(hdr.ctx);
   const c = id !== undefined ? contexts.get(id) : null;
   if (recording) record.frames.push({ hdr, payload: new Uint8Array(buf, HEADER_BYTES).slice() });

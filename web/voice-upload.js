@@ -55,8 +55,10 @@ export async function uploadVoice(audio, opts = {}) {
 }
 
 /**
- * Wires the clone panel: Record toggles the microphone, Upload sends the recording made here (else the picked file)
- * and hands the new voice to `onUploaded`.
+ * Wires the clone panel: Record toggles the microphone, Upload sends the latest recording made here or file picked
+ * and hands the new voice to `onUploaded`. Each button is enabled only when it can act: Record where the browser
+ * can record, Upload once there is something to send; neither while an upload is under way, nor Upload while
+ * recording. The note is about the latest action: a new pick clears it.
  * @param {(id: string) => HTMLElement} $
  * @param {string|null} token
  * @param {(voice: object) => Promise<void>} onUploaded
@@ -65,6 +67,17 @@ export function wireClonePanel($, token, onUploaded) {
   const mic = new MicRecorder();
   const note = $("clone-note");
   let recorded = null;
+  let uploading = false;
+  const canRecord = typeof MediaRecorder !== "undefined" && !!navigator.mediaDevices?.getUserMedia;
+  const sync = () => {
+    $("clone-record").disabled = !canRecord || uploading;
+    $("clone-upload").disabled = uploading || mic.recording || !(recorded || $("clone-file").files[0]);
+  };
+  $("clone-file").onchange = () => {
+    recorded = null; // the pick is the latest choice
+    note.textContent = "";
+    sync();
+  };
   $("clone-record").onclick = async () => {
     try {
       if (!mic.recording) {
@@ -79,15 +92,15 @@ export function wireClonePanel($, token, onUploaded) {
     } catch (err) {
       note.textContent = `no microphone: ${err.message || err}`;
     }
+    sync();
   };
   $("clone-upload").onclick = async () => {
     const file = $("clone-file").files[0];
     const audio = recorded || file;
-    if (!audio) {
-      note.textContent = "record or pick a recording first";
-      return;
-    }
+    if (!audio || uploading) return;
     note.textContent = "uploading…";
+    uploading = true;
+    sync();
     try {
       const voice = await uploadVoice(audio, { filename: recorded ? "recording" : file.name, token,
                                                refText: $("clone-text").value.trim(),
@@ -98,5 +111,8 @@ export function wireClonePanel($, token, onUploaded) {
     } catch (err) {
       note.textContent = String(err.message || err);
     }
+    uploading = false;
+    sync();
   };
+  sync();
 }
