@@ -10,7 +10,8 @@
 # variants (engine-option A/B, VARIANTS="name:option=value ...", each on its own server: closed c=32 and c=128,
 # open 1 req/s), textrate (`voxgate bench textrate` on the model: text streamed at $WPS words/s beside sentence
 # mode), opus (gateway/bench/gateway_run.sh's Opus encoder pool against inline, fake engine), voice (uploaded voices'
-# first audio on a 1.7B Base checkpoint it writes: tests/qwen3tts/gpu_voice_ttfa.py). SKIP_CKPT=1: no CustomVoice
+# first audio on a 1.7B Base checkpoint it writes: tests/qwen3tts/gpu_voice_ttfa.py), ttsbench (tts-bench's five
+# HTTP targets and its WebSocket mode with their defaults: tests/qwen3tts/gpu_ttsbench.py). SKIP_CKPT=1: no CustomVoice
 # checkpoint (stages that do not use it).
 # Everything comes back as $OUT/results.tar.gz (rewritten after each stage), and Triton's cache in parts of 15 MB
 # as $OUT/triton.tar.gz.part-* (cat them into .tcache/triton.tar.gz for the next call).
@@ -113,6 +114,19 @@ if has voice; then
 write_synthetic('Qwen3-TTS-12Hz-1.7B-Base', '/tmp/ckb17', device='cuda', shared=Path('$VOXGATE_SHARED'))"
   timeout ${VOICE_S:-150} python3 tests/qwen3tts/gpu_voice_ttfa.py --checkpoint /tmp/ckb17 --out "$RES/voice_ttfa.json" \
     2>&1 | grep -v "it/s\]\|graph/s\|tensor/s" | tail -6
+  save
+fi
+if has ttsbench; then
+  log "tts-bench's requests with its defaults (tests/qwen3tts/gpu_ttsbench.py)"
+  python3 -m voxgate.gateway.cli serve --config qwen3tts --engine-option "model=$CKPT" --port 8011 \
+    > "$RES/ttsbench-server.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 300); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8011/health')" 2>/dev/null && break; sleep 1; done
+  for rate in ${TTSBENCH_RATES:-2 20}; do
+    timeout ${TTSBENCH_S:-120} python3 tests/qwen3tts/gpu_ttsbench.py --url http://127.0.0.1:8011 --n ${TTSBENCH_N:-30} \
+      --rate "$rate" --out "$RES/ttsbench-rate$rate.json" 2>&1 | tail -8
+  done
+  kill $SERVER; wait $SERVER 2>/dev/null
   save
 fi
 log "done"
