@@ -24,8 +24,7 @@ from voxgate.gateway.protocol import FLAG_FIRST, FLAG_LAST, PROTOCOL, FrameHeade
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-DOC_URL = "ws://127.0.0.1:8000/v1/tts/ws"  # the URL the docs use; replaced by the test server's
-DOC_HOST = "127.0.0.1:8000"
+DOC_HOST = "127.0.0.1:8000"  # the address the docs use; replaced by the test gateway's
 # The present-tense pages; docs/history/ and the benchmark reports are records and keep the commands of their day.
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), DOCS / "benchmarks" / "README.md"]
 BLOCK = re.compile(r"(?:<!-- example: (client|server) -->\n)?```(\w+)\n(.*?)```", re.DOTALL)
@@ -132,7 +131,7 @@ def test_every_shell_or_python_example_runs_or_says_why_not():
     unlabelled = [str(e) for e in examples() if not e.language and COMMANDS.search(e.code)]
     assert not unlabelled, f"label these command blocks ```sh (and mark them not-run if they cannot run): {unlabelled}"
     assert all(e.not_run.strip() for e in examples() if e.not_run is not None)
-    assert len(RUN) >= 10, [str(e) for e in RUN]
+    assert len(RUN) >= 10, [str(e) for e in RUN]  # a broken fence pattern would silently run nothing
 
 
 @pytest.fixture(scope="module")
