@@ -1,22 +1,32 @@
-"""The docs' examples run as written, against a real server: the JSON sessions of docs/protocol.md and README.md,
-the Python snippets of docs/client.md, and the engine options table of docs/qwen3tts.md (checked against the code)."""
+"""The docs' examples run as written, against a real gateway started here: every ```sh and ```python block of
+README.md and docs/ (but those marked `<!-- not-run: why -->`, e.g. a GPU or the network), the JSON sessions of
+docs/protocol.md and README.md, and the engine options table of docs/qwen3tts.md (checked against the code). The
+docs' relative links and anchors resolve."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import websockets
+from support import running_gateway
+from voxgate.engine.espeak import EspeakEngine
 from voxgate.gateway.protocol import FLAG_FIRST, FLAG_LAST, PROTOCOL, FrameHeader
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-DOC_URL = "ws://127.0.0.1:8000/v1/tts/ws"  # the URL the docs use; replaced by the test server's
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+DOC_HOST = "127.0.0.1:8000"  # the address the docs use; replaced by the test gateway's
+# The present-tense pages; docs/history/ and the benchmark reports are records and keep the commands of their day.
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), DOCS / "benchmarks" / "README.md"]
 BLOCK = re.compile(r"(?:<!-- example: (client|server) -->\n)?```(\w+)\n(.*?)```", re.DOTALL)
 VARYING = {"session_id"}  # strings that differ per run (numbers always may: positions, times)
 
@@ -84,19 +94,103 @@ async def test_readme_shortest_session(gateway):
     assert frames and answers[-1]["usage"]["audio_ms"] > 0
 
 
-CLIENT_SNIPPETS = [text for _, text in blocks(DOCS / "client.md", "python")]
+FENCE = re.compile(r"((?:<!--[^\n]*-->\n)*)```(\w*)\n(.*?)```", re.DOTALL)
+RUNNABLE = {"sh", "bash", "python"}
+NOT_RUN = re.compile(r"<!-- not-run: (.*?) -->")
+COMMANDS = re.compile(r"^(\.venv/|voxgate |curl |python|pytest |bash |sudo )", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Example:
+    page: Path
+    line: int
+    language: str
+    code: str
+    not_run: str | None  # why it cannot run here (GPU, network, minutes), from `<!-- not-run: why -->`
+
+    def __str__(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def examples() -> list[Example]:
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        for match in FENCE.finditer(text):
+            comments, language, code = match.groups()
+            reason = NOT_RUN.search(comments)
+            found.append(Example(page, text.count("\n", 0, match.start(2)) + 1, language, code,
+                                 reason.group(1) if reason else None))
+    return found
+
+
+RUN = [e for e in examples() if e.language in RUNNABLE and e.not_run is None]
+
+
+def test_every_shell_or_python_example_runs_or_says_why_not():
+    unlabelled = [str(e) for e in examples() if not e.language and COMMANDS.search(e.code)]
+    assert not unlabelled, f"label these command blocks ```sh (and mark them not-run if they cannot run): {unlabelled}"
+    assert all(e.not_run.strip() for e in examples() if e.not_run is not None)
+    assert len(RUN) >= 10, [str(e) for e in RUN]  # a broken fence pattern would silently run nothing
+
+
+@pytest.fixture(scope="module")
+def doc_gateway() -> Iterator[Any]:
+    """One espeak gateway for every example (they share nothing but the server)."""
+    with running_gateway(EspeakEngine()) as server:
+        yield server
+
+
+def run_example(example: Example, server: Any, cwd: Path) -> subprocess.CompletedProcess:
+    """Run as written, with the docs' address (127.0.0.1:8000) pointing at the test's gateway and `.venv/bin/` at
+    this interpreter's scripts; `voxgate say` gets the gateway's URL (its default is the docs' address)."""
+    host = server.http_url.removeprefix("http://").rstrip("/")
+    code = example.code.replace(DOC_HOST, host)
+    if example.language == "python":
+        return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=180)
+    scripts = Path(sys.executable).parent
+    shim = f'voxgate() {{ if [ "$1" = say ]; then shift; command voxgate say --url "{server.ws_url}" "$@"; ' \
+           'else command voxgate "$@"; fi; }\n'
+    env = {**os.environ, "PATH": f"{scripts}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", shim + code.replace(".venv/bin/", "")], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=180)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("index", range(len(CLIENT_SNIPPETS)))
-def test_client_md_snippets_run_as_written(gateway, tmp_path, index):
-    code = CLIENT_SNIPPETS[index]
-    assert DOC_URL in code
-    server = gateway()
-    done = subprocess.run([sys.executable, "-c", code.replace(DOC_URL, server.ws_url)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr and done.stdout.strip(), (done.stdout, done.stderr)
+@pytest.mark.parametrize("example", RUN, ids=str)
+def test_doc_example_runs_as_written(doc_gateway, tmp_path, example):
+    done = run_example(example, doc_gateway, tmp_path)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    if example.language == "python" and "print(" in example.code:
+        assert done.stdout.strip(), done.stderr
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+    return ({slug(h) for h in re.findall(r"^#+ (.*)$", text, re.MULTILINE)}
+            | set(re.findall(r'<a id="([^"]+)">', text)))
+
+
+def test_docs_links_resolve():
+    broken = []
+    for page in [*PAGES, *sorted((DOCS / "history").glob("*.md"))]:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"\w+:", target):
+                continue  # http:, mailto:
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page
+            if not resolved.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, broken
 
 
 def test_qwen3tts_md_lists_every_engine_option():
