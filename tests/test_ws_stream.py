@@ -9,6 +9,8 @@ import numpy as np
 import opuslib
 import pytest
 from support import connect
+from voxgate.engine.base import EngineError
+from voxgate.engine.fake import FakeEngine
 from voxgate.gateway.client import VoxgateClient
 from voxgate.gateway.protocol import FLAG_CODEC_RESET, FLAG_FIRST, FLAG_LAST, FrameHeader
 
@@ -200,17 +202,25 @@ async def test_every_context_ends_with_a_frame_flagged_last_however_it_ends(gate
     await ws.close()
 
 
+class _RefusingEngine(FakeEngine):
+    """Refuses every stream when it opens (after the context has started on its track)."""
+
+    def open_stream(self, request):
+        raise EngineError("synthesis_failed", "refused for the test")
+
+
 async def test_a_context_that_fails_ends_with_last_and_the_sdk_skips_empty_frames(gateway):
-    server = gateway()  # espeak: an unknown language is refused by the engine, after context.started
+    server = gateway(engine=_RefusingEngine())
     ws, _ = await connect(server.ws_url, pacing={"mode": "asap"})
     log: list = []
-    frames, _ = await _turn(ws, log, "x", {"type": "context.open", "language": "xx"},
+    frames, _ = await _turn(ws, log, "x", {"type": "context.open"},
                             {"type": "text.append", "text": "Nothing."}, {"type": "context.end"})
-    assert [m["code"] for m in log if isinstance(m, dict) and m["type"] == "error"] == ["language_not_supported"]
+    assert [m["code"] for m in log if isinstance(m, dict) and m["type"] == "error"] == ["synthesis_failed"]
     assert [(f.flags & (FLAG_FIRST | FLAG_LAST), f.samples) for f in frames] == [(FLAG_FIRST | FLAG_LAST, 0)]
     await ws.close()
     import voxgate.client
 
+    server = gateway()  # espeak, for audio
     async with voxgate.client.connect(server.ws_url, codec="opus") as tts:  # an empty Opus frame decodes to nothing
         turn = tts.context()
         await turn.send("Flushed first")

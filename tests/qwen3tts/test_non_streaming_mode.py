@@ -78,10 +78,12 @@ def test_false_whole_file_equals_the_streamed_audio(served: tuple) -> None:
     assert whole == streamed and len(whole) == codes.shape[0] * 1920 * 2
 
 
-def test_false_refuses_an_input_too_long_for_one_stream(served: tuple) -> None:
-    """One stream cannot take any length: an input too long for it is one clear 413 naming the limit."""
+def test_false_refuses_one_sentence_too_long_for_a_stream(served: tuple) -> None:
+    """One stream cannot take any length (max_positions 400 here). Many sentences go on in fresh streams cut at
+    sentence ends (tests/qwen3tts/test_rollover.py); one sentence longer than a whole stream is one clear 413 naming
+    the limit, before any audio."""
     server, _, _ = served
-    body = {"input": "A long sentence that goes on. " * 60, "voice": "ryan", "response_format": "pcm",
+    body = {"input": "and on " * 400 + "and on.", "voice": "ryan", "response_format": "pcm",
             "non_streaming_mode": False}
     response = httpx.post(server.http_url + "/v1/audio/speech", json=body, timeout=60)
     assert response.status_code == 413, response.text
