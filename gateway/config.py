@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .devices import check_device
-
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CUDA_INDEX = re.compile(r"^cuda:(0|[1-9]\d*)$")  # `--device cuda:N`
+
+
+def check_device(device: str) -> None:
+    """`--device` (config `device`): empty (none named), `cpu`, `cuda` or `cuda:N`; anything else is a ValueError,
+    since the name would otherwise reach the engine and label every metric."""
+    if device not in ("", "cpu", "cuda") and CUDA_INDEX.match(device) is None:
+        raise ValueError(f"device must be cpu, cuda or cuda:N (N a GPU index such as 0), not {device!r}")
 
 
 @dataclass(slots=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from voxgate.engine.base import AudioStream, EngineError
-from voxgate.gateway.textfeed import Cut, OpenStream, Sentence, TextFeed
-from voxgate.gateway.textrate import TextRate
-from voxgate.gateway.textsplit import count_words, ends_sentence, first_sentence
+from voxgate.gateway.session.context_text import Cut, OpenStream, Sentence, TextFeed
+from voxgate.gateway.session.text_rate import TextRate
+from voxgate.gateway.session.text_split import count_words, ends_sentence, first_sentence
 
 
 class Clock:

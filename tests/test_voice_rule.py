@@ -9,7 +9,7 @@ import pytest
 import voxgate.client
 from support import connect, next_json
 from voxgate.client import VoxgateError
-from voxgate.gateway.languages import Language, LanguageError, parse_language
+from voxgate.gateway.voices.languages import Language, LanguageError, parse_language
 
 LANGUAGES = [("en", "en-us"), ("eng", "en-us"), ("en-US", "en-us"), ("en_GB", "en-gb"), ("English", "en-us"),
              ("zh-Hans", "cmn"), ("zh", "cmn"), ("fr", "fr-fr"), ("pt-BR", "pt-br"), ("deu", "de")]

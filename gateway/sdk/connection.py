@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from voxgate.gateway.client import SessionError, VoxgateClient
+from voxgate.client.protocol_client import SessionError, VoxgateClient
 from voxgate.gateway.protocol import FrameHeader
 
 from .turn import AudioChunk, StallReport, Turn, VoxgateError

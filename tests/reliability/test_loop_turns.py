@@ -10,9 +10,9 @@ import json
 
 import numpy as np
 from support import connect, next_json
+from voxgate.client.protocol_client import VoxgateClient
 from voxgate.engine.fake import fake_audio, fake_duration_samples
-from voxgate.gateway.client import VoxgateClient
-from voxgate.gateway.turns import LoopTurns
+from voxgate.gateway.transport.loop_turns import LoopTurns
 
 
 async def test_at_most_the_bound_per_iteration_in_arrival_order():
