@@ -55,7 +55,7 @@ async def unknown_websocket_path(websocket: WebSocket) -> None:
 
 
 async def load_uploaded_voices(state: GatewayState) -> None:
-    """Once the engine is warm: the voices stored under voices_dir into it (POST /v1/voices, voice_store.py)."""
+    """Once the engine is warm: the voices stored under voices_dir into it (POST /v1/voices, voices/store.py)."""
     if state.voices is None:
         return
     if state.engine.supports_voice_upload:

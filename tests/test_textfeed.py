@@ -1,4 +1,4 @@
-"""The text-streaming rule (gateway/textfeed.py) and its parts, on a hand-driven clock: no server."""
+"""The text-streaming rule (gateway/session/context_text.py) and its parts, on a hand-driven clock: no server."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""One voice rule for every door (gateway/voices.py): OpenAI names, case-insensitive ids and languages as names, ISO
-639 codes or BCP-47 tags work alike over the WebSocket (SDK, raw) and HTTP, on espeak and the test-tone engine; a
-language nobody speaks is one error naming the field."""
+"""One voice rule for every door (gateway/voices/voice_rule.py): OpenAI names, case-insensitive ids and languages as
+names, ISO 639 codes or BCP-47 tags work alike over the WebSocket (SDK, raw) and HTTP, on espeak and the test-tone
+engine; a language nobody speaks is one error naming the field."""
 
 from __future__ import annotations
 

@@ -109,7 +109,8 @@ def _supervise(args: argparse.Namespace) -> int:
         shared += ["--engine-option", f"{key}={value}"]
     children = [(f"cuda:{index}", config.port + k) for k, index in enumerate(indices)]
     print("voxgate: supervising " + ", ".join(f"{d} on {config.host}:{p}" for d, p in children), flush=True)
-    # A child ends within its grace plus the hard deadline by itself (shutdown.py); the margin covers its start-up.
+    # A child ends within its grace plus the hard deadline by itself (transport/shutdown.py); the margin covers its
+    # start-up.
     supervisor = Supervisor(lambda device, port: [*shared, "--device", device, "--port", str(port)], children,
                             stop_after_s=config.shutdown_grace_s + HARD_EXIT_AFTER_S + 3.0)
     return supervisor.run()

@@ -6,7 +6,7 @@ would hit it). A child that dies before it was ever ready `MAX_FAILED_STARTS` ti
 there, a port that is taken) will not come up by retrying: the supervisor says so in one line, stops every child
 and exits 1. A child tells it is ready by writing to the pipe named in its environment (`notify_ready`).
 
-SIGTERM or SIGINT is forwarded to every child, which drains on its own (shutdown.py); the
+SIGTERM or SIGINT is forwarded to every child, which drains on its own (transport/shutdown.py); the
 supervisor waits for all of them, and kills one only if it outlives its own hard deadline. Children run in their
 own process groups, so a terminal's Ctrl-C reaches them once, through the supervisor (a second signal would cut
 their grace short), and on Linux they get SIGTERM if the supervisor itself dies.

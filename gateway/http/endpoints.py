@@ -145,7 +145,7 @@ async def health(request: Request) -> JSONResponse:
 
 
 async def health_load(request: Request) -> JSONResponse:
-    """The balancer's view: /health's status code, and how busy this backend is (load.py, docs/deploy.md)."""
+    """The balancer's view: /health's status code, and how busy this backend is (session/load.py, docs/deploy.md)."""
     state: GatewayState = request.app.state.voxgate
     status, code = _health_status(state)
     body: dict[str, object] = {"status": status}

@@ -1,5 +1,5 @@
 """Uploaded voices over HTTP **(i16)**: `POST /v1/voices` (a recording, multipart or the raw body), `GET` and `DELETE
-/v1/voices/{id}`. The store (voice_store.py) keeps them on disk and in the engine; docs/http-api.md has the errors."""
+/v1/voices/{id}`. The store (voices/store.py) keeps them on disk and in the engine; docs/http-api.md has the errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`connect()`: one session with the gateway, on `VoxgateClient` (gateway/client.py), serving turns."""
+"""`connect()`: one session with the gateway, on `VoxgateClient` (gateway/sdk/protocol_client.py), serving turns."""
 
 from __future__ import annotations
 

@@ -89,8 +89,8 @@ class Context:
     stream: AudioStream | None = None  # the engine stream speaking now
     release_admission: Callable[[], None] | None = None  # load.py: admitted until the engine counts its stream
     counted: bool = False  # the outcome went into the metrics
-    turns: LoopTurns | None = None  # the bound on chunks taken in per event-loop iteration (turns.py)
-    feed: TextFeed | None = None  # text streaming (textfeed.py); None: sentence mode (`segmenter`)
+    turns: LoopTurns | None = None  # the bound on chunks taken in per event-loop iteration (transport/loop_turns.py)
+    feed: TextFeed | None = None  # text streaming (context_text.py); None: sentence mode (`segmenter`)
     _drained: asyncio.Event = field(default_factory=asyncio.Event)
     _segments: asyncio.Queue = field(default_factory=asyncio.Queue)
     producer: asyncio.Task | None = None
@@ -200,7 +200,7 @@ class Context:
 
     async def _produce_streamed(self, engine: Engine, wake: Callable[[], None],
                                 report: Callable[[str, str, str], None]) -> None:
-        """Text streaming (textfeed.py): one engine stream per stretch of text the rule streams, whole-text
+        """Text streaming (context_text.py): one engine stream per stretch of text the rule streams, whole-text
         requests for the sentences it does not."""
         feed = self.feed
         assert feed is not None

@@ -3,7 +3,8 @@
 A client that stops reading is let go by a timer (`Watchdog`), not by a message it would have to send: when the
 socket has not taken a message for `limits.slow_consumer_s`, the session ends with `slow_consumer`. Closing never
 waits for such a peer: the error and the close frame go into the transport behind the unsent audio, and the
-transport is aborted after `CLOSE_GRACE_S` (ws_transport.py), so its socket and its `max_sessions` slot are freed.
+transport is aborted after `CLOSE_GRACE_S` (transport/ws_protocol.py), so its socket and its `max_sessions` slot
+are freed.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ async def tts_websocket(websocket: WebSocket) -> None:
     state.session_opened()
     reader = Reader(websocket, session, writer, writer_task)
     watchdog = Watchdog(writer, session.limits.slow_consumer_s, reader.fail)
-    # drain.py calls this once the session's contexts are over (or the grace is): `shutting_down`, close 1001.
+    # transport/drain.py calls this once the session's contexts are over (or the grace is): `shutting_down`, close 1001.
     state.drain.add_session(session, lambda: reader.fail(ProtocolError(
         "shutting_down", "the server is shutting down", close_code=WS_1001_GOING_AWAY)))
     close_code, reason, fatal = WS_1000_NORMAL_CLOSURE, "", None

@@ -1,6 +1,6 @@
 """One Session per WebSocket: the messages, contexts and their lifecycle, cancel, and what is counted.
 
-Threading model: everything runs on the event loop. The reader (ws.py) calls `handle()` for each message;
+Threading model: everything runs on the event loop. The reader (endpoint.py) calls `handle()` for each message;
 handlers are synchronous, so a cancel takes effect between two awaits of every other task. Producer tasks (one
 per context) synthesize; each `Track` (one per track number) owns its timeline and paces frames into the writer.
 """
@@ -74,7 +74,7 @@ class Session:
         self._tasks: set[asyncio.Task] = set()
         self._bytes_out = metrics.bytes_out.labels("ws")  # label lookups once, not per frame
         self._audio_seconds = metrics.audio_seconds.labels("ws")
-        self.draining = False  # shutdown: no new context (drain.py)
+        self.draining = False  # shutdown: no new context (transport/drain.py)
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
 
@@ -94,7 +94,8 @@ class Session:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def begin_drain(self, grace_s: float) -> None:
-        """Shutdown (drain.py): tell the client, and open no new context; live ones go on until the grace ends."""
+        """Shutdown (transport/drain.py): tell the client, and open no new context; live ones go on until the grace
+        ends."""
         self.draining = True
         self.writer.put_urgent({"type": "session.draining", "grace_ms": round(grace_s * 1000)})
 
@@ -151,7 +152,7 @@ class Session:
 
     def _choose(self, voice: str | None, language: str | None, instruct: str | None, fields: tuple[str, str, str],
                 required: bool, context_id: str | None = None) -> VoiceChoice:
-        """The one voice rule (voices.py), its refusal as this context's error."""
+        """The one voice rule (voices/voice_rule.py), its refusal as this context's error."""
         try:
             return choose_voice(self.engine, voice, language, instruct, uploaded=self.uploaded(),
                                 aliases=self._aliases, fields=fields, required=required)

@@ -3,8 +3,8 @@
 `start()` (SIGTERM, see shutdown.py) turns the gateway to draining: /health answers 503, new sessions and speech
 requests are refused, and every session is told (`session.draining` with the grace) and opens no new context. Its
 live contexts may finish until the deadline; then what is left is cancelled (`context.cancelled`), the session gets
-a final `error` `shutting_down` after its last frame, and closes 1001 (ws.py; a client that does not read is
-not waited for). HTTP streams run on until the deadline too;
+a final `error` `shutting_down` after its last frame, and closes 1001 (session/endpoint.py; a client that does not
+read is not waited for). HTTP streams run on until the deadline too;
 the server aborts what is still open after it.
 """
 
@@ -37,7 +37,7 @@ class Drain:
     def seconds_left(self) -> float:
         return 0.0 if self.deadline is None else max(0.0, self.deadline - asyncio.get_running_loop().time())
 
-    # ---- registration (ws.py, http_api.py) ------------------------------------------------------------------
+    # ---- registration (session/endpoint.py, http/endpoints.py) ---------------------------------------------------
 
     def add_session(self, session: Any, end: Callable[[], None]) -> None:
         """`end()` ends the session with `shutting_down` and close 1001; called once its contexts are over."""

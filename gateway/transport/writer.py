@@ -45,7 +45,7 @@ class SocketWriter:
                  send_now: Callable[[bytes | str], bool] | None = None) -> None:
         self._send_bytes = send_bytes
         self._send_text = send_text
-        self._send_now = send_now  # writes at once if the socket takes it without waiting (ws_transport.py)
+        self._send_now = send_now  # writes at once if the socket takes it without waiting (ws_protocol.py)
         self._max = max_frames
         self._ordered: deque[OutFrame | OutEvent] = deque()
         self._urgent: deque[JsonItem | OutFrame] = deque()

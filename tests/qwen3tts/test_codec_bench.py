@@ -1,5 +1,5 @@
-"""`voxgate bench codec` (gateway/bench/codec.py): a dry run at tiny shapes on CPU (the GPU run is the same code
-with --device cuda), and the fused path's variants."""
+"""`voxgate bench codec` (engine/qwen3tts/bench/codec_bench.py): a dry run at tiny shapes on CPU (the GPU run is the
+same code with --device cuda), and the fused path's variants."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The bound on engine chunks taken in per event-loop iteration (gateway/turns.py, `loop_chunk_turns`): at most that
-many per iteration, first come first served, a cancelled waiter gives its place up; on a real server, many
+"""The bound on engine chunks taken in per event-loop iteration (gateway/transport/loop_turns.py, `loop_chunk_turns`):
+at most that many per iteration, first come first served, a cancelled waiter gives its place up; on a real server, many
 sessions behind a bound of one chunk per iteration still get all their audio, exact and in order, and a cancel
 of a context waiting for its turn is answered."""
 
