@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Awaitable, Callable
 
-from prometheus_client import Counter
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from voxgate.gateway.session.load import LOAD_HEADER, backend_load, engine_full, load_fraction
 from voxgate.gateway.session.state import GatewayState
@@ -15,51 +12,11 @@ from voxgate.gateway.transport.auth import token_from_request
 from voxgate.gateway.voices.model_names import model_ids
 from voxgate.gateway.voices.openai_names import voice_aliases
 
+from .errors import answered, api_error, read_body
 from .speech import speak
 from .speech_request import SpeechError, check, decode_body
 
-log = logging.getLogger("voxgate.http")
 STARTED_AT = int(time.time())  # `created` of every /v1/models entry
-
-
-def _error(status: int, message: str, code: str, kind: str = "invalid_request_error",
-           close: bool = False, param: str | None = None) -> JSONResponse:
-    """An OpenAI-shaped error. `close`: the connection is not kept (an unread body, a shutdown)."""
-    return JSONResponse({"error": {"message": message, "type": kind, "code": code, "param": param}},
-                        status_code=status, headers={"Connection": "close"} if close else None)
-
-
-async def _read_body(request: Request, limit: int) -> bytes | None:
-    """The body, read while counting: None as soon as it is (or is declared) over `limit` bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and (len(declared) > 18 or int(declared) > limit):  # (int() of 4300+ digits raises)
-        return None
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            return None
-    return bytes(body)
-
-
-async def answered(state: GatewayState, what: str, handling: Awaitable[Response],
-                   refusal: Callable[[Exception], Response | None] = lambda _exc: None, *,
-                   counter: Counter) -> Response:
-    """A handler's response, counted by status in its route's `counter`: `refusal` turns the handler's own
-    exceptions into answers, a client that left is a 400, anything else one logged 500."""
-    try:
-        response = await handling
-    except ClientDisconnect:
-        response = _error(400, "the client closed the request", "client_disconnected")
-    except Exception as exc:
-        refused = refusal(exc)
-        if refused is None:
-            log.exception("%s failed", what)
-            state.metrics.errors.labels("internal_error").inc()
-            refused = _error(500, "internal error", "internal_error", "server_error")
-        response = refused
-    counter.labels(str(response.status_code)).inc()
-    return response
 
 
 async def speech(request: Request) -> Response:
@@ -70,25 +27,25 @@ async def speech(request: Request) -> Response:
 
 async def _speech(request: Request, state: GatewayState) -> Response:
     if not state.authorized(token_from_request(request)):
-        return _error(401, "a valid bearer token is required", "unauthorized", "authentication_error")
+        return api_error(401, "a valid bearer token is required", "unauthorized", "authentication_error")
     if state.drain.draining:
-        return _error(503, "the server is shutting down", "shutting_down", "server_error", close=True)
+        return api_error(503, "the server is shutting down", "shutting_down", "server_error", close=True)
     if not state.engine.ready:
-        return _error(503, "the engine is warming up", "not_ready", "server_error")
+        return api_error(503, "the engine is warming up", "not_ready", "server_error")
     if engine_full(state):
-        return _error(503, "the engine is full; retry later or elsewhere", "engine_full", "server_error")
+        return api_error(503, "the engine is full; retry later or elsewhere", "engine_full", "server_error")
     media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media_type != "application/json":  # also a CSRF guard: cross-site pages cannot send JSON without a preflight
-        return _error(415, "the body must be JSON with Content-Type: application/json", "unsupported_media_type")
+        return api_error(415, "the body must be JSON with Content-Type: application/json", "unsupported_media_type")
     t_request = time.monotonic()
     limit = state.config.max_request_bytes
-    raw = await _read_body(request, limit)
+    raw = await read_body(request, limit)
     if raw is None:
-        return _error(413, f"the body is over max_request_bytes ({limit})", "request_too_large", close=True)
+        return api_error(413, f"the body is over max_request_bytes ({limit})", "request_too_large", close=True)
     try:
         job = check(decode_body(raw), state, state.uploaded_ids(token_from_request(request)))
     except SpeechError as exc:
-        return _error(exc.status, exc.message, exc.code, param=exc.param)
+        return api_error(exc.status, exc.message, exc.code, param=exc.param)
     return await speak(state, job, t_request)
 
 
@@ -159,5 +116,5 @@ async def health_load(request: Request) -> JSONResponse:
 async def metrics(request: Request) -> Response:
     state: GatewayState = request.app.state.voxgate
     if state.config.protect_metrics and not state.authorized(token_from_request(request)):
-        return _error(401, "a valid bearer token is required", "unauthorized", "authentication_error")
+        return api_error(401, "a valid bearer token is required", "unauthorized", "authentication_error")
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -22,18 +22,16 @@ from typing import Any, TypeVar
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from voxgate.engine.base import SAMPLE_RATE
 from voxgate.gateway.audio.containers import FORMATS, ReadyEncoders, SpeechEncoder, make_speech_encoder
-from voxgate.gateway.session.context import synthesize_pcm
+from voxgate.gateway.session.pcm_producer import synthesize_pcm
 from voxgate.gateway.session.state import GatewayState
 from voxgate.gateway.transport.log_filters import AlreadyLogged
 
+from .errors import ENGINE_ERROR_STATUS
 from .speech_request import SpeechJob
 
 log = logging.getLogger("voxgate.http")
 T = TypeVar("T")
 
-# Engine error codes (EngineError.code) -> HTTP status, for a request refused before any audio.
-_STATUS = {"voice_not_found": 404, "language_not_supported": 400, "bad_request": 400, "text_too_long": 413,
-           "not_ready": 503, "unsupported": 400}
 # The request field an engine's refusal is about (where one is): OpenAI's `param`. Other codes name no one field.
 _PARAM = {"voice_not_found": "voice", "language_not_supported": "language", "text_too_long": "input"}
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -106,7 +104,7 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
         for error in errors:
             metrics.errors.labels(error.partition(":")[0]).inc()
         code = errors[0].partition(":")[0]
-        status = _STATUS.get(code, 500)
+        status = ENGINE_ERROR_STATUS.get(code, 500)
         kind = "invalid_request_error" if status < 500 else "server_error"
         return JSONResponse({"error": {"message": "; ".join(errors), "type": kind, "code": code,
                                        "param": _PARAM.get(code)}}, status_code=status)

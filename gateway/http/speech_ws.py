@@ -2,7 +2,7 @@
 tts-bench): one request per connection, its text sent as it is written, its audio back as binary PCM16 24 kHz.
 
 The request is checked as `POST /v1/audio/speech` checks it (speech_request.check) and spoken by the same producer
-(context.spoken_pcm), with text streaming where the engine takes it (as a `/v1/tts/ws` context). The exchange:
+(pcm_producer.spoken_pcm), with text streaming where the engine takes it (as a `/v1/tts/ws` context). The exchange:
 `session.created` -> `request.start` -> `request.configured`; `input_text.append {sequence, text}` and
 `input_text.end {sequence}`, each answered by `input_text.ack {event, sequence}`; `response.started {request_id,
 audio}`, binary frames, `response.done {request_id, stop_reason, audio_chunks}`, and the server closes (1000).
@@ -29,13 +29,14 @@ from voxgate.gateway.protocol import (
     WS_4001_UNAUTHORIZED,
     WS_4008_TIMEOUT,
 )
-from voxgate.gateway.session.context import Context, pcm_context, spoken_pcm
-from voxgate.gateway.session.context_text import TextFeed
+from voxgate.gateway.session.context import Context
+from voxgate.gateway.session.context_text import ContextText
 from voxgate.gateway.session.load import engine_full
+from voxgate.gateway.session.pcm_producer import pcm_context, spoken_pcm
 from voxgate.gateway.session.state import GatewayState
 from voxgate.gateway.transport.auth import token_from_websocket
 
-from .speech import _STATUS as ENGINE_ERROR_STATUS
+from .errors import ENGINE_ERROR_STATUS
 from .speech_request import SpeechError, SpeechJob, check, decode_body
 
 log = logging.getLogger("voxgate.http")
@@ -202,7 +203,7 @@ async def speech_websocket(websocket: WebSocket) -> None:
         job = _job(start, state, token)
         context = pcm_context(job.voice, job.language, job.instruct, job.budget_samples, state.turns)
         if state.config.text_streaming == "auto" and state.engine.supports_text_streaming:
-            context.feed = TextFeed(state.config.text_stream_min_words, state.config.text_stream_min_wps)
+            context.feed = ContextText(state.config.text_stream_min_words, state.config.text_stream_min_wps)
         await socket.send({"type": "request.configured", "model": start.get("model"), "voice": job.voice,
                            "language": job.language, "response_format": "pcm", "audio": AUDIO})
         loop = asyncio.get_running_loop()

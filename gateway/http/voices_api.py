@@ -16,7 +16,7 @@ from voxgate.gateway.session.state import GatewayState
 from voxgate.gateway.transport.auth import token_from_request
 from voxgate.gateway.voices.store import MODES, owner_of
 
-from .endpoints import _error, _read_body, answered
+from .errors import answered, api_error, read_body
 
 log = logging.getLogger("voxgate.http")
 MAX_NAME_CHARS = 100
@@ -85,9 +85,9 @@ async def create(request: Request) -> Response:
 
 def _refusal(exc: Exception) -> Response | None:
     if isinstance(exc, UploadError):
-        return _error(exc.status, exc.message, exc.code, param=exc.param)
+        return api_error(exc.status, exc.message, exc.code, param=exc.param)
     if isinstance(exc, EngineError):
-        return _error(501 if exc.code == "unsupported" else 400, exc.message, exc.code,
+        return api_error(501 if exc.code == "unsupported" else 400, exc.message, exc.code,
                       param="ref_text" if exc.code == "ref_text_too_long" else None)
     return None
 
@@ -95,19 +95,19 @@ def _refusal(exc: Exception) -> Response | None:
 async def _create(request: Request, state: GatewayState) -> Response:
     token = token_from_request(request)
     if not state.authorized(token):
-        return _error(401, "a valid bearer token is required", "unauthorized", "authentication_error", close=True)
+        return api_error(401, "a valid bearer token is required", "unauthorized", "authentication_error", close=True)
     store, config = state.voices, state.config
     if store is None:
-        return _error(501, "voice uploads are off on this server (config voices_dir)", "voice_uploads_disabled",
+        return api_error(501, "voice uploads are off on this server (config voices_dir)", "voice_uploads_disabled",
                       "server_error", close=True)
     if not state.engine.ready:  # (what the engine takes is known once it has loaded)
-        return _error(503, "the engine is warming up", "not_ready", "server_error", close=True)
+        return api_error(503, "the engine is warming up", "not_ready", "server_error", close=True)
     if not state.engine.supports_voice_upload:
-        return _error(501, f"the {state.engine.name} engine (this checkpoint) takes no uploaded voices; a Qwen3-TTS "
+        return api_error(501, f"the {state.engine.name} engine (this checkpoint) takes no uploaded voices; a Qwen3-TTS "
                       "Base checkpoint does", "unsupported", "server_error", close=True)
     if state.voice_uploads.locked():  # refused, not queued: a queued upload would hold its body meanwhile
         await _discarded(request, config.max_voice_upload_bytes, config.voice_upload_timeout_s)
-        response = _error(503, f"{config.max_concurrent_voice_uploads} uploads are being handled "
+        response = api_error(503, f"{config.max_concurrent_voice_uploads} uploads are being handled "
                           "(max_concurrent_voice_uploads); retry in a moment", "uploads_busy", "server_error",
                           close=True)
         response.headers["Retry-After"] = "1"
@@ -137,12 +137,12 @@ async def _upload(request: Request, state: GatewayState, token: str | None) -> R
     limit, timeout = config.max_voice_upload_bytes, config.voice_upload_timeout_s
     try:
         async with asyncio.timeout(timeout):  # a body trickled in would hold its upload slot for ever
-            body = await _read_body(request, limit)
+            body = await read_body(request, limit)
     except TimeoutError:
-        return _error(408, f"the upload did not arrive within voice_upload_timeout_s ({timeout:g} s)",
+        return api_error(408, f"the upload did not arrive within voice_upload_timeout_s ({timeout:g} s)",
                       "upload_timeout", close=True)
     if body is None:
-        return _error(413, f"the upload is over max_voice_upload_bytes ({limit})", "upload_too_large", close=True)
+        return api_error(413, f"the upload is over max_voice_upload_bytes ({limit})", "upload_too_large", close=True)
     fields = _fields(request, body)
     audio = fields.get("file")
     if not audio:
@@ -174,12 +174,12 @@ async def one(request: Request) -> Response:
     state: GatewayState = request.app.state.voxgate
     token = token_from_request(request)
     if not state.authorized(token):
-        return _error(401, "a valid bearer token is required", "unauthorized", "authentication_error")
+        return api_error(401, "a valid bearer token is required", "unauthorized", "authentication_error")
     voice_id = request.path_params["voice_id"]
     owner = owner_of(token, bool(state.config.auth_tokens))
     record = state.voices.get(voice_id, owner) if state.voices is not None else None
     if record is None:
-        return _error(404, f"voice {voice_id!r} not found", "voice_not_found", param="voice_id")
+        return api_error(404, f"voice {voice_id!r} not found", "voice_not_found", param="voice_id")
     if request.method == "DELETE":
         assert state.voices is not None
         state.voices.remove(voice_id)

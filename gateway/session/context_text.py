@@ -57,7 +57,7 @@ class Sentence:
     text: str
 
 
-class TextFeed:
+class ContextText:
     def __init__(self, min_words: int, min_wps: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.min_words = min_words
         self.min_wps = min_wps

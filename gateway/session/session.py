@@ -41,7 +41,7 @@ from voxgate.gateway.voices.openai_names import voice_aliases
 from voxgate.gateway.voices.voice_rule import VoiceChoice, VoiceError, choose_voice
 
 from .context import MAX_AHEAD_S, Context, ContextState
-from .context_text import TextFeed
+from .context_text import ContextText
 from .load import Admission
 from .track import Track
 
@@ -193,7 +193,7 @@ class Session:
         context.max_ahead_samples = int(MAX_AHEAD_S * self.fmt.sample_rate)
         context.turns = self.turns
         if self.config.text_streaming == "auto" and self.engine.supports_text_streaming:
-            context.feed = TextFeed(self.config.text_stream_min_words, self.config.text_stream_min_wps)
+            context.feed = ContextText(self.config.text_stream_min_words, self.config.text_stream_min_wps)
         self.used_ids.add(context_id)
         self.contexts[context_id] = context
         track.add(context)

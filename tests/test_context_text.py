@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from voxgate.engine.base import AudioStream, EngineError
-from voxgate.gateway.session.context_text import Cut, OpenStream, Sentence, TextFeed
+from voxgate.gateway.session.context_text import ContextText, Cut, OpenStream, Sentence
 from voxgate.gateway.session.text_rate import TextRate
 from voxgate.gateway.session.text_split import count_words, ends_sentence, first_sentence
 
@@ -39,7 +39,7 @@ class Stream(AudioStream):
         self.ended = True
 
 
-def feed_words(feed: TextFeed, clock: Clock, text: str, wps: float) -> None:
+def feed_words(feed: ContextText, clock: Clock, text: str, wps: float) -> None:
     for word in text.split(" "):
         feed.add(word + " ")
         clock.t += 1 / wps
@@ -66,7 +66,7 @@ def test_rate_counts_words_across_pieces_and_decays_in_silence():
 
 async def test_fast_text_opens_one_stream_after_min_words_and_feeds_it():
     clock = Clock()
-    feed = TextFeed(min_words=4, min_wps=10, clock=clock)
+    feed = ContextText(min_words=4, min_wps=10, clock=clock)
     feed.add("The birch ")
     clock.t += 0.05
     assert feed.next_request() is None  # two words
@@ -86,7 +86,7 @@ async def test_fast_text_opens_one_stream_after_min_words_and_feeds_it():
 
 async def test_slow_text_is_spoken_sentence_by_sentence():
     clock = Clock()
-    feed = TextFeed(min_words=4, min_wps=10, clock=clock)
+    feed = ContextText(min_words=4, min_wps=10, clock=clock)
     feed_words(feed, clock, "Glue the sheet to the dark blue background. It is", 2)
     assert feed.next_request() == Sentence("Glue the sheet to the dark blue background.")
     assert feed.next_request() is None  # "It is": unfinished and slow
@@ -97,7 +97,7 @@ async def test_slow_text_is_spoken_sentence_by_sentence():
 
 async def test_a_rate_drop_finishes_the_begun_sentence_then_ends_the_stream_text():
     clock = Clock()
-    feed = TextFeed(min_words=4, min_wps=10, clock=clock)
+    feed = ContextText(min_words=4, min_wps=10, clock=clock)
     feed_words(feed, clock, "One two three four five", 20)
     request = feed.next_request()
     stream = Stream()
@@ -112,7 +112,7 @@ async def test_a_rate_drop_finishes_the_begun_sentence_then_ends_the_stream_text
 
 async def test_a_stream_waiting_at_a_sentence_end_ends_its_text_once_the_rate_decays():
     clock = Clock()
-    feed = TextFeed(min_words=4, min_wps=10, clock=clock)
+    feed = ContextText(min_words=4, min_wps=10, clock=clock)
     feed_words(feed, clock, "One two three four five.", 20)
     stream = Stream()
     feed.opened(stream, feed.next_request())
@@ -146,7 +146,7 @@ class BoundedStream(Stream):
         self.cancelled = True
 
 
-def open_live(feed: TextFeed, clock: Clock, words: str, max_words: int, honest: bool = True) -> BoundedStream:
+def open_live(feed: ContextText, clock: Clock, words: str, max_words: int, honest: bool = True) -> BoundedStream:
     """`words` at 100 words/s, then the stream they open, live."""
     feed_words(feed, clock, words, 100)
     request = feed.next_request()
@@ -156,7 +156,7 @@ def open_live(feed: TextFeed, clock: Clock, words: str, max_words: int, honest: 
     return stream
 
 
-def speak_all(feed: TextFeed, max_words: int, honest: bool = True) -> list[BoundedStream]:
+def speak_all(feed: ContextText, max_words: int, honest: bool = True) -> list[BoundedStream]:
     """The producer's side: every request opened and (streams) finished, until the end mark."""
     streams: list[BoundedStream] = []
     while (request := feed.next_request()) != Cut(None):
@@ -171,7 +171,7 @@ def speak_all(feed: TextFeed, max_words: int, honest: bool = True) -> list[Bound
 
 async def test_a_full_stream_ends_its_text_at_a_sentence_end_and_a_fresh_stream_goes_on():
     clock = Clock()
-    feed = TextFeed(min_words=4, min_wps=10, clock=clock)
+    feed = ContextText(min_words=4, min_wps=10, clock=clock)
     text = " ".join(f"Sentence {n} has five words." for n in range(1, 9))
     feed_words(feed, clock, text, 100)
     feed.cut(None)
@@ -183,7 +183,7 @@ async def test_a_full_stream_ends_its_text_at_a_sentence_end_and_a_fresh_stream_
 
 async def test_an_engine_refusing_text_mid_sentence_ends_the_stream_there_and_the_rest_goes_on():
     clock = Clock()
-    feed, errors = TextFeed(min_words=2, min_wps=10, clock=clock), []
+    feed, errors = ContextText(min_words=2, min_wps=10, clock=clock), []
     feed.on_error = errors.append
     first = open_live(feed, clock, "One two.", max_words=6, honest=False)
     feed_words(feed, clock, "Three four five six seven eight nine. Ten eleven.", 100)
@@ -197,7 +197,7 @@ async def test_an_engine_refusing_text_mid_sentence_ends_the_stream_there_and_th
 
 async def test_a_sentence_longer_than_a_whole_stream_ends_the_context_with_an_error():
     clock = Clock()
-    feed, errors = TextFeed(min_words=4, min_wps=10, clock=clock), []
+    feed, errors = ContextText(min_words=4, min_wps=10, clock=clock), []
     feed.on_error = errors.append
     stream = open_live(feed, clock, "a b c d", max_words=8)
     feed_words(feed, clock, "e f g h i j k", 100)
