@@ -159,7 +159,7 @@ def test_passage_over_opus_matches_libopus(page, gateway: str) -> None:
 
 
 def test_mulaw_plays_the_servers_own_decode(page, gateway: str) -> None:
-    from voxgate.gateway.audio import mulaw_decode
+    from voxgate.gateway.audio.frames import mulaw_decode
 
     open_demo(page, gateway, codec="mulaw")
     cid = speak(page, "Greeting", mode="all")

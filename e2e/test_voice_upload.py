@@ -25,7 +25,7 @@ def base_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from voxgate.engine.qwen3tts.synthetic import write_synthetic
     from voxgate.gateway.app import create_app
     from voxgate.gateway.config import GatewayConfig
-    from voxgate.gateway.server import BackgroundServer
+    from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
     ckpt = write_synthetic("Qwen3-TTS-12Hz-1.7B-Base", tmp_path_factory.mktemp("tiny-base17"), seed=0, tiny=True,
                            shared=SHARED)

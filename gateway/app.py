@@ -16,16 +16,17 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 from voxgate.engine.base import Engine
+from voxgate.gateway.audio.frames import configure_opus_pool
+from voxgate.gateway.http.speech_ws import speech_websocket
+from voxgate.gateway.session.endpoint import tts_websocket
+from voxgate.gateway.session.state import GatewayState
+from voxgate.gateway.transport.gc_tuning import GcTuning
+from voxgate.gateway.transport.guard import BrowserGuard
+from voxgate.gateway.transport.loop_lag import watch_loop_lag
 
-from . import http_api, voices_api
-from .audio import configure_opus_pool
 from .config import GatewayConfig
-from .gctune import GcTuning
-from .guard import BrowserGuard
-from .looplag import watch_loop_lag
-from .speech_ws import speech_websocket
-from .state import GatewayState
-from .ws import tts_websocket
+from .http import endpoints as http_api
+from .http import voices_api
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 WEB_SUFFIXES = {".html", ".js", ".css", ".svg", ".png", ".ico", ".json"}
@@ -54,7 +55,7 @@ async def unknown_websocket_path(websocket: WebSocket) -> None:
 
 
 async def load_uploaded_voices(state: GatewayState) -> None:
-    """Once the engine is warm: the voices stored under voices_dir into it (POST /v1/voices, voice_store.py)."""
+    """Once the engine is warm: the voices stored under voices_dir into it (POST /v1/voices, voices/store.py)."""
     if state.voices is None:
         return
     if state.engine.supports_voice_upload:

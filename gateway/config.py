@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .devices import check_device
-
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CUDA_INDEX = re.compile(r"^cuda:(0|[1-9]\d*)$")  # `--device cuda:N`
+
+
+def check_device(device: str) -> None:
+    """`--device` (config `device`): empty (none named), `cpu`, `cuda` or `cuda:N`; anything else is a ValueError,
+    since the name would otherwise reach the engine and label every metric."""
+    if device not in ("", "cpu", "cuda") and CUDA_INDEX.match(device) is None:
+        raise ValueError(f"device must be cpu, cuda or cuda:N (N a GPU index such as 0), not {device!r}")
 
 
 @dataclass(slots=True)
@@ -77,7 +84,7 @@ class GatewayConfig:
     # Gen-0 collections: CPython's 700 collects too often for a busy loop; each pass costs ~0.3 us per young object
     # (1-2 ms at 5,000 in the gateway). The qwen3tts engine loop keeps more young objects per step: 10,000 there.
     gc_gen0_threshold: int = 5_000
-    loop_chunk_turns: int = 4  # engine chunks taken in per event-loop iteration (turns.py); 0: no bound
+    loop_chunk_turns: int = 4  # engine chunks taken in per event-loop iteration (transport/loop_turns.py); 0: no bound
     # Text streaming (docs/protocol.md, "Text streaming"): "auto" feeds a context's text into one engine stream
     # as it arrives on engines that take it (Engine.supports_text_streaming); "off" keeps sentence mode everywhere.
     # A stream opens on an unfinished sentence only with `text_stream_min_words` words waiting, arriving at
@@ -90,7 +97,7 @@ class GatewayConfig:
     allowed_hosts: list[str] = field(default_factory=list)  # Host names beyond IP literals and localhost
     max_request_bytes: int = 262_144  # POST bodies; refused with 413 while reading
     protect_metrics: bool = False  # true: /metrics and /health's details need a token too
-    # POST /v1/audio/speech: OpenAI voice names per engine (merged over gateway/openai_names.py's tables), model ids
+    # POST /v1/audio/speech: OpenAI voice names per engine (merged over voices/openai_names.py's tables), model ids
     # accepted besides voxgate and the engine's own, and threads for the mp3/opus/aac/flac encoders (0: on the loop)
     voice_aliases: dict[str, dict[str, str]] = field(default_factory=dict)
     served_model_name: list[str] = field(default_factory=list)  # vLLM's: the model's names, listed first

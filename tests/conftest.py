@@ -9,7 +9,7 @@ from support import RecordingEngine, running_gateway
 from voxgate.engine.espeak import EspeakEngine
 from voxgate.engine.fake import FakeEngine
 from voxgate.gateway.config import GatewayConfig
-from voxgate.gateway.server import BackgroundServer
+from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 import websockets
+from voxgate.client.protocol_client import VoxgateClient
 from voxgate.engine.base import AudioStream, Engine, SynthesisRequest, VoiceInfo
 from voxgate.gateway.app import create_app
-from voxgate.gateway.client import VoxgateClient
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.protocol import PROTOCOL
-from voxgate.gateway.server import BackgroundServer
+from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 BYSTANDER_TEXT = "A second session keeps speaking meanwhile."  # 2.2 s of fake-engine audio
 PASSAGE = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."  # ~5 s

@@ -223,7 +223,7 @@ def test_fields_that_cannot_be_honoured_are_named(gateway, extra, status, code, 
 def test_an_encoder_made_ahead_serves_the_next_request(gateway, fmt):
     """The first request of a format leaves one encoder ready for the next (its codec open off the critical path);
     the request served by it decodes to the full length, and the one after that too."""
-    from voxgate.gateway import speech
+    from voxgate.gateway.http import speech
 
     speech._ready.take(fmt)  # start from none ready
     for _ in range(3):
@@ -238,7 +238,7 @@ def test_an_encoder_made_ahead_serves_the_next_request(gateway, fmt):
 
 
 def test_ready_encoders_hand_over_one_and_refill() -> None:
-    from voxgate.gateway.speech_formats import ReadyEncoders
+    from voxgate.gateway.audio.containers import ReadyEncoders
 
     ready = ReadyEncoders()
     assert ready.take("flac") is None

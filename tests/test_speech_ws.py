@@ -1,4 +1,4 @@
-"""The speech WebSocket `/v1/audio/speech/ws` (gateway/speech_ws.py) beyond tts-bench's happy path (that one is
+"""The speech WebSocket `/v1/audio/speech/ws` (gateway/http/speech_ws.py) beyond tts-bench's happy path (that one is
 tests/test_ttsbench.py): one clear error per bad request, each followed by the close, and a cancel that stops the
 engine. Real server, raw `websockets` client."""
 

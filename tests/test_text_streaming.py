@@ -9,8 +9,8 @@ import random
 
 from support import connect
 from test_ws_stream import check_order, collect_until
+from voxgate.client.protocol_client import VoxgateClient
 from voxgate.engine.fake import SECONDS_PER_WORD
-from voxgate.gateway.client import VoxgateClient
 from voxgate.gateway.protocol import FrameHeader
 
 WORD_SAMPLES = round(SECONDS_PER_WORD * 24_000)  # the fake engine's audio per word, in either mode

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from voxgate.engine.qwen3tts.text_feed import safe_cut
 from voxgate.gateway.config import Limits
-from voxgate.gateway.textsplit import ScanCost, TextSegmenter, ends_sentence, find_sentence_end, first_sentence
+from voxgate.gateway.session.text_split import ScanCost, TextSegmenter, ends_sentence, find_sentence_end, first_sentence
 
 ENDS = ".!?;…。！？；"
 MAX_TEXT = Limits().max_text_chars

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from voxgate.client.player import SimulatedPlayer
 from voxgate.engine.fake import FakeEngine
-from voxgate.gateway.audio import AudioFormat, make_encoder, mulaw_decode, mulaw_encode
+from voxgate.gateway.audio.frames import AudioFormat, make_encoder, mulaw_decode, mulaw_encode
 from voxgate.gateway.config import GatewayConfig, load_config
-from voxgate.gateway.context import Context
-from voxgate.gateway.pacer import Pacer
-from voxgate.gateway.player import SimulatedPlayer
 from voxgate.gateway.protocol import FLAG_FIRST, FLAG_LAST, FrameHeader, ProtocolError
-from voxgate.gateway.stalls import FrameLog, FrameRecord
-from voxgate.gateway.textsplit import TextSegmenter
+from voxgate.gateway.session.context import Context
+from voxgate.gateway.session.pacer import Pacer
+from voxgate.gateway.session.stalls import FrameLog, FrameRecord
+from voxgate.gateway.session.text_split import TextSegmenter
 
 
 @given(st.integers(0, 255), st.integers(0, 0xFFFF), st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1),
@@ -242,7 +242,7 @@ def test_pacer_sleeps_until_the_buffer_drains_instead_of_polling():
 def test_gc_tuning_freezes_raises_the_threshold_measures_and_undoes():
     import gc
 
-    from voxgate.gateway.gctune import GcTuning
+    from voxgate.gateway.transport.gc_tuning import GcTuning
 
     pauses: list[tuple[int, float]] = []
     before = gc.get_threshold()

@@ -1,6 +1,6 @@
-"""One voice rule for every door (gateway/voices.py): OpenAI names, case-insensitive ids and languages as names, ISO
-639 codes or BCP-47 tags work alike over the WebSocket (SDK, raw) and HTTP, on espeak and the test-tone engine; a
-language nobody speaks is one error naming the field."""
+"""One voice rule for every door (gateway/voices/voice_rule.py): OpenAI names, case-insensitive ids and languages as
+names, ISO 639 codes or BCP-47 tags work alike over the WebSocket (SDK, raw) and HTTP, on espeak and the test-tone
+engine; a language nobody speaks is one error naming the field."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import voxgate.client
 from support import connect, next_json
 from voxgate.client import VoxgateError
-from voxgate.gateway.languages import Language, LanguageError, parse_language
+from voxgate.gateway.voices.languages import Language, LanguageError, parse_language
 
 LANGUAGES = [("en", "en-us"), ("eng", "en-us"), ("en-US", "en-us"), ("en_GB", "en-gb"), ("English", "en-us"),
              ("zh-Hans", "cmn"), ("zh", "cmn"), ("fr", "fr-fr"), ("pt-BR", "pt-br"), ("deu", "de")]

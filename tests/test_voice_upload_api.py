@@ -13,10 +13,10 @@ import httpx
 import numpy as np
 import pytest
 from voxgate.engine.base import Engine, EngineError
+from voxgate.gateway.audio.upload_decode import UploadError, check_recording, decode_audio
 from voxgate.gateway.config import GatewayConfig
-from voxgate.gateway.voice_audio import UploadError, check_recording, decode_audio
-from voxgate.gateway.voice_store import VoiceStore
-from voxgate.gateway.voices_api import parse_multipart
+from voxgate.gateway.http.voices_api import parse_multipart
+from voxgate.gateway.voices.store import VoiceStore
 
 
 def _wav(seconds: float, sr: int = 16_000, channels: int = 1) -> bytes:
@@ -123,7 +123,7 @@ def test_a_failed_write_leaves_no_voice(tmp_path: Path, monkeypatch: pytest.Monk
     import asyncio
     import os
 
-    from voxgate.gateway.voice_audio import Recording
+    from voxgate.gateway.audio.upload_decode import Recording
 
     class Prompting(_Cloner):
         def voice_prompt(self, audio: np.ndarray, sample_rate: int, ref_text: str | None) -> dict[str, np.ndarray]:

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from test_voice_upload_api import _Cloner
 from voxgate.gateway.config import GatewayConfig
-from voxgate.gateway.server import BackgroundServer
+from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 
 class _Prompting(_Cloner):

@@ -10,7 +10,7 @@ import websockets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import bystander, connect, next_error, next_json
-from voxgate.gateway.client import VoxgateClient
+from voxgate.client.protocol_client import VoxgateClient
 from voxgate.gateway.config import GatewayConfig, Limits
 from voxgate.gateway.protocol import MESSAGE_TYPES, PROTOCOL, ProtocolError, parse_message
 

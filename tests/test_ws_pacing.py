@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from voxgate.gateway.client import VoxgateClient
+from voxgate.client.protocol_client import VoxgateClient
 
 # Harvard sentences (IEEE 1969, public domain), list 1: a ~20 s passage at espeak's default rate.
 PASSAGE = ("The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "

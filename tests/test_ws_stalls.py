@@ -7,7 +7,7 @@ import json
 
 import httpx
 from support import connect
-from voxgate.gateway.client import VoxgateClient
+from voxgate.client.protocol_client import VoxgateClient
 
 
 async def test_a_slow_engine_causes_generation_stalls(gateway, fake_engine):

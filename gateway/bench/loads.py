@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .arrivals import poisson_arrivals
-from .client import Client, HttpClient, ServerError, Trace, WsClient
+from .load_client import Client, HttpClient, ServerError, Trace, WsClient
 from .stats import to_sample
 from .workload import Workload
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from . import environment, stats
-from .cli import _pairs, command_line, default_name
-from .client import Trace, WsClient
+from .arguments import command_line, default_name, key_values
+from .gateway_process import GatewayProcess, gateway_base_url, get_json
+from .load_client import Trace, WsClient
 from .loads import Target
+from .plan_runner import Plan, run_plan
 from .report import SLO, write
-from .runner import Plan, run_plan
-from .server import GatewayProcess, gateway_base_url, get_json
 from .workload import LENGTH_RULE, Workload
 
 
@@ -155,11 +155,11 @@ def bench_run(args: argparse.Namespace) -> int:
     name = args.name or default_name(args.engine or "gateway", plan.transport)
     out_dir = Path(args.out or Path("docs/benchmarks") / name)
     out_dir.mkdir(parents=True, exist_ok=True)
-    options = _pairs(args.engine_option)
+    options = key_values(args.engine_option)
     setup: dict[str, Any] = {}
     if args.model_dir:
         setup["model"] = environment.checkpoint_shapes(args.model_dir)
-    setup |= _pairs(args.meta)
+    setup |= key_values(args.meta)
     if args.engine:
         gateway = GatewayProcess(
             args.engine, {k: str(v) for k, v in options.items()}, args.serve_arg, log_path=out_dir / "server.log"

@@ -11,7 +11,7 @@ import argparse
 import json
 import time
 
-from ..protocol import ProtocolError, parse_message
+from voxgate.gateway.protocol import ProtocolError, parse_message
 
 MIX: dict[str, str] = {
     "playback": json.dumps({"type": "playback", "track": 0, "played_pts": 123_456, "buffered_samples": 3600,

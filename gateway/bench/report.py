@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import metrics
+from . import server_metrics
 from .capacity import SLO_SHARE, SLO_TOTAL_PAUSE_S, SLO_TTFA_S
 
 SCHEMA = "voxgate.bench/1"
@@ -26,7 +26,7 @@ def absent_metrics(report: dict[str, Any]) -> list[str]:
     seen: set[str] = set()
     for phase in phases(report):
         seen.update(phase.get("server") or {})
-    return metrics.absent({name: True for name in seen})
+    return server_metrics.absent({name: True for name in seen})
 
 
 def phases(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -178,7 +178,7 @@ def _server_section(report: dict[str, Any]) -> list[str]:
     if absent:
         lines.append(
             "Absent from `/metrics` (left empty): "
-            + ", ".join(f"`{n}` ({metrics.EXPECTED_ENGINE[n]})" for n in absent)
+            + ", ".join(f"`{n}` ({server_metrics.EXPECTED_ENGINE[n]})" for n in absent)
             + "."
         )
         lines.append("")

@@ -19,9 +19,9 @@ import time
 from typing import Any
 
 import numpy as np
+from voxgate.gateway.transport.loop_lag import watch_loop_lag
 
-from ..looplag import watch_loop_lag
-from .server import gateway_base_url
+from .gateway_process import gateway_base_url
 
 COUNTS = ("sessions", "contexts", "frames", "lost", "garbled", "pauses_over_10ms", "errors", "server_errors")
 
@@ -40,8 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _expected(text: str, voice: str) -> np.ndarray:
     from voxgate.engine.fake import fake_audio, fake_duration_samples
-
-    from ..textsplit import TextSegmenter
+    from voxgate.gateway.session.text_split import TextSegmenter
 
     splitter = TextSegmenter()
     segments = splitter.append(text) + splitter.flush()
@@ -49,9 +48,8 @@ def _expected(text: str, voice: str) -> np.ndarray:
 
 
 async def _session(url: str, args: dict[str, Any], texts: list[str], start_at: float, stats: dict[str, Any]) -> None:
+    from voxgate.client.protocol_client import VoxgateClient
     from voxgate.engine.fake import DEFAULT_VOICE
-
-    from ..client import VoxgateClient
 
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
     rng = random.Random()

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .capacity import in_slo
-from .client import Trace
+from .load_client import Trace
 from .playback import listen
 
 KEEP_TRACES = False  # set by the CLI's --keep-traces: adds every frame's (arrival, duration) to each sample

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .server import GatewayProcess
+from .gateway_process import GatewayProcess
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

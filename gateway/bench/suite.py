@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from . import environment
-from .cli import _pairs, command_line
+from .arguments import command_line, key_values
+from .gateway_process import GatewayProcess
 from .main import build_report, exit_on_sigterm, headline, measure
+from .plan_runner import Plan
 from .report import write
-from .runner import Plan
-from .server import GatewayProcess
 
 # The contract's full open loop (10 s warm-up, 60 s, two seeds: 140 s a rate) does not fit one 10-minute call with
 # everything else, so "full" is split into parts that each fit; `voxgate bench merge` joins their reports.
@@ -157,7 +157,7 @@ def run_baseline_process(args: argparse.Namespace, work: Path, runs: int, budget
         "--out",
         str(work / "baseline"),
     ]
-    engine = _pairs(args.engine_option)  # the reference runs where and how the engine runs
+    engine = key_values(args.engine_option)  # the reference runs where and how the engine runs
     if engine.get("device"):
         cmd += ["--device", str(engine["device"])]
     if engine.get("dtype"):
@@ -235,7 +235,7 @@ def suite_main(args: argparse.Namespace) -> int:
     if baseline_runs and not args.skip_baseline:
         baseline = run_baseline_process(args, work, baseline_runs, min(240.0, args.budget_s / 3), log)
         log(f"baseline: {json.dumps(baseline.get('summary') or baseline.get('error'))}")
-    options = {"model": args.checkpoint, **_pairs(args.engine_option)}
+    options = {"model": args.checkpoint, **key_values(args.engine_option)}
     gateway = GatewayProcess(
         "qwen3tts",
         {k: str(v) for k, v in options.items()},
@@ -258,7 +258,7 @@ def suite_main(args: argparse.Namespace) -> int:
         setup["engine_info"] = engine_info
     if checkpoint_s is not None:
         setup["synthetic_checkpoint_write_s"] = checkpoint_s
-    setup |= _pairs(args.meta)
+    setup |= key_values(args.meta)
     server = {
         "engine": "qwen3tts",
         "engine_options": options,

@@ -22,7 +22,7 @@ import websockets
 from livekit.agents import APIConnectionError, APIConnectOptions, APIError, APIStatusError, APITimeoutError, tts, utils
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS
 from voxgate.client import Connection, Turn, VoxgateError, connect
-from voxgate.gateway.client import SessionError
+from voxgate.client.protocol_client import SessionError
 
 DEFAULT_URL = "ws://127.0.0.1:8000/v1/tts/ws"
 SAMPLE_RATE = 24000  # the engine's own rate: no resampling on the gateway

@@ -33,7 +33,7 @@ from pipecat.transcriptions.language import Language
 from pipecat.utils.errors import ErrorCategory
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 from voxgate.client import Connection, Turn, VoxgateError, connect
-from voxgate.gateway.client import SessionError
+from voxgate.client.protocol_client import SessionError
 from voxgate.gateway.protocol import PCM_RATES
 from websockets.exceptions import WebSocketException
 

@@ -1,7 +1,7 @@
 """voxgate.client: the Python API of the voxgate WebSocket protocol (docs/client.md).
 
-Installed as `voxgate.client` (pyproject's package-dir maps it to gateway/sdk/); built on the protocol client of
-gateway/client.py, which decodes the frames and runs the simulated player.
+Installed as `voxgate.client` (pyproject's package-dir maps it to gateway/sdk/); built on its protocol client
+(protocol_client.py), which decodes the frames and runs the simulated player.
 
     async with voxgate.client.connect("ws://127.0.0.1:8000/v1/tts/ws", voice="en-us") as tts:
         turn = tts.speak(llm_tokens())       # str, iterable or async iterable of text

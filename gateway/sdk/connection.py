@@ -1,4 +1,4 @@
-"""`connect()`: one session with the gateway, on `VoxgateClient` (gateway/client.py), serving turns."""
+"""`connect()`: one session with the gateway, on `VoxgateClient` (gateway/sdk/protocol_client.py), serving turns."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from voxgate.gateway.client import SessionError, VoxgateClient
+from voxgate.client.protocol_client import SessionError, VoxgateClient
 from voxgate.gateway.protocol import FrameHeader
 
 from .turn import AudioChunk, StallReport, Turn, VoxgateError

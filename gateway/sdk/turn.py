@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from voxgate.gateway.client import SessionError
+from voxgate.client.protocol_client import SessionError
 
 if TYPE_CHECKING:
     from .connection import Connection

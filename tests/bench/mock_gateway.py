@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
-from voxgate.gateway.bench.server import free_port
+from voxgate.gateway.bench.gateway_process import free_port
 
 RATE = 24_000
 HEADER = struct.Struct("<BBHIIHHQ")

@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from voxgate.gateway.cli import main as voxgate_main
+from voxgate.gateway.cli.main import main as voxgate_main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from voxgate.gateway.bench.runner import Plan, run_plan
-from voxgate.gateway.bench.server import GatewayProcess
+from voxgate.gateway.bench.gateway_process import GatewayProcess
+from voxgate.gateway.bench.plan_runner import Plan, run_plan
 
 
 def test_pause_accounting_on_a_slower_than_real_time_stream(tmp_path) -> None:

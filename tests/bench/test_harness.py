@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from voxgate.gateway.bench.main import build_report
+from voxgate.gateway.bench.plan_runner import Plan, run_plan
 from voxgate.gateway.bench.report import write
-from voxgate.gateway.bench.runner import Plan, run_plan
-from voxgate.gateway.cli import main as voxgate_main
+from voxgate.gateway.cli.main import main as voxgate_main
 
 from .mock_gateway import MockConfig, MockGateway
 

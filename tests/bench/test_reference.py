@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from voxgate.gateway.bench.cli import SUITE_PROFILES
-from voxgate.gateway.bench.client import Trace
+from voxgate.gateway.bench.command import SUITE_PROFILES
+from voxgate.gateway.bench.load_client import Trace
 from voxgate.gateway.bench.loads import PhaseResult
 from voxgate.gateway.bench.main import build_report
+from voxgate.gateway.bench.plan_runner import Plan, phase_json
 from voxgate.gateway.bench.report import load, merge, write
-from voxgate.gateway.bench.runner import Plan, phase_json
 from voxgate.gateway.bench.stats import to_sample
 from voxgate.gateway.bench.suite import PROFILES, collect
 
@@ -121,7 +121,7 @@ def test_suite_output_fits_a_device_call(tmp_path: Path) -> None:
 
 def test_cli_module_imports_light() -> None:
     code = (
-        "import sys, voxgate.gateway.bench.cli; "
+        "import sys, voxgate.gateway.bench.command; "
         "print(sorted(m for m in ('torch', 'matplotlib', 'numpy', 'qwen_tts') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

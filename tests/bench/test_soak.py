@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from voxgate.gateway.cli import main as voxgate_main
+from voxgate.gateway.cli.main import main as voxgate_main
 
 
 def test_an_asap_soak_ends_when_its_sessions_stop_speaking(gateway, fake_engine, tmp_path: Path):

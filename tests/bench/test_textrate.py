@@ -7,8 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
-from voxgate.gateway.bench.textrate import _base
-from voxgate.gateway.cli import main as voxgate_main
+from voxgate.gateway.bench.textrate_sweep import _base
+from voxgate.gateway.cli.main import main as voxgate_main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

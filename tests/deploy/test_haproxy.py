@@ -17,7 +17,7 @@ import httpx
 import pytest
 from processes import Process, free_port, haproxy, process, serve_args, wait_healthy
 from support import PASSAGE
-from voxgate.gateway.client import SessionError, VoxgateClient
+from voxgate.client.protocol_client import SessionError, VoxgateClient
 
 pytestmark = pytest.mark.slow
 SESSIONS = 200

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from processes import HAPROXY_CFG, REPO, haproxy_binary
-from voxgate.gateway.cli import build_parser
+from voxgate.gateway.cli.main import build_parser
 from voxgate.gateway.config import load_config
 
 MANIFESTS = sorted((REPO / "deploy" / "kubernetes").glob("*.yaml"))

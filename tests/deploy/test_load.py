@@ -11,7 +11,7 @@ import pytest
 import websockets
 from support import connect, next_json
 from voxgate.engine.fake import FakeEngine
-from voxgate.gateway.devices import check_device, narrow_to, parse_gpus, visible_gpus
+from voxgate.gateway.cli.devices import check_device, narrow_to, parse_gpus, visible_gpus
 from voxgate.gateway.protocol import PROTOCOL
 
 

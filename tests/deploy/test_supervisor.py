@@ -19,8 +19,8 @@ import httpx
 import pytest
 from processes import VOXGATE, free_port_pair, process, wait_healthy
 from support import bystander
-from voxgate.gateway.client import VoxgateClient
-from voxgate.gateway.supervisor import Supervisor
+from voxgate.client.protocol_client import VoxgateClient
+from voxgate.gateway.cli.supervisor import Supervisor
 
 pytestmark = pytest.mark.slow
 GRACE_S = 3.0
@@ -117,7 +117,7 @@ def test_gpus_gives_up_on_a_child_that_never_becomes_ready(tmp_path: Path):
 # A child that says it is ready, then crashes; its fourth start stops the supervisor (SIGTERM to its parent).
 READY_THEN_CRASH = """
 import os, pathlib, signal, sys
-from voxgate.gateway.supervisor import notify_ready
+from voxgate.gateway.cli.supervisor import notify_ready
 starts = pathlib.Path(sys.argv[1])
 starts.write_text(starts.read_text() + "x" if starts.exists() else "x")
 if len(starts.read_text()) == 4:

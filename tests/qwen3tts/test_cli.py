@@ -8,7 +8,7 @@ import wave
 from pathlib import Path
 
 import pytest
-from voxgate.gateway.cli import main
+from voxgate.gateway.cli.main import main
 
 
 def test_cli_modules_do_not_import_torch() -> None:

@@ -1,5 +1,5 @@
-"""`voxgate bench codec` (gateway/bench/codec.py): a dry run at tiny shapes on CPU (the GPU run is the same code
-with --device cuda), and the fused path's variants."""
+"""`voxgate bench codec` (engine/qwen3tts/bench/codec_bench.py): a dry run at tiny shapes on CPU (the GPU run is the
+same code with --device cuda), and the fused path's variants."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _one_thread() -> Iterator[None]:
 
 
 def test_dry_run_through_the_cli(tmp_path: Path, shared: Path) -> None:
-    from voxgate.gateway.cli import main
+    from voxgate.gateway.cli.main import main
 
     args = ["bench", "codec", "--out", str(tmp_path), "--device", "cpu", "--tiny", "--iters", "1", "--frames", "9",
             "--utterances", "1", "--shared", str(shared.parent), "--paths", "reference", "--shapes", "3x1,2x2"]
@@ -37,7 +37,7 @@ def test_dry_run_through_the_cli(tmp_path: Path, shared: Path) -> None:
 
 def test_variants_set_kernel_options() -> None:
     """Each variant is a change from the measured defaults; "+" combines them; an unknown name is refused."""
-    from voxgate.gateway.bench.codec_measure import variant_settings
+    from voxgate.engine.qwen3tts.bench.codec_measure import variant_settings
     from voxgate.kernels.causal_conv import ConvOptions
 
     assert variant_settings("default") == (ConvOptions(), 4)
@@ -54,7 +54,7 @@ def test_variants_set_kernel_options() -> None:
                                                      ("--shapes", "128x1,8", "'8' is not ROWSxFRAMES")])
 def test_bad_names_fail_in_one_line_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str,
                                                      value: str, message: str) -> None:
-    from voxgate.gateway.cli import main
+    from voxgate.gateway.cli.main import main
 
     assert main(["bench", "codec", "--out", str(tmp_path / "out"), "--device", "cpu", flag, value]) == 2
     err = capsys.readouterr().err

@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 import torch
-from voxgate.gateway.bench.codec_measure import pcm16, snr_db
+from voxgate.engine.qwen3tts.bench.codec_measure import pcm16, snr_db
 
 from .test_codec_stream import _codes
 from .triton_mode import DEVICE, kernel_module

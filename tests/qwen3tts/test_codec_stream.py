@@ -16,7 +16,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from voxgate.gateway.bench.codec_measure import pcm16, snr_db
+from voxgate.engine.qwen3tts.bench.codec_measure import pcm16, snr_db
 
 if TYPE_CHECKING:
     from voxgate.engine.qwen3tts.codec import CodecDecoder

@@ -22,7 +22,7 @@ from support import RecordingEngine, connect, running_gateway
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.protocol import FLAG_FIRST, FLAG_LAST, FrameHeader
-from voxgate.gateway.server import BackgroundServer
+from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 SMALL = dict(device="cpu", dtype="fp32", greedy="true", row_buckets="1,2,4,8", prefill_buckets="32,64",
              max_slots="9", max_positions="400", max_rows="8", chunk_frames="1,2,4")

@@ -12,7 +12,7 @@ import pytest
 from support import running_gateway
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.gateway.config import GatewayConfig
-from voxgate.gateway.server import BackgroundServer
+from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 SMALL = dict(device="cpu", dtype="fp32", greedy="true", warmup="false", row_buckets="1,2", prefill_buckets="64",
              max_slots="3", max_positions="200", max_rows="2", chunk_frames="2")

@@ -14,7 +14,7 @@ import pytest
 from support import running_gateway
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.gateway.config import GatewayConfig
-from voxgate.gateway.server import BackgroundServer
+from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 from .loop_support import RecordingRunner
 from .test_parity_generate import TEXT, reference_codes

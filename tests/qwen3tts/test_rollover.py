@@ -14,7 +14,7 @@ import pytest
 from support import RecordingEngine, connect, running_gateway
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.gateway.config import GatewayConfig
-from voxgate.gateway.server import BackgroundServer
+from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 # 100 positions hold ~19 words after the prompt (0.37 s a word at 12.5 frames/s); two engine streams at once.
 SMALL = dict(device="cpu", dtype="fp32", greedy="true", row_buckets="1,2", prefill_buckets="32", max_slots="3",

@@ -16,7 +16,7 @@ from support import RecordingEngine, running_gateway
 from ttsbench import DEFAULTS, TARGETS, body_for, post_like_ttsbench, preflight, speak_over_ws
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.gateway.config import GatewayConfig, Limits
-from voxgate.gateway.server import BackgroundServer
+from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 from .test_openai_shapes import SMALL
 

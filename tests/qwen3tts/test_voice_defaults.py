@@ -14,7 +14,7 @@ import voxgate.client
 from support import RecordingEngine, connect, next_json, running_gateway
 from voxgate.engine.qwen3tts.engine import NATIVE, create_engine
 from voxgate.gateway.config import GatewayConfig
-from voxgate.gateway.server import BackgroundServer
+from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 from .test_openai_shapes import SMALL
 

@@ -24,7 +24,7 @@ from support import connect, running_gateway
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.engine.qwen3tts.wav import to_int16
 from voxgate.gateway.config import GatewayConfig
-from voxgate.gateway.server import BackgroundServer
+from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 from .test_gateway import SMALL
 

@@ -10,8 +10,8 @@ import json
 
 import pytest
 from support import connect
-from voxgate.gateway.client import VoxgateClient
-from voxgate.gateway.context import Context
+from voxgate.client.protocol_client import VoxgateClient
+from voxgate.gateway.session.context import Context
 
 
 def live_contexts() -> int:

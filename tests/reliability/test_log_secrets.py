@@ -14,8 +14,8 @@ from urllib.parse import quote
 import httpx
 import websockets
 from support import RecordingEngine
+from voxgate.client.protocol_client import VoxgateClient
 from voxgate.engine.fake import FakeEngine
-from voxgate.gateway.client import VoxgateClient
 from voxgate.gateway.protocol import PROTOCOL, TOKEN_SUBPROTOCOL_PREFIX
 
 TOKEN = "s3cret-t0ken"

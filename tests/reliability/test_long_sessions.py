@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import gc
 
-from voxgate.gateway.client import VoxgateClient
-from voxgate.gateway.context import Context
+from voxgate.client.protocol_client import VoxgateClient
+from voxgate.gateway.session.context import Context
 
 
 async def test_ended_contexts_are_released(gateway, fake_engine):

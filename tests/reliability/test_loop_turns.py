@@ -1,5 +1,5 @@
-"""The bound on engine chunks taken in per event-loop iteration (gateway/turns.py, `loop_chunk_turns`): at most that
-many per iteration, first come first served, a cancelled waiter gives its place up; on a real server, many
+"""The bound on engine chunks taken in per event-loop iteration (gateway/transport/loop_turns.py, `loop_chunk_turns`):
+at most that many per iteration, first come first served, a cancelled waiter gives its place up; on a real server, many
 sessions behind a bound of one chunk per iteration still get all their audio, exact and in order, and a cancel
 of a context waiting for its turn is answered."""
 
@@ -10,9 +10,9 @@ import json
 
 import numpy as np
 from support import connect, next_json
+from voxgate.client.protocol_client import VoxgateClient
 from voxgate.engine.fake import fake_audio, fake_duration_samples
-from voxgate.gateway.client import VoxgateClient
-from voxgate.gateway.turns import LoopTurns
+from voxgate.gateway.transport.loop_turns import LoopTurns
 
 
 async def test_at_most_the_bound_per_iteration_in_arrival_order():

@@ -13,10 +13,10 @@ import opuslib
 import pytest
 import websockets
 from support import connect
-from voxgate.gateway.audio import AudioFormat, OpusFramer, configure_opus_pool
-from voxgate.gateway.client import VoxgateClient, split_packets
+from voxgate.client.protocol_client import VoxgateClient, split_packets
+from voxgate.gateway.audio.frames import AudioFormat, OpusFramer, configure_opus_pool
 from voxgate.gateway.protocol import FLAG_LAST, FLAG_PACKETS, PROTOCOL, FrameHeader
-from voxgate.gateway.writer import OutFrame, SocketWriter
+from voxgate.gateway.transport.writer import OutFrame, SocketWriter
 
 TEXT = "word " * 30 + "."  # 11.1 s of audio from the fake engine
 
@@ -163,7 +163,7 @@ async def test_the_writer_counts_its_frames_like_a_recount():
 
 @pytest.mark.parametrize("frame_ms", [10, 20, 40, 60])
 def test_short_frames_keep_their_exact_length(frame_ms):
-    from voxgate.gateway.audio import make_encoder
+    from voxgate.gateway.audio.frames import make_encoder
 
     enc = make_encoder(AudioFormat(frame_ms=frame_ms))
     frames = enc.push(np.zeros(24000, np.int16)) + enc.cut()

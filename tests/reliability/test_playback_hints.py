@@ -8,9 +8,9 @@ import time
 
 import pytest
 from support import RecordingEngine, RecordingStream
+from voxgate.client.protocol_client import VoxgateClient
 from voxgate.engine.base import AudioStream, SynthesisRequest
 from voxgate.engine.fake import FakeEngine
-from voxgate.gateway.client import VoxgateClient
 
 
 class HintedStream(RecordingStream):

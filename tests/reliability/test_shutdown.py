@@ -13,7 +13,7 @@ import httpx
 import websockets
 from raw import RawWebSocket, SlowHttpReader
 from support import next_json
-from voxgate.gateway.client import VoxgateClient
+from voxgate.client.protocol_client import VoxgateClient
 from voxgate.gateway.protocol import PROTOCOL
 
 GRACE_S = 2.0
@@ -92,7 +92,7 @@ import socket, sys, time
 from voxgate.engine.fake import FakeEngine
 from voxgate.gateway.app import create_app
 from voxgate.gateway.config import GatewayConfig
-from voxgate.gateway.server import draining_server, uvicorn_config
+from voxgate.gateway.transport.uvicorn_server import draining_server, uvicorn_config
 
 class StuckOnStop(FakeEngine):
     async def stop(self):

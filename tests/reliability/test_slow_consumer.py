@@ -13,9 +13,9 @@ import pytest
 import websockets
 from raw import RawWebSocket
 from support import bystander_until_heard, connect
-from voxgate.gateway import ws as ws_module
 from voxgate.gateway.config import GatewayConfig, Limits
-from voxgate.gateway.ws import CLOSE_GRACE_S
+from voxgate.gateway.session import endpoint as ws_module
+from voxgate.gateway.session.endpoint import CLOSE_GRACE_S
 
 LONG_TEXT = "word " * 1500 + "."  # ~9 minutes of audio: far more than any socket buffer holds
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import httpx
 from support import connect, next_json
+from voxgate.client.protocol_client import VoxgateClient
 from voxgate.engine.base import VoiceInfo
-from voxgate.gateway.client import VoxgateClient
-from voxgate.gateway.voices import resolve_voice
+from voxgate.gateway.voices.voice_rule import resolve_voice
 
 
 async def test_a_voice_in_another_case_works_everywhere(gateway, fake_engine):

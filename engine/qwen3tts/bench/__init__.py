@@ -1,0 +1,1 @@
+"""Benchmarks of the Qwen3-TTS engine's own parts, on the GPU (`voxgate bench codec`, `voxgate bench steps`)."""

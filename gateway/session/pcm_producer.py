@@ -1,0 +1,63 @@
+"""Speech outside any session (HTTP speech, the speech WebSocket): a context spoken as PCM16 24 kHz by the same
+producer as a WebSocket context, its frames read out as they are made."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from voxgate.engine.base import SAMPLE_RATE, Engine
+from voxgate.gateway.audio.frames import AudioFormat, make_encoder
+from voxgate.gateway.transport.loop_turns import LoopTurns
+
+from .context import MAX_AHEAD_S, Context, ReadyFrame
+from .context_text import ContextText
+
+
+def pcm_context(voice: str | None, language: str | None, instruct: str | None, budget_samples: int,
+                turns: LoopTurns | None = None, stream_text: bool = False) -> Context:
+    """A context outside any session, spoken as PCM16 24 kHz in long frames (HTTP speech, the speech WebSocket):
+    its text goes in with `append_text` / `end`, its audio comes out of `spoken_pcm`. `stream_text` (engines with
+    supports_text_streaming): the text goes into one engine stream, as a streamed WebSocket turn's."""
+    fmt = AudioFormat(frame_ms=1280)  # long frames: nothing held back
+    context = Context("http", 0, 0, voice, language, instruct, budget_samples, True, make_encoder(fmt))
+    context.max_ahead_samples = int(MAX_AHEAD_S * SAMPLE_RATE)
+    context.turns = turns
+    if stream_text:
+        # Text and its end come together (HTTP), so the feed's rate rule never applies: one stream takes it all.
+        context.feed = ContextText(min_words=1, min_wps=0.0)
+    return context
+
+
+async def spoken_pcm(context: Context, engine: Engine, errors: list[str]) -> AsyncIterator[bytes]:
+    """A `pcm_context`'s audio as PCM16 byte chunks, what the engine made, while its text may still arrive; it
+    ends after `end()`. Engine errors are appended to `errors`; the rest is spoken."""
+    wake = asyncio.Event()
+    producer = asyncio.get_running_loop().create_task(
+        context.produce(engine, wake.set, lambda _kind, code, message: errors.append(f"{code}: {message}")))
+    try:
+        while True:
+            if context.frames:
+                item = context.pop()
+                if isinstance(item, ReadyFrame) and item.frame.samples:
+                    yield item.frame.payload
+            elif context.produced_all or producer.done():
+                break
+            else:
+                wake.clear()
+                await wake.wait()
+    finally:
+        producer.cancel()  # also on client disconnect: the engine stream is cancelled at once
+        await asyncio.gather(producer, return_exceptions=True)
+
+
+def synthesize_pcm(engine: Engine, text: str, voice: str | None, language: str | None, instruct: str | None,
+                   budget_samples: int, errors: list[str], turns: LoopTurns | None = None,
+                   stream_text: bool = False) -> AsyncIterator[bytes]:
+    """One utterance as PCM16 24 kHz byte chunks, through the same producer as a WebSocket context (HTTP speech).
+
+    Chunks are what the engine made (long frames). Engine errors are appended to `errors`; the rest is spoken."""
+    context = pcm_context(voice, language, instruct, budget_samples, turns, stream_text)
+    context.append_text(text)
+    context.end()
+    return spoken_pcm(context, engine, errors)
