@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
 
+import numpy as np
+
 from .request import Request, Status
 
 
@@ -160,6 +162,22 @@ class Scheduler:
                 due.append((deadline, r, n, n == rest or (r.ended and n == pending)))
         due.sort(key=itemgetter(0))
         return [(r, n, closes) for _, r, n, closes in due]
+
+    @staticmethod
+    def postprocess(plan: StepPlan, eos: np.ndarray) -> int:
+        """Count what a finished step made (`eos`: a bool per decode row); returns the number of frames."""
+        made = 0
+        for request, ended in zip(plan.decodes, eos.tolist(), strict=True):
+            if request.ended or request.status is not Status.RUNNING:
+                continue  # launched before its stream ended (pipelined) or was cancelled: not a frame
+            if ended:
+                request.ended, request.finish_reason = True, "eos"
+                continue
+            request.num_frames += 1
+            made += 1
+            if request.num_frames >= request.frame_budget:
+                request.ended, request.finish_reason = True, "budget"
+        return made
 
     def urgent(self, request: Request, now: float | None = None) -> bool:
         """The stream is playing and its listener runs dry within `urgent_s`: what is decoded goes out now."""
