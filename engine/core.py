@@ -18,8 +18,11 @@ from typing import Protocol
 import numpy as np
 
 from .chunks import ChunkAssembler, ChunkCalls
+from .config import EngineConfig
 from .request import Request, Status
 from .scheduler import Scheduler, SchedulerConfig, SlotAllocator, StepPlan
+
+_LOOP = EngineConfig()  # the defaults: one place (engine/config.py)
 
 
 class Runner(Protocol):
@@ -61,7 +64,7 @@ class EngineCore:
     any new owner's). Off: every step is read before the next is scheduled."""
 
     def __init__(self, runner: Runner, slots: SlotAllocator, config: SchedulerConfig | None = None,
-                 pipeline: bool = True) -> None:
+                 pipeline: bool = _LOOP.pipeline) -> None:
         self.runner = runner
         self.scheduler = Scheduler(config or SchedulerConfig(), slots)
         self.pipeline = pipeline

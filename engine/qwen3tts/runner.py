@@ -29,6 +29,7 @@ from .depth_fused import DepthOps
 from .fused_stack import DecoderOps
 from .generate import Qwen3TTS
 from .layers import rope_tables
+from .options import DEFAULTS
 from .prompt import PromptRows
 from .sampling import NUM_PARAMS
 from .step_buffers import HostCopy, PackedBuffer
@@ -50,25 +51,27 @@ def _text_id(trailing: list[int], frame: int, pad: int) -> int:
 
 @dataclass(slots=True)
 class RunnerConfig:
-    row_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 96, 128)
-    prefill_buckets: tuple[int, ...] = (64, 256)  # prompt tokens per step (a longer prompt spans steps)
-    max_prefills: int = 4  # prompts per step
-    max_positions: int = 2560  # prompt + frames per stream (KV positions per slot)
-    max_slots: int = 257  # streams + the sink; fewer if the memory budget holds fewer
-    kv_memory_fraction: float = 0.6  # of the GPU memory free after loading, for the slots (CUDA)
+    """The runner's part of the engine options; every default is Qwen3TTSOptions' (options.py)."""
+
+    row_buckets: tuple[int, ...] = DEFAULTS.row_buckets
+    prefill_buckets: tuple[int, ...] = DEFAULTS.prefill_buckets  # prompt tokens per step (a longer prompt spans steps)
+    max_prefills: int = DEFAULTS.max_prefills  # prompts per step
+    max_positions: int = DEFAULTS.max_positions  # prompt + frames per stream (KV positions per slot)
+    max_slots: int = DEFAULTS.max_slots  # streams + the sink; fewer if the memory budget holds fewer
+    kv_memory_fraction: float = DEFAULTS.kv_memory_fraction  # of the GPU memory free after loading (CUDA)
     max_trailing: int = 1024  # text ids one stream feeds into decode steps (the one-token-per-frame layout)
     sampling: SamplingFeatures = field(default_factory=SamplingFeatures)  # what rows may ask of the sampler
     # Pieces of 4 frames: one 32 x 4 call decodes as many frames as 128 x 1 in less time (2.63 against 2.93 ms on
     # the H200), and rows of one width waste nothing on padding (docs/engine-loop.md, "Codec pieces").
-    codec_width: int = 4
-    codec_buckets: tuple[tuple[int, int], ...] | None = None  # default: codec_buckets(codec_width)
-    attention: str = "auto"  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
+    codec_width: int = DEFAULTS.codec_width
+    codec_buckets: tuple[tuple[int, int], ...] | None = DEFAULTS.codec_buckets  # default: codec_buckets(width)
+    attention: str = DEFAULTS.attention  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
     # the depth loop's passes 1..14: "layers" as the Talker's, or "fused" in five launches a layer
     # (depth_fused.py). "layers" stays the default until the fused kernels are measured on a GPU: they are tested
     # against their references in Triton's interpreter only (docs/gpu-notes.md, issue 15).
-    depth: str = "layers"
-    codec: str = "auto"  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
-    enforce_eager: bool = False
+    depth: str = DEFAULTS.depth
+    codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
+    enforce_eager: bool = DEFAULTS.enforce_eager
     record_logits: bool = False  # tests: keep each step's logits (eager only) and accept forced codes
     progress: bool = True
 
