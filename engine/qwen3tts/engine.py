@@ -64,11 +64,11 @@ class Qwen3TTSEngine(Engine):
 
         from ..metrics import EngineMetrics
         from .batch_step import SamplingFeatures
-        from .checkpoint import load_config, resolve
-        from .generate import Qwen3TTS, Voice
+        from .model.checkpoint import load_config, resolve
+        from .model.generate import Qwen3TTS, Voice
+        from .model.sampling import param_row
         from .runner import RING, ModelRunner, RunnerConfig
-        from .sampling import param_row
-        from .wav import read_wav
+        from .tools.wav import read_wav
 
         t0 = time.perf_counter()
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -215,7 +215,7 @@ class Qwen3TTSEngine(Engine):
         import numpy as np
         import torch
 
-        from .prompt import PromptError, reference_ids
+        from .model.prompt import PromptError, reference_ids
 
         if not self.supports_voice_upload:
             raise EngineError("unsupported", "only Base checkpoints take uploaded voices")
@@ -236,7 +236,7 @@ class Qwen3TTSEngine(Engine):
     def add_voice(self, voice_id: str, prompt: dict[str, Any], ref_text: str | None) -> None:
         import torch
 
-        from .generate import Voice
+        from .model.generate import Voice
 
         if not self.supports_voice_upload:
             raise EngineError("unsupported", "only Base checkpoints take uploaded voices")
@@ -277,8 +277,8 @@ class Qwen3TTSEngine(Engine):
 
     def prompt_inputs(self, request: SynthesisRequest, non_streaming: bool | None = None) -> Any:
         """The request's tokenized, validated inputs (voice by language when none is named)."""
-        from .generate import Voice
-        from .prompt import PromptError
+        from .model.generate import Voice
+        from .model.prompt import PromptError
 
         language = (request.language or "auto").lower()
         language = ISO_LANGUAGES.get(language, language)
@@ -295,7 +295,7 @@ class Qwen3TTSEngine(Engine):
             raise EngineError("bad_request", str(exc)) from exc
 
     def prompt_rows(self, inputs: Any) -> Any:
-        from .prompt import PromptError, prompt_rows
+        from .model.prompt import PromptError, prompt_rows
 
         try:
             return prompt_rows(self.tts.cfg, inputs)

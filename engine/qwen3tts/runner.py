@@ -27,11 +27,11 @@ from .batch_step import DecodeRows, SamplingFeatures, SlotState, StepModel, deco
 from .chunk_decoder import ChunkDecoder
 from .depth_fused import DepthOps
 from .fused_stack import DecoderOps
-from .generate import Qwen3TTS
-from .layers import rope_tables
+from .model.generate import Qwen3TTS
+from .model.layers import rope_tables
+from .model.prompt import PromptRows
+from .model.sampling import NUM_PARAMS
 from .options import DEFAULTS
-from .prompt import PromptRows
-from .sampling import NUM_PARAMS
 from .step_buffers import HostCopy, PackedBuffer
 
 RING = 64  # frames a stream may have made and not yet decoded (>= the widest codec piece)
@@ -153,10 +153,10 @@ class ModelRunner:
         """The fused codec on CUDA (auto), the plain one elsewhere: Triton's CPU interpreter runs the fused kernels
         too, but only tests want that."""
         if self.config.codec == "fused" or (self.config.codec == "auto" and self.device.type == "cuda"):
-            from .codec_fused import FusedCodecStream
+            from .codec.codec_fused import FusedCodecStream
 
             return FusedCodecStream
-        from .codec_stream import CodecStream
+        from .codec.codec_stream import CodecStream
 
         return CodecStream
 
@@ -164,7 +164,7 @@ class ModelRunner:
         if self.device.type != "cuda":
             return min(self.config.max_slots, 17)
         from ..slot_pool import slot_bytes
-        from .codec_state import state_layout
+        from .codec.codec_state import state_layout
 
         per = slot_bytes(kv_layout) + slot_bytes(state_layout(self.tts.codec, self.dtype)) + 64 * 1024
         free, _ = torch.cuda.mem_get_info(self.device)

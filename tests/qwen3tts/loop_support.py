@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import torch
 from voxgate.engine.core import EngineCore
-from voxgate.engine.qwen3tts.generate import Qwen3TTS
-from voxgate.engine.qwen3tts.prompt import prompt_rows
+from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
+from voxgate.engine.qwen3tts.model.prompt import prompt_rows
+from voxgate.engine.qwen3tts.model.sampling import param_row
 from voxgate.engine.qwen3tts.runner import ModelRunner, RunnerConfig
-from voxgate.engine.qwen3tts.sampling import param_row
 from voxgate.engine.request import Request, Status
 from voxgate.engine.scheduler import SchedulerConfig, StepPlan
 

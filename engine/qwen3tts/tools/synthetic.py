@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from .checkpoint import CODEC_DIR, INDEX, WEIGHTS, expected_shapes
-from .config import parse_config
+from ..model.checkpoint import CODEC_DIR, INDEX, WEIGHTS, expected_shapes
+from ..model.config import parse_config
 
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
 CONFIG_FILES = ("config.json", "generation_config.json", "preprocessor_config.json",
@@ -154,8 +154,8 @@ def random_state(shapes: dict[str, tuple[int, ...]], dtype: torch.dtype, gen: to
 
 def encoder_shapes(codec_config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """`encoder.*` of the official speech_tokenizer file (the Mimi encoder half), shapes only (meta device)."""
-    from .codec_encoder import CodecEncoder
-    from .config import CodecEncoderConfig
+    from ..codec.codec_encoder import CodecEncoder
+    from ..model.config import CodecEncoderConfig
 
     valid = int(codec_config["encoder_valid_num_quantizers"])
     cfg = CodecEncoderConfig.from_dict(codec_config["encoder_config"], valid)
