@@ -72,7 +72,6 @@ class RunnerConfig:
     depth: str = DEFAULTS.depth
     codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = DEFAULTS.enforce_eager
-    record_logits: bool = False  # tests: keep each step's logits (eager only) and accept forced codes
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -109,10 +108,12 @@ class Launched:
     num_rows: int
     frames_host: HostCopy
     done: torch.cuda.Event | None  # after the step and the copy of its frames (CUDA)
-    logits: list[torch.Tensor]  # record_logits: this step's, codebook 0 then 1..15 (copies)
+    logits: list[torch.Tensor]  # a recording runner's (tests): this step's, codebook 0 then 1..15 (copies)
 
 
 class ModelRunner:
+    records_logits = False  # a test runner keeps each step's logits (tests/qwen3tts/teacher_forcing.py)
+
     def __init__(self, tts: Qwen3TTS, config: RunnerConfig | None = None, num_slots: int | None = None) -> None:
         self.tts = tts
         self.cfg = tts.cfg
@@ -146,7 +147,6 @@ class ModelRunner:
                                    c.progress)
         self._io: dict[tuple[int, int], _StepIO] = {}
         self.last_fill_s, self.last_bucket = 0.0, ""
-        self.forced_codes: dict[int, np.ndarray] = {}  # record_logits (tests): teacher forcing by request id
 
     # -- construction -------------------------------------------------------------------------------------------
     def _codec_class(self) -> type:
@@ -207,8 +207,7 @@ class ModelRunner:
         ints = {"dec_slot": (rows,), "dec_pos": (rows,), "dec_frame": (rows,),
                 "pre_slot": (tokens,), "pre_pos": (tokens,), "pre_text": (tokens,), "pre_codec": (tokens, q),
                 "dec_text": (rows,), "done_idx": (np_,), "done_slot": (np_,), "new_slot": (np_,)}
-        if c.record_logits:
-            ints |= {"forced": (rows, q), "force": (rows,)}
+        ints |= self._extra_inputs(rows)
         io = _StepIO(PackedBuffer(ints, torch.int64, self.device),
                      PackedBuffer({"new_params": (np_, NUM_PARAMS)}, torch.float32, self.device) if np_ else None)
         self._io[key] = io
@@ -225,11 +224,10 @@ class ModelRunner:
                 state.params.index_copy_(0, new, io.floats.dev["new_params"])
                 state.seen.index_fill_(0, new, False)
             if rows:
-                logits = io.logits if c.record_logits else None
+                logits = io.logits if self.records_logits else None
                 if logits is not None:
                     logits.clear()
-                decode = DecodeRows(d["dec_slot"], d["dec_pos"], d["dec_frame"], d["dec_text"],
-                                    d.get("forced"), d["force"] != 0 if c.record_logits else None)
+                decode = self._decode_rows(d)
                 out_frames, x = decode_frames(self.model, state, decode, self.eos_id, self.suppress, c.sampling,
                                               logits)
                 parts.append(x)
@@ -274,8 +272,7 @@ class ModelRunner:
             h["dec_pos"][:num_rows] = np.asarray([r.num_prompt_tokens for r in decodes]) + frame_index
             pad = self.cfg.tts_pad_token_id  # the text id each row's next Talker input adds: trailing, then pad
             h["dec_text"][:num_rows] = [_text_id(r.prompt.trailing, r.num_launched, pad) for r in decodes]
-            if c.record_logits:
-                self._fill_forced(decodes, h)
+            self._fill_decodes(decodes, h)
         if num_tokens:
             self._fill_prefills(plan, io, rows)
         io.ints.upload()
@@ -290,7 +287,7 @@ class ModelRunner:
         self._launches += 1
         if num_rows:
             frames_host.start(frames, num_rows)
-        logits = [lg[:num_rows].clone() for lg in io.logits] if c.record_logits and num_rows else []
+        logits = [lg[:num_rows].clone() for lg in io.logits] if num_rows else []  # empty unless recording
         done = None
         if cuda:
             done = torch.cuda.Event()
@@ -308,13 +305,17 @@ class ModelRunner:
             return np.zeros(0, dtype=bool)
         return launched.frames_host.array[: launched.num_rows, 0] == self.eos_id
 
-    def _fill_forced(self, decodes: list[Request], h: dict[str, np.ndarray]) -> None:
-        """Tests: rows whose request has codes in `forced_codes` (request_id -> [N, Q]) take them (teacher
-        forcing) instead of their samples."""
-        for i, r in enumerate(decodes):
-            codes = self.forced_codes.get(r.request_id)
-            if codes is not None and r.num_launched < len(codes):
-                h["forced"][i], h["force"][i] = codes[r.num_launched], 1
+    # Seams for a test runner (teacher forcing: tests/qwen3tts/teacher_forcing.py); the runtime adds nothing.
+    def _extra_inputs(self, rows: int) -> dict[str, tuple[int, ...]]:
+        """More int64 step inputs, by name and shape."""
+        return {}
+
+    def _decode_rows(self, d: dict[str, torch.Tensor]) -> DecodeRows:
+        """The decode rows of a step from its device inputs."""
+        return DecodeRows(d["dec_slot"], d["dec_pos"], d["dec_frame"], d["dec_text"])
+
+    def _fill_decodes(self, decodes: list[Request], h: dict[str, np.ndarray]) -> None:
+        """Fill the extra inputs of the decode rows (host views)."""
 
     def _fill_prefills(self, plan: StepPlan, io: _StepIO, rows: int) -> None:
         h = io.ints.host

@@ -44,9 +44,9 @@ TINY_ENCODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, n
 
 
 def default_shared() -> Path:
-    """$VOXGATE_SHARED, else `<repo>/../shared` (this file lives at <repo>/engine/qwen3tts/)."""
+    """$VOXGATE_SHARED, else `<repo>/../shared` (this file lives at <repo>/engine/qwen3tts/tools/)."""
     env = os.environ.get("VOXGATE_SHARED")
-    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared"
+    return Path(env) if env else Path(__file__).resolve().parents[3].parent / "shared"
 
 
 def source_dirs(like: str, shared: Path | None = None) -> tuple[Path, Path]:
