@@ -22,7 +22,7 @@ def base_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if not (SHARED / "qwen3-tts").is_dir():
         pytest.skip(f"shared data not found at {SHARED} (the tiny checkpoint needs its tokenizer files)")
     from voxgate.engine.qwen3tts.engine import create_engine
-    from voxgate.engine.qwen3tts.synthetic import write_synthetic
+    from voxgate.engine.qwen3tts.tools.synthetic import write_synthetic
     from voxgate.gateway.app import create_app
     from voxgate.gateway.config import GatewayConfig
     from voxgate.gateway.transport.uvicorn_server import BackgroundServer

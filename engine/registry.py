@@ -7,6 +7,7 @@ import inspect
 from typing import Any
 
 from .base import Engine
+from .config import typed_options
 
 # name -> "module:factory"; a factory takes keyword options and returns an Engine.
 ENGINES: dict[str, str] = {
@@ -31,7 +32,8 @@ def create_engine(name: str, **options: Any) -> Engine:
     if unknown:
         raise ValueError(f"unknown option(s) for the {name} engine: {', '.join(unknown)}; "
                          f"its options: {', '.join(valid or []) or 'none'}")
-    return factory(**options)
+    # Typed by the factory's annotations (strings from the command line); a `**options` factory types its own.
+    return factory(**(typed_options(factory, options, strict=False) if valid is not None else options))
 
 
 def option_names(factory: Any) -> list[str] | None:

@@ -19,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
 
+import numpy as np
+
+from .config import EngineConfig
 from .request import Request, Status
 
 
@@ -32,15 +35,26 @@ class SlotAllocator:
     def free(self, slot: int) -> None: ...  # pragma: no cover - protocol
 
 
+_LOOP = EngineConfig()  # the defaults: one place (engine/config.py)
+
+
 @dataclass(slots=True)
 class SchedulerConfig:
-    max_rows: int = 128  # decode rows per step (the largest captured bucket)
-    max_prefills: int = 4  # new streams whose prompt tokens ride one step
-    max_prefill_tokens: int = 256  # prompt tokens per step (the largest prefill bucket)
-    deadline_order: bool = True  # rows to the streams closest to a stall when a step cannot take them all
-    urgent_s: float = 0.15  # decode a stream's pending frames early when its listener runs dry within this (0: off)
-    max_ahead_s: float = 30.0  # a stream this far ahead of its listener gets no row (a stuck reader's backpressure)
+    max_rows: int = _LOOP.max_rows  # decode rows per step (the largest captured bucket)
+    max_prefills: int = _LOOP.max_prefills  # new streams whose prompt tokens ride one step
+    max_prefill_tokens: int = max(_LOOP.prefill_buckets)  # prompt tokens per step (the largest prefill bucket)
+    deadline_order: bool = _LOOP.deadline_order  # rows to the streams closest to a stall when a step cannot take all
+    urgent_s: float = _LOOP.urgent_s  # decode a stream's pending frames early when its listener runs dry within this
+    max_ahead_s: float = _LOOP.max_ahead_s  # a stream this far ahead of its listener gets no row (backpressure)
     max_pending_frames: int | None = None  # a stream with this many frames launched, not decoded gets no row (ring)
+
+    @classmethod
+    def of(cls, config: EngineConfig) -> SchedulerConfig:
+        """The scheduler's part of an engine's options."""
+        rows = tuple(b for b in config.row_buckets if b <= config.max_rows)
+        return cls(max_rows=max(rows), max_prefills=config.max_prefills,
+                   max_prefill_tokens=max(config.prefill_buckets), deadline_order=config.deadline_order,
+                   urgent_s=config.urgent_s, max_ahead_s=config.max_ahead_s)
 
     def __post_init__(self) -> None:
         if self.max_rows < 1 or self.max_prefills < 1 or self.max_prefill_tokens < 1:
@@ -160,6 +174,22 @@ class Scheduler:
                 due.append((deadline, r, n, n == rest or (r.ended and n == pending)))
         due.sort(key=itemgetter(0))
         return [(r, n, closes) for _, r, n, closes in due]
+
+    @staticmethod
+    def postprocess(plan: StepPlan, eos: np.ndarray) -> int:
+        """Count what a finished step made (`eos`: a bool per decode row); returns the number of frames."""
+        made = 0
+        for request, ended in zip(plan.decodes, eos.tolist(), strict=True):
+            if request.ended or request.status is not Status.RUNNING:
+                continue  # launched before its stream ended (pipelined) or was cancelled: not a frame
+            if ended:
+                request.ended, request.finish_reason = True, "eos"
+                continue
+            request.num_frames += 1
+            made += 1
+            if request.num_frames >= request.frame_budget:
+                request.ended, request.finish_reason = True, "budget"
+        return made
 
     def urgent(self, request: Request, now: float | None = None) -> bool:
         """The stream is playing and its listener runs dry within `urgent_s`: what is decoded goes out now."""

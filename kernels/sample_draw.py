@@ -7,7 +7,7 @@ The k-th largest logit is found without sorting: logits map to integers of the s
 search over that integer range counts how many are at or above the midpoint, so the threshold is exact. Ids tied
 with the k-th value are all kept (torch.topk would keep some of them). The noise is an input, one Exp(1) value per
 (row, id), so the draw is a pure function and tests compare it with its reference exactly; the engine fills it once
-a step. top-p is not here: rows that need it take the PyTorch path (engine/qwen3tts/sampling.py).
+a step. top-p is not here: rows that need it take the PyTorch path (engine/qwen3tts/model/sampling.py).
 """
 
 from __future__ import annotations

@@ -193,14 +193,23 @@ def test_docs_links_resolve():
     assert not broken, broken
 
 
-def test_qwen3tts_md_lists_every_engine_option():
-    from voxgate.engine.qwen3tts.options import OPTIONS
+def test_qwen3tts_md_lists_every_engine_option_with_its_default():
+    """The one options table (docs/qwen3tts.md) is Qwen3TTSOptions: every option, its default and its help."""
+    import dataclasses
 
+    from voxgate.engine.config import format_value
+    from voxgate.engine.qwen3tts.options import OPTIONS, Qwen3TTSOptions
+
+    fields = {f.name: f for f in dataclasses.fields(Qwen3TTSOptions)}
     text = (DOCS / "qwen3tts.md").read_text()
     table = text.partition("<!-- engine-options -->")[2].partition("<!-- /engine-options -->")[0]
-    rows = re.findall(r"^\| `(\w+)` \| (.*) \|$", table, re.MULTILINE)
-    assert rows == [(key, meaning.replace("|", "\\|")) for key, meaning in OPTIONS.items()], (
-        "regenerate the table from engine/qwen3tts/options.py")
+    rows = re.findall(r"^\| `(\w+)` \| (`[^`]*`|\(required\)) \| (.*) \|$", table, re.MULTILINE)
+    assert [(key, meaning) for key, _, meaning in rows] == [
+        (key, meaning.replace("|", "\\|")) for key, meaning in OPTIONS.items()], "regenerate the table from options.py"
+    for key, default, _ in rows:
+        field = fields[key]
+        assert default == ("(required)" if field.default in ("", dataclasses.MISSING)
+                           else f"`{format_value(field.default)}`"), key
 
 
 async def test_client_md_a_wrong_token_is_a_voxgate_error_with_close_4001(gateway):

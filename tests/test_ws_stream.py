@@ -9,9 +9,9 @@ import numpy as np
 import opuslib
 import pytest
 from support import connect
+from voxgate.client.protocol_client import VoxgateClient
 from voxgate.engine.base import EngineError
 from voxgate.engine.fake import FakeEngine
-from voxgate.client.protocol_client import VoxgateClient
 from voxgate.gateway.protocol import FLAG_CODEC_RESET, FLAG_FIRST, FLAG_LAST, FrameHeader
 
 TEXT = ("The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "

@@ -1,6 +1,8 @@
-"""Qwen3-TTS 12 Hz in plain PyTorch: config, checkpoint loading, text front end, Talker, code predictor, codec.
+"""Qwen3-TTS 12 Hz: the serving step at the top (engine adapter, runner, batch step, chunk decoder, options), the
+reference port in model/, the codec in codec/, command-line tools in tools/.
 
-The public entry point is `Qwen3TTS` (generate.py). Submodules import torch; the CLI modules do not at import time.
+The public entry points are `Qwen3TTSEngine` (engine.py) and `Qwen3TTS` (model/generate.py). Submodules import
+torch; options.py and the CLI modules do not at import time.
 """
 
 from __future__ import annotations

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import GenerationConfig
 from .depth_fused import DepthOps, FusedDepth
 from .fused_stack import DecoderOps, FusedStack
-from .layers import rope_tables
-from .prompt import XVEC
-from .sampling import (
+from .model.config import GenerationConfig
+from .model.layers import rope_tables
+from .model.prompt import XVEC
+from .model.sampling import (
     DO_SAMPLE,
     MIN_NEW,
     PENALTY,
@@ -30,7 +30,7 @@ from .sampling import (
     codebook_zero_rules,
     sample_rows,
 )
-from .talker import Talker
+from .model.talker import Talker
 
 
 @dataclass

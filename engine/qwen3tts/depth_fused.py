@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .code_predictor import CodePredictor
 from .fused_stack import FusedStack
+from .model.code_predictor import CodePredictor
 
 
 @dataclass(frozen=True)

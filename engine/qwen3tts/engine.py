@@ -19,7 +19,7 @@ from ..core import EngineCore, StepOutput
 from ..loop import EngineLoop, LoopStream
 from ..request import FRAME_S, Request
 from ..scheduler import SchedulerConfig
-from .options import OPTIONS, parse_buckets, parse_flag, parse_ints
+from .options import Qwen3TTSOptions, parse
 from .text_stream import StreamedText
 
 FRAME_MS = 80  # 12.5 Hz
@@ -34,44 +34,18 @@ CLONE_VOICE = "clone"  # Base: the x-vector of the `ref_audio` option
 class Qwen3TTSEngine(Engine):
     name = "qwen3tts"
 
-    def __init__(self, model: str, device: str | None = None, dtype: str | None = None,
-                 codec_dtype: str | None = None, max_frames: int = 2048, budget_factor: float = 2.5,
-                 min_budget_s: float = 2.0, chunk_frames: Any = "1,2,4,8,16", ref_audio: str | None = None,
-                 greedy: Any = False, warmup: Any = True, max_rows: int = 128,
-                 row_buckets: Any = "1,2,4,8,16,32,64,96,128", prefill_buckets: Any = "64,256",
-                 max_prefills: int = 4, max_slots: int = 257, max_positions: int = 2560,
-                 kv_memory_fraction: float = 0.6, enforce_eager: Any = False, deadline_order: Any = True,
-                 urgent_s: float = 0.15, max_ahead_s: float = 30.0, attention: str = "auto", codec: str = "auto",
-                 depth: str = "layers", text_min_tokens: int = 4,
-                 gil_switch_ms: float = 0.5, codec_width: int = 4, codec_buckets: Any = None,
-                 pipeline: Any = True) -> None:
-        self.chunk_schedule = parse_ints(chunk_frames)
-        self.max_frames, self.budget_factor, self.min_budget_s = int(max_frames), float(budget_factor), \
-            float(min_budget_s)
-        if self.max_frames <= 0 or not self.chunk_schedule or min(self.chunk_schedule) <= 0:
-            raise ValueError("max_frames and chunk_frames must be positive")
-        self.model_path, self.device, self.dtype, self.codec_dtype = model, device, dtype, codec_dtype
-        self.ref_audio = ref_audio
-        self.greedy, self.warmup = parse_flag(greedy), parse_flag(warmup)
-        if not 1 <= int(codec_width) <= 32:
-            raise ValueError("codec_width must be 1 to 32 frames")
-        rows = tuple(b for b in parse_ints(row_buckets) if b <= int(max_rows))
-        if not rows:
-            raise ValueError("max_rows must be at least the smallest row bucket")
-        self.loop_options: dict[str, Any] = dict(
-            row_buckets=rows, prefill_buckets=parse_ints(prefill_buckets), max_prefills=int(max_prefills),
-            max_slots=int(max_slots), max_positions=int(max_positions),
-            kv_memory_fraction=float(kv_memory_fraction), enforce_eager=parse_flag(enforce_eager), attention=attention,
-            depth=depth, codec=codec, codec_width=int(codec_width), codec_buckets=parse_buckets(codec_buckets))
-        self.scheduler_config = SchedulerConfig(max_rows=max(rows), max_prefills=int(max_prefills),
-                                                max_prefill_tokens=max(parse_ints(prefill_buckets)),
-                                                deadline_order=parse_flag(deadline_order), urgent_s=float(urgent_s),
-                                                max_ahead_s=float(max_ahead_s))
-        self.gil_switch_s = float(gil_switch_ms) / 1000 or None
-        self.pipeline = parse_flag(pipeline)
-        self.text_min_tokens = int(text_min_tokens)
-        if self.text_min_tokens < 1:
-            raise ValueError("text_min_tokens must be at least 1")
+    def __init__(self, options: Qwen3TTSOptions) -> None:
+        self.options = o = options
+        self.chunk_schedule = o.chunk_frames
+        self.max_frames, self.budget_factor, self.min_budget_s = o.max_frames, o.budget_factor, o.min_budget_s
+        self.model_path, self.device, self.dtype, self.codec_dtype = o.model, o.device, o.dtype, o.codec_dtype
+        self.ref_audio = o.ref_audio
+        self.greedy, self.warmup = o.greedy, o.warmup
+        self.loop_options: dict[str, Any] = o.runner_options()
+        self.scheduler_config = SchedulerConfig.of(o)
+        self.gil_switch_s = o.gil_switch_ms / 1000 or None
+        self.pipeline = o.pipeline
+        self.text_min_tokens = o.text_min_tokens
         self.tts: Any = None
         self.runner: Any = None
         self.loop: EngineLoop | None = None
@@ -90,11 +64,11 @@ class Qwen3TTSEngine(Engine):
 
         from ..metrics import EngineMetrics
         from .batch_step import SamplingFeatures
-        from .checkpoint import load_config, resolve
-        from .generate import Qwen3TTS, Voice
+        from .model.checkpoint import load_config, resolve
+        from .model.generate import Qwen3TTS, Voice
+        from .model.sampling import param_row
         from .runner import RING, ModelRunner, RunnerConfig
-        from .sampling import param_row
-        from .wav import read_wav
+        from .tools.wav import read_wav
 
         t0 = time.perf_counter()
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -241,7 +215,7 @@ class Qwen3TTSEngine(Engine):
         import numpy as np
         import torch
 
-        from .prompt import PromptError, reference_ids
+        from .model.prompt import PromptError, reference_ids
 
         if not self.supports_voice_upload:
             raise EngineError("unsupported", "only Base checkpoints take uploaded voices")
@@ -262,7 +236,7 @@ class Qwen3TTSEngine(Engine):
     def add_voice(self, voice_id: str, prompt: dict[str, Any], ref_text: str | None) -> None:
         import torch
 
-        from .generate import Voice
+        from .model.generate import Voice
 
         if not self.supports_voice_upload:
             raise EngineError("unsupported", "only Base checkpoints take uploaded voices")
@@ -303,8 +277,8 @@ class Qwen3TTSEngine(Engine):
 
     def prompt_inputs(self, request: SynthesisRequest, non_streaming: bool | None = None) -> Any:
         """The request's tokenized, validated inputs (voice by language when none is named)."""
-        from .generate import Voice
-        from .prompt import PromptError
+        from .model.generate import Voice
+        from .model.prompt import PromptError
 
         language = (request.language or "auto").lower()
         language = ISO_LANGUAGES.get(language, language)
@@ -321,7 +295,7 @@ class Qwen3TTSEngine(Engine):
             raise EngineError("bad_request", str(exc)) from exc
 
     def prompt_rows(self, inputs: Any) -> Any:
-        from .prompt import PromptError, prompt_rows
+        from .model.prompt import PromptError, prompt_rows
 
         try:
             return prompt_rows(self.tts.cfg, inputs)
@@ -367,10 +341,7 @@ class Qwen3TTSEngine(Engine):
 
 def create_engine(**options: Any) -> Qwen3TTSEngine:
     """The engine from `--engine-option` values (strings from the command line, typed values from TOML)."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        valid = "; ".join(f"{k}: {v}" for k, v in OPTIONS.items())
-        raise ValueError(f"unknown qwen3tts engine option(s) {', '.join(unknown)}; valid options: {valid}")
+    parsed = parse(options)
     if "model" not in options:
         raise ValueError("the qwen3tts engine needs a `model` option (checkpoint directory or HF repo id)")
-    return Qwen3TTSEngine(**options)
+    return Qwen3TTSEngine(parsed)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import DecoderStack
+from .model.layers import DecoderStack
 
 
 @dataclass(frozen=True)

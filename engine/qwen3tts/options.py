@@ -1,72 +1,79 @@
-"""The Qwen3-TTS engine's options (`--engine-option key=value`): what each means, and the parsers of their string
-values (a TOML config gives typed values, the command line strings)."""
+"""The Qwen3-TTS engine's options (`--engine-option key=value`, a preset's `[engine_options]`): one field each, with
+its type, default and help. The engine, the runner's and the scheduler's configs, `--help`, the docs tables and
+configs/qwen3tts.toml all follow this class (tests/qwen3tts/test_options.py checks the docs and the preset)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-# Engine options (`--engine-option key=value`), with their meaning; create_engine refuses anything else.
-OPTIONS = {
-    "model": "checkpoint directory or Hugging Face repo id (required)",
-    "device": "cuda, cuda:N or cpu (default: cuda when available)",
-    "dtype": "Talker dtype: bf16 (CUDA default), fp16, fp32 (CPU default)",
-    "codec_dtype": "codec dtype (default: the Talker's)",
-    "max_frames": "hard cap on frames per stream (80 ms each; default 2048)",
-    "budget_factor": "frame budget = this x the text's expected frames (default 2.5), at least min_budget_s",
-    "min_budget_s": "the smallest frame budget, in seconds of audio (default 2)",
-    "chunk_frames": "codec chunk schedule in frames, e.g. 1,2,4,8,16 (the last repeats)",
-    "codec_width": "frames per stream in one codec call: chunks are decoded in pieces this wide (default 4)",
-    "codec_buckets": "captured codec calls as ROWSxFRAMES, e.g. 1x4,8x4,32x4 (default: 1,8,16,32,64 x codec_width)",
-    "ref_audio": "Base: a 16-bit WAV whose x-vector is the `clone` voice",
-    "greedy": "true: greedy decoding (no sampling)",
-    "warmup": "false: skip the warm-up stream at start",
-    "max_rows": "decode rows per step (the largest row bucket; default 128)",
-    "row_buckets": "captured row buckets, e.g. 1,2,4,8,16,32,64,96,128",
-    "prefill_buckets": "captured prompt-token buckets per step, e.g. 64,256",
-    "max_prefills": "new prompts per step (default 4)",
-    "max_slots": "streams held at once, plus one (default 257; fewer if memory is short)",
-    "max_positions": "KV positions per stream: prompt + frames (default 2560)",
-    "kv_memory_fraction": "share of free GPU memory for stream slots (default 0.6)",
-    "enforce_eager": "true: no CUDA graphs",
-    "deadline_order": "false: rows round-robin instead of to the streams closest to a stall",
-    "urgent_s": "decode pending frames early when a listener runs dry within this (default 0.15; 0: off)",
-    "max_ahead_s": "a stream this far ahead of its listener gets no row (default 30)",
-    "attention": "triton | torch | auto",
-    "depth": "the depth loop's passes 1..14: layers (as the Talker's, default) | fused (five launches a layer; "
-             "exact, but measured no faster on the H200)",
-    "codec": "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto",
-    "pipeline": "false: read each step before launching the next (default true: launch it first, host work overlaps)",
-    "gil_switch_ms": "CPython's thread switch interval while the loop runs (default 0.5; 0 leaves it)",
-    "text_min_tokens": "a stream whose text is still arriving starts after this many text tokens (default 4)",
-}
+from ..config import EngineConfig, option, option_help, parse_options
+
+Buckets = tuple[tuple[int, int], ...]  # (rows, frames per row) of captured codec calls
 
 
-def parse_flag(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"expected true or false, got {value!r}")
+@dataclasses.dataclass(frozen=True)
+class Qwen3TTSOptions(EngineConfig):
+    model: str = option("", "checkpoint directory or Hugging Face repo id (required)")
+    device: str | None = option(None, "cuda, cuda:N or cpu (default: cuda when available)")
+    dtype: str | None = option(None, "Talker dtype: bf16 (CUDA default), fp16, fp32 (CPU default)")
+    codec_dtype: str | None = option(None, "codec dtype (default: the Talker's)")
+    max_frames: int = option(2048, "hard cap on frames per stream (80 ms each; default 2048)")
+    budget_factor: float = option(2.5, "frame budget = this x the text's expected frames (default 2.5), at least "
+                                       "min_budget_s")
+    min_budget_s: float = option(2.0, "the smallest frame budget, in seconds of audio (default 2)")
+    chunk_frames: tuple[int, ...] = option((1, 2, 4, 8, 16), "codec chunk schedule in frames, e.g. 1,2,4,8,16 (the "
+                                                             "last repeats)")
+    codec_width: int = option(4, "frames per stream in one codec call: chunks are decoded in pieces this wide "
+                                 "(default 4)")
+    codec_buckets: Buckets | None = option(None, "captured codec calls as ROWSxFRAMES, e.g. 1x4,8x4,32x4 (default: "  # noqa: RUF009
+                                                 "1,8,16,32,64 x codec_width)")
+    ref_audio: str | None = option(None, "Base: a 16-bit WAV whose x-vector is the `clone` voice")
+    greedy: bool = option(False, "true: greedy decoding (no sampling)")
+    warmup: bool = option(True, "false: skip the warm-up stream at start")
+    max_slots: int = option(257, "streams held at once, plus one (default 257; fewer if memory is short)")
+    max_positions: int = option(2560, "KV positions per stream: prompt + frames (default 2560)")
+    kv_memory_fraction: float = option(0.6, "share of free GPU memory for stream slots (default 0.6)")
+    attention: str = option("auto", "triton | torch | auto")
+    depth: str = option("layers", "the depth loop's passes 1..14: layers (as the Talker's, default) | fused (five "
+                                  "launches a layer; exact, but measured no faster on the H200)")
+    codec: str = option("auto", "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto")
+    text_min_tokens: int = option(4, "a stream whose text is still arriving starts after this many text tokens "
+                                     "(default 4)")
+
+    def __post_init__(self) -> None:
+        if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:
+            raise ValueError("max_frames and chunk_frames must be positive")
+        if not 1 <= self.codec_width <= 32:
+            raise ValueError("codec_width must be 1 to 32 frames")
+        if not self.rows:
+            raise ValueError("max_rows must be at least the smallest row bucket")
+        if self.text_min_tokens < 1:
+            raise ValueError("text_min_tokens must be at least 1")
+
+    @property
+    def rows(self) -> tuple[int, ...]:
+        """The row buckets captured: those up to max_rows."""
+        return tuple(b for b in self.row_buckets if b <= self.max_rows)
+
+    def runner_options(self) -> dict[str, Any]:
+        """RunnerConfig's keyword arguments (all but `sampling`, which comes from the checkpoint)."""
+        return dict(row_buckets=self.rows, prefill_buckets=self.prefill_buckets, max_prefills=self.max_prefills,
+                    max_slots=self.max_slots, max_positions=self.max_positions,
+                    kv_memory_fraction=self.kv_memory_fraction, enforce_eager=self.enforce_eager,
+                    attention=self.attention, depth=self.depth, codec=self.codec, codec_width=self.codec_width,
+                    codec_buckets=self.codec_buckets)
 
 
-def parse_ints(value: Any) -> tuple[int, ...]:
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    return tuple(int(x) for x in items)
+OPTIONS = option_help(Qwen3TTSOptions)  # name -> help, in field order
+DEFAULTS = Qwen3TTSOptions()
 
 
-def parse_buckets(value: Any) -> tuple[tuple[int, int], ...] | None:
-    """"1x4,8x4" -> ((1, 4), (8, 4)); None or "" -> None (the default)."""
-    if value is None or value == "":
-        return None
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+def parse(options: dict[str, Any]) -> Qwen3TTSOptions:
+    """The options from `key: value` pairs (strings from the command line, typed values from TOML)."""
     try:
-        pairs = tuple(tuple(int(n) for n in (item.lower().split("x") if isinstance(item, str) else item))
-                      for item in items)
-    except ValueError:
-        pairs = ((0,),)
-    if any(len(p) != 2 or min(p) < 1 for p in pairs):
-        raise ValueError(f"codec_buckets must be ROWSxFRAMES pairs, e.g. 1x4,8x4 (got {value!r})")
-    return pairs  # type: ignore[return-value]
+        return parse_options(Qwen3TTSOptions, options)
+    except ValueError as exc:
+        if str(exc).startswith("unknown option"):
+            raise ValueError(f"unknown qwen3tts engine {str(exc).removeprefix('unknown ')}") from None
+        raise

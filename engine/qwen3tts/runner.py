@@ -27,10 +27,11 @@ from .batch_step import DecodeRows, SamplingFeatures, SlotState, StepModel, deco
 from .chunk_decoder import ChunkDecoder
 from .depth_fused import DepthOps
 from .fused_stack import DecoderOps
-from .generate import Qwen3TTS
-from .layers import rope_tables
-from .prompt import PromptRows
-from .sampling import NUM_PARAMS
+from .model.generate import Qwen3TTS
+from .model.layers import rope_tables
+from .model.prompt import PromptRows
+from .model.sampling import NUM_PARAMS
+from .options import DEFAULTS
 from .step_buffers import HostCopy, PackedBuffer
 
 RING = 64  # frames a stream may have made and not yet decoded (>= the widest codec piece)
@@ -50,26 +51,27 @@ def _text_id(trailing: list[int], frame: int, pad: int) -> int:
 
 @dataclass(slots=True)
 class RunnerConfig:
-    row_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 96, 128)
-    prefill_buckets: tuple[int, ...] = (64, 256)  # prompt tokens per step (a longer prompt spans steps)
-    max_prefills: int = 4  # prompts per step
-    max_positions: int = 2560  # prompt + frames per stream (KV positions per slot)
-    max_slots: int = 257  # streams + the sink; fewer if the memory budget holds fewer
-    kv_memory_fraction: float = 0.6  # of the GPU memory free after loading, for the slots (CUDA)
+    """The runner's part of the engine options; every default is Qwen3TTSOptions' (options.py)."""
+
+    row_buckets: tuple[int, ...] = DEFAULTS.row_buckets
+    prefill_buckets: tuple[int, ...] = DEFAULTS.prefill_buckets  # prompt tokens per step (a longer prompt spans steps)
+    max_prefills: int = DEFAULTS.max_prefills  # prompts per step
+    max_positions: int = DEFAULTS.max_positions  # prompt + frames per stream (KV positions per slot)
+    max_slots: int = DEFAULTS.max_slots  # streams + the sink; fewer if the memory budget holds fewer
+    kv_memory_fraction: float = DEFAULTS.kv_memory_fraction  # of the GPU memory free after loading (CUDA)
     max_trailing: int = 1024  # text ids one stream feeds into decode steps (the one-token-per-frame layout)
     sampling: SamplingFeatures = field(default_factory=SamplingFeatures)  # what rows may ask of the sampler
     # Pieces of 4 frames: one 32 x 4 call decodes as many frames as 128 x 1 in less time (2.63 against 2.93 ms on
     # the H200), and rows of one width waste nothing on padding (docs/engine-loop.md, "Codec pieces").
-    codec_width: int = 4
-    codec_buckets: tuple[tuple[int, int], ...] | None = None  # default: codec_buckets(codec_width)
-    attention: str = "auto"  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
+    codec_width: int = DEFAULTS.codec_width
+    codec_buckets: tuple[tuple[int, int], ...] | None = DEFAULTS.codec_buckets  # default: codec_buckets(width)
+    attention: str = DEFAULTS.attention  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
     # the depth loop's passes 1..14: "layers" as the Talker's, or "fused" in five launches a layer
     # (depth_fused.py). "layers" stays the default until the fused kernels are measured on a GPU: they are tested
     # against their references in Triton's interpreter only (docs/gpu-notes.md, issue 15).
-    depth: str = "layers"
-    codec: str = "auto"  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
-    enforce_eager: bool = False
-    record_logits: bool = False  # tests: keep each step's logits (eager only) and accept forced codes
+    depth: str = DEFAULTS.depth
+    codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
+    enforce_eager: bool = DEFAULTS.enforce_eager
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -106,10 +108,12 @@ class Launched:
     num_rows: int
     frames_host: HostCopy
     done: torch.cuda.Event | None  # after the step and the copy of its frames (CUDA)
-    logits: list[torch.Tensor]  # record_logits: this step's, codebook 0 then 1..15 (copies)
+    logits: list[torch.Tensor]  # a recording runner's (tests): this step's, codebook 0 then 1..15 (copies)
 
 
 class ModelRunner:
+    records_logits = False  # a test runner keeps each step's logits (tests/qwen3tts/teacher_forcing.py)
+
     def __init__(self, tts: Qwen3TTS, config: RunnerConfig | None = None, num_slots: int | None = None) -> None:
         self.tts = tts
         self.cfg = tts.cfg
@@ -143,17 +147,16 @@ class ModelRunner:
                                    c.progress)
         self._io: dict[tuple[int, int], _StepIO] = {}
         self.last_fill_s, self.last_bucket = 0.0, ""
-        self.forced_codes: dict[int, np.ndarray] = {}  # record_logits (tests): teacher forcing by request id
 
     # -- construction -------------------------------------------------------------------------------------------
     def _codec_class(self) -> type:
         """The fused codec on CUDA (auto), the plain one elsewhere: Triton's CPU interpreter runs the fused kernels
         too, but only tests want that."""
         if self.config.codec == "fused" or (self.config.codec == "auto" and self.device.type == "cuda"):
-            from .codec_fused import FusedCodecStream
+            from .codec.codec_fused import FusedCodecStream
 
             return FusedCodecStream
-        from .codec_stream import CodecStream
+        from .codec.codec_stream import CodecStream
 
         return CodecStream
 
@@ -161,7 +164,7 @@ class ModelRunner:
         if self.device.type != "cuda":
             return min(self.config.max_slots, 17)
         from ..slot_pool import slot_bytes
-        from .codec_state import state_layout
+        from .codec.codec_state import state_layout
 
         per = slot_bytes(kv_layout) + slot_bytes(state_layout(self.tts.codec, self.dtype)) + 64 * 1024
         free, _ = torch.cuda.mem_get_info(self.device)
@@ -204,8 +207,7 @@ class ModelRunner:
         ints = {"dec_slot": (rows,), "dec_pos": (rows,), "dec_frame": (rows,),
                 "pre_slot": (tokens,), "pre_pos": (tokens,), "pre_text": (tokens,), "pre_codec": (tokens, q),
                 "dec_text": (rows,), "done_idx": (np_,), "done_slot": (np_,), "new_slot": (np_,)}
-        if c.record_logits:
-            ints |= {"forced": (rows, q), "force": (rows,)}
+        ints |= self._extra_inputs(rows)
         io = _StepIO(PackedBuffer(ints, torch.int64, self.device),
                      PackedBuffer({"new_params": (np_, NUM_PARAMS)}, torch.float32, self.device) if np_ else None)
         self._io[key] = io
@@ -222,11 +224,10 @@ class ModelRunner:
                 state.params.index_copy_(0, new, io.floats.dev["new_params"])
                 state.seen.index_fill_(0, new, False)
             if rows:
-                logits = io.logits if c.record_logits else None
+                logits = io.logits if self.records_logits else None
                 if logits is not None:
                     logits.clear()
-                decode = DecodeRows(d["dec_slot"], d["dec_pos"], d["dec_frame"], d["dec_text"],
-                                    d.get("forced"), d["force"] != 0 if c.record_logits else None)
+                decode = self._decode_rows(d)
                 out_frames, x = decode_frames(self.model, state, decode, self.eos_id, self.suppress, c.sampling,
                                               logits)
                 parts.append(x)
@@ -271,8 +272,7 @@ class ModelRunner:
             h["dec_pos"][:num_rows] = np.asarray([r.num_prompt_tokens for r in decodes]) + frame_index
             pad = self.cfg.tts_pad_token_id  # the text id each row's next Talker input adds: trailing, then pad
             h["dec_text"][:num_rows] = [_text_id(r.prompt.trailing, r.num_launched, pad) for r in decodes]
-            if c.record_logits:
-                self._fill_forced(decodes, h)
+            self._fill_decodes(decodes, h)
         if num_tokens:
             self._fill_prefills(plan, io, rows)
         io.ints.upload()
@@ -287,7 +287,7 @@ class ModelRunner:
         self._launches += 1
         if num_rows:
             frames_host.start(frames, num_rows)
-        logits = [lg[:num_rows].clone() for lg in io.logits] if c.record_logits and num_rows else []
+        logits = [lg[:num_rows].clone() for lg in io.logits] if num_rows else []  # empty unless recording
         done = None
         if cuda:
             done = torch.cuda.Event()
@@ -305,13 +305,17 @@ class ModelRunner:
             return np.zeros(0, dtype=bool)
         return launched.frames_host.array[: launched.num_rows, 0] == self.eos_id
 
-    def _fill_forced(self, decodes: list[Request], h: dict[str, np.ndarray]) -> None:
-        """Tests: rows whose request has codes in `forced_codes` (request_id -> [N, Q]) take them (teacher
-        forcing) instead of their samples."""
-        for i, r in enumerate(decodes):
-            codes = self.forced_codes.get(r.request_id)
-            if codes is not None and r.num_launched < len(codes):
-                h["forced"][i], h["force"][i] = codes[r.num_launched], 1
+    # Seams for a test runner (teacher forcing: tests/qwen3tts/teacher_forcing.py); the runtime adds nothing.
+    def _extra_inputs(self, rows: int) -> dict[str, tuple[int, ...]]:
+        """More int64 step inputs, by name and shape."""
+        return {}
+
+    def _decode_rows(self, d: dict[str, torch.Tensor]) -> DecodeRows:
+        """The decode rows of a step from its device inputs."""
+        return DecodeRows(d["dec_slot"], d["dec_pos"], d["dec_frame"], d["dec_text"])
+
+    def _fill_decodes(self, decodes: list[Request], h: dict[str, np.ndarray]) -> None:
+        """Fill the extra inputs of the decode rows (host views)."""
 
     def _fill_prefills(self, plan: StepPlan, io: _StepIO, rows: int) -> None:
         h = io.ints.host

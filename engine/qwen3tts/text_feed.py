@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import re
 
-from .prompt import target_text
-from .tokenizer import TextTokenizer
+from .model.prompt import target_text
+from .model.tokenizer import TextTokenizer
 
 log = logging.getLogger("voxgate.engine.qwen3tts")
 ROLE_IDS = 3  # `<|im_start|>assistant\n` before the content

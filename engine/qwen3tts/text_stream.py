@@ -14,20 +14,34 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..base import AudioStream, EngineError, SynthesisRequest
-from ..loop import LoopStream
+from ..loop import EngineLoop, LoopStream
 from .text_feed import END_IDS, ROLE_IDS, TextFeed
 
-if TYPE_CHECKING:
-    from .engine import Qwen3TTSEngine
+
+class StreamHost(Protocol):
+    """What a streamed text needs of its engine (Qwen3TTSEngine, which imports this module)."""
+
+    tts: Any
+    loop: EngineLoop | None
+
+    def prompt_inputs(self, request: SynthesisRequest, non_streaming: bool | None = None) -> Any: ...
+
+    def prompt_rows(self, inputs: Any) -> Any: ...
+
+    def frame_budget(self, request: SynthesisRequest, prompt_tokens: int, text: str | None = None) -> int: ...
+
+    def check_trailing(self, count: int) -> None: ...
+
+    def submit(self, request: SynthesisRequest, rows: Any, budget: int) -> LoopStream: ...
 
 
 class StreamedText(AudioStream):
-    def __init__(self, engine: Qwen3TTSEngine, request: SynthesisRequest, min_tokens: int) -> None:
+    def __init__(self, engine: StreamHost, request: SynthesisRequest, min_tokens: int) -> None:
         self.request = request
         self._engine = engine
         self._min_tokens = min_tokens

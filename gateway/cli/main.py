@@ -11,8 +11,9 @@ import sys
 SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("serve", "voxgate.gateway.cli.serve", "start the gateway (WebSocket, HTTP, demo)"),
     ("say", "voxgate.gateway.cli.say", "speak text through a running gateway into a WAV file"),
-    ("synth", "voxgate.engine.qwen3tts.synth_cli", "offline Qwen3-TTS generation to a WAV file"),
-    ("checkpoint", "voxgate.engine.qwen3tts.checkpoint_cli", "Qwen3-TTS checkpoint tools (synthetic checkpoints)"),
+    ("synth", "voxgate.engine.qwen3tts.tools.synth_cli", "offline Qwen3-TTS generation to a WAV file"),
+    ("checkpoint", "voxgate.engine.qwen3tts.tools.checkpoint_cli",
+     "Qwen3-TTS checkpoint tools (synthetic checkpoints)"),
     ("bench", "voxgate.gateway.bench.command", "benchmark a gateway: closed loop, open-loop SLO capacity"),
 ]
 

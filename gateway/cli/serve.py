@@ -14,19 +14,23 @@ from typing import Any
 log = logging.getLogger("voxgate.serve")
 
 
-def _option(text: str) -> tuple[str, object]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    for convert in (int, float):
-        try:
-            return key, convert(value)
-        except ValueError:
-            pass
-    return key, {"true": True, "false": False}.get(value.lower(), value)
+def _option(text: str) -> tuple[str, str]:
+    """`key=value`, the value still a string: the engine types it by its option's type (voxgate.engine.config)."""
+    from voxgate.engine.config import split_pair
+
+    try:
+        return split_pair(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from voxgate.engine.config import describe_options
+    from voxgate.engine.qwen3tts.options import Qwen3TTSOptions  # no torch: the options only
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # the options' list keeps its lines
+    parser.epilog = describe_options("qwen3tts engine options (--engine-option KEY=VALUE, default shown)",
+                                     Qwen3TTSOptions)
     parser.add_argument("--config", help="a TOML file, or a preset name from configs/ (default: configs/default.toml)")
     parser.add_argument("--engine", help="espeak (default, CPU), qwen3tts (GPU) or fake (test tones)")
     parser.add_argument("--engine-option", action="append", type=_option, default=[], metavar="KEY=VALUE",

@@ -53,7 +53,7 @@ def shared() -> Path:
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory, shared: Path) -> Callable[[str], Path]:
     """kind -> directory of a tiny synthetic checkpoint (seeded per kind, written once)."""
-    from voxgate.engine.qwen3tts.synthetic import write_synthetic
+    from voxgate.engine.qwen3tts.tools.synthetic import write_synthetic
 
     made: dict[str, Path] = {}
 
@@ -69,7 +69,7 @@ def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory, shared: Path) -> Callabl
 
 @pytest.fixture(scope="session")
 def ours(tiny_ckpt: Callable[[str], Path]) -> Callable[[str], Any]:
-    from voxgate.engine.qwen3tts.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     cache: dict[str, Any] = {}
 

@@ -31,7 +31,7 @@ def _sync() -> None:
 
 
 def write_checkpoint(out: Path, like: str = LIKE, tiny: bool = False) -> dict[str, Any]:
-    from voxgate.engine.qwen3tts.synthetic import write_synthetic
+    from voxgate.engine.qwen3tts.tools.synthetic import write_synthetic
 
     start = time.perf_counter()
     info: dict[str, Any] = {"like": like}
@@ -47,7 +47,7 @@ def write_checkpoint(out: Path, like: str = LIKE, tiny: bool = False) -> dict[st
 
 
 def bench_ours(ckpt: Path, frames: int, seed: int = 0, dtype: str = "bf16") -> dict[str, Any]:
-    from voxgate.engine.qwen3tts.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     start = time.perf_counter()
     tts = Qwen3TTS.from_pretrained(ckpt, device=DEVICE, dtype=dtype, progress=False)
@@ -103,7 +103,7 @@ def _part_times(tts: Any, steps: int = 32) -> dict[str, float]:
 def bench_reference(ckpt: Path, frames: int, seed: int = 0) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).parent))
     from reference import reference_codec, reference_model  # type: ignore[import-not-found]
-    from voxgate.engine.qwen3tts.tokenizer import TextTokenizer
+    from voxgate.engine.qwen3tts.model.tokenizer import TextTokenizer
 
     start = time.perf_counter()
     ref = reference_model(ckpt, torch.bfloat16, DEVICE, attn="sdpa")
@@ -143,7 +143,7 @@ def parity_fp32(ckpt: Path, frames: int = 64, codec_frames: int = 300) -> dict[s
     """Greedy codes (frames) and codec audio (codec_frames) in fp32 at real shapes, ours vs the reference."""
     sys.path.insert(0, str(Path(__file__).parent))
     from reference import reference_codec, reference_model  # type: ignore[import-not-found]
-    from voxgate.engine.qwen3tts.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

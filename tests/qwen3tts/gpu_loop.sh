@@ -110,7 +110,7 @@ if has opus; then
 fi
 if has voice; then
   log "uploaded voices' first audio (1.7B Base)"
-  python3 -c "from pathlib import Path; from voxgate.engine.qwen3tts.synthetic import write_synthetic
+  python3 -c "from pathlib import Path; from voxgate.engine.qwen3tts.tools.synthetic import write_synthetic
 write_synthetic('Qwen3-TTS-12Hz-1.7B-Base', '/tmp/ckb17', device='cuda', shared=Path('$VOXGATE_SHARED'))"
   timeout ${VOICE_S:-150} python3 tests/qwen3tts/gpu_voice_ttfa.py --checkpoint /tmp/ckb17 --out "$RES/voice_ttfa.json" \
     2>&1 | grep -v "it/s\]\|graph/s\|tensor/s" | tail -6

@@ -12,12 +12,14 @@ from typing import Any
 import numpy as np
 import torch
 from voxgate.engine.core import EngineCore
-from voxgate.engine.qwen3tts.generate import Qwen3TTS
-from voxgate.engine.qwen3tts.prompt import prompt_rows
+from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
+from voxgate.engine.qwen3tts.model.prompt import prompt_rows
+from voxgate.engine.qwen3tts.model.sampling import param_row
 from voxgate.engine.qwen3tts.runner import ModelRunner, RunnerConfig
-from voxgate.engine.qwen3tts.sampling import param_row
 from voxgate.engine.request import Request, Status
 from voxgate.engine.scheduler import SchedulerConfig, StepPlan
+
+from .teacher_forcing import TeacherForcedRunner
 
 SMALL = dict(row_buckets=(1, 2, 4, 8, 16), prefill_buckets=(16, 64), max_positions=320, max_trailing=96,
              codec_buckets=((1, 1), (4, 1), (16, 1), (4, 4), (16, 4), (4, 16), (8, 16)), progress=False)
@@ -74,8 +76,10 @@ class Stream:
         return self.request.request_id
 
 
-def make_runner(tts: Qwen3TTS, num_slots: int = 17, **overrides: Any) -> ModelRunner:
-    runner = ModelRunner(tts, RunnerConfig(**{**SMALL, **overrides}), num_slots=num_slots)
+def make_runner(tts: Qwen3TTS, num_slots: int = 17, record_logits: bool = False, **overrides: Any) -> ModelRunner:
+    """record_logits: a teacher-forced runner that keeps each step's logits (and takes `forced` codes in drive)."""
+    runner_class = TeacherForcedRunner if record_logits else ModelRunner
+    runner = runner_class(tts, RunnerConfig(**{**SMALL, **overrides}), num_slots=num_slots)
     runner.capture()
     return runner
 
@@ -96,6 +100,7 @@ def drive(tts: Qwen3TTS, runner: ModelRunner, streams: list[Stream], greedy: boo
                 rows = prompt_rows(tts.cfg, inputs)
                 s.request = Request(rows, len(rows), s.budget, s.schedule, param_row(gen))
                 if forced is not None and (codes := forced(s)) is not None:
+                    assert isinstance(runner, TeacherForcedRunner), "forced codes need make_runner(record_logits=True)"
                     runner.forced_codes[s.request.request_id] = codes
                 core.add(s.request)
             if s.cancel_step == step and s.request is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from voxgate.engine.qwen3tts.sampling import (
+from voxgate.engine.qwen3tts.model.sampling import (
     CodebookZeroRules,
     SamplingParams,
     codebook_zero_rules,
@@ -68,8 +68,8 @@ def test_codebook_zero_rules_equal_the_reference_rules() -> None:
 
 def test_reference_pick_params_are_the_batched_defaults() -> None:
     """SamplingParams fields line up with the per-row table's columns (param_row)."""
-    from voxgate.engine.qwen3tts.config import GenerationConfig
-    from voxgate.engine.qwen3tts.sampling import DO_SAMPLE, SUB_TOP_K, TEMPERATURE, TOP_K, param_row
+    from voxgate.engine.qwen3tts.model.config import GenerationConfig
+    from voxgate.engine.qwen3tts.model.sampling import DO_SAMPLE, SUB_TOP_K, TEMPERATURE, TOP_K, param_row
 
     gen = GenerationConfig(top_k=0, subtalker_top_k=7)
     row = param_row(gen)

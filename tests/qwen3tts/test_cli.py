@@ -12,7 +12,7 @@ from voxgate.gateway.cli.main import main
 
 
 def test_cli_modules_do_not_import_torch() -> None:
-    code = ("import sys, voxgate.engine.qwen3tts.synth_cli, voxgate.engine.qwen3tts.checkpoint_cli; "
+    code = ("import sys, voxgate.engine.qwen3tts.tools.synth_cli, voxgate.engine.qwen3tts.tools.checkpoint_cli; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
@@ -50,7 +50,7 @@ def test_synth_clones_in_context_from_a_wav(tiny_ckpt: object, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """--ref-audio (16 kHz here: resampled) + --ref-text: ICL; the output holds only the new frames' audio."""
     import numpy as np
-    from voxgate.engine.qwen3tts.wav import write_wav
+    from voxgate.engine.qwen3tts.tools.wav import write_wav
 
     d = tiny_ckpt("base17")  # type: ignore[operator]
     ref = tmp_path / "ref.wav"

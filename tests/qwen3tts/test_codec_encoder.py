@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from voxgate.engine.qwen3tts.checkpoint import CheckpointError, load_checkpoint, load_codec_encoder
-from voxgate.engine.qwen3tts.codec_encoder import resample
-from voxgate.engine.qwen3tts.prompt import PromptError
-from voxgate.engine.qwen3tts.synthetic import encoder_shapes, tiny_configs, write_synthetic
+from voxgate.engine.qwen3tts.codec.codec_encoder import resample
+from voxgate.engine.qwen3tts.model.checkpoint import CheckpointError, load_checkpoint, load_codec_encoder
+from voxgate.engine.qwen3tts.model.prompt import PromptError
+from voxgate.engine.qwen3tts.tools.synthetic import encoder_shapes, tiny_configs, write_synthetic
 
 from .conftest import LIKE, require_reference
 
@@ -127,7 +127,7 @@ def test_clone_voice_builds_an_icl_voice(ours: Any) -> None:
 
 
 def test_checkpoint_without_encoder_loads_and_refuses_encode(shared: Path, tmp_path: Path) -> None:
-    from voxgate.engine.qwen3tts.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     d = write_synthetic(LIKE["cv06"], tmp_path / "ck", seed=1, tiny=True, shared=shared.parent, with_encoder=False)
     assert not any(k.startswith("encoder.") for k in load_file(d / "speech_tokenizer/model.safetensors"))

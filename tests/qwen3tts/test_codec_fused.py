@@ -37,7 +37,7 @@ def fused() -> ModuleType:
     """codec_fused bound to kernel modules runnable here (the interpreter without a GPU)."""
     for name in ("causal_conv", "conv_tma", "codec_norms", "ring_attention"):
         kernel_module(name)
-    return importlib.reload(importlib.import_module("voxgate.engine.qwen3tts.codec_fused"))
+    return importlib.reload(importlib.import_module("voxgate.engine.qwen3tts.codec.codec_fused"))
 
 
 WINDOW = 8
@@ -46,8 +46,8 @@ WINDOW = 8
 @pytest.fixture(scope="module")
 def codec(tiny_ckpt: Callable[[str], Path]):
     """The tiny synthetic codec's weights in a decoder whose attention window is WINDOW frames."""
-    from voxgate.engine.qwen3tts.checkpoint import load_codec
-    from voxgate.engine.qwen3tts.codec import CodecDecoder
+    from voxgate.engine.qwen3tts.codec.codec import CodecDecoder
+    from voxgate.engine.qwen3tts.model.checkpoint import load_codec
 
     tiny = load_codec(tiny_ckpt("cv17"), device=DEVICE, dtype=torch.float32)
     small = CodecDecoder(dataclasses.replace(tiny.cfg, sliding_window=WINDOW)).to(DEVICE)
@@ -66,7 +66,7 @@ def assert_within_1_lsb(got: torch.Tensor, want: torch.Tensor) -> None:
 
 
 def test_state_matches_the_reference_layout(fused: ModuleType, codec) -> None:
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream
+    from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
 
     fs, ref = fused.FusedCodecStream(codec, 2), CodecStream(codec, 2)
     assert fs.state_values() == ref.state_values()
@@ -84,7 +84,7 @@ def test_streamed_equals_whole_decode(fused: ModuleType, codec, schedule: list[i
 def test_interleaved_rows_equal_each_alone(fused: ModuleType, codec) -> None:
     """Rows with different widths, a 0-frame row and padding rows on the sink, in one step, over several steps;
     also checked against the reference stream fed the same batches."""
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream
+    from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
 
     fs, ref = fused.FusedCodecStream(codec, 5), CodecStream(codec, 5)
     streams = {2: _codes(12, 1).to(DEVICE), 4: _codes(12, 2).to(DEVICE), 1: _codes(12, 3).to(DEVICE)}
@@ -161,7 +161,7 @@ def test_bf16_quality_matches_the_reference_stream(fused: ModuleType, codec) -> 
     PyTorch rounds). Triton's CPU interpreter truncates to bf16 instead of rounding to nearest, a bias at every
     stored activation (measured here: 15.5 dB against the reference's 30.4 dB), so on the CPU this only catches
     gross errors; on CUDA the kernels round as PyTorch does and the bound is tight."""
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream
+    from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
 
     codes = _codes(16, 12)
     whole = _whole(codec, 16, 12)
@@ -177,7 +177,7 @@ def test_bf16_quality_matches_the_reference_stream(fused: ModuleType, codec) -> 
 def test_captured_step_replays_the_eager_step(fused: ModuleType, codec) -> None:
     """A CodecRunner bucket of the fused stream (a CUDA graph; padding rows on the sink) equals the eager step from
     the same state, bit for bit (fixed conv tiles: tuning could pick other tiles for the captured batch size)."""
-    from voxgate.engine.qwen3tts.codec_runner import CodecRunner
+    from voxgate.gateway.bench.codec_runner import CodecRunner
     from voxgate.kernels.causal_conv import ConvOptions
 
     fs = fused.FusedCodecStream(codec, 4, dtype=torch.bfloat16, conv_options=ConvOptions(autotune=False))

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
-from voxgate.engine.qwen3tts.layers import RMSNorm
+from voxgate.engine.qwen3tts.model.layers import RMSNorm
 
 from .triton_mode import DEVICE, kernel_module
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from voxgate.engine.qwen3tts.bench.codec_measure import pcm16, snr_db
 
 if TYPE_CHECKING:
-    from voxgate.engine.qwen3tts.codec import CodecDecoder
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream
+    from voxgate.engine.qwen3tts.codec.codec import CodecDecoder
+    from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
 
 Q = 16  # codebooks
 pytestmark = pytest.mark.usefixtures("no_tf32")
@@ -38,14 +38,14 @@ def _one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def codec(tiny_ckpt: Callable[[str], Path]) -> CodecDecoder:
-    from voxgate.engine.qwen3tts.checkpoint import load_codec
+    from voxgate.engine.qwen3tts.model.checkpoint import load_codec
 
     return load_codec(tiny_ckpt("cv17"), dtype=torch.float32)
 
 
 @pytest.fixture(scope="module")
 def stream(codec: CodecDecoder) -> CodecStream:
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream
+    from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
 
     return CodecStream(codec, num_slots=6)
 
@@ -96,7 +96,7 @@ def test_long_utterance_equals_whole_decode(codec: CodecDecoder, stream: CodecSt
 
 def test_interleaved_batch_equals_each_alone(codec: CodecDecoder) -> None:
     """Streams of different lengths and chunk widths share steps (with a sink row and idle rows)."""
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream
+    from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
 
     cs = CodecStream(codec, num_slots=5)
     lengths, schedules = [90, 37, 75, 12], [[4, 8, 16], [1, 3], [16], [2, 5]]
@@ -131,7 +131,7 @@ def test_interleaved_batch_equals_each_alone(codec: CodecDecoder) -> None:
 
 
 def test_reused_slot_carries_nothing(codec: CodecDecoder) -> None:
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream
+    from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
 
     cs = CodecStream(codec, num_slots=2)  # one usable slot: the second stream must reuse the first one's
     first = cs.decode_chunks(_codes(80, 20), [16])
@@ -165,7 +165,7 @@ def test_padding_code_is_read_as_zero_and_eos_is_refused(stream: CodecStream) ->
 
 def test_bf16_snr(codec: CodecDecoder) -> None:
     """bf16 with SnakeBeta and the clamp in fp32 stays close to fp32 (the bench reports 32 utterances)."""
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream
+    from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
 
     cs = CodecStream(codec, num_slots=2, dtype=torch.bfloat16)
     assert cs.pool["kv"].dtype == torch.bfloat16 and next(codec.parameters()).dtype == torch.float32
@@ -175,9 +175,9 @@ def test_bf16_snr(codec: CodecDecoder) -> None:
 
 def test_state_size_at_real_shapes(shared: Path) -> None:
     """The per-stream state of the real 12 Hz decoder is design §9's 1,298,496 values."""
-    from voxgate.engine.qwen3tts.codec import CodecDecoder
-    from voxgate.engine.qwen3tts.codec_state import state_layout, state_values
-    from voxgate.engine.qwen3tts.config import CodecDecoderConfig
+    from voxgate.engine.qwen3tts.codec.codec import CodecDecoder
+    from voxgate.engine.qwen3tts.codec.codec_state import state_layout, state_values
+    from voxgate.engine.qwen3tts.model.config import CodecDecoderConfig
 
     raw = json.loads((shared / "checkpoints/Qwen3-TTS-12Hz-1.7B-CustomVoice/speech_tokenizer/config.json").read_text())
     with torch.device("meta"):
@@ -186,7 +186,7 @@ def test_state_size_at_real_shapes(shared: Path) -> None:
 
 
 def test_config_without_a_stream_slot_is_refused(codec: CodecDecoder) -> None:
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream
+    from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
     from voxgate.engine.slot_pool import NoUsableSlot
 
     with pytest.raises(NoUsableSlot):
@@ -197,7 +197,7 @@ def test_swapped_snake_parameters_are_caught(codec: CodecDecoder) -> None:
     """A mutation check of this file's oracle: the reference stream with two residual units' SnakeBeta parameters
     exchanged (a wrong slice of 1-D parameters, which constant synthetic parameters would hide) is off by far more
     than 1 LSB."""
-    from voxgate.engine.qwen3tts.codec_stream import CodecStream
+    from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
 
     cs = CodecStream(codec, num_slots=2)
     unit0, unit1 = list(codec.decoder[1].block)[2:4]

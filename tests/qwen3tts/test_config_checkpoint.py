@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from voxgate.engine.qwen3tts.checkpoint import CheckpointError, expected_shapes, load_checkpoint, resolve
-from voxgate.engine.qwen3tts.config import ConfigError, load_config, parse_config
-from voxgate.engine.qwen3tts.synthetic import encoder_shapes, save_sharded
+from voxgate.engine.qwen3tts.model.checkpoint import CheckpointError, expected_shapes, load_checkpoint, resolve
+from voxgate.engine.qwen3tts.model.config import ConfigError, load_config, parse_config
+from voxgate.engine.qwen3tts.tools.synthetic import encoder_shapes, save_sharded
 
 from .conftest import LIKE
 
@@ -167,8 +167,8 @@ def test_load_shows_progress(tiny_ckpt: Callable[[str], Path], capsys: Any) -> N
 def test_real_shape_06b_checkpoint_round_trip(shared: Path, tmp_path: Path) -> None:
     """Write the 0.6B CustomVoice at its real shapes (1.8 GB + 0.7 GB) and load it back through the real loader."""
     from safetensors import safe_open
-    from voxgate.engine.qwen3tts.generate import Qwen3TTS
-    from voxgate.engine.qwen3tts.synthetic import write_synthetic
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.tools.synthetic import write_synthetic
 
     out = tmp_path / "ck06"
     write_synthetic("Qwen3-TTS-12Hz-0.6B-CustomVoice", out, seed=1, shared=shared.parent)

@@ -65,7 +65,7 @@ def test_cp_linear_refuses_bad_shapes(linear: ModuleType) -> None:
 
 
 def _attend_inputs(n: int, heads: int, kv_heads: int, d: int, dtype: torch.dtype, positions: int = 16):
-    from voxgate.engine.qwen3tts.layers import rope_tables
+    from voxgate.engine.qwen3tts.model.layers import rope_tables
 
     qkv = (2 * torch.randn(n, (heads + 2 * kv_heads) * d, device=DEVICE)).to(dtype)
     qw, kw = ((1 + 0.1 * torch.randn(d, device=DEVICE)).to(dtype) for _ in range(2))
@@ -102,7 +102,7 @@ def test_fused_depth_loop_equals_the_layers(tiny_ckpt, linear: ModuleType, atten
     from voxgate.engine.qwen3tts.batch_step import StepModel
     from voxgate.engine.qwen3tts.depth_fused import DepthOps
     from voxgate.engine.qwen3tts.fused_stack import DecoderOps
-    from voxgate.engine.qwen3tts.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     tts = Qwen3TTS.from_pretrained(tiny_ckpt(kind), dtype=torch.float32, device=DEVICE, progress=False)
     ops = DecoderOps.for_device(torch.device(DEVICE))
@@ -169,7 +169,7 @@ def test_sample_draw_matches_the_engines_distribution(draw: ModuleType) -> None:
     """The draw's frequencies against softmax(top-k logits / T), and the engine's PyTorch sampler's, over 4,000 rows
     of one distribution (independent noise per row). Interpreted, 4,000 programs take a minute: the reference
     stands in there (test_sample_draw holds the kernel to it id for id)."""
-    from voxgate.engine.qwen3tts.sampling import sample_rows
+    from voxgate.engine.qwen3tts.model.sampling import sample_rows
 
     rows, vocab, k, temperature = 4000, 12, 5, 0.8
     logits = torch.linspace(2.0, -1.0, vocab, device=DEVICE)[torch.randperm(vocab, device=DEVICE)]

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from voxgate.engine.base import SynthesisRequest
-from voxgate.engine.qwen3tts.config import ConfigError
 from voxgate.engine.qwen3tts.engine import create_engine
+from voxgate.engine.qwen3tts.model.config import ConfigError
 
 SMALL = dict(device="cpu", dtype="fp32", greedy="true", warmup="false", row_buckets="1,2", prefill_buckets="64",
              max_slots="3", max_positions="200", max_rows="2", chunk_frames="2")

@@ -13,7 +13,7 @@ import pytest
 import torch
 from voxgate.engine.base import EngineError, SynthesisRequest
 from voxgate.engine.qwen3tts.engine import create_engine
-from voxgate.engine.qwen3tts.wav import to_int16
+from voxgate.engine.qwen3tts.tools.wav import to_int16
 
 
 async def _engine(path: Path, **kw: object) -> object:

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from voxgate.engine.qwen3tts.generate import Qwen3TTS
-from voxgate.engine.qwen3tts.wav import to_int16
+from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
+from voxgate.engine.qwen3tts.tools.wav import to_int16
 
 from .loop_support import Stream, drive, make_runner, solo_codes, solo_logits
 
@@ -128,8 +128,8 @@ def test_long_prompt_is_prefilled_over_several_steps(tts: Qwen3TTS) -> None:
 def test_prompt_rows_embed_like_build_prompt(tiny_ckpt: Callable[[str], Path], ours: Callable[[str], Any]) -> None:
     """Every prompt layout as ids, embedded in the step's way, equals build_prompt's rows."""
     from voxgate.engine.qwen3tts.batch_step import embed_rows
-    from voxgate.engine.qwen3tts.generate import Voice
-    from voxgate.engine.qwen3tts.prompt import prompt_rows
+    from voxgate.engine.qwen3tts.model.generate import Voice
+    from voxgate.engine.qwen3tts.model.prompt import prompt_rows
 
     cases = [("cv17", "ryan", None, None), ("cv17", "eric", "auto", "Sad."), ("vd17", None, "english", "Warm."),
              ("base17", "xvec", "english", None), ("base17", "icl", "auto", None), ("base17", "icl-stream", None, None)]
@@ -163,9 +163,9 @@ def test_in_context_clone_streams_equal_the_whole_decode(tiny_ckpt: Callable[[st
     stream on CUDA), the prompt carries the x-vector and the reference's frames; codes and audio as alone. A third
     stream of the first voice starts from the kept warm state (a copy of one slot row), with the same result."""
     from voxgate.engine.core import EngineCore
-    from voxgate.engine.qwen3tts.generate import Voice
-    from voxgate.engine.qwen3tts.prompt import prompt_rows
-    from voxgate.engine.qwen3tts.sampling import param_row
+    from voxgate.engine.qwen3tts.model.generate import Voice
+    from voxgate.engine.qwen3tts.model.prompt import prompt_rows
+    from voxgate.engine.qwen3tts.model.sampling import param_row
     from voxgate.engine.request import Request
     from voxgate.engine.scheduler import SchedulerConfig
 

@@ -46,7 +46,7 @@ def _streams() -> list[Stream]:
                                                   (True, "torch", "layers"), (True, "triton", "fused")],
                          ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-fused"])
 def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str, depth: str) -> None:
-    from voxgate.engine.qwen3tts.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
@@ -87,7 +87,7 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
 def test_free_running_bf16_against_each_stream_alone(ckpt17: Path) -> None:
     """bf16: batched rows round differently from batch 1, so greedy codes may part ways after a near tie; report
     how many frames agree before the first difference, and require every stream to complete with finite audio."""
-    from voxgate.engine.qwen3tts.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     tts = Qwen3TTS.from_pretrained(ckpt17, device="cuda", dtype="bf16", progress=False)
     streams = _streams()

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 import torch
-from voxgate.engine.qwen3tts.config import GenerationConfig
-from voxgate.engine.qwen3tts.generate import Voice
-from voxgate.engine.qwen3tts.prompt import PromptInputs
+from voxgate.engine.qwen3tts.model.config import GenerationConfig
+from voxgate.engine.qwen3tts.model.generate import Voice
+from voxgate.engine.qwen3tts.model.prompt import PromptInputs
 
 # The reference's HF generate logs through `logging`, but may also emit UserWarnings about unused sampling flags.
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:transformers.*")

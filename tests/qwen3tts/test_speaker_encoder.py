@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from voxgate.engine.qwen3tts.speaker_encoder import mel_filterbank
+from voxgate.engine.qwen3tts.model.speaker_encoder import mel_filterbank
 
 
 def test_slaney_mel_filterbank_matches_transformers() -> None:

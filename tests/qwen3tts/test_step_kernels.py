@@ -51,7 +51,7 @@ def test_add_rms_norm(norms: ModuleType, dtype: torch.dtype, rows: int, channels
 
 
 def test_add_rms_norm_ref_is_layers_rmsnorm() -> None:
-    from voxgate.engine.qwen3tts.layers import RMSNorm
+    from voxgate.engine.qwen3tts.model.layers import RMSNorm
 
     for dtype in DTYPES:
         norm = RMSNorm(32, 1e-6)
@@ -66,7 +66,7 @@ def test_add_rms_norm_ref_is_layers_rmsnorm() -> None:
 
 
 def _rope_inputs(n: int, heads: int, kv_heads: int, d: int, dtype: torch.dtype, slots: int = 5, positions: int = 40):
-    from voxgate.engine.qwen3tts.layers import rope_tables
+    from voxgate.engine.qwen3tts.model.layers import rope_tables
 
     qkv = torch.randn(n, (heads + 2 * kv_heads) * d, device=DEVICE).to(dtype)
     qw, kw = ((1 + 0.1 * torch.randn(d, device=DEVICE)).to(dtype) for _ in range(2))
@@ -93,7 +93,7 @@ def test_qk_norm_rope(rope: ModuleType, dtype: torch.dtype, n: int, heads: int, 
 
 def test_qk_norm_rope_ref_is_the_eager_attention_inputs() -> None:
     """The reference equals layers.Attention's q/k-norm then apply_rope (same ops, same order)."""
-    from voxgate.engine.qwen3tts.layers import Attention, apply_rope
+    from voxgate.engine.qwen3tts.model.layers import Attention, apply_rope
     from voxgate.kernels.qk_norm_rope import qk_norm_rope_ref
 
     attn = Attention(32, 4, 2, 16, 1e-6, qk_norm=True)

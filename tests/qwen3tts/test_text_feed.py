@@ -7,9 +7,9 @@ import random
 from pathlib import Path
 
 import pytest
-from voxgate.engine.qwen3tts.prompt import target_text
+from voxgate.engine.qwen3tts.model.prompt import target_text
+from voxgate.engine.qwen3tts.model.tokenizer import TextTokenizer
 from voxgate.engine.qwen3tts.text_feed import TextFeed, safe_cut
-from voxgate.engine.qwen3tts.tokenizer import TextTokenizer
 
 from .test_tokenizer import CORPUS
 

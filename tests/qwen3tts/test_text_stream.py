@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from voxgate.engine.base import EngineError, SynthesisRequest
 from voxgate.engine.qwen3tts.engine import create_engine
-from voxgate.engine.qwen3tts.wav import to_int16
+from voxgate.engine.qwen3tts.tools.wav import to_int16
 
 TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background, please.",
          "It's easy to tell the depth of a well; four hours of steady work faced us.",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from voxgate.engine.qwen3tts.prompt import instruct_text, ref_text, target_text
-from voxgate.engine.qwen3tts.tokenizer import TextTokenizer
+from voxgate.engine.qwen3tts.model.prompt import instruct_text, ref_text, target_text
+from voxgate.engine.qwen3tts.model.tokenizer import TextTokenizer
 
 CORPUS = [
     "Hello, world! This is voxgate.",

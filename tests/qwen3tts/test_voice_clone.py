@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from voxgate.engine.qwen3tts.config import GenerationConfig
+from voxgate.engine.qwen3tts.model.config import GenerationConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:transformers.*")
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 from support import connect, running_gateway
 from voxgate.engine.qwen3tts.engine import create_engine
-from voxgate.engine.qwen3tts.wav import to_int16
+from voxgate.engine.qwen3tts.tools.wav import to_int16
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 

@@ -18,7 +18,7 @@ import torch
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Modules re-imported in interpreter mode (in that order), and modules bound to them, until restore_compiled_mode.
 _INTERPRETED: list[str] = []
-_BOUND = ("voxgate.engine.qwen3tts.codec_fused",)
+_BOUND = ("voxgate.engine.qwen3tts.codec.codec_fused",)
 
 
 def kernel_module(name: str) -> ModuleType:

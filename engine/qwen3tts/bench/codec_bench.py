@@ -1,5 +1,5 @@
 """`voxgate bench codec`: the incremental codec alone, both step implementations (`reference`:
-engine/qwen3tts/codec_stream.CodecStream, plain PyTorch; `fused`: codec_fused.FusedCodecStream, Triton kernels).
+engine/qwen3tts/codec/codec_stream.CodecStream, plain PyTorch; `fused`: codec_fused.FusedCodecStream, Triton kernels).
 
     voxgate bench codec --out DIR                                 # CUDA, real shapes
     voxgate bench codec --out DIR --device cpu --tiny --paths reference --shapes 3x1,2x2   # dry run

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from voxgate.engine.qwen3tts.checkpoint import load_codec
-from voxgate.engine.qwen3tts.codec import CodecDecoder
-from voxgate.engine.qwen3tts.codec_runner import CodecRunner
-from voxgate.engine.qwen3tts.codec_state import StreamingCodec
-from voxgate.engine.qwen3tts.codec_stream import CodecStream
+from voxgate.engine.qwen3tts.bench.codec_runner import CodecRunner
+from voxgate.engine.qwen3tts.codec.codec import CodecDecoder
+from voxgate.engine.qwen3tts.codec.codec_state import StreamingCodec
+from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
+from voxgate.engine.qwen3tts.model.checkpoint import load_codec
 
 LIKE = "Qwen3-TTS-12Hz-0.6B-CustomVoice"  # the smallest Talker to write; the codec is the same in every model
 PATHS = ("fused", "reference")
@@ -46,7 +46,7 @@ def snr_db(x: torch.Tensor, ref: torch.Tensor) -> float:
 def make_codec(device: str, tiny: bool, shared: str | None, seed: int = 0) -> tuple[CodecDecoder, dict[str, Any]]:
     """The codec of a synthetic checkpoint, written and loaded through the real writer and loader; without the
     shared configs, the codec alone drawn in memory at the shapes of design §9 with the same initialiser."""
-    from voxgate.engine.qwen3tts.synthetic import TINY_CODEC, random_state, write_synthetic
+    from voxgate.engine.qwen3tts.tools.synthetic import TINY_CODEC, random_state, write_synthetic
 
     start = time.perf_counter()
     try:
@@ -56,7 +56,7 @@ def make_codec(device: str, tiny: bool, shared: str | None, seed: int = 0) -> tu
             codec = load_codec(tmp, device=device, dtype=torch.float32)
         info = {"checkpoint": f"synthetic {LIKE}{' (tiny)' if tiny else ''}, written and loaded"}
     except FileNotFoundError as exc:
-        from voxgate.engine.qwen3tts.config import CodecDecoderConfig
+        from voxgate.engine.qwen3tts.model.config import CodecDecoderConfig
 
         cfg = CodecDecoderConfig.from_dict({**REAL_CODEC, **(TINY_CODEC if tiny else {})})
         with torch.device("meta"):
@@ -76,7 +76,7 @@ def make_stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dty
                 tuned: bool = True) -> StreamingCodec:
     """`fused` (FusedCodecStream; tuned=False: fixed conv tiles, for runs over many shapes) or `reference`."""
     if path == "fused":
-        from voxgate.engine.qwen3tts.codec_fused import FusedCodecStream
+        from voxgate.engine.qwen3tts.codec.codec_fused import FusedCodecStream
         from voxgate.kernels.causal_conv import ConvOptions
 
         return FusedCodecStream(codec, num_slots, dtype=dtype, conv_options=ConvOptions(autotune=tuned))

@@ -65,9 +65,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from voxgate.engine.qwen3tts.batch_step import SamplingFeatures
     from voxgate.engine.qwen3tts.engine import create_engine
-    from voxgate.engine.qwen3tts.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.model.sampling import param_row
     from voxgate.engine.qwen3tts.runner import ModelRunner, RunnerConfig
-    from voxgate.engine.qwen3tts.sampling import param_row
     from voxgate.engine.request import Request
     from voxgate.engine.scheduler import Prefill, StepPlan
 
@@ -92,7 +92,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     for s in slots:
         runner.state.params[s] = torch.tensor(row)
     text = tts.prompt_inputs("A sentence of about the usual length, to prefill.", "ryan", "english")
-    from voxgate.engine.qwen3tts.prompt import prompt_rows
+    from voxgate.engine.qwen3tts.model.prompt import prompt_rows
 
     prompt = prompt_rows(tts.cfg, text)
 
@@ -153,7 +153,7 @@ def depth_loop_times(runner: Any, param_row: list[float], reps: int) -> list[dic
     layers, on the same weights."""
     import torch
     from voxgate.engine.qwen3tts.depth_fused import DepthOps, FusedDepth
-    from voxgate.engine.qwen3tts.sampling import (
+    from voxgate.engine.qwen3tts.model.sampling import (
         SUB_DO_SAMPLE,
         SUB_TEMPERATURE,
         SUB_TOP_K,
@@ -252,7 +252,7 @@ def steps_main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.make_like and not Path(args.checkpoint, "config.json").exists():
         import torch
-        from voxgate.engine.qwen3tts.synthetic import write_synthetic
+        from voxgate.engine.qwen3tts.tools.synthetic import write_synthetic
 
         write_synthetic(args.make_like, args.checkpoint, device="cuda" if torch.cuda.is_available() else "cpu")
     res = measure(args)

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ...kernels import causal_conv as conv_kernels
-from ...kernels.causal_conv import ConvOptions, Snake, advance_state, causal_conv, conv_weight, convt_weight
-from ...kernels.codec_norms import dwconv_layernorm, rms_norm
-from ...kernels.ring_attention import ring_attention
-from ..slot_pool import SlotPool, SlotSpec
+from ....kernels import causal_conv as conv_kernels
+from ....kernels.causal_conv import ConvOptions, Snake, advance_state, causal_conv, conv_weight, convt_weight
+from ....kernels.codec_norms import dwconv_layernorm, rms_norm
+from ....kernels.ring_attention import ring_attention
+from ...slot_pool import SlotPool, SlotSpec
+from ..model.layers import rope_tables
 from .codec import CodecDecoder, SnakeBeta
 from .codec_state import StreamingCodec, shared_arange, state_layout
-from .layers import rope_tables
 
 
 def fused_state_layout(codec: CodecDecoder, dtype: torch.dtype) -> dict[str, SlotSpec]:

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import CodecDecoderConfig
-from .layers import Attention, RMSNorm, SwiGLU, causal_mask, rope_tables
+from ..model.config import CodecDecoderConfig
+from ..model.layers import Attention, RMSNorm, SwiGLU, causal_mask, rope_tables
 
 
 class CausalConv(nn.Module):

@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from .generate import Qwen3TTS, Voice
-    from .prompt import PromptError
+    from ..model.generate import Qwen3TTS, Voice
+    from ..model.prompt import PromptError
     from .wav import read_wav, write_wav
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..codec.codec import CodecDecoder
+from ..codec.codec_encoder import CodecEncoder, resample
 from .checkpoint import load_checkpoint
-from .codec import CodecDecoder
-from .codec_encoder import CodecEncoder, resample
 from .config import GenerationConfig, Qwen3TTSConfig
 from .prompt import Prompt, PromptError, PromptInputs, build_prompt, instruct_text, ref_text, target_text
 from .sampling import CodebookZeroRules, SamplingParams, pick

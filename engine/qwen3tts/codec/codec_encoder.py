@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..model.config import CodecEncoderConfig
+from ..model.layers import apply_rope, rope_tables
 from .codec import LayerScale
-from .config import CodecEncoderConfig
-from .layers import apply_rope, rope_tables
 
 
 class EncoderConv(nn.Module):

@@ -30,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..slot_pool import SlotPool
+from ...slot_pool import SlotPool
+from ..model.layers import apply_rope, rope_tables
 from .codec import CausalConvTranspose, CodecDecoder, SnakeBeta
 from .codec_state import StreamingCodec, shared_arange, state_layout
-from .layers import apply_rope, rope_tables
 
 
 def _tail(full: torch.Tensor, end: torch.Tensor, size: int, dim: int, out: torch.Tensor) -> None:

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ..slot_pool import SlotPool, SlotSpec
+from ...slot_pool import SlotPool, SlotSpec
+from ..model.config import CodecDecoderConfig
 from .codec import CodecDecoder
-from .config import CodecDecoderConfig
 
 
 @functools.cache

@@ -17,8 +17,8 @@ from safetensors import safe_open
 from torch import nn
 from tqdm.auto import tqdm
 
-from .codec import CodecDecoder
-from .codec_encoder import CodecEncoder
+from ..codec.codec import CodecDecoder
+from ..codec.codec_encoder import CodecEncoder
 from .config import CODEC_CONFIG, CodecEncoderConfig, ConfigError, Qwen3TTSConfig, load_config
 from .speaker_encoder import SpeakerEncoder
 from .talker import Talker

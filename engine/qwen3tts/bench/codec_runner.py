@@ -15,9 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-
-from ..graphs import GraphSet
-from .codec_state import StreamingCodec
+from voxgate.engine.graphs import GraphSet
+from voxgate.engine.qwen3tts.codec.codec_state import StreamingCodec
 
 DEFAULT_BUCKETS = ((1, 4), (8, 4), (32, 4), (128, 1), (8, 16), (32, 16), (128, 4))
 Bucket = tuple[int, int]  # (rows, frames)

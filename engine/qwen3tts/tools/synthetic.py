@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from .checkpoint import CODEC_DIR, INDEX, WEIGHTS, expected_shapes
-from .config import parse_config
+from ..model.checkpoint import CODEC_DIR, INDEX, WEIGHTS, expected_shapes
+from ..model.config import parse_config
 
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
 CONFIG_FILES = ("config.json", "generation_config.json", "preprocessor_config.json",
@@ -44,9 +44,9 @@ TINY_ENCODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, n
 
 
 def default_shared() -> Path:
-    """$VOXGATE_SHARED, else `<repo>/../shared` (this file lives at <repo>/engine/qwen3tts/)."""
+    """$VOXGATE_SHARED, else `<repo>/../shared` (this file lives at <repo>/engine/qwen3tts/tools/)."""
     env = os.environ.get("VOXGATE_SHARED")
-    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared"
+    return Path(env) if env else Path(__file__).resolve().parents[3].parent / "shared"
 
 
 def source_dirs(like: str, shared: Path | None = None) -> tuple[Path, Path]:
@@ -154,8 +154,8 @@ def random_state(shapes: dict[str, tuple[int, ...]], dtype: torch.dtype, gen: to
 
 def encoder_shapes(codec_config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """`encoder.*` of the official speech_tokenizer file (the Mimi encoder half), shapes only (meta device)."""
-    from .codec_encoder import CodecEncoder
-    from .config import CodecEncoderConfig
+    from ..codec.codec_encoder import CodecEncoder
+    from ..model.config import CodecEncoderConfig
 
     valid = int(codec_config["encoder_valid_num_quantizers"])
     cfg = CodecEncoderConfig.from_dict(codec_config["encoder_config"], valid)

@@ -1,0 +1,127 @@
+"""The audio side of a step: which codec pieces run, when a chunk closes, and its hand-over.
+
+A chunk of a stream's schedule is decoded in pieces no wider than the codec's `max_width` (a call costs its widest
+row times its rows: one 16-frame chunk among 1-frame ones made every row 16 wide) and handed over whole when its
+last piece is back. One codec call runs a step: launched after the step and collected in the next iteration, so
+the codec runs on the GPU beside the next decode step. Pure bookkeeping over `Request` numbers; the codec call
+itself is the runner's (engine/qwen3tts/codec/chunk_decoder.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from .request import Request, Status
+from .scheduler import Scheduler
+
+Chunk = tuple[Request, np.ndarray]  # a stream's audio, PCM16
+
+
+class ChunkCalls(Protocol):
+    max_width: int  # widest piece one call takes per stream
+
+    def bucket_for(self, rows: int, width: int) -> object | None:
+        """Something (a bucket) when one call can take rows x width, else None."""
+        ...
+
+    def launch(self, chunks: Sequence[tuple[Request, int]]) -> None:
+        """Start decoding each stream's next n frames (those after its num_decoded)."""
+        ...
+
+    def collect(self) -> list[Chunk]:
+        """The launched call's PCM16 per chunk, in order (waits for it); [] when none is in flight."""
+        ...
+
+    @property
+    def in_flight(self) -> Sequence[tuple[Request, int]]:
+        """The pieces of the launched call, not yet collected."""
+        ...
+
+
+class ChunkAssembler:
+    """Owns the codec pieces between steps: launches the due ones, collects them, closes chunks (whole, early
+    for a listener about to run dry, or on a stream's end) and hands their audio over."""
+
+    def __init__(self, calls: ChunkCalls, scheduler: Scheduler) -> None:
+        self.calls = calls
+        self.scheduler = scheduler
+        self._closing: list[bool] = []  # per piece of the call in flight: does it close its chunk
+
+    def collect(self, now: float) -> list[Chunk]:
+        """The call in flight's pieces, then every chunk that closes now: whole ones, and (a chunk whose decoded
+        pieces wait for frames not yet made, a stream waiting for text) those whose listener is about to run dry:
+        a short chunk beats a pause."""
+        handed: list[Chunk] = []
+        for (request, pcm), closes in zip(self.calls.collect(), self._closing, strict=True):
+            if request.status is Status.ABORTED:
+                continue
+            request.pcm_parts.append(pcm)
+            if closes:
+                handed.append(self._hand_over(request, now))
+        self._closing = []
+        for request in self.scheduler.running:
+            if request.pcm_parts and request.pending_frames == 0 and self.scheduler.urgent(request):
+                handed.append(self._close_early(request, now))
+        return handed
+
+    def launch(self) -> bool:
+        """Start the codec call of the due pieces; False when none is due."""
+        pieces = self._pieces()
+        if not pieces:
+            return False
+        self.calls.launch([(request, n) for request, n, _ in pieces])
+        for request, n, closes in pieces:
+            request.num_decoded += n
+            request.chunk_launched += n
+            if closes:
+                request.num_chunks += 1
+                request.chunk_launched = 0
+        self._closing = [closes for _, _, closes in pieces]
+        return True
+
+    def finish_ended(self, now: float) -> tuple[list[Chunk], list[Request]]:
+        """Streams that ended with all their audio out (nothing pending, no piece in flight) finish; one that ended
+        on a piece that did not close its chunk hands over what there is first."""
+        handed: list[Chunk] = []
+        finished: list[Request] = []
+        in_flight = {id(r) for r, _ in self.calls.in_flight}
+        for request in list(self.scheduler.running):
+            if request.ended and request.pending_frames == 0 and id(request) not in in_flight:
+                if request.pcm_parts:
+                    handed.append(self._close_early(request, now))
+                self.scheduler.finish(request, Status.FINISHED)
+                finished.append(request)
+        return handed, finished
+
+    def _pieces(self) -> list[tuple[Request, int, bool]]:
+        """The due pieces one codec call takes (most urgent first): each joins while some bucket holds the call
+        with it; a piece that does not fit waits for the next step."""
+        chosen: list[tuple[Request, int, bool]] = []
+        width = 0
+        for request, n, closes in self.scheduler.due_pieces(self.calls.max_width):
+            if self.calls.bucket_for(len(chosen) + 1, max(width, n)) is None:
+                continue
+            chosen.append((request, n, closes))
+            width = max(width, n)
+        return chosen
+
+    @classmethod
+    def _close_early(cls, request: Request, now: float) -> Chunk:
+        """Close the open chunk before its width is reached, on the pieces decoded so far (none in flight)."""
+        request.num_chunks += 1
+        request.chunk_launched = 0
+        return cls._hand_over(request, now)
+
+    @staticmethod
+    def _hand_over(request: Request, now: float) -> Chunk:
+        """The open chunk's pieces as one chunk of audio: every frame decoded so far (no piece is in flight)."""
+        parts = request.pcm_parts
+        pcm = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        parts.clear()
+        if request.first_audio_at is None:
+            request.first_audio_at = now
+        request.num_delivered = request.num_decoded
+        return request, pcm

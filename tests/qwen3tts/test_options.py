@@ -1,0 +1,70 @@
+"""Qwen3TTSOptions is the one source of the engine's options: the docs table (tests/test_doc_examples.py), the preset
+and the one key=value parser follow it; RunnerConfig and SchedulerConfig take their defaults from it."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from pathlib import Path
+
+import pytest
+from voxgate.engine.config import EngineConfig, coerce, split_pair, typed_options
+from voxgate.engine.qwen3tts.options import OPTIONS, Qwen3TTSOptions, parse
+from voxgate.engine.scheduler import SchedulerConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+FIELDS = {f.name: f for f in dataclasses.fields(Qwen3TTSOptions)}
+TYPES = typing.get_type_hints(Qwen3TTSOptions)
+
+
+def test_the_preset_sets_only_options_that_exist_with_their_types() -> None:
+    preset = tomllib.loads((ROOT / "configs" / "qwen3tts.toml").read_text())["engine_options"]
+    assert set(preset) <= set(OPTIONS)
+    for key, value in preset.items():
+        kind = TYPES[key]
+        union = typing.get_origin(kind) in (typing.Union, type(int | None))
+        base = next(a for a in typing.get_args(kind) if a is not type(None)) if union else kind
+        origin = typing.get_origin(base) or base
+        number = origin is float and isinstance(value, int)
+        assert isinstance(value, str if origin is tuple else origin) or number, key
+        coerce(value, kind)
+    parse(preset)
+
+
+def test_runner_and_scheduler_defaults_are_the_options_defaults() -> None:
+    pytest.importorskip("torch")
+    from voxgate.engine.qwen3tts.runner import RunnerConfig
+
+    defaults, runner, scheduler = Qwen3TTSOptions(), RunnerConfig(), SchedulerConfig()
+    for name in ("row_buckets", "prefill_buckets", "max_prefills", "max_positions", "max_slots", "kv_memory_fraction",
+                 "codec_width", "attention", "depth", "codec", "enforce_eager"):
+        assert getattr(runner, name) == getattr(defaults, name), name
+    assert SchedulerConfig.of(defaults) == scheduler
+    assert scheduler.max_prefill_tokens == max(EngineConfig().prefill_buckets)
+
+
+@pytest.mark.parametrize("text,kind,expected", [
+    ("true", bool, True), ("off", bool, False), ("4", int, 4), ("0.5", float, 0.5), ("cuda", str | None, "cuda"),
+    ("none", str | None, None), ("1,2,4", tuple[int, ...], (1, 2, 4)),
+    ("1x4,8x4", tuple[tuple[int, int], ...] | None, ((1, 4), (8, 4)))])
+def test_one_parser_types_a_command_line_value_by_its_field(text: str, kind: object, expected: object) -> None:
+    assert coerce(split_pair(f"key={text}")[1], kind) == expected
+
+
+def test_a_value_of_the_wrong_type_names_its_option() -> None:
+    with pytest.raises(ValueError, match="option max_rows: expected an integer"):
+        typed_options(Qwen3TTSOptions, {"max_rows": "many"})
+    with pytest.raises(ValueError, match="expected key=value"):
+        split_pair("max_rows")
+
+
+def test_serve_help_lists_every_option() -> None:
+    import argparse
+
+    from voxgate.gateway.serve_cli import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    text = parser.format_help()
+    assert all(f"  {name}=" in text for name in OPTIONS)
