@@ -62,7 +62,7 @@ def test_a_value_of_the_wrong_type_names_its_option() -> None:
 def test_serve_help_lists_every_option() -> None:
     import argparse
 
-    from voxgate.gateway.serve_cli import add_arguments
+    from voxgate.gateway.cli.serve import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
