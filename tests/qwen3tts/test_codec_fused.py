@@ -15,10 +15,10 @@ from types import ModuleType
 
 import pytest
 import torch
+from triton_mode import DEVICE, kernel_module
 from voxgate.gateway.bench.codec_measure import pcm16, snr_db
 
 from .test_codec_stream import _codes
-from .triton_mode import DEVICE, kernel_module
 
 pytest.importorskip("triton")
 pytestmark = pytest.mark.usefixtures("no_tf32")
