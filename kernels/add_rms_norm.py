@@ -13,10 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _add(a, b):
-    return a + b
+from .utils import add, row_warps
 
 
 @triton.jit
@@ -32,7 +29,7 @@ def _add_rms_norm_kernel(x_ptr, d_ptr, w_ptr, sum_ptr, out_ptr, channels, eps, H
         x = (x + tl.load(d_ptr + row * channels + c, mask=cm, other=0.0).to(tl.float32)).to(dtype)
         tl.store(sum_ptr + row * channels + c, x, mask=cm)
         x = x.to(tl.float32)
-    r = tl.rsqrt(tl.reduce(x * x, 0, _add) / channels + eps)
+    r = tl.rsqrt(tl.reduce(x * x, 0, add) / channels + eps)
     xn = (x * r).to(dtype).to(tl.float32)
     w = tl.load(w_ptr + c, mask=cm, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * channels + c, (w * xn).to(dtype), mask=cm)
@@ -53,7 +50,7 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tens
         return total, out
     block = triton.next_power_of_2(channels)
     _add_rms_norm_kernel[(rows,)](x, delta if delta is not None else x, weight, total, out, channels, eps,
-                                  HAS_DELTA=delta is not None, BLOCK_C=block, num_warps=max(1, min(8, block // 256)))
+                                  HAS_DELTA=delta is not None, BLOCK_C=block, num_warps=row_warps(block))
     return total, out
 
 

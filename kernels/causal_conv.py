@@ -18,13 +18,14 @@ s output samples of input frame i as N = s*Cout columns (`convt_weight`): [B, L,
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
+
+from . import conv_tma
+from .utils import TUNING_CACHE, conv_epilogue, fast_sin_squared, interpreted, quick_bench
 
 # Autotuned per (M, N, Cin, taps) on CUDA: the codec's convs range from N = 1 (the last conv) to 6144 columns
 # (block 1's transposed conv) and M from a few hundred rows to millions. Few configs: each is compiled per
@@ -59,39 +60,10 @@ def _prune(configs: list, named_args: dict, **kwargs) -> list:
     return kept or valid
 
 
-def _quick_bench(fn: Callable[[], object], quantiles: list[float] | None = None, **kwargs: object) -> object:
-    """Shorter than triton's default 25 + 100 ms per config: tuning runs once per shape at start-up."""
-    return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
-
-
-# SnakeBeta's sin in 16-bit epilogues (ConvOptions.fast_sin): the codec evaluates ~340 M sines per 128-stream
-# step, and sinf's range reduction (a slow path with a local-memory table, inlined per element) is ~3x the
-# instructions of this polynomial. Its error (< 1e-7) is far below bf16's.
-_INV_PI = tl.constexpr(0.3183098861837907)
-_PI_HI = tl.constexpr(3.140625)  # 8 significant bits: n * _PI_HI is exact in fp32 for |n| < 2**16
-_PI_LO = tl.constexpr(9.676535897932795e-4)  # pi - _PI_HI
-
-
-@triton.jit
-def _sin_squared(z):
-    """sin(z)**2 in fp32 for 16-bit results: z - n*pi (Cody-Waite, two parts) in [-pi/2, pi/2], where sin's
-    sign no longer matters, then sin's Taylor series to z**11 (error < 6e-8 there)."""
-    n = tl.floor(z * _INV_PI + 0.5)
-    r = z - n * _PI_HI
-    r = r - n * _PI_LO
-    r2 = r * r
-    p = -2.505210838544172e-08 * r2 + 2.7557319223985893e-06
-    p = p * r2 - 1.984126984126984e-04
-    p = p * r2 + 8.333333333333333e-03
-    p = p * r2 - 1.6666666666666666e-01
-    s = r + r * r2 * p
-    return s * s
-
-
 @triton.jit
 def _sin_squared_kernel(z_ptr, out_ptr, n, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + i, _sin_squared(tl.load(z_ptr + i, mask=i < n, other=0.0)), mask=i < n)
+    tl.store(out_ptr + i, fast_sin_squared(tl.load(z_ptr + i, mask=i < n, other=0.0)), mask=i < n)
 
 
 def sin_squared(z: torch.Tensor) -> torch.Tensor:
@@ -102,17 +74,9 @@ def sin_squared(z: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@triton.jit
-def _snake(y, a_ptr, ib_ptr, cols, mask, FAST: tl.constexpr):
-    a = tl.load(a_ptr + cols, mask=mask, other=0.0)
-    ib = tl.load(ib_ptr + cols, mask=mask, other=0.0)
-    z = y * a[None, :]
-    if FAST:
-        s2 = _sin_squared(z)
-    else:
-        s = tl.sin(z)
-        s2 = s * s
-    return y + ib[None, :] * s2
+def sin_squared_ref(z: torch.Tensor) -> torch.Tensor:
+    """The same with torch.sin, in float64 (the fast one's error is below fp32's step for |z| <= 100)."""
+    return torch.sin(z.double()) ** 2
 
 
 @triton.jit
@@ -157,31 +121,6 @@ def _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DI
 
 
 @triton.jit
-def _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
-              dtype: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr, HAS_RES: tl.constexpr,
-              CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr, FAST_SIN: tl.constexpr):
-    """acc [BM, BN] fp32 (the conv's sum for rows rm, columns rn) -> the stored outputs (module docstring)."""
-    row_ok = rm < M
-    col_ok = rn < N
-    y = acc
-    if HAS_BIAS:
-        y += tl.load(bias_ptr + rn, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    y = y.to(dtype).to(tl.float32)  # the conv's output, as stored
-    if SNAKE_MAIN:
-        y = _snake(y, a1_ptr, ib1_ptr, rn % SNAKE_CH, col_ok, FAST_SIN).to(dtype).to(tl.float32)
-    offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
-    mask = row_ok[:, None] & col_ok[None, :]
-    if HAS_RES:
-        y = (tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32) + y).to(dtype).to(tl.float32)
-    if CLAMP:
-        y = tl.minimum(tl.maximum(y, -1.0), 1.0)
-    if STORE_MAIN:
-        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
-    if HAS_OUT2:
-        tl.store(out2_ptr + offs, _snake(y, a2_ptr, ib2_ptr, rn % SNAKE_CH, col_ok, FAST_SIN).to(dtype), mask=mask)
-
-
-@triton.jit
 def _causal_conv_kernel(
     x_ptr, state_ptr, slots_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr,
     M, L, CIN, N, HIST, DIL, st_ss, st_st, SNAKE_CH,
@@ -197,8 +136,8 @@ def _causal_conv_kernel(
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     acc = _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st,
                     TAPS, HAS_STATE, EVEN_K, PRECISION, UPCAST, BK, BM, BN)
-    _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
-              x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2, FAST_SIN)
+    conv_epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
+                  x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2, FAST_SIN)
 
 
 def k_tile(cin: int) -> int:
@@ -206,15 +145,12 @@ def k_tile(cin: int) -> int:
     return next((k for k in (64, 32, 16) if cin % k == 0), 16)
 
 
-# Tuned tiles go to Triton's cache directory (TRITON_CACHE_DIR) where the autotuner can keep them (Triton >= 3.4),
-# so a restart reuses them instead of tuning again.
-TUNING_CACHE = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
 _causal_conv_tuned = triton.autotune(_CONFIGS, key=["M", "N", "CIN", "TAPS", "HAS_STATE"],
                                      prune_configs_by={"early_config_prune": _prune},
-                                     do_bench=_quick_bench, **TUNING_CACHE)(_causal_conv_kernel)
+                                     do_bench=quick_bench, **TUNING_CACHE)(_causal_conv_kernel)
 
 # Triton's CPU interpreter (TRITON_INTERPRET=1 when this module was imported) runs the kernels on CPU tensors too.
-INTERPRETED = not isinstance(_causal_conv_kernel, triton.runtime.jit.JITFunction)
+INTERPRETED = interpreted(_causal_conv_kernel)
 
 
 def runs_on(device: torch.device) -> bool:
@@ -271,7 +207,6 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
                  FAST_SIN=options.fast_sin and x.dtype != torch.float32,
                  PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda")
     if tiling is not None:
-        from . import conv_tma
         conv_tma.conv_tma(args, flags, *tiling, autotune=x.device.type == "cuda" and options.autotune)
     # Tuned: 16-bit inputs (fp32 runs for exactness, not speed) with Cin a multiple of every tuned BK's minimum.
     elif x.device.type == "cuda" and options.autotune and x.dtype != torch.float32 and cin % 32 == 0:
@@ -295,8 +230,6 @@ def _tma_tiling(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor | None, ta
     """(batch, length) of conv_tma's row tiles, or None where the pointer kernel runs. conv_tma tiles each batch
     row on its own (so that its zero fill ends the history and the row): a one-tap conv without history is one
     long row; a conv with history needs rows of at least min_length (and a 64-row tile)."""
-    from . import conv_tma
-
     b, length, _ = x.shape
     if not (conv_tma.runs_on(x.device) and conv_tma.usable(x, w, state)):
         return None

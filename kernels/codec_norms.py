@@ -18,23 +18,15 @@ import torch
 import triton
 import triton.language as tl
 
-
-def _num_warps(block_c: int) -> int:
-    # ~256 channels per warp: 4 warps for the codec's 1024 channels, 1 for the tests' small C.
-    return max(1, min(8, block_c // 256))
-
-
-@triton.jit
-def _add(a, b):
-    return a + b
+from .utils import add, row_warps
 
 
 @triton.jit
 def _sum(x):
     # tl.sum spelled with tl.reduce (and tl.zeros with tl.full below): in triton 3.9 those are @jit helpers whose
     # mode is fixed when triton is first imported, so the interpreter-mode re-import of this module in
-    # tests/qwen3tts/triton_mode.py cannot switch them; builtins such as tl.reduce are patched per launch.
-    return tl.reduce(x, 0, _add)
+    # tests/triton_mode.py cannot switch them; builtins such as tl.reduce are patched per launch.
+    return tl.reduce(x, 0, add)
 
 
 @triton.jit
@@ -94,7 +86,7 @@ def dwconv_layernorm(x: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, 
     _dwconv_ln_kernel[(bsz * length,)](
         x, state, slots, weight.contiguous(), bias.contiguous(), ln_weight.contiguous(), ln_bias.contiguous(), out,
         length, channels, state.stride(0), state.stride(1), eps, K=k, BLOCK_C=block_c,
-        num_warps=_num_warps(block_c))
+        num_warps=row_warps(block_c))
     return out
 
 
@@ -138,7 +130,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return out
     block_c = triton.next_power_of_2(channels)
     _rms_norm_kernel[(rows,)](x, weight.contiguous(), out, channels, x.stride(0), eps, BLOCK_C=block_c,
-                              num_warps=_num_warps(block_c))
+                              num_warps=row_warps(block_c))
     return out
 
 

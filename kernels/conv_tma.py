@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .causal_conv import TUNING_CACHE, _epilogue, _quick_bench
+from .utils import TUNING_CACHE, conv_epilogue, interpreted, quick_bench
 
 try:
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -78,8 +78,8 @@ def _conv_tma_kernel(
     t = t0 + tl.arange(0, BM)
     rm = tl.where(t < L, b * L + t, M)  # rows past this batch row's end: masked out (row M)
     rn = n0 + tl.arange(0, BN)
-    _epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
-              x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2, FAST_SIN)
+    conv_epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
+                  x_ptr.dtype.element_ty, HAS_BIAS, SNAKE_MAIN, HAS_RES, CLAMP, STORE_MAIN, HAS_OUT2, FAST_SIN)
 
 
 def _set_block_shapes(nargs: dict) -> None:
@@ -108,12 +108,12 @@ def _prune(configs: list, named_args: dict, **kwargs) -> list:
 
 _conv_tma_tuned = triton.autotune(_CONFIGS, key=["M", "L", "N", "CIN", "TAPS", "HAS_STATE"],
                                   prune_configs_by={"early_config_prune": _prune},
-                                  do_bench=_quick_bench, **TUNING_CACHE)(_conv_tma_kernel)
+                                  do_bench=quick_bench, **TUNING_CACHE)(_conv_tma_kernel)
 
 
 def runs_on(device: torch.device) -> bool:
     """CUDA, or the CPU where this module's kernel runs in Triton's interpreter (tests)."""
-    return device.type == "cuda" or not isinstance(_conv_tma_kernel, triton.runtime.jit.JITFunction)
+    return device.type == "cuda" or interpreted(_conv_tma_kernel)
 
 
 def _aligned(t: torch.Tensor) -> bool:

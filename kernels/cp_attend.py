@@ -20,26 +20,13 @@ import triton.language as tl
 
 from .qk_norm_rope import qk_norm_rope_ref
 from .slot_attention import slot_attention_ref
-
-
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
-@triton.jit
-def _max(a, b):
-    return tl.maximum(a, b)
-
-
-_SUM = getattr(tl.standard, "_sum_combine", None) or _add
-_MAX = getattr(tl.standard, "_elementwise_max", None) or _max
+from .utils import MAX, SUM
 
 
 @triton.jit
 def _norm_rope(x, xp, w, wp, cos, sin, sign, eps, D: tl.constexpr, dtype: tl.constexpr):
     # x [G, D] fp32 and its rotate-half partner xp; w/wp the norm weight at d and at the partner's index.
-    r = tl.rsqrt(tl.reduce(x * x, 1, _SUM) / D + eps)[:, None]
+    r = tl.rsqrt(tl.reduce(x * x, 1, SUM) / D + eps)[:, None]
     xn = ((x * r).to(dtype).to(tl.float32) * w).to(dtype).to(tl.float32)
     xpn = ((xp * r).to(dtype).to(tl.float32) * wp).to(dtype).to(tl.float32)
     return ((xn * cos).to(dtype).to(tl.float32) + (sign * xpn * sin).to(dtype).to(tl.float32)).to(dtype)
@@ -93,13 +80,13 @@ def _cp_attend_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slots_
                    mask=n_ok[:, None], other=0.0).to(tl.float32)  # [P, D]
     values = tl.load(v_ptr + slot * v_s0 + j * v_s1 + n[:, None].to(tl.int64) * v_s2 + d[None, :],
                      mask=n_ok[:, None], other=0.0).to(tl.float32)
-    s = tl.reduce(q[:, None, :] * keys[None, :, :], 2, _SUM) * qk_scale  # [G, P]
+    s = tl.reduce(q[:, None, :] * keys[None, :, :], 2, SUM) * qk_scale  # [G, P]
     s = tl.where(n_ok[None, :], s, -1.0e30)
-    m = tl.reduce(s, 1, _MAX)
+    m = tl.reduce(s, 1, MAX)
     p = tl.exp2(s - m[:, None])
-    denom = tl.reduce(p, 1, _SUM)
+    denom = tl.reduce(p, 1, SUM)
     p = p.to(dtype).to(tl.float32)
-    o = tl.reduce(p[:, :, None] * values[None, :, :], 1, _SUM) / denom[:, None]  # [G, D]
+    o = tl.reduce(p[:, :, None] * values[None, :, :], 1, SUM) / denom[:, None]  # [G, D]
     tl.store(o_ptr + t * (HQ * D) + (j * GROUP + g)[:, None] * D + d[None, :], o.to(dtype), mask=g_ok[:, None])
 
 

@@ -20,15 +20,9 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from .utils import SUM, interpreted
+
 NONE, RESIDUAL, SWIGLU = 0, 1, 2
-
-
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
-_SUM = getattr(tl.standard, "_sum_combine", None) or _add
 
 
 @triton.jit
@@ -53,7 +47,7 @@ def _cp_linear_kernel(x_ptr, w_ptr, g_ptr, res_ptr, out_ptr, M, N, K, eps, half_
         for k0 in range(0, K, BLOCK_K):
             k_ok = (k0 + ks) < K
             a = tl.load(x_rows + k0 + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
-            squares += tl.reduce(a * a, 1, _SUM)
+            squares += tl.reduce(a * a, 1, SUM)
         rstd = tl.rsqrt(squares / K + eps)
     acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
     acc_up = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
@@ -86,9 +80,8 @@ def _cp_linear_kernel(x_ptr, w_ptr, g_ptr, res_ptr, out_ptr, M, N, K, eps, half_
         tl.store(out, y.to(dtype), mask=row_ok[:, None] & col_ok[None, :])
 
 
-# Triton's CPU interpreter multiplies bf16 dot operands as raw bits (see ring_attention.py): interpreted, the dots
-# take the bf16 values upcast to fp32, which is what a bf16 MMA computes too.
-_DOT_UPCAST = not isinstance(_cp_linear_kernel, triton.runtime.jit.JITFunction)
+# The interpreter's bf16 dots are wrong (utils.interpreted): interpreted, they take the values upcast to fp32.
+_DOT_UPCAST = interpreted(_cp_linear_kernel)
 
 
 def tiles(rows: int, cols: int, swiglu: bool) -> tuple[int, int, int]:

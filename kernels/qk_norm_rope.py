@@ -14,10 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _add(a, b):
-    return a + b
+from .utils import add
 
 
 @triton.jit
@@ -38,7 +35,7 @@ def _qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slo
     xp = tl.load(row + partner).to(tl.float32)
     is_q = h < HQ
     w_ptr = tl.where(is_q, qw_ptr, kw_ptr)
-    r = tl.rsqrt(tl.reduce(x * x, 0, _add) / D + eps)
+    r = tl.rsqrt(tl.reduce(x * x, 0, add) / D + eps)
     xn = ((x * r).to(dtype).to(tl.float32) * tl.load(w_ptr + d).to(tl.float32)).to(dtype).to(tl.float32)
     xpn = ((xp * r).to(dtype).to(tl.float32) * tl.load(w_ptr + partner).to(tl.float32)).to(dtype).to(tl.float32)
     cos = tl.load(cos_ptr + pos * D + d).to(tl.float32)

@@ -20,23 +20,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _max(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
-# Reductions go through tl.reduce with triton's own combine functions where they exist: the interpreter reduces
-# with numpy only for those (recognized by identity) and runs any other combine element by element in Python,
-# and tl.max / tl.sum fail there outright when triton itself was imported outside interpreter mode (as under the
-# tests' kernel_module). Compiled, either combine is the same reduction.
-_MAX = getattr(tl.standard, "_elementwise_max", None) or _max
-_SUM = getattr(tl.standard, "_sum_combine", None) or _add
+from .utils import MAX, SUM, interpreted
 
 
 @triton.jit
@@ -103,10 +87,10 @@ def _ring_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, rk_ptr, rv_ptr, slots_ptr,
     new_ok = (lag >= 0) & (lag <= R) & t_ok[None, :]
     s_new = tl.where(new_ok, s_new, -1.0e30)
 
-    m = tl.maximum(tl.reduce(s_ring, 1, _MAX), tl.reduce(s_new, 1, _MAX))
+    m = tl.maximum(tl.reduce(s_ring, 1, MAX), tl.reduce(s_new, 1, MAX))
     p_ring = tl.exp2(s_ring - m[:, None])
     p_new = tl.exp2(s_new - m[:, None])
-    denom = tl.reduce(p_ring, 1, _SUM) + tl.reduce(p_new, 1, _SUM)
+    denom = tl.reduce(p_ring, 1, SUM) + tl.reduce(p_new, 1, SUM)
     # Probabilities rounded to the value dtype for the P.V dots; the denominator sums them unrounded in fp32.
     acc = tl.dot(p_ring.to(dtype).to(DOT_DTYPE), rv.to(DOT_DTYPE), input_precision=PRECISION)
     acc = tl.dot(p_new.to(dtype).to(DOT_DTYPE), vm, acc, input_precision=PRECISION)
@@ -122,9 +106,8 @@ def _ring_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, rk_ptr, rv_ptr, slots_ptr,
     tl.store(rv_ptr + slot * rv_s0 + w_row[:, None] * rv_s1 + h * D + d[None, :], v, mask=w_ok)
 
 
-# Triton's CPU interpreter multiplies bf16 dot operands as their raw uint16 bits (seen in triton 3.9): interpreted,
-# the dots take bf16 values upcast to fp32 (exact) with an fp32 product, which is what a bf16 MMA computes too.
-_DOT_UPCAST = not isinstance(_ring_attention_kernel, triton.runtime.jit.JITFunction)
+# The interpreter's bf16 dots are wrong (utils.interpreted): interpreted, they take the values upcast to fp32.
+_DOT_UPCAST = interpreted(_ring_attention_kernel)
 
 
 def _check(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring_k: torch.Tensor, ring_v: torch.Tensor,

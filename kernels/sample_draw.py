@@ -16,33 +16,14 @@ import torch
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
-@triton.jit
-def _max(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def _min(a, b):
-    return tl.minimum(a, b)
-
-
-# triton's own combine functions where it has them (the interpreter reduces those with numpy), as in slot_attention
-_SUM = getattr(tl.standard, "_sum_combine", None) or _add
-_MAX = getattr(tl.standard, "_elementwise_max", None) or _max
-_MIN = getattr(tl.standard, "_elementwise_min", None) or _min
+from .utils import MAX, MIN, SUM
 
 
 @triton.jit
 def _first_argmax(x, i, BLOCK_V: tl.constexpr):
     # tl.argmax is a library jit function, which the interpreter cannot call from here: the max, then its first index
-    top = tl.reduce(x, 0, _MAX)
-    return tl.reduce(tl.where(x == top, i, BLOCK_V), 0, _MIN)
+    top = tl.reduce(x, 0, MAX)
+    return tl.reduce(tl.where(x == top, i, BLOCK_V), 0, MIN)
 
 
 @triton.jit
@@ -66,7 +47,7 @@ def _sample_draw_kernel(logits_ptr, noise_ptr, params_ptr, out_ptr, V, num_param
         hi = tl.full((), (1 << 31) - 1, tl.int64)
         for _ in range(32):  # the largest t with at least k keys >= t: the k-th largest key
             mid = (lo + hi + 1) // 2
-            count = tl.reduce((key >= mid).to(tl.int32), 0, _SUM)
+            count = tl.reduce((key >= mid).to(tl.int32), 0, SUM)
             above = count >= k
             lo = tl.where(above, mid, lo)
             hi = tl.where(above, hi, mid - 1)

@@ -17,20 +17,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _max(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
-# As in ring_attention.py: triton's own combine functions, which the interpreter reduces with numpy.
-_MAX = getattr(tl.standard, "_elementwise_max", None) or _max
-_SUM = getattr(tl.standard, "_sum_combine", None) or _add
+from .utils import MAX, SUM, interpreted
 
 
 @triton.jit
@@ -67,10 +54,10 @@ def _slot_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, slots_ptr, lengths_ptr, q
         v = tl.load(v_base + n[:, None].to(tl.int64) * v_s2 + d[None, :], mask=kv_mask, other=0.0)
         s = tl.dot(q, tl.trans(k.to(DOT_DTYPE)), input_precision=PRECISION) * qk_scale  # [G, BN]
         s = tl.where(n_ok[None, :], s, -1.0e30)  # finite: a padding row gives garbage, never NaN
-        m_new = tl.maximum(m, tl.reduce(s, 1, _MAX))
+        m_new = tl.maximum(m, tl.reduce(s, 1, MAX))
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(s - m_new[:, None])
-        denom = denom * alpha + tl.reduce(p, 1, _SUM)
+        denom = denom * alpha + tl.reduce(p, 1, SUM)
         # Probabilities rounded to the value dtype for the P.V dot (as flash attention does); sums stay fp32.
         acc = acc * alpha[:, None] + tl.dot(p.to(dtype).to(DOT_DTYPE), v.to(DOT_DTYPE),
                                             input_precision=PRECISION)
@@ -80,9 +67,8 @@ def _slot_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, slots_ptr, lengths_ptr, q
     tl.store(o_rows, o.to(dtype), mask=g_ok[:, None] & d_ok[None, :])
 
 
-# Triton's CPU interpreter multiplies bf16 dot operands as raw bits (see ring_attention.py): interpreted, the dots
-# take bf16 values upcast to fp32, which is what a bf16 MMA computes too.
-_DOT_UPCAST = not isinstance(_slot_attention_kernel, triton.runtime.jit.JITFunction)
+# The interpreter's bf16 dots are wrong (utils.interpreted): interpreted, they take the values upcast to fp32.
+_DOT_UPCAST = interpreted(_slot_attention_kernel)
 BLOCK_N = 64  # keys per loop step
 
 

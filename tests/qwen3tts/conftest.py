@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from triton_mode import kernels_compiled_after_the_module, no_tf32  # noqa: F401  (fixtures: kernels, fp32)
 
 from .shared import require_shared, shared_path  # noqa: F401  (re-exported for other test packages)
 
@@ -24,25 +25,6 @@ LIKE = {
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(42)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _kernels_compiled_after_the_module() -> Iterator[None]:
-    """Kernel modules a test module switched to Triton's interpreter are switched back when it ends."""
-    yield
-    from .triton_mode import restore_compiled_mode
-
-    restore_compiled_mode()
-
-
-@pytest.fixture
-def no_tf32() -> Iterator[None]:
-    """True fp32 for exactness: on CUDA, cuDNN convolutions and cuBLAS matmuls default to TF32 inputs (an H200
-    run failed without this). Modules that compare fp32 results take it with `pytest.mark.usefixtures`."""
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 @pytest.fixture(scope="session")

@@ -13,10 +13,10 @@ if [ "${SMOKE:-0}" = 1 ]; then
     | tee "$OUT/engine_smoke.log"
 fi
 if [ "${TESTS:-}" != skip ]; then
-  timeout "${TEST_TIMEOUT:-240}" python3 -m pytest ${TESTS:-tests/qwen3tts/test_causal_conv.py \
-    tests/qwen3tts/test_ring_attention.py tests/qwen3tts/test_codec_norms.py tests/qwen3tts/test_codec_fused.py \
-    tests/qwen3tts/test_codec_runner.py} \
-    -c /dev/null --confcutdir=tests/qwen3tts -p no:cacheprovider -q -rs -x -W ignore::pytest.PytestUnknownMarkWarning \
+  timeout "${TEST_TIMEOUT:-240}" python3 -m pytest ${TESTS:-tests/kernels/test_causal_conv.py \
+    tests/kernels/test_conv_tma.py tests/kernels/test_ring_attention.py tests/kernels/test_codec_norms.py \
+    tests/qwen3tts/test_codec_fused.py tests/qwen3tts/test_codec_runner.py} \
+    -c /dev/null --confcutdir=tests -p no:cacheprovider -q -rs -x -W ignore::pytest.PytestUnknownMarkWarning \
     2>&1 | tail -25 | tee "$OUT/pytest.log"
 fi
 if [ "${BENCH:-}" != skip ]; then

@@ -45,7 +45,7 @@ fi
 if has tests; then
   log "gpu tests"
   VOXGATE_GPU_CKPT=$CKPT VOXGATE_GPU_RESULTS=$RES timeout ${TESTS_S:-240} python3 -m pytest ${TESTS:-tests/qwen3tts/test_gpu_loop.py} \
-    -k "${TESTS_K:-}" -c /dev/null --confcutdir=tests/qwen3tts -p no:cacheprovider -q -rs \
+    -k "${TESTS_K:-}" -c /dev/null --confcutdir=tests -p no:cacheprovider -q -rs \
     -W ignore::pytest.PytestUnknownMarkWarning \
     2>&1 | tail -25 | tee "$RES/pytest.log"
 fi

@@ -15,10 +15,10 @@ from types import ModuleType
 
 import pytest
 import torch
+from triton_mode import DEVICE, kernel_module
 from voxgate.engine.qwen3tts.bench.codec_measure import pcm16, snr_db
 
 from .test_codec_stream import _codes
-from .triton_mode import DEVICE, kernel_module
 
 pytest.importorskip("triton")
 pytestmark = pytest.mark.usefixtures("no_tf32")
@@ -177,7 +177,7 @@ def test_bf16_quality_matches_the_reference_stream(fused: ModuleType, codec) -> 
 def test_captured_step_replays_the_eager_step(fused: ModuleType, codec) -> None:
     """A CodecRunner bucket of the fused stream (a CUDA graph; padding rows on the sink) equals the eager step from
     the same state, bit for bit (fixed conv tiles: tuning could pick other tiles for the captured batch size)."""
-    from voxgate.gateway.bench.codec_runner import CodecRunner
+    from voxgate.engine.qwen3tts.bench.codec_runner import CodecRunner
     from voxgate.kernels.causal_conv import ConvOptions
 
     fs = fused.FusedCodecStream(codec, 4, dtype=torch.bfloat16, conv_options=ConvOptions(autotune=False))

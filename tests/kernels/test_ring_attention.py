@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from .triton_mode import DEVICE, kernel_module
+from triton_mode import DEVICE, kernel_module
 
 # The interpreter truncates to bf16 where the GPU rounds: a bf16 ulp (2^-8 relative) apart at worst, per value.
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}

@@ -11,9 +11,8 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
+from triton_mode import DEVICE, kernel_module
 from voxgate.engine.qwen3tts.model.layers import RMSNorm
-
-from .triton_mode import DEVICE, kernel_module
 
 # fp32: only summation order differs. bf16: both sides round the same fp32 values, but a one-ulp difference in
 # the conv sum can flip its rounding (and Triton's CPU interpreter truncates to bf16 instead of rounding).

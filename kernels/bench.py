@@ -1,0 +1,194 @@
+"""One benchmark entry per kernel: the kernel and its PyTorch reference timed on the same inputs at a decode
+step's shapes (the 1.7B Talker's 16/8 heads of 128, the code predictor's 1024-wide rows, the codec's 1024
+channels), on CUDA.
+
+    python -m voxgate.kernels.bench                  # every entry
+    python -m voxgate.kernels.bench ring_attention   # some of them
+
+Each entry builds its inputs and returns (kernel call, reference call); `run` times both with Triton's do_bench
+(median, after its warm-up). Not run in CI (no GPU); tests/kernels/test_layout.py checks that every kernel module
+has an entry here.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+Call = Callable[[], object]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    module: str  # the kernels/ module that holds the kernel and its reference
+    setup: Callable[[torch.device], tuple[Call, Call]]
+
+
+ENTRIES: dict[str, Entry] = {}
+BF16 = torch.bfloat16
+
+
+def entry(module: str) -> Callable[[Callable[[torch.device], tuple[Call, Call]]], Callable]:
+    """Register a setup function under its name (without `bench_`)."""
+    def register(setup: Callable[[torch.device], tuple[Call, Call]]) -> Callable:
+        ENTRIES[setup.__name__.removeprefix("bench_")] = Entry(module, setup)
+        return setup
+    return register
+
+
+def _randn(dev: torch.device, *shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+    return torch.randn(*shape, device=dev).to(dtype)
+
+
+@entry("add_rms_norm")
+def bench_add_rms_norm(dev: torch.device) -> tuple[Call, Call]:
+    from .add_rms_norm import add_rms_norm, add_rms_norm_ref
+
+    x, delta, w = _randn(dev, 128, 2048), _randn(dev, 128, 2048), _randn(dev, 2048)
+    return lambda: add_rms_norm(x, delta, w, 1e-6), lambda: add_rms_norm_ref(x, delta, w, 1e-6)
+
+
+def _attention_inputs(dev: torch.device, n: int, positions: int) -> tuple:
+    """qk_norm_rope's and cp_attend's arguments: n tokens of 16/8 heads of 128, one store row each."""
+    heads, kv_heads, d = 16, 8, 128
+    qkv, qw, kw = _randn(dev, n, (heads + 2 * kv_heads) * d), _randn(dev, d), _randn(dev, d)
+    angles = torch.rand(positions, d, device=dev) * 6.28
+    pos, slots = torch.randint(0, positions, (n,), device=dev), torch.arange(n, device=dev)
+    k_store, v_store = _randn(dev, n, kv_heads, positions, d), _randn(dev, n, kv_heads, positions, d)
+    return (qkv, qw, kw, angles.cos().to(BF16), angles.sin().to(BF16), pos, k_store, v_store, slots, heads, kv_heads,
+            1e-6)
+
+
+@entry("qk_norm_rope")
+def bench_qk_norm_rope(dev: torch.device) -> tuple[Call, Call]:
+    from .qk_norm_rope import qk_norm_rope, qk_norm_rope_ref
+
+    args = _attention_inputs(dev, 128, 1024)  # 128 decode tokens, a Talker slot of 1024 positions
+    return lambda: qk_norm_rope(*args), lambda: qk_norm_rope_ref(*args)
+
+
+@entry("slot_attention")
+def bench_slot_attention(dev: torch.device) -> tuple[Call, Call]:
+    from .slot_attention import slot_attention, slot_attention_ref
+
+    n, heads, kv_heads, d, positions = 128, 16, 8, 128, 1024
+    q, k, v = _randn(dev, n, heads, d), _randn(dev, n, kv_heads, positions, d), _randn(dev, n, kv_heads, positions, d)
+    slots, lengths = torch.arange(n, device=dev), torch.randint(1, positions + 1, (n,), device=dev)
+    return lambda: slot_attention(q, k, v, slots, lengths), lambda: slot_attention_ref(q, k, v, slots, lengths)
+
+
+@entry("cp_linear")
+def bench_cp_linear(dev: torch.device) -> tuple[Call, Call]:
+    from .cp_linear import cp_linear, cp_linear_ref
+
+    x, w, norm = _randn(dev, 64, 1024), _randn(dev, 2 * 3072, 1024) / 32, _randn(dev, 1024)
+    return (lambda: cp_linear(x, w, norm, swiglu=True)), (lambda: cp_linear_ref(x, w, norm, swiglu=True))
+
+
+@entry("cp_attend")
+def bench_cp_attend(dev: torch.device) -> tuple[Call, Call]:
+    from .cp_attend import cp_attend, cp_attend_ref
+
+    args = _attention_inputs(dev, 64, 16)  # 64 rows of the depth loop, its store of 16 positions
+    return lambda: cp_attend(*args), lambda: cp_attend_ref(*args)
+
+
+@entry("sample_draw")
+def bench_sample_draw(dev: torch.device) -> tuple[Call, Call]:
+    from .sample_draw import sample_draw, sample_draw_ref
+
+    rows, vocab = 128, 2048
+    logits = torch.randn(rows, vocab, device=dev)
+    noise = torch.empty(rows, vocab, device=dev).exponential_()
+    params = torch.tensor([0.9, 50.0, 1.0], device=dev).expand(rows, 3).contiguous()  # temperature, top_k, sample
+    args = (logits, noise, params, (0, 1, 2), 50)
+    return lambda: sample_draw(*args), lambda: sample_draw_ref(*args)
+
+
+@entry("ring_attention")
+def bench_ring_attention(dev: torch.device) -> tuple[Call, Call]:
+    from .ring_attention import ring_attention, ring_attention_ref
+
+    b, t, heads, d, window = 128, 1, 16, 64, 72
+    qkv, cos, sin = _randn(dev, b, t, 3 * heads * d), _randn(dev, b, t, d), _randn(dev, b, t, d)
+    ring_k, ring_v = _randn(dev, b, window, heads * d), _randn(dev, b, window, heads * d)
+    slots, pos0 = torch.arange(b, device=dev), torch.randint(0, 500, (b,), device=dev)
+    args = (qkv, cos, sin, ring_k, ring_v, slots, pos0, torch.full((b,), t, device=dev), heads, d)
+    return lambda: ring_attention(*args), lambda: ring_attention_ref(*args)
+
+
+def _conv_inputs(dev: torch.device, rows: int, length: int) -> tuple:
+    from .causal_conv import conv_weight
+
+    channels, taps = 1024, 7
+    x = _randn(dev, rows, length, channels)
+    w = conv_weight(_randn(dev, channels, channels, taps) / 80)
+    state, slots = _randn(dev, rows, taps - 1, channels), torch.arange(rows, device=dev)
+    return x, w, taps, state, slots
+
+
+@entry("causal_conv")
+def bench_causal_conv(dev: torch.device) -> tuple[Call, Call]:
+    from .causal_conv import ConvOptions, causal_conv, causal_conv_ref
+
+    x, w, taps, state, slots = _conv_inputs(dev, 128, 8)  # a k7 conv of 128 streams, 8 samples each
+    return (lambda: causal_conv(x, w, taps, state=state, slots=slots, options=ConvOptions(tma=False)),
+            lambda: causal_conv_ref(x, w, taps, state=state, slots=slots))
+
+
+@entry("conv_tma")
+def bench_conv_tma(dev: torch.device) -> tuple[Call, Call]:
+    from .causal_conv import ConvOptions, causal_conv, causal_conv_ref
+
+    x, w, taps, state, slots = _conv_inputs(dev, 4, 1920)  # rows long enough for the TMA path
+    return (lambda: causal_conv(x, w, taps, state=state, slots=slots, options=ConvOptions(tma_min_length=0)),
+            lambda: causal_conv_ref(x, w, taps, state=state, slots=slots))
+
+
+@entry("codec_norms")
+def bench_dwconv_layernorm(dev: torch.device) -> tuple[Call, Call]:
+    from .codec_norms import dwconv_layernorm, dwconv_layernorm_ref
+
+    rows, length, channels, k = 128, 8, 1024, 7
+    x, state = _randn(dev, rows, length, channels), _randn(dev, rows, k - 1, channels)
+    args = (x, state, torch.arange(rows, device=dev), _randn(dev, channels, k), _randn(dev, channels),
+            _randn(dev, channels), _randn(dev, channels), 1e-6)
+    return lambda: dwconv_layernorm(*args), lambda: dwconv_layernorm_ref(*args)
+
+
+@entry("codec_norms")
+def bench_rms_norm(dev: torch.device) -> tuple[Call, Call]:
+    from .codec_norms import rms_norm, rms_norm_ref
+
+    x, w = _randn(dev, 128 * 8, 1024), _randn(dev, 1024)
+    return lambda: rms_norm(x, w, 1e-6), lambda: rms_norm_ref(x, w, 1e-6)
+
+
+def run(name: str, dev: torch.device) -> str:
+    """One entry's line: the kernel's and the reference's median times."""
+    import triton
+
+    kernel, reference = ENTRIES[name].setup(dev)
+    ms = [triton.testing.do_bench(fn) for fn in (kernel, reference)]
+    return f"{name:18s} kernel {ms[0]:8.4f} ms   reference {ms[1]:8.4f} ms   x{ms[1] / ms[0]:.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    names = (sys.argv[1:] if argv is None else argv) or list(ENTRIES)
+    unknown = [n for n in names if n not in ENTRIES]
+    if unknown:
+        print(f"unknown kernel bench {', '.join(unknown)}; known: {', '.join(ENTRIES)}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("voxgate.kernels.bench needs CUDA: no GPU here", file=sys.stderr)
+        return 1
+    for name in names:
+        print(run(name, torch.device("cuda")), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

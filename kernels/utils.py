@@ -1,0 +1,130 @@
+"""Triton helpers that more than one kernel calls: reduction combine functions, the interpreter check, the warp
+count of a row-wise kernel, the autotuner's settings, and the conv kernels' shared epilogue (SnakeBeta and its
+fast sine), so that causal_conv.py and conv_tma.py both import it from here instead of from each other.
+
+Kernels that must also run in Triton's CPU interpreter (the tests, without a GPU) use core ops only: tests switch
+a kernel module to the interpreter by re-importing it, and this module with it (tests/triton_mode.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add(a, b):
+    return a + b
+
+
+@triton.jit
+def maximum(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def minimum(a, b):
+    return tl.minimum(a, b)
+
+
+# Reductions go through tl.reduce with triton's own combine functions where they exist: the interpreter reduces
+# with numpy only for those (recognized by identity) and runs any other combine element by element in Python,
+# and tl.max / tl.sum fail there outright when triton itself was imported outside interpreter mode (as under the
+# tests' kernel_module). Compiled, either combine is the same reduction.
+SUM = getattr(tl.standard, "_sum_combine", None) or add
+MAX = getattr(tl.standard, "_elementwise_max", None) or maximum
+MIN = getattr(tl.standard, "_elementwise_min", None) or minimum
+
+
+def interpreted(kernel: object) -> bool:
+    """Whether `kernel` (a @triton.jit function) runs in Triton's CPU interpreter: TRITON_INTERPRET=1 when its
+    module was imported. Interpreted kernels run on CPU tensors too. The interpreter multiplies bf16 dot operands
+    as their raw uint16 bits (seen in triton 3.9), so interpreted kernels take bf16 values upcast to fp32 (exact)
+    with an fp32 product, which is what a bf16 MMA computes too."""
+    return not isinstance(kernel, triton.runtime.jit.JITFunction)
+
+
+def row_warps(block: int) -> int:
+    """Warps for a kernel with one row of `block` (a power of two) channels per program: ~256 channels per warp,
+    4 warps for the codec's 1024 channels, 1 for the tests' small rows."""
+    return max(1, min(8, block // 256))
+
+
+# Tuned tiles go to Triton's cache directory (TRITON_CACHE_DIR) where the autotuner can keep them (Triton >= 3.4),
+# so a restart reuses them instead of tuning again.
+TUNING_CACHE = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
+
+
+def quick_bench(fn: Callable[[], object], quantiles: list[float] | None = None, **kwargs: object) -> object:
+    """Shorter than triton's default 25 + 100 ms per config: tuning runs once per shape at start-up."""
+    return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
+
+
+# -- the conv kernels' epilogue (causal_conv.py, conv_tma.py) -----------------------------------------------------
+
+# SnakeBeta's sin in 16-bit epilogues (ConvOptions.fast_sin): the codec evaluates ~340 M sines per 128-stream
+# step, and sinf's range reduction (a slow path with a local-memory table, inlined per element) is ~3x the
+# instructions of this polynomial. Its error (< 1e-7) is far below bf16's.
+_INV_PI = tl.constexpr(0.3183098861837907)
+_PI_HI = tl.constexpr(3.140625)  # 8 significant bits: n * _PI_HI is exact in fp32 for |n| < 2**16
+_PI_LO = tl.constexpr(9.676535897932795e-4)  # pi - _PI_HI
+
+
+@triton.jit
+def fast_sin_squared(z):
+    """sin(z)**2 in fp32 for 16-bit results: z - n*pi (Cody-Waite, two parts) in [-pi/2, pi/2], where sin's
+    sign no longer matters, then sin's Taylor series to z**11 (error < 6e-8 there)."""
+    n = tl.floor(z * _INV_PI + 0.5)
+    r = z - n * _PI_HI
+    r = r - n * _PI_LO
+    r2 = r * r
+    p = -2.505210838544172e-08 * r2 + 2.7557319223985893e-06
+    p = p * r2 - 1.984126984126984e-04
+    p = p * r2 + 8.333333333333333e-03
+    p = p * r2 - 1.6666666666666666e-01
+    s = r + r * r2 * p
+    return s * s
+
+
+
+@triton.jit
+def snake(y, a_ptr, ib_ptr, cols, mask, FAST: tl.constexpr):
+    a = tl.load(a_ptr + cols, mask=mask, other=0.0)
+    ib = tl.load(ib_ptr + cols, mask=mask, other=0.0)
+    z = y * a[None, :]
+    if FAST:
+        s2 = fast_sin_squared(z)
+    else:
+        s = tl.sin(z)
+        s2 = s * s
+    return y + ib[None, :] * s2
+
+
+
+@triton.jit
+def conv_epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_ptr, ib1_ptr, a2_ptr, ib2_ptr, SNAKE_CH,
+              dtype: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr, HAS_RES: tl.constexpr,
+              CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr, FAST_SIN: tl.constexpr):
+    """acc [BM, BN] fp32 (the conv's sum for rows rm, columns rn) -> the stored outputs (causal_conv.py's module
+    docstring)."""
+    row_ok = rm < M
+    col_ok = rn < N
+    y = acc
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + rn, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    y = y.to(dtype).to(tl.float32)  # the conv's output, as stored
+    if SNAKE_MAIN:
+        y = snake(y, a1_ptr, ib1_ptr, rn % SNAKE_CH, col_ok, FAST_SIN).to(dtype).to(tl.float32)
+    offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
+    mask = row_ok[:, None] & col_ok[None, :]
+    if HAS_RES:
+        y = (tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32) + y).to(dtype).to(tl.float32)
+    if CLAMP:
+        y = tl.minimum(tl.maximum(y, -1.0), 1.0)
+    if STORE_MAIN:
+        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    if HAS_OUT2:
+        tl.store(out2_ptr + offs, snake(y, a2_ptr, ib2_ptr, rn % SNAKE_CH, col_ok, FAST_SIN).to(dtype), mask=mask)
