@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from voxgate.engine.qwen3tts.bench.codec_runner import CodecRunner
 from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
 from voxgate.engine.qwen3tts.model.checkpoint import load_codec
-from voxgate.engine.qwen3tts.bench.codec_runner import CodecRunner
 
 from .test_codec_stream import _codes, assert_within_1_lsb
 
