@@ -6,6 +6,7 @@ export PYTHONUNBUFFERED=1 VOXGATE_SHARED=$PWD/.gpu_shared
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 mkdir -p /tmp/vx/voxgate
 for d in engine gateway kernels web configs; do ln -sfn "$PWD/$d" "/tmp/vx/voxgate/$d"; done
+ln -sfn "$PWD/gateway/sdk" /tmp/vx/voxgate/client; ln -sfn "$PWD/gateway/integrations" /tmp/vx/voxgate/integrations  # as pyproject maps them
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:/tmp/vx
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

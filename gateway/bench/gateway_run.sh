@@ -23,6 +23,7 @@ DUR=${DUR:-20} WARM=${WARM:-5} SOAK_S=${SOAK_S:-20} RAMP=${RAMP:-5} CAP=${CAP:-4
 LISTENERS=${LISTENERS:-256} SESSIONS=${SESSIONS:-1000} PROCS=${PROCS:-12}
 mkdir -p "$OUT" /tmp/vx/voxgate /tmp/runs /tmp/gwcfg
 for d in gateway engine kernels web configs; do ln -sfn "$PWD/$d" "/tmp/vx/voxgate/$d"; done
+ln -sfn "$PWD/gateway/sdk" /tmp/vx/voxgate/client; ln -sfn "$PWD/gateway/integrations" /tmp/vx/voxgate/integrations  # as pyproject maps them
 mkdir -p /tmp/whl-gw
 for w in .whl/*.whl; do
   [ -e "$w" ] || continue

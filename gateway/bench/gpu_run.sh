@@ -21,6 +21,7 @@ export VOXGATE_SHARED=${VOXGATE_SHARED:-$PWD/.gpu_shared}
 # voxgate from this working tree without installing it: the `voxgate` namespace over the design-card layout
 mkdir -p /tmp/vx/voxgate
 for d in gateway engine kernels web configs; do ln -sfn "$PWD/$d" "/tmp/vx/voxgate/$d"; done
+ln -sfn "$PWD/gateway/sdk" /tmp/vx/voxgate/client; ln -sfn "$PWD/gateway/integrations" /tmp/vx/voxgate/integrations  # as pyproject maps them
 
 # the reference's wheels apart from the gateway's, so that the gateway runs on the image's transformers
 mkdir -p /tmp/whl-gw /tmp/whl-ref

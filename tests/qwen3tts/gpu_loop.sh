@@ -25,6 +25,7 @@ has() { case ",$STAGES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 # voxgate from this tree as the `voxgate` namespace; the gateway's wheels apart from the reference's
 mkdir -p /tmp/vx/voxgate /tmp/whl-gw
 for d in engine gateway kernels web configs; do ln -sfn "$PWD/$d" "/tmp/vx/voxgate/$d"; done
+ln -sfn "$PWD/gateway/sdk" /tmp/vx/voxgate/client; ln -sfn "$PWD/gateway/integrations" /tmp/vx/voxgate/integrations  # as pyproject maps them
 for w in .whl/*.whl; do
   case "$(basename "$w")" in transformers-*|tokenizers-*|huggingface_hub-*|qwen_tts-*) ;; *) cp "$w" /tmp/whl-gw/ ;; esac
 done

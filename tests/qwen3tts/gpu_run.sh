@@ -5,7 +5,7 @@
 set -o pipefail
 export PYTHONUNBUFFERED=1 VOXGATE_SHARED=$PWD/.gpu_shared
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-mkdir -p /tmp/vx/voxgate && ln -sfn "$PWD/engine" /tmp/vx/voxgate/engine && ln -sfn "$PWD/gateway" /tmp/vx/voxgate/gateway
+mkdir -p /tmp/vx/voxgate && ln -sfn "$PWD/engine" /tmp/vx/voxgate/engine && ln -sfn "$PWD/gateway" /tmp/vx/voxgate/gateway && ln -sfn "$PWD/gateway/sdk" /tmp/vx/voxgate/client
 export PYTHONPATH=/tmp/vx
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$OUT/gpu.txt"; cat "$OUT/gpu.txt"
 B="python3 tests/qwen3tts/gpu_bench.py"
