@@ -158,7 +158,7 @@ async def _listen_at_wps(url: str, text: str, wps: float) -> VoxgateClient:
             await asyncio.sleep(1 / wps)
         await client.send({"type": "context.end", "context_id": "s"})
         await asyncio.wait_for(result.done.wait(), 20)
-        await asyncio.sleep(client.player.buffered() / client.rate + 0.05)
+        await client.player.drained()
         return client
 
 

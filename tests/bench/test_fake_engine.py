@@ -10,6 +10,7 @@ from voxgate.gateway.bench.runner import Plan, run_plan
 from voxgate.gateway.bench.server import GatewayProcess
 
 
+@pytest.mark.perf
 def test_pause_accounting_on_a_slower_than_real_time_stream(tmp_path) -> None:
     # 100 ms chunks made at 0.5x real time: each chunk arrives 200 ms after the one before, so after the first
     # every full chunk is a pause of 100 ms. "four words" texts: budget 18 frames = 1440 ms = 14 full chunks + 40 ms,

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import VOXGATE, free_port
+from support import VOXGATE, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
