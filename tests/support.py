@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -72,11 +70,10 @@ class ServeProcess:
 @contextlib.contextmanager
 def serve_process(args: list[str], log: Path, port: int | None = None) -> Iterator[ServeProcess]:
     """`voxgate serve --port <port> *args` as a real process logging to `log`, yielded once healthy; killed at
-    the end (with any children, e.g. the `--gpus` supervisor's) if still running. Tests start `voxgate serve` so."""
+    the end if still running. Tests start `voxgate serve` so (the `--gpus` supervisor: deploy/processes.py)."""
     port = port or free_port()
     with log.open("w") as out:
-        proc = subprocess.Popen([VOXGATE, "serve", "--port", str(port), *args], stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen([VOXGATE, "serve", "--port", str(port), *args], stdout=out, stderr=subprocess.STDOUT)
     served = ServeProcess(proc, port, log)
     try:
         try:
@@ -86,12 +83,11 @@ def serve_process(args: list[str], log: Path, port: int | None = None) -> Iterat
         yield served
     finally:
         if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
             proc.wait()
 
 
-async def until(predicate: Callable[[], bool], timeout_s: float = 10.0, what: str = "the condition") -> None:
+async def until(predicate: Callable[[], object], timeout_s: float = 10.0, what: str = "the condition") -> None:
     """Until `predicate()` holds, checked every 5 ms; the timeout only guards against a hang."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not predicate():

@@ -210,6 +210,7 @@ def test_config_presets_and_unknown_keys(tmp_path):
         load_config("default", pacing={"mode": "warp"})
 
 
+@pytest.mark.slow
 async def test_synthesis_stops_when_nobody_sends():
     engine = FakeEngine(device_rtf=1000, chunk_ms=100)
     await engine.start()

@@ -111,6 +111,7 @@ async def test_a_cancel_frees_the_pacing_budget_for_the_next_context(gateway, fa
     await ws.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rtf", [100, 3])
 async def test_a_disconnect_mid_stream_ends_the_session_at_once(gateway, fake_engine, rtf):
     # Regression: a cancel swallowed by asyncio.wait_for left the paced sender running and the session open.

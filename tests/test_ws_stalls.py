@@ -6,10 +6,12 @@ import asyncio
 import json
 
 import httpx
+import pytest
 from support import connect
 from voxgate.gateway.client import VoxgateClient
 
 
+@pytest.mark.slow
 async def test_a_slow_engine_causes_generation_stalls(gateway, fake_engine):
     # The engine makes 0.8 s of audio per second: the listener must starve, and the server must say why.
     server = gateway(engine=fake_engine(device_rtf=0.8, chunk_ms=320))

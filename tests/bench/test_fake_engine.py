@@ -31,6 +31,7 @@ def test_pause_accounting_on_a_slower_than_real_time_stream(tmp_path) -> None:
     assert not sample["in_slo"]
 
 
+@pytest.mark.slow
 def test_capacity_search_finds_the_knee_of_a_shared_device(tmp_path) -> None:
     # device_rtf=20 serves 20 audio-s/s in all; sentences carry about 3 s each (length rule), so about 6.7 req/s
     # saturates it. 1/s is comfortably in SLO (first audio about 25 ms); 16/s is more than twice the device.

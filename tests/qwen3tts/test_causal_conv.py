@@ -32,6 +32,7 @@ def _pool(slots: int, hist: int, c: int, g: torch.Generator, dtype: torch.dtype,
     return buf[:, : hist * c].view(slots, hist, c)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("cin", "n", "taps", "dil", "length"), [
     (32, 48, 7, 1, 5), (16, 40, 7, 3, 9), (64, 16, 3, 1, 1), (24, 20, 7, 9, 30), (32, 32, 2, 1, 4),
 ])
@@ -237,6 +238,7 @@ def tma(cc: ModuleType) -> Iterator[ModuleType]:
         importlib.reload(ct)  # compiled mode again: causal_conv on CPU tensors stays on the pointer kernel
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("cin", "n", "taps", "dil", "length", "b"), [
     (32, 48, 7, 1, 70, 3),   # two row tiles per batch row, the second past the history
     (64, 96, 7, 12, 130, 2),  # history of 72 rows: the second tile's early taps read it too
@@ -326,6 +328,7 @@ def test_fast_sin_epilogue_equals_sinf_within_one_bf16_step(cc: ModuleType, epil
             assert (fast != accurate).float().mean() < 0.01
 
 
+@pytest.mark.slow
 def test_fast_sin_leaves_libdevice_sinf_out_on_hopper() -> None:
     """The point of fast_sin, on the compiler's output for sm_90: libdevice's sinf brings its slow-path range
     reduction (a local-memory table, inlined per element); the polynomial has none, and the kernel is shorter."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from support import RecordingEngine, connect, running_gateway
+from support import RecordingEngine, connect, running_gateway, slots_free
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.protocol import FLAG_FIRST, FLAG_LAST, FrameHeader
@@ -103,11 +103,7 @@ async def test_cancel_mid_stream_then_speak_again(server: BackgroundServer) -> N
         elif json.loads(raw)["type"] == "context.done":
             break
     await ws.close()
-    engine = _produced(server).inner
-    deadline = time.monotonic() + 10
-    while engine.runner.kv.num_free != engine.runner.kv.max_streams and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert engine.runner.kv.num_free == engine.runner.kv.max_streams  # every slot came back
+    await slots_free(_produced(server).inner)  # every slot comes back
 
 
 def test_http_speech_pcm_and_wav(server: BackgroundServer) -> None:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import RecordingEngine, connect, running_gateway
+from support import RecordingEngine, connect, running_gateway, slots_free
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.server import BackgroundServer
@@ -62,11 +61,7 @@ async def _turn(server: BackgroundServer, text: str, context_id: str,
 
 
 async def _all_slots_free(server: BackgroundServer) -> None:
-    kv = _engine(server).inner.runner.kv
-    deadline = time.monotonic() + 10
-    while kv.num_free != kv.max_streams and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert kv.num_free == kv.max_streams  # every slot came back
+    await slots_free(_engine(server).inner)  # every slot comes back
 
 
 def _streamed_text(server: BackgroundServer, since: int) -> list[str]:

@@ -12,7 +12,7 @@ import time
 import httpx
 import websockets
 from raw import RawWebSocket, SlowHttpReader
-from support import next_json
+from support import next_json, until
 from voxgate.gateway.client import VoxgateClient
 from voxgate.gateway.protocol import PROTOCOL
 
@@ -40,8 +40,7 @@ async def test_sigterm_drains_then_ends_within_the_grace_plus_2_s(serve):
             await client.send({"type": "context.open", "context_id": cid, "track": track})
             await client.send({"type": "text.append", "context_id": cid, "text": text})
             await client.send({"type": "context.end", "context_id": cid})
-        await asyncio.sleep(0.3)
-        assert client.context("long").frames and client.context("short").frames
+        await until(lambda: client.context("long").frames and client.context("short").frames, 10, "audio of both")
         signalled = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
 
