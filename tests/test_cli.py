@@ -42,6 +42,7 @@ def test_serve_say_and_curl(served, tmp_path):
     assert pcm.stat().st_size > 24000  # more than half a second of PCM16
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_bad_config_clearly(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("engin = 'espeak'\n")
@@ -49,6 +50,7 @@ def test_serve_refuses_a_bad_config_clearly(tmp_path):
     assert done.returncode == 2 and "unknown key(s)" in done.stderr and "engin" in done.stderr
 
 
+@pytest.mark.slow
 def test_say_reports_an_unreachable_server():
     done = subprocess.run([VOXGATE, "say", "hi", "--url", f"ws://127.0.0.1:{free_port()}/v1/tts/ws"],
                           capture_output=True, text=True, timeout=30)

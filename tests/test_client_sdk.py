@@ -87,6 +87,7 @@ async def test_flush_speaks_the_text_before_the_turn_ends(gateway):
     assert_contiguous(after, flushed_at, turn.done["end_pts"])
 
 
+@pytest.mark.slow
 async def test_cancel_stops_the_audio_of_the_turn(gateway, fake_engine):
     # The fake engine makes audio at 2x real time: a long text is still being made when the cancel goes.
     server = gateway(engine=fake_engine(device_rtf=2, chunk_ms=160))
@@ -157,6 +158,7 @@ async def test_a_failing_token_source_raises_in_the_consumer(gateway):
             await tts.speak(broken()).audio()
 
 
+@pytest.mark.slow
 async def test_stalls_reach_the_caller(gateway, fake_engine):
     # 0.8 s of audio per second: a listener playing in real time starves; the server names the cause.
     server = gateway(engine=fake_engine(device_rtf=0.8, chunk_ms=320))
