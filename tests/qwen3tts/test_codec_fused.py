@@ -21,7 +21,8 @@ from .test_codec_stream import _codes
 from .triton_mode import DEVICE, kernel_module
 
 pytest.importorskip("triton")
-pytestmark = pytest.mark.usefixtures("no_tf32")
+# Every test here builds a codec: seconds to minutes on CPU.
+pytestmark = [pytest.mark.usefixtures("no_tf32"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -51,6 +51,7 @@ async def test_max_audio_ms_is_a_frame_budget(tiny_ckpt: Callable[[str], Path]) 
         await engine.stop()
 
 
+@pytest.mark.slow
 async def test_cancel_stops_at_once_and_loop_stays_free(tiny_ckpt: Callable[[str], Path]) -> None:
     engine = await _engine(tiny_ckpt("cv17"), max_frames=100_000, chunk_frames=2)
     try:

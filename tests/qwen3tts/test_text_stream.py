@@ -76,6 +76,7 @@ async def test_any_split_and_timing_gives_the_whole_texts_audio(tiny_ckpt: Calla
         await engine.stop()
 
 
+@pytest.mark.slow
 async def test_a_stream_waits_for_text_and_cancels_cleanly(tiny_ckpt: Callable[[str], Path]) -> None:
     engine = await _engine(tiny_ckpt("cv17"), text_min_tokens=2)
     try:
@@ -118,6 +119,7 @@ async def test_empty_streamed_text_ends_without_audio(tiny_ckpt: Callable[[str],
         await engine.stop()
 
 
+@pytest.mark.slow
 async def test_a_full_stream_refuses_more_text_changing_nothing_and_still_speaks(
         tiny_ckpt: Callable[[str], Path]) -> None:
     """At its slot's positions a stream says it cannot take more (`can_append_text`), refuses it with
