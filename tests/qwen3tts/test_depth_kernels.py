@@ -39,6 +39,7 @@ def _weights(rows: int, k: int, dtype: torch.dtype) -> torch.Tensor:
     return (torch.randn(rows, k, device=DEVICE) / k**0.5).to(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("k,n", SHAPES)
@@ -79,6 +80,7 @@ def _attend_inputs(n: int, heads: int, kv_heads: int, d: int, dtype: torch.dtype
     return qkv, qw, kw, cos, sin, pos, k_store, v_store, slots
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", ROWS)
 @pytest.mark.parametrize("heads,kv_heads,d", [(4, 2, 16), (2, 2, 32)] + ([(16, 8, 128)] if DEVICE == "cuda" else []))
