@@ -70,6 +70,7 @@ def _streamed_text(server: BackgroundServer, since: int) -> list[str]:
     return [stream.request.text + "".join(stream.appended) for stream in engine.streams[since:]]
 
 
+@pytest.mark.slow
 async def test_a_turn_longer_than_a_stream_rolls_over_and_is_spoken_whole(server: BackgroundServer) -> None:
     engine = _engine(server)
     before = len(engine.streams)
@@ -96,6 +97,7 @@ async def test_a_sentence_longer_than_a_stream_ends_the_context_with_an_error(se
     await _all_slots_free(server)
 
 
+@pytest.mark.slow
 async def test_other_sessions_speak_while_long_turns_roll_over(server: BackgroundServer) -> None:
     """Two long turns and an endless sentence at once, more than this server's two engine slots: a short turn of
     another session, started once the first long turn is heard, gets its audio meanwhile, and another one after

@@ -37,6 +37,7 @@ def attention() -> ModuleType:
     return kernel_module("slot_attention")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,channels", [(1, 64), (3, 48), (17, 96), (5, 100)])  # 100: a channel mask
 @pytest.mark.parametrize("with_delta", [False, True])
@@ -76,6 +77,7 @@ def _rope_inputs(n: int, heads: int, kv_heads: int, d: int, dtype: torch.dtype, 
     return qkv, qw, kw, cos, sin, pairs % positions, pairs // positions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", ROWS)
 @pytest.mark.parametrize("heads,kv_heads,d", [(4, 2, 16), (2, 2, 64), *REAL_HEADS])

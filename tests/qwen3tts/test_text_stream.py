@@ -106,6 +106,7 @@ async def test_a_stream_waits_for_text_and_cancels_cleanly(tiny_ckpt: Callable[[
         await engine.stop()
 
 
+@pytest.mark.slow
 async def test_empty_streamed_text_ends_without_audio(tiny_ckpt: Callable[[str], Path]) -> None:
     engine = await _engine(tiny_ckpt("cv17"))
     try:
