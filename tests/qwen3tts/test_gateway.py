@@ -56,6 +56,7 @@ async def _speak(server: BackgroundServer, text: str, context_id: str, **start: 
     return frames, done
 
 
+@pytest.mark.slow
 async def test_ws_frames_equal_the_engine_output(server: BackgroundServer) -> None:
     engine = _produced(server)
     before = len(engine.produced)
@@ -69,6 +70,7 @@ async def test_ws_frames_equal_the_engine_output(server: BackgroundServer) -> No
     assert done["usage"]["chars"] == len(text) and done["timing"]["first_audio_ms"] is not None
 
 
+@pytest.mark.slow
 async def test_concurrent_sessions_share_steps_and_each_gets_its_audio(server: BackgroundServer) -> None:
     """Eight sessions at once through the batched loop: each gets complete, ordered audio of its own."""
     texts = [f"Session number {i} speaks now." for i in range(8)]
@@ -126,6 +128,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_voxgate_serve_runs_the_loop(tiny_ckpt: Callable[[str], Path], tmp_path: Path) -> None:
     """`voxgate serve --engine qwen3tts --engine-option model=DIR` as a user runs it, then `voxgate say`."""
     port = _free_port()
