@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import base64
 import itertools
+import math
 import os
+import re
 import shutil
 from pathlib import Path
 from urllib.parse import urlencode
 
+import httpx
 import numpy as np
 import opuslib
 import pytest
@@ -22,6 +25,12 @@ from pausing_proxy import PausingProxy
 pytestmark = pytest.mark.e2e
 
 VIOLATION_MS = 10  # a stall longer than this is a violation (docs/protocol.md, Stalls)
+# The browser's own stalls, measured in the page: a 10 ms timer on the main thread and in each worker records how late
+# it fired. The server and the browser share the machine's cores; when other work starves the browser, its timers
+# fire late too, and a gap it hears then is the machine's, not the server's.
+LAG_PROBE = """() => { if (globalThis.__lags) return; globalThis.__lags = []; let last = performance.now();
+  setInterval(() => { const now = performance.now(), late = now - last - 10; last = now;
+    if (late > 20) globalThis.__lags.push({t: performance.timeOrigin + now, ms: late}); }, 10); }"""
 
 
 def open_demo(page, base: str, **params: object) -> None:
@@ -29,6 +38,9 @@ def open_demo(page, base: str, **params: object) -> None:
     page.goto(f"{base}/?{query}")
     page.evaluate("window.voxgate.ready")
     page.wait_for_function("document.querySelectorAll('#voice option').length > 0")
+    for scope in (page, *page.workers):
+        scope.evaluate(LAG_PROBE)
+    page.gateway, page.server_lags = base, server_lags_over(base)
 
 
 def speak(page, sample: str, mode: str = "words") -> str:
@@ -96,9 +108,50 @@ def opus_reference(frames: list[dict], frame_ms: int) -> np.ndarray:
     return np.concatenate(out)
 
 
-def start_index(events: list[dict], start_pts: int) -> int:
-    (idx,) = [e["tap_index"] for e in events if e["kind"] == "start" and e["pts"] == start_pts][:1]
-    return idx
+FADE = 241  # samples of one fade of the worklet's (5 ms at the highest rate, 48 kHz), and one more
+
+
+def played_runs(events: list[dict], start_pts: int, n: int) -> list[tuple[int, int, int]]:
+    """(tap index, offset into the context's audio, length) of each stretch the worklet played without a stall. A
+    stall (the machine's, see load_caused) inserts silence, so the audio is compared run by run."""
+
+    def ours(e: dict) -> bool:  # a run starts inside the context's audio; a stall ends one there or at its end
+        if e["kind"] == "stall":
+            return start_pts < e["pts"] <= start_pts + n
+        return e["kind"] in ("start", "resume") and start_pts <= e["pts"] < start_pts + n
+
+    runs, begin = [], None
+    for e in sorted(filter(ours, events), key=lambda e: e["tap_index"]):
+        if e["kind"] != "stall":
+            begin = begin or e
+        elif begin is not None:
+            runs.append((begin, e["pts"]))
+            begin = None
+    if begin is not None:
+        runs.append((begin, start_pts + n))
+    return [(b["tap_index"], b["pts"] - start_pts, end - b["pts"]) for b, end in runs]
+
+
+def assert_same_audio(got: np.ndarray, want: np.ndarray, atol: float = 0.0) -> None:
+    """Sample for sample, except in fades: a buffer that runs dry (or nearly: the worklet cannot know a frame will
+    come in time) fades its tail out and the next audio in. There a sample may only be quieter than the one sent,
+    and each faded stretch is at most a fade out and a fade in long."""
+    bad = np.flatnonzero(np.abs(got - want) > atol)
+    if not len(bad):
+        return
+    assert np.all(np.abs(got[bad]) <= np.abs(want[bad]) + atol) and np.all(got[bad] * want[bad] >= -atol), \
+        f"{len(bad)} samples differ, not as a fade; first at {bad[0]}: {got[bad[0]]} != {want[bad[0]]}"
+    stretches = np.split(bad, np.flatnonzero(np.diff(bad) > FADE) + 1)
+    assert all(s[-1] - s[0] < 2 * FADE for s in stretches), [(s[0], s[-1]) for s in stretches]
+
+
+def assert_played(samples: np.ndarray, events: list[dict], start_pts: int, sent: np.ndarray,
+                  atol: float = 0.0) -> None:
+    """The tap holds what was sent, run by run between stalls (assert_same_audio)."""
+    runs = played_runs(events, start_pts, len(sent))
+    assert runs and runs[0][1] == 0 and sum(length for _, _, length in runs) == len(sent), runs
+    for index, offset, length in runs:
+        assert_same_audio(samples[index : index + length], sent[offset : offset + length], atol)
 
 
 def screenshot(page, name: str) -> Path:
@@ -110,12 +163,54 @@ def screenshot(page, name: str) -> Path:
     return path
 
 
+def server_lags_over(base: str) -> dict[float, float]:
+    """The gateway's own event-loop lag so far: for each histogram bound (s), how many lags were longer."""
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+    bucket = r'voxgate_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)'
+    counts = {float(le): float(n) for le, n in re.findall(bucket, text)}
+    return {le: counts[math.inf] - n for le, n in counts.items()}
+
+
+def server_lag_ms(page) -> float:
+    """A lower bound of the gateway's worst event-loop lag since open_demo (0 if none over the first bound)."""
+    now = server_lags_over(page.gateway)
+    return max((le * 1000 for le, n in now.items() if n > page.server_lags.get(le, 0) and le < math.inf), default=0)
+
+
+def browser_lags(page) -> list[dict]:
+    """Every late timer of LAG_PROBE's: `t` (epoch ms) when it fired, `ms` how late."""
+    return [lag for scope in (page, *page.workers) for lag in scope.evaluate("globalThis.__lags || []")]
+
+
+def server_stalls(page) -> list[dict]:
+    """The server's `stall` messages, each with `received_at` (epoch ms) when the page got it."""
+    return [{**m["msg"], "received_at": m["t"]} for m in record(page)["messages"] if m["msg"]["type"] == "stall"]
+
+
+def load_caused(stall: dict, lags: list[dict], server_lag: float = 0.0) -> bool:
+    """The machine's load, not the server: the browser was itself stalled for at least half the gap in the 2 s
+    before the stall's report reached it, and either the server sent the audio in time (cause `network` or
+    `client`) or it sent late (`pacing`) because its own event loop was held up as long (`server_lag`, ms). A
+    `generation` gap, or a late send while the browser ran freely, is the server's."""
+    since = stall["received_at"] - stall["duration_ms"] - 2000
+    blocked = sum(lag["ms"] for lag in lags if since <= lag["t"] <= stall["received_at"])
+    if blocked < stall["duration_ms"] / 2:
+        return False
+    sent_in_time = stall["cause"] in ("network", "client")
+    return sent_in_time or (stall["cause"] == "pacing" and server_lag >= stall["duration_ms"] / 2)
+
+
 def assert_no_violation(page, context: dict) -> None:
-    st = page.evaluate("({report: window.voxgate.state.report, stalls: window.voxgate.state.serverStalls})")
-    causes = [(s["cause"], s["duration_ms"], s["pts"]) for s in st["stalls"]]
-    assert st["report"]["underruns"]["max_gap_ms"] <= VIOLATION_MS, (st["report"]["underruns"], causes)
-    assert context["done"]["stalls"]["max_ms"] <= VIOLATION_MS, context["done"]["stalls"]
-    assert all(s["duration_ms"] <= VIOLATION_MS for s in st["stalls"]), st["stalls"]
+    """No gap over VIOLATION_MS, except one the machine's load caused (see load_caused); a server-caused one fails."""
+    st = page.evaluate("({report: window.voxgate.state.report})")
+    lags, server_lag = browser_lags(page), server_lag_ms(page)
+    over = [s for s in server_stalls(page) if s["duration_ms"] > VIOLATION_MS]
+    assert all(load_caused(s, lags, server_lag) for s in over), (
+        server_lag, [(s["cause"], s["duration_ms"], s["received_at"]) for s in over],
+        [(round(g["t"]), round(g["ms"])) for g in lags])
+    allowed_ms = max([VIOLATION_MS, *(s["duration_ms"] + 1 for s in over)])  # the excused gaps, as the page saw them
+    assert st["report"]["underruns"]["max_gap_ms"] <= allowed_ms, (st["report"]["underruns"], over, lags)
+    assert context["done"]["stalls"]["max_ms"] <= allowed_ms, context["done"]["stalls"]
 
 
 @pytest.mark.slow
@@ -132,8 +227,7 @@ def test_passage_over_pcm_plays_exactly_what_the_server_sent(page, gateway: str)
     samples, events = tap(page)
     sent = pcm_sent(frames_of(record(page), ctx["started"]["ctx"]))
     assert len(sent) == ctx["done"]["end_pts"] - ctx["started"]["start_pts"]
-    i = start_index(events, ctx["started"]["start_pts"])
-    np.testing.assert_array_equal(samples[i : i + len(sent)], sent)  # sample for sample
+    assert_played(samples, events, ctx["started"]["start_pts"], sent)  # sample for sample
     assert page.errors == []
 
 
@@ -150,14 +244,13 @@ def test_passage_over_opus_matches_libopus(page, gateway: str) -> None:
     assert frames[0]["flags"] & 9 == 9  # FIRST | CODEC_RESET
     ref = opus_reference(frames, st["session"]["audio"]["frame_ms"])
     assert len(ref) == ctx["done"]["end_pts"] - ctx["started"]["start_pts"]
-    i = start_index(events, ctx["started"]["start_pts"])
-    got = samples[i : i + len(ref)]
     # Chromium's libopus and the system's may differ in float rounding; the audio itself must be the same.
-    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4)
+    assert_played(samples, events, ctx["started"]["start_pts"], ref, atol=1e-4)
     assert np.sqrt(np.mean(ref**2)) > 0.01  # it is speech, not silence compared with silence
     assert page.errors == []
 
 
+@pytest.mark.slow
 def test_mulaw_plays_the_servers_own_decode(page, gateway: str) -> None:
     from voxgate.gateway.audio.frames import mulaw_decode
 
@@ -169,11 +262,11 @@ def test_mulaw_plays_the_servers_own_decode(page, gateway: str) -> None:
     samples, events = tap(page)
     frames = frames_of(record(page), ctx["started"]["ctx"])
     ref = mulaw_decode(b"".join(base64.b64decode(f["payload"]) for f in frames)).astype(np.float32) / 32768
-    i = start_index(events, ctx["started"]["start_pts"])
-    np.testing.assert_array_equal(samples[i : i + len(ref)], ref)
+    assert_played(samples, events, ctx["started"]["start_pts"], ref)
     assert page.errors == []
 
 
+@pytest.mark.slow
 def test_barge_in_is_silent_within_20ms_and_the_next_context_plays(page, gateway: str) -> None:
     open_demo(page, gateway, codec="pcm_s16le")
     first = speak(page, "Passage", mode="all")
@@ -206,11 +299,11 @@ def test_barge_in_is_silent_within_20ms_and_the_next_context_plays(page, gateway
     assert_no_violation(page, ctx)
     samples, events = tap(page)
     sent = pcm_sent(frames_of(record(page), ctx["started"]["ctx"]))
-    i = start_index(events, ctx["started"]["start_pts"])
-    np.testing.assert_array_equal(samples[i : i + len(sent)], sent)
+    assert_played(samples, events, ctx["started"]["start_pts"], sent)
     assert page.errors == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("pause_ms", "stalls"), [(100, 0), (300, 1)])
 def test_delivery_pause(page, gateway: str, pause_ms: int, stalls: int) -> None:
     """Target 150 ms: a 100 ms hole in delivery is absorbed; a 300 ms one is exactly one stall, which the page
@@ -230,13 +323,17 @@ def test_delivery_pause(page, gateway: str, pause_ms: int, stalls: int) -> None:
     if stalls == 0:
         assert_no_violation(page, ctx)
     else:
-        assert u["events"] == 1, u
-        assert pause_ms - 150 - 60 <= u["max_gap_ms"] <= pause_ms, u
-        (stall,) = st["serverStalls"]
+        # The planned stall is the proxy's hole; any other must be the machine's (see load_caused).
+        lags, seen, server_lag = browser_lags(page), server_stalls(page), server_lag_ms(page)
+        (stall,) = [s for s in seen if not load_caused(s, lags, server_lag)] or seen[:1]
+        excused = sum(s["events"] for s in seen) - stall["events"]
+        assert u["events"] == 1 + excused, (u, lags)
+        assert pause_ms - 150 - 60 <= stall["duration_ms"] <= pause_ms, stall
+        assert excused or pause_ms - 150 - 60 <= u["max_gap_ms"] <= pause_ms, u
         assert stall["context_id"] == cid
-        assert abs(stall["duration_ms"] - u["max_gap_ms"]) <= 1
+        assert excused or abs(stall["duration_ms"] - u["max_gap_ms"]) <= 1
         # Delivery was held after the server sent in time: the network's fault, not the generator's or client's.
         assert stall["cause"] in ("network", "pacing"), stall
-        assert ctx["done"]["stalls"]["events"] == 1
-        assert ctx["done"]["stalls"]["by_cause"][stall["cause"]] == 1
+        assert ctx["done"]["stalls"]["events"] == 1 + excused
+        assert ctx["done"]["stalls"]["by_cause"][stall["cause"]] >= 1
     assert page.errors == []

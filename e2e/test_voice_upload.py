@@ -48,6 +48,7 @@ def _wav(seconds: float, sr: int = 16_000) -> bytes:
     return out.getvalue()
 
 
+@pytest.mark.slow
 def test_upload_a_recording_then_speak_with_it(page, base_gateway: str) -> None:
     page.goto(f"{base_gateway}/?codec=pcm_s16le&pacing=asap")
     page.evaluate("window.voxgate.ready")

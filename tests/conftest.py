@@ -12,6 +12,17 @@ from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`perf` tests measure wall-clock speed: they run only when the `-m` expression names them (`pytest -m perf`,
+    on a quiet machine), never in the default run or in `-m "not slow"`. A session-wide hook: it sees e2e/ too."""
+    if "perf" in (config.getoption("markexpr") or ""):
+        return
+    perf = [item for item in items if item.get_closest_marker("perf") is not None]
+    if perf:
+        config.hook.pytest_deselected(items=perf)
+        items[:] = [item for item in items if item.get_closest_marker("perf") is None]
+
+
 @pytest.fixture
 def gateway() -> Iterator[Callable[..., BackgroundServer]]:
     """`gateway(engine=None, **config)`: start a server (espeak by default, recorded); stopped after the test."""

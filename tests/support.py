@@ -7,11 +7,15 @@ import asyncio
 import contextlib
 import json
 import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import websockets
 from voxgate.client.protocol_client import VoxgateClient
@@ -31,6 +35,71 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout_s: float = 30.0) -> None:
+    """Until `url`/health answers 200; fails at once if `proc` exited (the timeout only guards against a hang)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return
+        assert proc is None or proc.poll() is None, f"the process exited with {proc.returncode}"
+        assert time.monotonic() < deadline, f"{url} did not become healthy in {timeout_s:g} s"
+        time.sleep(0.05)
+
+
+@dataclass
+class ServeProcess:
+    proc: subprocess.Popen
+    port: int
+    log: Path
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/tts/ws"
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def serve_process(args: list[str], log: Path, port: int | None = None) -> Iterator[ServeProcess]:
+    """`voxgate serve --port <port> *args` as a real process logging to `log`, yielded once healthy; killed at
+    the end if still running. Tests start `voxgate serve` so (the `--gpus` supervisor: deploy/processes.py)."""
+    port = port or free_port()
+    with log.open("w") as out:
+        proc = subprocess.Popen([VOXGATE, "serve", "--port", str(port), *args], stdout=out, stderr=subprocess.STDOUT)
+    served = ServeProcess(proc, port, log)
+    try:
+        try:
+            wait_healthy(served.http_url, proc)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{served.log_text()}") from None
+        yield served
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def until(predicate: Callable[[], object], timeout_s: float = 10.0, what: str = "the condition") -> None:
+    """Until `predicate()` holds, checked every 5 ms; the timeout only guards against a hang."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, f"{what} did not happen within {timeout_s:g} s"
+        await asyncio.sleep(0.005)
+
+
+async def slots_free(engine: Any, timeout_s: float = 10.0) -> None:
+    """Until every slot of a Qwen3-TTS engine's pool is free (the loop frees a cancelled stream's slot at its next
+    step boundary)."""
+    pool = engine.runner.kv
+    await until(lambda: pool.num_free == pool.max_streams, timeout_s, "every slot free")
 
 
 class RecordingStream(AudioStream):
@@ -178,7 +247,7 @@ async def bystander(url: str, text: str = BYSTANDER_TEXT, *, voice: str | None =
         yield client
         result = await asyncio.wait_for(speaking, 60)
         if pacing != "asap":  # (asap: all audio is in and nothing more can pause; the session would sit idle)
-            await asyncio.sleep(client.player.buffered() / client.rate + 0.05)
+            await client.player.drained()
         assert result.event("context.done") is not None
         assert not client.errors, client.errors
         assert not client.player.gaps_over(0.010), client.player.stalls

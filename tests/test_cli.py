@@ -6,35 +6,19 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import wave
 
-import httpx
 import pytest
-from support import VOXGATE, free_port
+from support import VOXGATE, free_port, serve_process
 
 
 @pytest.fixture
 def served(tmp_path):
-    port = free_port()
-    log = (tmp_path / "serve.log").open("w")
-    proc = subprocess.Popen([VOXGATE, "serve", "--port", str(port), "--log-level", "warning"], stdout=log,
-                            stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-        assert time.monotonic() < deadline, "voxgate serve did not become healthy in 30 s"
-        time.sleep(0.1)
-    yield port
-    proc.terminate()
-    # uvicorn shuts down gracefully, then re-raises the captured SIGTERM (exit -15).
-    assert proc.wait(timeout=10) in (0, -15), (tmp_path / "serve.log").read_text()
+    with serve_process(["--log-level", "warning"], tmp_path / "serve.log") as server:
+        yield server.port
+        server.proc.terminate()
+        # uvicorn shuts down gracefully, then re-raises the captured SIGTERM (exit -15).
+        assert server.proc.wait(timeout=10) in (0, -15), server.log_text()
 
 
 @pytest.mark.slow
@@ -58,6 +42,7 @@ def test_serve_say_and_curl(served, tmp_path):
     assert pcm.stat().st_size > 24000  # more than half a second of PCM16
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_bad_config_clearly(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("engin = 'espeak'\n")
@@ -65,6 +50,7 @@ def test_serve_refuses_a_bad_config_clearly(tmp_path):
     assert done.returncode == 2 and "unknown key(s)" in done.stderr and "engin" in done.stderr
 
 
+@pytest.mark.slow
 def test_say_reports_an_unreachable_server():
     done = subprocess.run([VOXGATE, "say", "hi", "--url", f"ws://127.0.0.1:{free_port()}/v1/tts/ws"],
                           capture_output=True, text=True, timeout=30)

@@ -87,6 +87,7 @@ async def test_flush_speaks_the_text_before_the_turn_ends(gateway):
     assert_contiguous(after, flushed_at, turn.done["end_pts"])
 
 
+@pytest.mark.slow
 async def test_cancel_stops_the_audio_of_the_turn(gateway, fake_engine):
     # The fake engine makes audio at 2x real time: a long text is still being made when the cancel goes.
     server = gateway(engine=fake_engine(device_rtf=2, chunk_ms=160))
@@ -157,6 +158,7 @@ async def test_a_failing_token_source_raises_in_the_consumer(gateway):
             await tts.speak(broken()).audio()
 
 
+@pytest.mark.slow
 async def test_stalls_reach_the_caller(gateway, fake_engine):
     # 0.8 s of audio per second: a listener playing in real time starves; the server names the cause.
     server = gateway(engine=fake_engine(device_rtf=0.8, chunk_ms=320))
@@ -165,7 +167,7 @@ async def test_stalls_reach_the_caller(gateway, fake_engine):
                                       on_stall=reports.append) as tts:
         turn = tts.speak("word " * 8)
         await turn.audio()
-        await asyncio.sleep(tts.client.player.buffered() / tts.sample_rate + 0.2)  # let the player report the rest
+        await tts.client.player.drained()  # the stalls it had are reported by then
     assert reports and reports == turn.stalls
     assert {r.cause for r in reports} == {"generation"} and all(r.duration_ms > 0 for r in reports)
 

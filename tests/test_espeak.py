@@ -57,6 +57,7 @@ async def test_cancel_stops_at_once(engine):
     assert engine.queue_depth == 0
 
 
+@pytest.mark.perf
 async def test_synthesis_never_blocks_the_event_loop(engine):
     lags: list[float] = []
 

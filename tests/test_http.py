@@ -67,6 +67,7 @@ def test_speech_rejects_non_json(gateway):
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
 
 
+@pytest.mark.slow
 def test_voices_health_metrics(gateway):
     server = gateway()
     voices = httpx.get(server.http_url + "/v1/voices").json()

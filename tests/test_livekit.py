@@ -112,6 +112,7 @@ async def test_a_language_without_a_voice_speaks(gateway):
     assert requests and {(r.voice, r.language) for r in requests} == {(None, "en-us")}
 
 
+@pytest.mark.slow
 async def test_aclose_mid_stream_cancels_the_context_on_the_gateway(gateway, fake_engine):
     # The fake engine makes audio at 2x real time: a long text is still being made when aclose comes.
     server = gateway(engine=fake_engine(device_rtf=2, chunk_ms=160))
@@ -166,6 +167,7 @@ async def test_no_gateway_is_a_connection_error(unused_tcp_port):
         await stream.aclose()
 
 
+@pytest.mark.slow
 def test_importing_voxgate_does_not_import_livekit():
     code = "import sys, voxgate.client, voxgate.gateway.app, voxgate.integrations; print('livekit' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -72,6 +72,7 @@ def test_sdk_create_every_format(gateway, fmt):
     _check_length(server, fmt, response.content)
 
 
+@pytest.mark.slow
 def test_sdk_default_format_is_mp3(gateway):
     server = gateway()
     response = _client(server).audio.speech.create(model="tts-1", voice="echo", input=TEXT)
@@ -149,6 +150,7 @@ def test_voice_aliases_models_and_voices(gateway):
     assert [r.voice for r, _ in server.server.config.app.state.voxgate.engine.produced] == ["en-gb", "en-gb-x-rp"]
 
 
+@pytest.mark.slow
 def test_served_model_name_is_served_and_listed_first(gateway):
     from voxgate.gateway.config import GatewayConfig
 
@@ -165,6 +167,7 @@ def test_served_model_name_is_served_and_listed_first(gateway):
         GatewayConfig(served_model_name=[" "])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["espeak", "fake"])
 def test_non_streaming_mode_is_accepted_either_way_where_it_means_nothing(gateway, fake_engine, engine):
     """Text layout is a Qwen3-TTS notion: espeak and the test tones take both values and speak the same audio."""
@@ -219,6 +222,7 @@ def test_fields_that_cannot_be_honoured_are_named(gateway, extra, status, code, 
         assert param in error["message"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac"])
 def test_an_encoder_made_ahead_serves_the_next_request(gateway, fmt):
     """The first request of a format leaves one encoder ready for the next (its codec open off the critical path);

@@ -286,6 +286,7 @@ async def test_a_token_that_trails_an_interruption_does_not_hold_up_the_next_rep
         assert not [f for f in bot.up.frames if isinstance(f, ErrorFrame)]
 
 
+@pytest.mark.slow
 async def test_an_idle_bot_keeps_its_session_and_an_expired_one_is_replaced(gateway):
     server = gateway(limits=Limits(idle_timeout_s=1.0, max_session_s=2.5))
     tts = VoxgateTTSService(url=server.ws_url)
@@ -342,6 +343,7 @@ async def test_a_wrong_token_is_an_authentication_error(gateway):
         assert bot.down.audio() and not [f for f in bot.up.frames if isinstance(f, ErrorFrame)]
 
 
+@pytest.mark.slow
 def test_importing_voxgate_does_not_import_pipecat():
     code = "import sys, voxgate.client, voxgate.gateway.app, voxgate.integrations; print('pipecat' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -7,6 +7,7 @@ import asyncio
 import json
 import random
 
+import pytest
 from support import connect
 from test_ws_stream import check_order, collect_until
 from voxgate.client.protocol_client import VoxgateClient
@@ -63,6 +64,7 @@ async def speak_pieces(url: str, pieces: list[str], rng: random.Random, end: boo
     return received, first_audio[0], first_done
 
 
+@pytest.mark.slow
 async def test_word_by_word_audio_starts_before_the_first_sentence_ends_and_is_contiguous(gateway, fake_engine):
     rng = random.Random(18)
     engine = fake_engine(device_rtf=50, chunk_ms=80)
@@ -158,10 +160,11 @@ async def _listen_at_wps(url: str, text: str, wps: float) -> VoxgateClient:
             await asyncio.sleep(1 / wps)
         await client.send({"type": "context.end", "context_id": "s"})
         await asyncio.wait_for(result.done.wait(), 20)
-        await asyncio.sleep(client.player.buffered() / client.rate + 0.05)
+        await client.player.drained()
         return client
 
 
+@pytest.mark.slow
 async def test_slow_text_falls_back_and_pauses_no_more_than_sentence_mode(gateway, fake_engine):
     text = "Glue the sheet now. It is easy to tell. The rest is here."  # 12 words at 3 words/s: 4 s
     heard = {}

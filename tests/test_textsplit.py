@@ -83,6 +83,7 @@ def pieces_of(text: str, data: st.DataObject) -> list[str]:
     return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(text=hostile_text, max_chars=st.integers(1, 30), data=st.data())
 def test_the_segmenter_cuts_as_its_reference_does(text: str, max_chars: int, data: st.DataObject) -> None:
@@ -113,6 +114,7 @@ def test_sentence_end_helpers_agree_with_the_reference(text: str, following: str
     assert safe_cut(text) == reference_safe_cut(text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", [*ENDS, '."', "?!)", "…’"])
 def test_work_is_linear_in_a_run_of_sentence_ends_of_every_length(run: str) -> None:
     """Every length up to the message limit, then a space (the end confirmed), a word (no end) or nothing (not yet
@@ -128,6 +130,7 @@ def test_work_is_linear_in_a_run_of_sentence_ends_of_every_length(run: str) -> N
             assert cost.chars <= 2 * (length + len(tail)) + 2, (run, length, tail)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", [".", "…", '."'])
 def test_the_segmenter_cuts_a_long_run_in_linear_work(run: str) -> None:
     """The segmenter hard-cuts a run longer than a segment every 300 characters: each cut must not search the rest

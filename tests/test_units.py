@@ -184,6 +184,15 @@ def test_simulated_player_an_empty_last_frame_turns_running_dry_into_an_end():
     assert player.stalls == [] and player.report()["underruns"]["events"] == 0
 
 
+async def test_simulated_player_drained_returns_once_everything_received_has_played():
+    player = SimulatedPlayer(1000, preroll=10)  # the real clock: drained() sleeps the buffered time, no more
+    await player.drained()  # nothing received: at once
+    player.on_frame(0, 30, FLAG_FIRST | FLAG_LAST)
+    assert player.buffered() > 0
+    await player.drained()
+    assert player.position() == player.received_end and player.buffered() == 0 and not player.stalls
+
+
 def test_stall_attribution():
     log = FrameLog()
     log.record(FrameRecord(0, 480, ready_at=1.0, sent_at=1.0))
@@ -210,6 +219,7 @@ def test_config_presets_and_unknown_keys(tmp_path):
         load_config("default", pacing={"mode": "warp"})
 
 
+@pytest.mark.slow
 async def test_synthesis_stops_when_nobody_sends():
     engine = FakeEngine(device_rtf=1000, chunk_ms=100)
     await engine.start()

@@ -86,6 +86,7 @@ def refusal(response: httpx.Response) -> dict[str, Any]:
     return response.json()["error"]
 
 
+@pytest.mark.slow
 def test_a_flac_declaring_655350_hz_x_8_channels_is_refused_before_decoding(uploads, tmp_path: Path) -> None:
     # 28 KB of FLAC-coded silence declaring 30 s at 655,350 Hz x 8 channels: 629 MB as float32 once decoded
     bomb = encoded((np.zeros((65_536, 8), np.int16) for _ in range(300)), 655_350, "flac", "flac")

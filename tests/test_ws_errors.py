@@ -206,6 +206,7 @@ messages = st.builds(
     st.dictionaries(field_names, json_values | st.sampled_from(["a", "ctx-1", 0, 3, "queue"]), max_size=5))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages)
 def test_parser_accepts_or_names_the_problem(message):

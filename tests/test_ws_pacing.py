@@ -25,7 +25,7 @@ async def test_client_clock_keeps_the_buffer_bounded_and_never_gaps(gateway, str
         t0 = time.monotonic()
         result = await client.speak("p", PASSAGE, words_per_message=stream_words, delay_s=0.02)
         player = client.player
-        await asyncio.sleep(player.buffered() / client.rate + 0.2)  # let playback finish
+        await player.drained()
         duration = len(result.audio) / client.rate
         elapsed = time.monotonic() - t0
     assert duration > 18, f"the passage should be ~20 s, got {duration:.1f} s"
@@ -40,6 +40,7 @@ async def test_client_clock_keeps_the_buffer_bounded_and_never_gaps(gateway, str
     assert done["stalls"]["events"] == 0
 
 
+@pytest.mark.perf
 async def test_asap_delivers_as_fast_as_produced(gateway, fake_engine):
     engine = fake_engine(device_rtf=10, chunk_ms=200)
     server = gateway(engine=engine)
@@ -56,6 +57,7 @@ async def test_asap_delivers_as_fast_as_produced(gateway, fake_engine):
     assert arrivals[-1] - arrivals[0] > production * 0.7
 
 
+@pytest.mark.perf
 async def test_realtime_sends_at_one_x_with_a_fixed_lead(gateway, fake_engine):
     server = gateway(engine=fake_engine(device_rtf=50, chunk_ms=400))
     async with VoxgateClient(server.ws_url, pacing="realtime", target_buffer_ms=200) as client:
@@ -109,6 +111,7 @@ async def test_a_cancel_frees_the_pacing_budget_for_the_next_context(gateway, fa
     await ws.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rtf", [100, 3])
 async def test_a_disconnect_mid_stream_ends_the_session_at_once(gateway, fake_engine, rtf):
     # Regression: a cancel swallowed by asyncio.wait_for left the paced sender running and the session open.

@@ -6,16 +6,18 @@ import asyncio
 import json
 
 import httpx
+import pytest
 from support import connect
 from voxgate.client.protocol_client import VoxgateClient
 
 
+@pytest.mark.slow
 async def test_a_slow_engine_causes_generation_stalls(gateway, fake_engine):
     # The engine makes 0.8 s of audio per second: the listener must starve, and the server must say why.
     server = gateway(engine=fake_engine(device_rtf=0.8, chunk_ms=320))
     async with VoxgateClient(server.ws_url, pacing="client_clock", target_buffer_ms=100) as client:
         result = await client.speak("slow", "word " * 8)
-        await asyncio.sleep(client.player.buffered() / client.rate + 0.2)
+        await client.player.drained()
     assert client.player.gaps_over(0.010), "the simulated player should have starved"
     stalls = [m for m in client.messages if m["type"] == "stall"]
     assert stalls and all(m["context_id"] == "slow" for m in stalls)

@@ -8,6 +8,7 @@ at a context's end or at a flush point is not a stall.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,6 +109,13 @@ class SimulatedPlayer:
                 "underruns": {"events": len(self.stalls), "samples": self.underrun_samples,
                               "max_gap_ms": round(max([*gaps, ongoing], default=0.0) * 1000, 3)},
                 "output_latency_ms": 0, "t_ms": round(now * 1000, 3)}
+
+    async def drained(self) -> None:
+        """Return once everything received so far has played (at once if nothing is buffered).
+
+        Playback runs on the player's clock, so this waits exactly the buffered time, and again if more arrived."""
+        while (left := self.buffered()) > 0:
+            await asyncio.sleep(left / self.rate)
 
     def gaps_over(self, seconds: float) -> list[Stall]:
         return [s for s in self.stalls if s.duration_s > seconds]

@@ -7,11 +7,13 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 from voxgate.gateway.cli.main import main as voxgate_main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_bench_run_against_espeak(tmp_path: Path, capsys) -> None:
     out = tmp_path / "report"
     rc = voxgate_main(

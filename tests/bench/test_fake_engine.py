@@ -10,6 +10,7 @@ from voxgate.gateway.bench.gateway_process import GatewayProcess
 from voxgate.gateway.bench.plan_runner import Plan, run_plan
 
 
+@pytest.mark.perf
 def test_pause_accounting_on_a_slower_than_real_time_stream(tmp_path) -> None:
     # 100 ms chunks made at 0.5x real time: each chunk arrives 200 ms after the one before, so after the first
     # every full chunk is a pause of 100 ms. "four words" texts: budget 18 frames = 1440 ms = 14 full chunks + 40 ms,
@@ -30,6 +31,7 @@ def test_pause_accounting_on_a_slower_than_real_time_stream(tmp_path) -> None:
     assert not sample["in_slo"]
 
 
+@pytest.mark.slow
 def test_capacity_search_finds_the_knee_of_a_shared_device(tmp_path) -> None:
     # device_rtf=20 serves 20 audio-s/s in all; sentences carry about 3 s each (length rule), so about 6.7 req/s
     # saturates it. 1/s is comfortably in SLO (first audio about 25 ms); 16/s is more than twice the device.

@@ -38,6 +38,7 @@ def quick_plan(texts: Path, transport: str) -> Plan:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["ws", "http"])
 def test_plan_against_the_mock_gateway(texts: Path, tmp_path: Path, transport: str) -> None:
     with MockGateway(MockConfig(speed=20, stall_ms=400, burst_ms=200)) as gw:
@@ -87,6 +88,7 @@ def test_plan_against_the_mock_gateway(texts: Path, tmp_path: Path, transport: s
     assert "## Closed loop" in md and "## Open loop" in md and "voxgate_engine_gc_pause_seconds" in md
 
 
+@pytest.mark.slow
 def test_cli_run_against_a_url(texts: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cli"
     with MockGateway() as gw:

@@ -94,6 +94,7 @@ def tiny_report(name: str, concurrency: int) -> dict:
     return build_report(name, plan, {"engine": "fake"}, {"closed_loop": [phase_json(result, {})], "open_loop": []}, {})
 
 
+@pytest.mark.slow
 def test_merge_joins_parts(tmp_path: Path) -> None:
     for i, c in enumerate((1, 8)):
         write(tiny_report(f"part{i}", c), tmp_path / f"part{i}", plots=False)

@@ -7,9 +7,11 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from voxgate.gateway.cli.main import main as voxgate_main
 
 
+@pytest.mark.slow
 def test_an_asap_soak_ends_when_its_sessions_stop_speaking(gateway, fake_engine, tmp_path: Path):
     server = gateway(engine=fake_engine(device_rtf=1000, shared_device=False, chunk_ms="320,640,1280"))
     out = tmp_path / "soak.json"

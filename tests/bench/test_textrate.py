@@ -7,12 +7,14 @@ import argparse
 import json
 from pathlib import Path
 
+import pytest
 from voxgate.gateway.bench.textrate_sweep import _base
 from voxgate.gateway.cli.main import main as voxgate_main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_textrate_on_the_fake_engine_writes_both_modes_and_a_plot(tmp_path: Path) -> None:
     out = tmp_path / "textrate"
     rc = voxgate_main(["bench", "textrate", "--wps", "40", "--sessions", "2", "--texts", "1", "--sentences", "2",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import VOXGATE, free_port
+from support import VOXGATE, free_port, wait_healthy  # noqa: F401 - the deploy tests import it from here
 
 REPO = Path(__file__).resolve().parents[2]
 HAPROXY_CFG = REPO / "deploy" / "haproxy" / "haproxy.cfg"
@@ -35,17 +35,6 @@ def free_port_pair() -> int:
                 continue
         return port
     raise RuntimeError("no two consecutive free ports")
-
-
-def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return
-        assert proc is None or proc.poll() is None, f"the process exited with {proc.returncode}"
-        assert time.monotonic() < deadline, f"{url} did not become healthy in {timeout_s:g} s"
-        time.sleep(0.05)
 
 
 @dataclass

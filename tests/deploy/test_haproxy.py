@@ -59,7 +59,7 @@ class Listener:
         """The whole passage heard (played out of the player's buffer too) without a pause over 10 ms."""
         result = await asyncio.wait_for(self.task, 30)
         assert result.event("context.done") is not None
-        await asyncio.sleep(self.client.player.buffered() / self.client.rate + 0.05)
+        await self.client.player.drained()
         assert not self.client.player.gaps_over(0.010), (self.backend, self.client.player.stalls)
 
     async def close(self) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from processes import VOXGATE, free_port_pair, process, wait_healthy
-from support import bystander
+from support import bystander, until
 from voxgate.client.protocol_client import VoxgateClient
 from voxgate.gateway.cli.supervisor import Supervisor
 
@@ -68,7 +68,7 @@ async def test_gpus_supervises_one_process_per_device(tmp_path: Path):
         for client in clients:
             await client.__aenter__()
         speaking = [asyncio.get_running_loop().create_task(c.speak("c", "one two three")) for c in clients]
-        await asyncio.sleep(0.3)
+        await until(lambda: all(c.context("c").frames for c in clients), 10, "audio on both")  # live contexts
         signalled = time.monotonic()
         sup.proc.send_signal(signal.SIGTERM)
         for client, task in zip(clients, speaking, strict=True):

@@ -19,6 +19,7 @@ def norms() -> ModuleType:
     return kernel_module("add_rms_norm")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,channels", [(1, 64), (3, 48), (17, 96), (5, 100)])  # 100: a channel mask
 @pytest.mark.parametrize("with_delta", [False, True])

@@ -23,6 +23,7 @@ def cc() -> ModuleType:
 @pytest.mark.parametrize(("cin", "n", "taps", "dil", "length"), [
     (32, 48, 7, 1, 5), (16, 40, 7, 3, 9), (64, 16, 3, 1, 1), (24, 20, 7, 9, 30), (32, 32, 2, 1, 4),
 ])
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_conv_matches_torch_conv1d(cc: ModuleType, cin: int, n: int, taps: int, dil: int, length: int,
                                    dtype: torch.dtype) -> None:
@@ -162,6 +163,7 @@ def test_fast_sin_epilogue_equals_sinf_within_one_bf16_step(cc: ModuleType, epil
             assert (fast != accurate).float().mean() < 0.01
 
 
+@pytest.mark.slow
 def test_fast_sin_leaves_libdevice_sinf_out_on_hopper() -> None:
     """The point of fast_sin, on the compiler's output for sm_90: libdevice's sinf brings its slow-path range
     reduction (a local-memory table, inlined per element); the polynomial has none, and the kernel is shorter."""

@@ -52,6 +52,7 @@ def _dwconv_case(bsz: int, length: int, channels: int, k: int, dtype: torch.dtyp
     return (x, state, slots, weight, bias, ln_weight, ln_bias), pool
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("bsz", "length", "channels", "k"), [
     (6, 1, 24, 7),  # one new step per row, all taps but one from the history

@@ -34,6 +34,7 @@ def _attend_inputs(n: int, heads: int, kv_heads: int, d: int, dtype: torch.dtype
     return qkv, qw, kw, cos, sin, pos, k_store, v_store, slots
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", ROWS)
 @pytest.mark.parametrize("heads,kv_heads,d", [(4, 2, 16), (2, 2, 32)] + ([(16, 8, 128)] if DEVICE == "cuda" else []))

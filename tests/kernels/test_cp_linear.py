@@ -27,6 +27,7 @@ def _weights(rows: int, k: int, dtype: torch.dtype) -> torch.Tensor:
     return (torch.randn(rows, k, device=DEVICE) / k**0.5).to(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("k,n", SHAPES)

@@ -30,6 +30,7 @@ def _rope_inputs(n: int, heads: int, kv_heads: int, d: int, dtype: torch.dtype, 
     return qkv, qw, kw, cos, sin, pairs % positions, pairs // positions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", ROWS)
 @pytest.mark.parametrize("heads,kv_heads,d", [(4, 2, 16), (2, 2, 64), *REAL_HEADS])

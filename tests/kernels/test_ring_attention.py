@@ -136,6 +136,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("R", "heads", "head_dim", "steps"), CASES)
 def test_kernel_matches_history_oracle(mod: ModuleType, dtype: torch.dtype, R: int, heads: int, head_dim: int,

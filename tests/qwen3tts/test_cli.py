@@ -17,6 +17,7 @@ def test_cli_modules_do_not_import_torch() -> None:
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
+@pytest.mark.slow
 def test_checkpoint_synth_then_synth(shared: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "ck"
     rc = main(["checkpoint", "synth", "--like", "Qwen3-TTS-12Hz-1.7B-CustomVoice", "--out", str(out), "--tiny",
@@ -34,6 +35,7 @@ def test_checkpoint_synth_then_synth(shared: Path, tmp_path: Path, capsys: pytes
     assert "loading model" in err and "9 frames" in err
 
 
+@pytest.mark.slow
 def test_synth_reports_bad_requests(tiny_ckpt: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = tiny_ckpt("cv06")  # type: ignore[operator]
     rc = main(["synth", "x", "--model", str(d), "--voice", "nobody", "-o", str(tmp_path / "x.wav"), "--device", "cpu"])
@@ -46,6 +48,7 @@ def test_checkpoint_synth_unknown_like(tmp_path: Path, shared: Path, capsys: pyt
     assert rc == 2 and "Qwen3-TTS-12Hz-1.7B-Base" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_synth_clones_in_context_from_a_wav(tiny_ckpt: object, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """--ref-audio (16 kHz here: resampled) + --ref-text: ICL; the output holds only the new frames' audio."""

@@ -14,6 +14,7 @@ def _codes(frames: int, seed: int) -> torch.Tensor:
     return torch.randint(0, 2048, (frames, 16), generator=torch.Generator().manual_seed(seed))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frames", [1, 7, 73, 300])  # 73: one past the sliding window; 300: the reference's chunk
 def test_decode_matches_reference(ours: Any, reference: Any, tiny_ckpt: Callable[[str], Path], frames: int) -> None:
     reference("cv17")  # imports the reference with its stubs (skips or fails cleanly without it)
@@ -31,6 +32,7 @@ def test_decode_matches_reference(ours: Any, reference: Any, tiny_ckpt: Callable
     assert err <= 1e-5 * scale, f"max abs error {err:.3g} vs scale {scale:.3g}"
 
 
+@pytest.mark.slow
 def test_decode_is_causal_prefix(ours: Any) -> None:
     """Frame t's audio is final once frame t exists: a prefix decode equals the prefix of a longer decode."""
     m = ours("cv17")
@@ -40,6 +42,7 @@ def test_decode_is_causal_prefix(ours: Any) -> None:
     assert abs(full[: 41 * 1920] - part).max() < 1e-5
 
 
+@pytest.mark.slow
 def test_padding_codes_are_clamped(ours: Any) -> None:
     m = ours("cv17")
     codes = _codes(4, 5)

@@ -22,6 +22,7 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(old)
 
 
+@pytest.mark.slow
 def test_dry_run_through_the_cli(tmp_path: Path, shared: Path) -> None:
     from voxgate.gateway.cli.main import main
 

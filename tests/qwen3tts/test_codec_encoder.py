@@ -49,6 +49,7 @@ def base17(tiny_ckpt: Callable[[str], Path]) -> Path:
     return tiny_ckpt("base17")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", TINY_LENGTHS)
 def test_codes_match_reference_tiny(base17: Path, n: int) -> None:
     require_reference()
@@ -68,6 +69,7 @@ def real_encoder_ckpt(tmp_path_factory: pytest.TempPathFactory, shared: Path) ->
     shutil.rmtree(out)
 
 
+@pytest.mark.slow
 def test_codes_match_reference_real_shapes(real_encoder_ckpt: Path) -> None:
     """A few seconds on one core: writing the random weights, two model builds and three encodes."""
     require_reference()
@@ -99,6 +101,7 @@ def test_layout_is_the_official_mimi_encoder(shared: Path, tiny: bool) -> None:
     assert encoder_shapes(codec) == want
 
 
+@pytest.mark.slow
 def test_encode_decode_round_trip(ours: Any) -> None:
     m = ours("base17")
     n = 2 * 24_000 + 333
@@ -117,6 +120,7 @@ def test_other_rates_are_resampled_to_24k(ours: Any) -> None:
     assert torch.equal(m.encode(audio_16k, 16_000), m.encode(at_24k))
 
 
+@pytest.mark.slow
 def test_clone_voice_builds_an_icl_voice(ours: Any) -> None:
     m = ours("base17")
     audio = _audio(24_000, 3)
@@ -126,6 +130,7 @@ def test_clone_voice_builds_an_icl_voice(ours: Any) -> None:
     assert m.clone_voice(audio, 24_000).ref_codes is None  # no transcript: x-vector only
 
 
+@pytest.mark.slow
 def test_checkpoint_without_encoder_loads_and_refuses_encode(shared: Path, tmp_path: Path) -> None:
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 

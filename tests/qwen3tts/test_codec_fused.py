@@ -21,7 +21,8 @@ from voxgate.engine.qwen3tts.bench.codec_measure import pcm16, snr_db
 from .test_codec_stream import _codes
 
 pytest.importorskip("triton")
-pytestmark = pytest.mark.usefixtures("no_tf32")
+# Every test here builds a codec: seconds to minutes on CPU.
+pytestmark = [pytest.mark.usefixtures("no_tf32"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -23,6 +23,7 @@ def stream(tiny_ckpt: Callable[[str], Path]) -> CodecStream:
     return CodecStream(load_codec(tiny_ckpt("cv17"), device=DEVICE), num_slots=6)
 
 
+@pytest.mark.slow
 def test_smallest_bucket_that_fits(stream: CodecStream) -> None:
     runner = CodecRunner(stream, [(4, 8), (2, 4), (4, 2)], progress=False)
     assert runner.bucket_for(1, 1) == (2, 4)  # 8 padded frame-rows, the cheapest (tied with 4 x 2)
@@ -38,6 +39,7 @@ def test_bucket_wider_than_the_pool_is_refused(stream: CodecStream) -> None:
         CodecRunner(stream, [(6, 1)], progress=False)
 
 
+@pytest.mark.slow
 def test_runner_equals_direct_step(stream: CodecStream) -> None:
     """Two streams of different widths through the runner give the audio and state of one direct step."""
     runner = CodecRunner(stream, [(4, 8)], progress=False)
@@ -66,6 +68,7 @@ def test_runner_equals_direct_step(stream: CodecStream) -> None:
             stream.close(s)
 
 
+@pytest.mark.slow
 def test_bucket_pads_rows_and_frames(stream: CodecStream) -> None:
     """A bucket of 4 rows x 8 frames serving 2 streams: one idles (0 frames, garbage codes in its row), padding rows
     sit on the sink; each stream's audio equals its whole decode."""

@@ -71,12 +71,14 @@ def _whole(codec: CodecDecoder, frames: int, seed: int) -> torch.Tensor:
     return _WHOLE[(frames, seed)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", [[1], [3], [4], [8], [16], [4, 8, 16], [1, 3, 8, 16], [5, 1, 16, 2, 7, 4, 11]])
 def test_chunks_equal_whole_decode(codec: CodecDecoder, stream: CodecStream, schedule: list[int]) -> None:
     whole = _whole(codec, 100, 1)  # > 72 frames: keys fall out of the window
     assert_within_1_lsb(stream.decode_chunks(_codes(100, 1), schedule), whole)
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None)
 @given(frames=st.integers(1, 90), schedule=st.lists(st.integers(1, 17), min_size=1, max_size=8),
        seed=st.integers(0, 2**16))
@@ -86,6 +88,7 @@ def test_any_schedule_equals_whole_decode(codec: CodecDecoder, stream: CodecStre
     assert_within_1_lsb(stream.decode_chunks(codes, schedule), codec.decode(codes))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", [[4, 8, 16], [3]])
 def test_long_utterance_equals_whole_decode(codec: CodecDecoder, stream: CodecStream, schedule: list[int]) -> None:
     whole = _whole(codec, 310, 2)  # > 300 frames: past the reference's own 300-frame chunk
@@ -94,6 +97,7 @@ def test_long_utterance_equals_whole_decode(codec: CodecDecoder, stream: CodecSt
     assert float(whole[-1920:].abs().max()) > 0.01  # the tail is real audio, not silence
 
 
+@pytest.mark.slow
 def test_interleaved_batch_equals_each_alone(codec: CodecDecoder) -> None:
     """Streams of different lengths and chunk widths share steps (with a sink row and idle rows)."""
     from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
@@ -163,6 +167,7 @@ def test_padding_code_is_read_as_zero_and_eos_is_refused(stream: CodecStream) ->
     assert stream.pool.num_free == stream.pool.max_streams  # the failed stream's slot was released
 
 
+@pytest.mark.slow
 def test_bf16_snr(codec: CodecDecoder) -> None:
     """bf16 with SnakeBeta and the clamp in fp32 stays close to fp32 (the bench reports 32 utterances)."""
     from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream

@@ -28,6 +28,7 @@ INVENTORY = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(INVENTORY))
 def test_real_shapes_reproduce_the_official_inventory(shared: Path, name: str) -> None:
     cfg = load_config(shared / "checkpoints" / name)
@@ -77,6 +78,7 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_missing_key_is_named(tiny_ckpt: Callable[[str], Path], tmp_path: Path) -> None:
     d = _copy(tiny_ckpt("cv06"), tmp_path / "ck")
     state = load_file(str(d / "model.safetensors"))
@@ -104,6 +106,7 @@ def test_shape_mismatch_is_named(tiny_ckpt: Callable[[str], Path], tmp_path: Pat
         load_checkpoint(d, progress=False)
 
 
+@pytest.mark.slow
 def test_sharded_checkpoint_loads_identically(tiny_ckpt: Callable[[str], Path], tmp_path: Path) -> None:
     src = tiny_ckpt("cv17")
     d = _copy(src, tmp_path / "ck")
@@ -127,6 +130,7 @@ def test_dtypes_per_part(tiny_ckpt: Callable[[str], Path]) -> None:
     assert {p.dtype for p in codec.parameters()} == {torch.float32}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["base17", "cv06"])
 def test_synthetic_1d_tensors_are_random(tiny_ckpt: Callable[[str], Path], kind: str) -> None:
     """Every bias, norm weight, SnakeBeta parameter, LayerScale, ConvNeXt gamma and codebook usage of a synthetic

@@ -30,6 +30,7 @@ def _flawed_copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow
 async def test_custom_voice_with_a_flawed_unused_encoder_config_serves(tiny_ckpt: Callable[[str], Path],
                                                                         tmp_path: Path) -> None:
     engine = create_engine(model=str(_flawed_copy(tiny_ckpt("cv06"), tmp_path / "cv")), **SMALL)
@@ -43,6 +44,7 @@ async def test_custom_voice_with_a_flawed_unused_encoder_config_serves(tiny_ckpt
         await engine.stop()
 
 
+@pytest.mark.slow
 async def test_base_with_the_same_flaw_is_refused_naming_file_and_key(tiny_ckpt: Callable[[str], Path],
                                                                      tmp_path: Path) -> None:
     directory = _flawed_copy(tiny_ckpt("base06"), tmp_path / "base")

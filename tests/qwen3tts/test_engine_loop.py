@@ -38,6 +38,7 @@ def _streams(n: int, seed: int) -> list[Stream]:
             for i in range(n)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [{}, {"codec_buckets": ((1, 4), (4, 4), (16, 4))}, {"depth": "fused"}],
                          ids=["mixed-widths", "pieces-of-4", "fused-depth"])
 def test_free_running_greedy_codes_equal_each_stream_alone(tts: Qwen3TTS, options: dict[str, Any]) -> None:
@@ -74,6 +75,7 @@ def _rel_close(got: torch.Tensor, want: torch.Tensor, rtol: float) -> float:
     return float((got[finite] - want[finite]).abs().max() / want[finite].abs().max())
 
 
+@pytest.mark.slow
 def test_teacher_forced_logits_equal_each_stream_alone(tts: Qwen3TTS) -> None:
     streams = _streams(6, seed=2)
     streams[2].cancel_step = streams[2].join_step + 4
@@ -95,6 +97,7 @@ def test_teacher_forced_logits_equal_each_stream_alone(tts: Qwen3TTS) -> None:
     assert worst < 1e-4, worst
 
 
+@pytest.mark.slow
 def test_rows_beyond_max_rows_wait_by_deadline(tts: Qwen3TTS) -> None:
     """More streams than rows: every step is full, every stream still finishes with its own codes."""
     streams = [Stream(TEXTS[i], budget=8, join_step=0, speaker=SPEAKERS[i % 4]) for i in range(6)]
@@ -105,6 +108,7 @@ def test_rows_beyond_max_rows_wait_by_deadline(tts: Qwen3TTS) -> None:
         np.testing.assert_array_equal(np.stack(recorder.codes[s.codes_id]), solo_codes(tts, s))
 
 
+@pytest.mark.slow
 def test_admission_waits_for_a_slot(tts: Qwen3TTS) -> None:
     """Three usable slots, five streams: the last two wait for slots (never fail) and run when some free."""
     streams = [Stream(TEXTS[i], budget=5, join_step=0) for i in range(5)]
@@ -115,6 +119,7 @@ def test_admission_waits_for_a_slot(tts: Qwen3TTS) -> None:
     assert runner.kv.num_free == 3
 
 
+@pytest.mark.slow
 def test_long_prompt_is_prefilled_over_several_steps(tts: Qwen3TTS) -> None:
     text = " ".join(TEXTS)  # ~90 tokens: two 64-token pieces riding decode steps of another stream
     streams = [Stream("Hello.", budget=12, join_step=0), Stream(text, budget=6, join_step=2)]
@@ -125,6 +130,7 @@ def test_long_prompt_is_prefilled_over_several_steps(tts: Qwen3TTS) -> None:
         np.testing.assert_array_equal(np.stack(recorder.codes[s.codes_id]), solo_codes(tts, s))
 
 
+@pytest.mark.slow
 def test_prompt_rows_embed_like_build_prompt(tiny_ckpt: Callable[[str], Path], ours: Callable[[str], Any]) -> None:
     """Every prompt layout as ids, embedded in the step's way, equals build_prompt's rows."""
     from voxgate.engine.qwen3tts.batch_step import embed_rows
@@ -158,6 +164,7 @@ def test_prompt_rows_embed_like_build_prompt(tiny_ckpt: Callable[[str], Path], o
             torch.testing.assert_close(trailing, want.trailing, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_in_context_clone_streams_equal_the_whole_decode(tiny_ckpt: Callable[[str], Path]) -> None:
     """Base, in-context: the reference frames warm the codec state at the stream's first chunk (on the codec's own
     stream on CUDA), the prompt carries the x-vector and the reference's frames; codes and audio as alone. A third

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from support import RecordingEngine, connect, running_gateway
+from support import RecordingEngine, connect, running_gateway, slots_free
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.protocol import FLAG_FIRST, FLAG_LAST, FrameHeader
@@ -56,6 +56,7 @@ async def _speak(server: BackgroundServer, text: str, context_id: str, **start: 
     return frames, done
 
 
+@pytest.mark.slow
 async def test_ws_frames_equal_the_engine_output(server: BackgroundServer) -> None:
     engine = _produced(server)
     before = len(engine.produced)
@@ -69,6 +70,7 @@ async def test_ws_frames_equal_the_engine_output(server: BackgroundServer) -> No
     assert done["usage"]["chars"] == len(text) and done["timing"]["first_audio_ms"] is not None
 
 
+@pytest.mark.slow
 async def test_concurrent_sessions_share_steps_and_each_gets_its_audio(server: BackgroundServer) -> None:
     """Eight sessions at once through the batched loop: each gets complete, ordered audio of its own."""
     texts = [f"Session number {i} speaks now." for i in range(8)]
@@ -103,11 +105,7 @@ async def test_cancel_mid_stream_then_speak_again(server: BackgroundServer) -> N
         elif json.loads(raw)["type"] == "context.done":
             break
     await ws.close()
-    engine = _produced(server).inner
-    deadline = time.monotonic() + 10
-    while engine.runner.kv.num_free != engine.runner.kv.max_streams and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert engine.runner.kv.num_free == engine.runner.kv.max_streams  # every slot came back
+    await slots_free(_produced(server).inner)  # every slot comes back
 
 
 def test_http_speech_pcm_and_wav(server: BackgroundServer) -> None:
@@ -130,6 +128,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_voxgate_serve_runs_the_loop(tiny_ckpt: Callable[[str], Path], tmp_path: Path) -> None:
     """`voxgate serve --engine qwen3tts --engine-option model=DIR` as a user runs it, then `voxgate say`."""
     port = _free_port()

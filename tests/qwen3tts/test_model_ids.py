@@ -38,6 +38,7 @@ def _speech(server: BackgroundServer, model: str) -> httpx.Response:
     return httpx.post(server.http_url + "/v1/audio/speech", json=body, timeout=60)
 
 
+@pytest.mark.slow
 def test_models_lists_every_name(server: BackgroundServer, checkpoint: Path) -> None:
     listed = [m["id"] for m in httpx.get(server.http_url + "/v1/models", timeout=10).json()["data"]]
     assert listed == ["qwen3-tts", "my-voice", "voxgate", "qwen3tts", str(checkpoint), checkpoint.name, OFFICIAL,

@@ -27,6 +27,7 @@ def server(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]:
         yield srv
 
 
+@pytest.mark.slow
 def test_vllm_omni_customvoice_request_streams_pcm(server: BackgroundServer) -> None:
     engine: RecordingEngine = server.server.config.app.state.voxgate.engine
     body = {"model": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", "input": "I am so excited!", "voice": "vivian",

@@ -51,6 +51,7 @@ def assert_same(ours_model: Any, ref: Any, inp: PromptInputs, gen: GenerationCon
 GREEDY = GenerationConfig().greedy()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("non_streaming", [True, False], ids=["text-up-front", "text-per-frame"])
 @pytest.mark.parametrize(("speaker", "language", "instruct"), [
     ("ryan", "auto", None),
@@ -67,6 +68,7 @@ def test_custom_voice_greedy(ours: Any, reference: Any, speaker: str, language: 
     assert_same(m, reference("cv17"), inp, GREEDY)
 
 
+@pytest.mark.slow
 def test_custom_voice_06b_drops_instruct_and_has_no_projection(ours: Any, reference: Any) -> None:
     m = ours("cv06")
     assert isinstance(m.talker.code_predictor.small_to_mtp_projection, torch.nn.Identity)
@@ -75,6 +77,7 @@ def test_custom_voice_06b_drops_instruct_and_has_no_projection(ours: Any, refere
     assert_same(m, reference("cv06"), inp, GREEDY)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("non_streaming", [True, False])
 def test_voice_design_greedy(ours: Any, reference: Any, non_streaming: bool) -> None:
     m = ours("vd17")
@@ -87,6 +90,7 @@ def _xvector(m: Any) -> torch.Tensor:
     return m.speaker_embedding(audio)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("non_streaming", [True, False])
 def test_base_x_vector_only(ours: Any, reference: Any, non_streaming: bool) -> None:
     m = ours("base06")
@@ -94,6 +98,7 @@ def test_base_x_vector_only(ours: Any, reference: Any, non_streaming: bool) -> N
     assert_same(m, reference("base06"), inp, GREEDY)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("non_streaming", [True, False])
 @pytest.mark.parametrize("ref_frames", [3, 40], ids=["text-longer", "codes-longer"])
 def test_base_in_context(ours: Any, reference: Any, non_streaming: bool, ref_frames: int) -> None:
@@ -104,6 +109,7 @@ def test_base_in_context(ours: Any, reference: Any, non_streaming: bool, ref_fra
     assert_same(m, reference("base17"), inp, GREEDY)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sampled_codes_match_under_the_same_seed(ours: Any, reference: Any, seed: int) -> None:
     """Our RNG order equals the reference's (c0 draw, then 15 predictor draws per frame)."""
@@ -113,6 +119,7 @@ def test_sampled_codes_match_under_the_same_seed(ours: Any, reference: Any, seed
     assert_same(m, reference("cv17"), inp, gen, seed=seed)
 
 
+@pytest.mark.slow
 def test_repetition_penalty_strong(ours: Any, reference: Any) -> None:
     m = ours("cv17")
     inp = m.prompt_inputs(TEXT, "serena", "auto")

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import RecordingEngine, connect, running_gateway
+from support import RecordingEngine, connect, running_gateway, slots_free
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.transport.uvicorn_server import BackgroundServer
@@ -62,11 +61,7 @@ async def _turn(server: BackgroundServer, text: str, context_id: str,
 
 
 async def _all_slots_free(server: BackgroundServer) -> None:
-    kv = _engine(server).inner.runner.kv
-    deadline = time.monotonic() + 10
-    while kv.num_free != kv.max_streams and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert kv.num_free == kv.max_streams  # every slot came back
+    await slots_free(_engine(server).inner)  # every slot comes back
 
 
 def _streamed_text(server: BackgroundServer, since: int) -> list[str]:
@@ -75,6 +70,7 @@ def _streamed_text(server: BackgroundServer, since: int) -> list[str]:
     return [stream.request.text + "".join(stream.appended) for stream in engine.streams[since:]]
 
 
+@pytest.mark.slow
 async def test_a_turn_longer_than_a_stream_rolls_over_and_is_spoken_whole(server: BackgroundServer) -> None:
     engine = _engine(server)
     before = len(engine.streams)
@@ -101,6 +97,7 @@ async def test_a_sentence_longer_than_a_stream_ends_the_context_with_an_error(se
     await _all_slots_free(server)
 
 
+@pytest.mark.slow
 async def test_other_sessions_speak_while_long_turns_roll_over(server: BackgroundServer) -> None:
     """Two long turns and an endless sentence at once, more than this server's two engine slots: a short turn of
     another session, started once the first long turn is heard, gets its audio meanwhile, and another one after

@@ -10,10 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 import websockets
 from support import VOXGATE, free_port
 
 
+@pytest.mark.slow
 async def test_a_loading_backend_answers_503_and_refuses_sessions(tiny_ckpt: Callable[[str], Path],
                                                                   tmp_path: Path) -> None:
     port = free_port()

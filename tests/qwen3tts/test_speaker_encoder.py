@@ -10,6 +10,7 @@ import torch
 from voxgate.engine.qwen3tts.model.speaker_encoder import mel_filterbank
 
 
+@pytest.mark.slow
 def test_slaney_mel_filterbank_matches_transformers() -> None:
     from transformers.audio_utils import mel_filter_bank
 
@@ -18,6 +19,7 @@ def test_slaney_mel_filterbank_matches_transformers() -> None:
     np.testing.assert_allclose(mel_filterbank(24_000, 1024, 128, 0.0, 12_000.0), want, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["base06", "base17"])
 @pytest.mark.parametrize("seconds", [0.5, 3.0])
 def test_x_vector_matches_reference(ours: Any, reference: Any, kind: str, seconds: float) -> None:

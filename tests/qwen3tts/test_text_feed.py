@@ -34,6 +34,7 @@ def test_safe_cut() -> None:
     assert safe_cut("x\ny z") == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(20))
 def test_any_split_commits_a_prefix_of_the_whole(tokenizer: TextTokenizer, seed: int) -> None:
     rng = random.Random(seed)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import slots_free, until
 from voxgate.engine.base import EngineError, SynthesisRequest
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.engine.qwen3tts.tools.wav import to_int16
@@ -75,6 +76,7 @@ async def test_any_split_and_timing_gives_the_whole_texts_audio(tiny_ckpt: Calla
         await engine.stop()
 
 
+@pytest.mark.slow
 async def test_a_stream_waits_for_text_and_cancels_cleanly(tiny_ckpt: Callable[[str], Path]) -> None:
     engine = await _engine(tiny_ckpt("cv17"), text_min_tokens=2)
     try:
@@ -86,7 +88,8 @@ async def test_a_stream_waits_for_text_and_cancels_cleanly(tiny_ckpt: Callable[[
                 got.append(chunk)
 
         task = asyncio.create_task(listen())
-        await asyncio.sleep(0.5)  # two committed tokens ("Hello", " there"): the stream runs, then waits for text
+        # two committed tokens ("Hello", " there"): the stream runs them all, then waits for text
+        await until(lambda: (r := stream.engine_request) is not None and r.num_launched == r.frames_ready)
         request = stream.engine_request
         assert request is not None and request.frames_ready == len(request.prompt.trailing)
         assert request.num_launched <= request.frames_ready
@@ -98,12 +101,12 @@ async def test_a_stream_waits_for_text_and_cancels_cleanly(tiny_ckpt: Callable[[
         with pytest.raises(EngineError):
             stream.end_text()
             stream.append_text(" more")
-        await asyncio.sleep(0.1)
-        assert engine.runner.kv.num_free == engine.runner.kv.max_streams
+        await slots_free(engine)
     finally:
         await engine.stop()
 
 
+@pytest.mark.slow
 async def test_empty_streamed_text_ends_without_audio(tiny_ckpt: Callable[[str], Path]) -> None:
     engine = await _engine(tiny_ckpt("cv17"))
     try:
@@ -117,6 +120,7 @@ async def test_empty_streamed_text_ends_without_audio(tiny_ckpt: Callable[[str],
         await engine.stop()
 
 
+@pytest.mark.slow
 async def test_a_full_stream_refuses_more_text_changing_nothing_and_still_speaks(
         tiny_ckpt: Callable[[str], Path]) -> None:
     """At its slot's positions a stream says it cannot take more (`can_append_text`), refuses it with
@@ -137,10 +141,6 @@ async def test_a_full_stream_refuses_more_text_changing_nothing_and_still_speaks
         stream.end_text()
         assert not stream.can_append_text(" word")  # ended
         assert len(np.concatenate([c async for c in stream])) > 0
-        for _ in range(100):  # the slot comes back with the loop's next step
-            if engine.runner.kv.num_free == engine.runner.kv.max_streams:
-                break
-            await asyncio.sleep(0.05)
-        assert engine.runner.kv.num_free == engine.runner.kv.max_streams
+        await slots_free(engine)  # the slot comes back with the loop's next step
     finally:
         await engine.stop()

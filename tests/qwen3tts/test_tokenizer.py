@@ -34,6 +34,7 @@ def tokenizers(shared: Path) -> tuple[TextTokenizer, object]:
     return TextTokenizer(d), AutoTokenizer.from_pretrained(str(d))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", CORPUS)
 @pytest.mark.parametrize("wrap", [lambda s: s, target_text, instruct_text, ref_text],
                          ids=["raw", "target", "instruct", "ref"])

@@ -36,6 +36,7 @@ def _engine(server: BackgroundServer) -> RecordingEngine:
     return server.server.config.app.state.voxgate.engine
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(TARGETS))
 async def test_http_target_with_defaults_gets_pcm(server: BackgroundServer, name: str) -> None:
     target = TARGETS[name]
@@ -54,6 +55,7 @@ async def test_http_target_with_defaults_gets_pcm(server: BackgroundServer, name
     assert len(made) > 0 and np.array_equal(answer.pcm, made)
 
 
+@pytest.mark.slow
 async def test_websocket_mode_with_defaults_gets_pcm(server: BackgroundServer) -> None:
     engine = _engine(server)
     before = len(engine.produced)

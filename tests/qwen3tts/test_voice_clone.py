@@ -39,6 +39,7 @@ def reference_wrapper(model: Any, ckpt: Path, shared: Path) -> Any:
     return Qwen3TTSModel(model, AutoTokenizer.from_pretrained(str(shared / "text-tokenizer")), {})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seconds", [0.7, 2.05])  # 9 and 26 reference frames, neither on the frame grid
 def test_clone_from_audio_matches_generate_voice_clone(ours: Any, reference: Any, tiny_ckpt: Callable[[str], Path],
                                                        shared: Path, seconds: float,

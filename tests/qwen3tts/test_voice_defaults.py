@@ -46,6 +46,7 @@ def test_the_english_speakers_are_those_of_the_real_checkpoints(shared: Path) ->
         assert {s for s in speakers if NATIVE.get(s) == "en"} == {"ryan", "aiden"}
 
 
+@pytest.mark.slow
 async def test_english_text_gets_an_english_speaker(custom_voice: BackgroundServer) -> None:
     engine: RecordingEngine = custom_voice.server.config.app.state.voxgate.engine
     listed = httpx.get(custom_voice.http_url + "/v1/voices").json()
@@ -65,6 +66,7 @@ async def test_english_text_gets_an_english_speaker(custom_voice: BackgroundServ
     assert engine.inner.voice_for(requests[-1].text, requests[-1].language) == "ryan"
 
 
+@pytest.mark.slow
 async def test_base_without_a_voice_says_how_to_upload_one(base: BackgroundServer) -> None:
     listed = httpx.get(base.http_url + "/v1/voices").json()
     assert listed["voices"] == [] and listed["default"] is None
@@ -84,6 +86,7 @@ async def test_base_without_a_voice_says_how_to_upload_one(base: BackgroundServe
         assert "POST /v1/voices" in error["message"]
 
 
+@pytest.mark.slow
 async def test_voice_design_asks_for_the_instruct_at_every_door(voice_design: BackgroundServer) -> None:
     ws, _ = await connect(voice_design.ws_url, pacing={"mode": "asap"})
     await ws.send(json.dumps({"type": "text.append", "context_id": "c", "text": "Hello there."}))

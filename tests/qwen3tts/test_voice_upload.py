@@ -128,6 +128,7 @@ def close_to(got: np.ndarray, want: np.ndarray) -> bool:
     return got.shape == want.shape and int(np.abs(got.astype(np.int32) - want).max()) <= 1
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_tf32")
 def test_in_context_upload_speaks_like_the_offline_clone(server: BackgroundServer, ours: Callable[[str], Any],
                                                          voices_dir: Path) -> None:
@@ -239,6 +240,7 @@ def test_too_many_voices(server: BackgroundServer, voices_dir: Path) -> None:
     assert files(voices_dir) == []
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_tf32")
 def test_a_restart_keeps_the_voices(tiny_ckpt: Callable[[str], Path], ours: Callable[[str], Any],
                                     tmp_path: Path) -> None:
@@ -262,6 +264,7 @@ def test_a_restart_keeps_the_voices(tiny_ckpt: Callable[[str], Path], ours: Call
         assert files(tmp_path) == []
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_tf32")
 def test_an_uploaded_in_context_voice_takes_streamed_text(tiny_ckpt: Callable[[str], Path],
                                                          ours: Callable[[str], Any]) -> None:

@@ -8,6 +8,7 @@ import json
 import socket
 import time
 
+import pytest
 from raw import _read_head
 from support import bystander
 from voxgate.gateway.config import GatewayConfig
@@ -52,6 +53,7 @@ def chunked_until_refused(server, limit: int) -> tuple[int, int]:
     return status, sent
 
 
+@pytest.mark.slow
 async def test_bodies_over_the_limit_get_413_while_reading(gateway, fake_engine):
     limit = 65_536
     server = gateway(engine=fake_engine(device_rtf=200), config=GatewayConfig(max_request_bytes=limit))

@@ -21,6 +21,7 @@ def ws_status(server, **headers: str) -> int:
     return ws.status
 
 
+@pytest.mark.slow
 async def test_origins_and_hosts(gateway, fake_engine):
     engine = fake_engine(device_rtf=200)
     server = gateway(engine=engine, config=GatewayConfig(allowed_origins=["https://app.example.com"],

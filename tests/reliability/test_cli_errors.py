@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import VOXGATE, free_port
+from support import VOXGATE, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,6 +26,7 @@ def one_line(stderr: str) -> str:
     return lines[-1]
 
 
+@pytest.mark.slow
 def test_say_shows_the_servers_error_at_once(serve, tmp_path):
     server = serve('[limits]\nidle_timeout_s = 1.0\n')
     out = str(tmp_path / "out.wav")
@@ -39,6 +40,7 @@ def test_say_shows_the_servers_error_at_once(serve, tmp_path):
     assert rc == 0 and "idle_timeout" not in err and "2.96 s of audio" in printed, (printed, err)
 
 
+@pytest.mark.slow
 def test_say_checks_its_input_before_any_synthesis(tmp_path):
     nobody = f"ws://127.0.0.1:{free_port()}/v1/tts/ws"  # nothing listens: reaching it would fail differently
     rc, _, err, _ = voxgate("say", "", "--url", nobody)
@@ -77,6 +79,7 @@ def test_start_up_failures_are_one_line(tmp_path):
     busy.close()
 
 
+@pytest.mark.slow
 def test_serve_refuses_an_unknown_device(tmp_path):
     """`--device` (or config `device`) is cpu, cuda or cuda:N: anything else was accepted and labelled every metric
     (issue 23.5); now one line and exit 2, before any engine starts."""
@@ -119,6 +122,7 @@ def test_every_preset_binds_loopback():
     assert load_config("qwen3tts", host="0.0.0.0").host == "0.0.0.0"  # --host still says otherwise
 
 
+@pytest.mark.slow
 def test_serve_warns_in_one_line_when_it_listens_beyond_loopback_with_auth_off(serve, tmp_path):
     def warnings(text: str) -> list[str]:
         return [line for line in text.splitlines() if "warning: listening on" in line]
@@ -142,6 +146,7 @@ def test_qwen3tts_preset_without_cuda_says_what_to_do(tmp_path):
     assert "listening on 127.0.0.1:" in printed, printed
 
 
+@pytest.mark.slow
 def test_say_with_an_unknown_language_fails_without_writing_a_wav(gateway, tmp_path):
     server = gateway()  # espeak, which speaks per language
     out = tmp_path / "out.wav"

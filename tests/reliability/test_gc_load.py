@@ -18,6 +18,7 @@ def live_contexts() -> int:
     return sum(1 for o in gc.get_objects() if type(o) is Context)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pacing", ["asap", "client_clock"])
 async def test_finished_contexts_are_freed_without_the_collector(gateway, fake_engine, pacing):
     server = gateway(engine=fake_engine(device_rtf=1000, chunk_ms=100))

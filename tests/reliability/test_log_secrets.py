@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from urllib.parse import quote
 
 import httpx
+import pytest
 import websockets
 from support import RecordingEngine
 from voxgate.client.protocol_client import VoxgateClient
@@ -94,6 +95,7 @@ async def test_no_token_in_any_log_record_at_debug(gateway):
         assert any(shown in line for line in lines), (shown, lines)
 
 
+@pytest.mark.slow
 async def test_query_tokens_are_redacted_in_the_logs(serve):
     server = serve(f'auth_tokens = ["{TOKEN}"]\n', "--log-level", "debug")
     async with VoxgateClient(f"{server.ws_url}?token={TOKEN}", pacing="asap", voice="tone-a") as client:

@@ -9,6 +9,7 @@ import asyncio
 import json
 
 import numpy as np
+import pytest
 from support import connect, next_json
 from voxgate.client.protocol_client import VoxgateClient
 from voxgate.engine.fake import fake_audio, fake_duration_samples
@@ -68,6 +69,7 @@ async def test_sessions_behind_a_bound_of_one_chunk_get_all_their_audio(gateway,
         np.testing.assert_array_equal(got, fake_audio(text, "tone-a", fake_duration_samples(text)))
 
 
+@pytest.mark.slow
 async def test_a_context_waiting_for_its_turn_is_cancelled_at_once(gateway, fake_engine):
     server = gateway(engine=fake_engine(device_rtf=1000, chunk_ms=20), loop_chunk_turns=1)
     busy = [await connect(server.ws_url, pacing={"mode": "asap"}) for _ in range(4)]

@@ -32,6 +32,7 @@ HOSTILE_MESSAGES = {
 }
 
 
+@pytest.mark.slow
 async def test_hostile_messages_get_invalid_message_and_the_session_goes_on(gateway, fake_engine):
     server = gateway(engine=fake_engine(device_rtf=200))
     async with bystander(server.ws_url):
@@ -79,6 +80,7 @@ async def test_invalid_utf8_closes_1007_without_a_traceback(gateway, fake_engine
     assert any("1007" in r.getMessage() for r in logged)
 
 
+@pytest.mark.slow
 async def test_non_ascii_tokens_are_refused_not_crashed(gateway, fake_engine):
     server = gateway(engine=fake_engine(), config=GatewayConfig(auth_tokens=["s3cret"]))
     async with bystander(server.ws_url + "?token=s3cret"):
@@ -101,6 +103,7 @@ BAD_BODIES = {
 }
 
 
+@pytest.mark.slow
 async def test_malformed_bodies_get_400(gateway, fake_engine):
     server = gateway(engine=fake_engine(device_rtf=200))
     async with bystander(server.ws_url), httpx.AsyncClient(base_url=server.http_url) as http:

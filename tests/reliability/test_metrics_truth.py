@@ -7,6 +7,7 @@ import asyncio
 import inspect
 
 import httpx
+import pytest
 import websockets
 from support import RecordingEngine, bystander, next_json
 from voxgate.engine.fake import FakeEngine
@@ -36,6 +37,7 @@ def counter(text: str, line: str) -> float:
     return float(value)
 
 
+@pytest.mark.slow
 async def test_internal_errors_and_every_status_are_counted(gateway):
     engine = BrokenVoices(FakeEngine(device_rtf=200))
     server = gateway(engine=engine)

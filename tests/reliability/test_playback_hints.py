@@ -38,6 +38,7 @@ class HintRecordingEngine(RecordingEngine):
         return HintedStream(self.inner.open_stream(request), sink, hints)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pacing", ["client_clock", "realtime"])
 async def test_every_stream_gets_sane_playback_hints(gateway, pacing):
     # The engine makes 4x real time: a paced listener's holding stays near the target plus what is made and not

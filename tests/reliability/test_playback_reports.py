@@ -8,6 +8,7 @@ import json
 import time
 
 import httpx
+import pytest
 from support import bystander_until_heard, connect, next_error, next_json
 
 HOSTILE = [
@@ -19,6 +20,7 @@ HOSTILE = [
 ]
 
 
+@pytest.mark.slow
 async def test_hostile_reports_are_refused_at_once_and_nobody_else_pauses(gateway, fake_engine):
     server = gateway(engine=fake_engine(device_rtf=100, chunk_ms=100))
     started = asyncio.Event()

@@ -10,9 +10,10 @@ import signal
 import time
 
 import httpx
+import pytest
 import websockets
 from raw import RawWebSocket, SlowHttpReader
-from support import next_json
+from support import next_json, until
 from voxgate.client.protocol_client import VoxgateClient
 from voxgate.gateway.protocol import PROTOCOL
 
@@ -23,6 +24,7 @@ LONG = " ".join(["word"] * 60)  # 22 s of fake-engine audio: cannot finish withi
 HUGE = " ".join(["word"] * 300)
 
 
+@pytest.mark.slow
 async def test_sigterm_drains_then_ends_within_the_grace_plus_2_s(serve):
     server = serve(f"shutdown_grace_s = {GRACE_S}\n", "--log-level", "info", "--engine-option", "device_rtf=1000")
     host, port = "127.0.0.1", server.port
@@ -40,15 +42,14 @@ async def test_sigterm_drains_then_ends_within_the_grace_plus_2_s(serve):
             await client.send({"type": "context.open", "context_id": cid, "track": track})
             await client.send({"type": "text.append", "context_id": cid, "text": text})
             await client.send({"type": "context.end", "context_id": cid})
-        await asyncio.sleep(0.3)
-        assert client.context("long").frames and client.context("short").frames
+        await until(lambda: client.context("long").frames and client.context("short").frames, 10, "audio of both")
         signalled = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
 
         async with httpx.AsyncClient(base_url=server.http_url) as http:
             health = await http.get("/health")
         assert health.status_code == 503 and health.json()["status"] == "draining"
-        assert time.monotonic() - signalled < 0.5
+        assert time.monotonic() - signalled < GRACE_S  # during the grace, not after it (behaviour, not speed)
         late = await websockets.connect(server.ws_url, subprotocols=[PROTOCOL])  # new sessions are refused
         refused = await next_json(late)
         assert refused["code"] == "shutting_down" and refused["fatal"]
@@ -76,6 +77,7 @@ async def test_sigterm_drains_then_ends_within_the_grace_plus_2_s(serve):
     slow.close()
 
 
+@pytest.mark.slow
 async def test_sigterm_without_live_sessions_ends_at_once(serve):
     server = serve(f"shutdown_grace_s = {GRACE_S}\n")
     async with VoxgateClient(server.ws_url, pacing="asap", voice="tone-a") as client:  # an idle session
@@ -84,7 +86,7 @@ async def test_sigterm_without_live_sessions_ends_at_once(serve):
         await asyncio.wait_for(client.closed.wait(), 2)
         assert client.close_code == 1001 and client.messages[-1]["code"] == "shutting_down"
     await asyncio.to_thread(server.proc.wait, 5)
-    assert time.monotonic() - signalled < 1.0
+    assert time.monotonic() - signalled < GRACE_S  # it did not wait out the grace for sessions it does not have
 
 
 STUCK_SERVER = """
@@ -106,6 +108,7 @@ draining_server(app, uvicorn_config(app, "127.0.0.1", 0, log_level="warning")).r
 """
 
 
+@pytest.mark.slow
 def test_the_hard_deadline_ends_a_process_that_a_stuck_engine_holds():
     import subprocess
     import sys

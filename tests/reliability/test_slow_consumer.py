@@ -40,6 +40,7 @@ def metric(server, name: str) -> float:
     return 0.0
 
 
+@pytest.mark.slow
 async def test_a_client_that_stops_reading_is_closed_and_its_slot_freed(gateway, fake_engine, monkeypatch):
     limit = 1.0
     grace = 3.0  # long enough for this test to read what was written before the reset, on a loaded machine
@@ -79,6 +80,7 @@ async def test_a_client_that_stops_reading_is_closed_and_its_slot_freed(gateway,
     assert took < 15
 
 
+@pytest.mark.slow
 async def test_a_client_that_never_reads_again_is_reset_and_its_socket_released(gateway, fake_engine):
     server = gateway(engine=fake_engine(device_rtf=300, chunk_ms=320), limits=Limits(slow_consumer_s=1.0))
     stuck = RawWebSocket(server.host, server.port, rcvbuf=4096)
@@ -94,6 +96,7 @@ async def test_a_client_that_never_reads_again_is_reset_and_its_socket_released(
     stuck.close()
 
 
+@pytest.mark.slow
 async def test_an_expired_session_that_does_not_read_is_closed_on_time(gateway, fake_engine):
     config = GatewayConfig(limits=Limits(max_session_s=1.5, slow_consumer_s=30))
     server = gateway(engine=fake_engine(device_rtf=300, chunk_ms=320), config=config)
