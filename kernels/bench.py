@@ -6,7 +6,7 @@ channels), on CUDA.
     python -m voxgate.kernels.bench ring_attention   # some of them
 
 Each entry builds its inputs and returns (kernel call, reference call); `run` times both with Triton's do_bench
-(median, after its warm-up). Not run in CI (no GPU); tests/kernels/test_layout.py checks that every kernel module
+(median, after its warm-up). Not run in CI (no GPU); tests/kernel/test_layout.py checks that every kernel module
 has an entry here.
 """
 

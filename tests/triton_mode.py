@@ -6,7 +6,7 @@ helpers it calls must be interpreted too). Triton itself is imported first, in i
 jit helpers (`tl.zeros`, `tl.cdiv`, ...) is compiled-mode: kernels that must run in the interpreter too use core
 ops only (`tl.full`, integer arithmetic).
 
-Used by tests/kernels/ and by the engine tests that run the fused codec (tests/qwen3tts/test_codec_fused.py).
+Used by tests/kernel/ and by the engine tests that run the fused codec (tests/qwen3tts/test_codec_fused.py).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ if [ "${SMOKE:-0}" = 1 ]; then
     | tee "$OUT/engine_smoke.log"
 fi
 if [ "${TESTS:-}" != skip ]; then
-  timeout "${TEST_TIMEOUT:-240}" python3 -m pytest ${TESTS:-tests/kernels/test_causal_conv.py \
-    tests/kernels/test_conv_tma.py tests/kernels/test_ring_attention.py tests/kernels/test_codec_norms.py \
+  timeout "${TEST_TIMEOUT:-240}" python3 -m pytest ${TESTS:-tests/kernel/test_causal_conv.py \
+    tests/kernel/test_conv_tma.py tests/kernel/test_ring_attention.py tests/kernel/test_codec_norms.py \
     tests/qwen3tts/test_codec_fused.py tests/qwen3tts/test_codec_runner.py} \
     -c /dev/null --confcutdir=tests -p no:cacheprovider -q -rs -x -W ignore::pytest.PytestUnknownMarkWarning \
     2>&1 | tail -25 | tee "$OUT/pytest.log"

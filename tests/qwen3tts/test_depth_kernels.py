@@ -1,6 +1,6 @@
 """The code predictor's depth loop through the fused kernels (kernels/cp_linear.py, cp_attend.py, sample_draw.py)
 against the fused stack's layers on a tiny checkpoint; each kernel's own tests against its reference are in
-tests/kernels/."""
+tests/kernel/."""
 
 from __future__ import annotations
 

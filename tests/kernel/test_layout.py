@@ -74,7 +74,7 @@ def test_every_launcher_has_its_reference_beside_it(name: str) -> None:
 @pytest.mark.parametrize("name", _kernel_modules())
 def test_every_kernel_module_has_a_test_file_against_it(name: str) -> None:
     test_file = TESTS / f"test_{name}.py"
-    assert test_file.is_file(), f"tests/kernels/test_{name}.py is missing"
+    assert test_file.is_file(), f"tests/kernel/test_{name}.py is missing"
     assert f'kernel_module("{name}")' in test_file.read_text(), f"{test_file.name} does not load kernels/{name}.py"
 
 
