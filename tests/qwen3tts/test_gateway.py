@@ -130,7 +130,8 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_voxgate_serve_runs_the_loop(tiny_ckpt: Callable[[str], Path], tmp_path: Path) -> None:
-    """`voxgate serve --engine qwen3tts --engine-option model=DIR` as a user runs it, then `voxgate say`."""
+    """`voxgate serve --engine qwen3tts --engine-option model=DIR` as a user runs it (the README's path), then
+    `voxgate say` with no voice: the checkpoint's English speaker is the default, and English text speaks."""
     port = _free_port()
     options = [f"model={tiny_ckpt('cv17')}", *(f"{k}={v}" for k, v in SMALL.items())]
     cmd = [sys.executable, "-m", "voxgate.gateway.cli", "serve", "--engine", "qwen3tts", "--port", str(port)]
@@ -148,9 +149,11 @@ def test_voxgate_serve_runs_the_loop(tiny_ckpt: Callable[[str], Path], tmp_path:
                 pass
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             time.sleep(0.5)
+        listed = httpx.get(f"http://127.0.0.1:{port}/v1/voices", timeout=10).json()
+        assert listed["default"] == "ryan" and listed["aliases"]["alloy"] == "ryan"
         out = tmp_path / "say.wav"
         say = subprocess.run([sys.executable, "-m", "voxgate.gateway.cli", "say", "Hello from serve.", "--url",
-                              f"ws://127.0.0.1:{port}/v1/tts/ws", "--voice", "ryan", "-o", str(out)],
+                              f"ws://127.0.0.1:{port}/v1/tts/ws", "-o", str(out)],
                              capture_output=True, text=True, timeout=120)
         assert say.returncode == 0, say.stderr
         with wave.open(str(out)) as w:
