@@ -134,6 +134,21 @@ async def _drain(tasks: list[asyncio.Task[Any]], drain_s: float) -> None:
     await asyncio.gather(*pending, return_exceptions=True)
 
 
+def _params(
+    shape: str, target: Target, workload: Workload, warmup_s: float, duration_s: float, seed: int, **load: float
+) -> dict[str, object]:
+    """A phase's parameters as its report names them; `load` is the concurrency or the rate."""
+    return {
+        "shape": shape,
+        "transport": target.transport,
+        "workload": workload.name,
+        **load,
+        "warmup_s": warmup_s,
+        "duration_s": duration_s,
+        "seed": seed,
+    }
+
+
 async def run_closed(
     target: Target,
     workload: Workload,
@@ -144,16 +159,7 @@ async def run_closed(
     drain_s: float = 60.0,
 ) -> PhaseResult:
     """`concurrency` clients, each sending its next request when the previous one finishes."""
-    params = {
-        "shape": "closed",
-        "transport": target.transport,
-        "workload": workload.name,
-        "concurrency": concurrency,
-        "warmup_s": warmup_s,
-        "duration_s": duration_s,
-        "seed": seed,
-    }
-    result = PhaseResult(params)
+    result = PhaseResult(_params("closed", target, workload, warmup_s, duration_s, seed, concurrency=concurrency))
     clients = await asyncio.gather(*(target.client() for _ in range(concurrency)))
     order = workload.order(seed)
     counter = iter(range(1 << 62))
@@ -199,16 +205,7 @@ async def run_open(
     pool: int = 0,
 ) -> PhaseResult:
     """Poisson arrivals at `rate`/s for warm-up + duration; each arrival takes an idle session (or opens one)."""
-    params = {
-        "shape": "open",
-        "transport": target.transport,
-        "workload": workload.name,
-        "rate": rate,
-        "warmup_s": warmup_s,
-        "duration_s": duration_s,
-        "seed": seed,
-    }
-    result = PhaseResult(params)
+    result = PhaseResult(_params("open", target, workload, warmup_s, duration_s, seed, rate=rate))
     schedule = poisson_arrivals(rate, warmup_s + duration_s, seed)
     order = workload.order(seed)
     now = time.monotonic()

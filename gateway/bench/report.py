@@ -83,6 +83,38 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f} %"
 
 
+CLOSED_HEAD = ["workload", "c", "requests", "audio-s/s", "TTFA p50 / p90 / p99 ms", "in SLO", "pauses (requests)",
+               "pause total ms", "max pause ms", "peak in flight", "client lag p99 ms"]
+OPEN_HEAD = ["rate /s", "requests", "in SLO (per seed)", "TTFA p50 / p90 / p99 ms", "underruns", "underrun total ms",
+             "errors", "peak in flight", "audio-s/s"]
+
+
+def _closed_row(p: dict[str, Any]) -> list[Any]:
+    s = p["summary"]
+    return [p["params"]["workload"], p["params"]["concurrency"], s["requests"], _f(p["audio_s_per_s"]), _ttfa(s),
+            _pct(s["in_slo_share"]), f"{s['underruns']} ({s['requests_paused']})", _f(s["underrun_total_ms"], 1),
+            _f(s["max_pause_ms"], 1), p["peak_in_flight"], _f((p.get("client_loop_lag_ms") or {}).get("p99"), 1)]
+
+
+def _open_row(r: dict[str, Any]) -> list[Any]:
+    s = r["summary"]
+    shares = ", ".join(_pct(x) for x in r["seed_shares"])
+    return [f"{r['rate']:g}", s["requests"], f"{_pct(s['in_slo_share'])} ({shares})", _ttfa(s), s["underruns"],
+            _f(s["underrun_total_ms"], 1), s["errors"], r["peak_in_flight"], _f(r["audio_s_per_s"])]
+
+
+def _ttfa(summary: dict[str, Any]) -> str:
+    t = summary["ttfa_ms"]
+    return f"{_ms(t['p50'])} / {_ms(t['p90'])} / {_ms(t['p99'])}"
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
+    """A Markdown table, then a blank line."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
 def _f(v: float | None, nd: int = 2) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
@@ -127,41 +159,11 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     if report.get("closed_loop"):
-        lines += [
-            "## Closed loop",
-            "",
-            "| workload | c | requests | audio-s/s | TTFA p50 / p90 / p99 ms | in SLO | "
-            "pauses (requests) | pause total ms | max pause ms | peak in flight | client lag p99 ms |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for p in report["closed_loop"]:
-            s, t = p["summary"], p["summary"]["ttfa_ms"]
-            lines.append(
-                f"| {p['params']['workload']} | {p['params']['concurrency']} | {s['requests']} | "
-                f"{_f(p['audio_s_per_s'])} | {_ms(t['p50'])} / {_ms(t['p90'])} / {_ms(t['p99'])} | "
-                f"{_pct(s['in_slo_share'])} | {s['underruns']} ({s['requests_paused']}) | "
-                f"{_f(s['underrun_total_ms'], 1)} | {_f(s['max_pause_ms'], 1)} | {p['peak_in_flight']} | "
-                f"{_f((p.get('client_loop_lag_ms') or {}).get('p99'), 1)} |"
-            )
-        lines.append("")
+        lines += ["## Closed loop", "", *_table(CLOSED_HEAD, [_closed_row(p) for p in report["closed_loop"]])]
     for search in report.get("open_loop", []):
-        lines += [
-            f"## Open loop, {search['workload']} ({search['transport']}): capacity "
-            + (f"{search['capacity_rps']:g} req/s" if search["capacity_rps"] is not None else "below the lowest rate"),
-            "",
-            "| rate /s | requests | in SLO (per seed) | TTFA p50 / p90 / p99 ms | underruns | underrun "
-            "total ms | errors | peak in flight | audio-s/s |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in search["rates"]:
-            s, t = r["summary"], r["summary"]["ttfa_ms"]
-            lines.append(
-                f"| {r['rate']:g} | {s['requests']} | {_pct(s['in_slo_share'])} "
-                f"({', '.join(_pct(x) for x in r['seed_shares'])}) | {_ms(t['p50'])} / {_ms(t['p90'])} / "
-                f"{_ms(t['p99'])} | {s['underruns']} | {_f(s['underrun_total_ms'], 1)} | {s['errors']} | "
-                f"{r['peak_in_flight']} | {_f(r['audio_s_per_s'])} |"
-            )
-        lines.append("")
+        capacity = "below the lowest rate" if search["capacity_rps"] is None else f"{search['capacity_rps']:g} req/s"
+        lines += [f"## Open loop, {search['workload']} ({search['transport']}): capacity {capacity}", ""]
+        lines += _table(OPEN_HEAD, [_open_row(r) for r in search["rates"]])
     lines += _server_section(report)
     if report.get("baseline"):
         lines += _baseline_section(report["baseline"])

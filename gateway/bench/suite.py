@@ -27,8 +27,24 @@ from .main import build_report, exit_on_sigterm, headline, measure
 from .plan_runner import Plan
 from .report import write
 
+
 # The contract's full open loop (10 s warm-up, 60 s, two seeds: 140 s a rate) does not fit one 10-minute call with
 # everything else, so "full" is split into parts that each fit; `voxgate bench merge` joins their reports.
+def _capacity_search(workload: str, rate_start: float, rate_max: float) -> dict[str, Any]:
+    """The full suite's open-loop capacity search for one workload: two seeds, a minute a rate, one refinement."""
+    return dict(
+        workloads=[workload],
+        concurrencies=[],
+        rate_start=rate_start,
+        rate_max=rate_max,
+        refine=1,
+        seeds=[1, 2],
+        warmup_s=10,
+        duration_s=60,
+        baseline_runs=0,
+    )
+
+
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": dict(
         concurrencies=[1, 4],
@@ -90,28 +106,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         baseline_runs=0,
     ),
     "full-closed": dict(concurrencies=[1, 8, 32, 64, 128], closed_warmup_s=5, closed_duration_s=30, baseline_runs=5),
-    "full-sentences": dict(
-        workloads=["sentences"],
-        concurrencies=[],
-        rate_start=4.0,
-        rate_max=256.0,
-        refine=1,
-        seeds=[1, 2],
-        warmup_s=10,
-        duration_s=60,
-        baseline_runs=0,
-    ),
-    "full-passages": dict(
-        workloads=["passages"],
-        concurrencies=[],
-        rate_start=0.5,
-        rate_max=64.0,
-        refine=1,
-        seeds=[1, 2],
-        warmup_s=10,
-        duration_s=60,
-        baseline_runs=0,
-    ),
+    "full-sentences": _capacity_search("sentences", rate_start=4.0, rate_max=256.0),
+    "full-passages": _capacity_search("passages", rate_start=0.5, rate_max=64.0),
 }
 
 

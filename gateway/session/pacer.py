@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Any, Protocol
+
+from voxgate.gateway.config import PacingDefaults
+from voxgate.gateway.protocol import PACING_MODES, SessionStart, invalid
 
 from .stalls import PlaybackReport
 
 STALE_REPORTS = 4  # reports missed before the estimate runs on the wall clock alone
 TARGET_STEP_MS = 50  # target growth after a stall the server could have prevented
+
+
+def negotiate_pacing(msg: SessionStart, defaults: PacingDefaults) -> dict[str, Any]:
+    """The session's pacing: what `session.start` asked for over the config's defaults, or `invalid_message`."""
+    pacing = {"mode": msg.pacing.get("mode", defaults.mode),
+              "target_buffer_ms": msg.pacing.get("target_buffer_ms", defaults.target_buffer_ms),
+              "max_buffer_ms": msg.pacing.get("max_buffer_ms", defaults.max_buffer_ms),
+              "feedback_interval_ms": msg.feedback_interval_ms}
+    if pacing["mode"] not in PACING_MODES:
+        raise invalid(f"pacing.mode must be one of {list(PACING_MODES)}")
+    if not 20 <= pacing["target_buffer_ms"] <= pacing["max_buffer_ms"] <= 10_000:
+        raise invalid("pacing needs 20 <= target_buffer_ms <= max_buffer_ms <= 10000")
+    return pacing
 
 
 class Timeline(Protocol):

@@ -20,7 +20,6 @@ from voxgate.gateway.audio.frames import AudioFormat, make_encoder
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.metrics import GatewayMetrics
 from voxgate.gateway.protocol import (
-    PACING_MODES,
     PROTOCOL,
     Clear,
     ContextCancel,
@@ -42,7 +41,9 @@ from voxgate.gateway.voices.voice_rule import VoiceChoice, VoiceError, choose_vo
 
 from .context import MAX_AHEAD_S, Context, ContextState
 from .context_text import ContextText
+from .limits import check_flush, check_new_context, check_text
 from .load import Admission
+from .pacer import negotiate_pacing
 from .track import Track
 
 log = logging.getLogger("voxgate.session")
@@ -121,15 +122,7 @@ class Session:
     def _on_SessionStart(self, msg: SessionStart) -> None:
         if self.started:
             raise invalid("session.start was already received")
-        defaults = self.config.pacing
-        pacing = {"mode": msg.pacing.get("mode", defaults.mode),
-                  "target_buffer_ms": msg.pacing.get("target_buffer_ms", defaults.target_buffer_ms),
-                  "max_buffer_ms": msg.pacing.get("max_buffer_ms", defaults.max_buffer_ms),
-                  "feedback_interval_ms": msg.feedback_interval_ms}
-        if pacing["mode"] not in PACING_MODES:
-            raise invalid(f"pacing.mode must be one of {list(PACING_MODES)}")
-        if not 20 <= pacing["target_buffer_ms"] <= pacing["max_buffer_ms"] <= 10_000:
-            raise invalid("pacing needs 20 <= target_buffer_ms <= max_buffer_ms <= 10000")
+        pacing = negotiate_pacing(msg, self.config.pacing)
         self.fmt = AudioFormat.negotiate(msg.audio, pacing["mode"])
         # No voice named: none is fixed for the session, so each context's voice follows its language (the engine
         # picks: a native speaker on qwen3tts CustomVoice, espeak's voice of that language).
@@ -164,13 +157,7 @@ class Session:
             raise ProtocolError("shutting_down", "the server is shutting down; no new contexts", context_id=context_id)
         if context_id in self.used_ids:
             raise invalid(f"context_id {context_id!r} was already used in this session", context_id, "context_id")
-        if self.active_contexts >= self.limits.max_contexts:
-            raise ProtocolError("context_limit", f"at most {self.limits.max_contexts} active contexts per session",
-                                context_id=context_id)
-        if len(self.used_ids) >= self.limits.max_session_contexts:
-            raise ProtocolError("context_limit", f"this session opened limits.max_session_contexts "
-                                f"({self.limits.max_session_contexts}) contexts; open a new session",
-                                context_id=context_id)
+        check_new_context(self.limits, context_id, self.active_contexts, len(self.used_ids))
         if self.admission is not None and self.admission.full():  # a new turn waits like a new session would
             raise ProtocolError("engine_full", "the engine is full; retry this context later", context_id=context_id)
         opts = opts or ContextOpen(context_id=context_id)
@@ -220,9 +207,7 @@ class Session:
         self._open(msg.context_id, msg)
 
     def _on_TextAppend(self, msg: TextAppend) -> None:
-        if len(msg.text) > self.limits.max_text_chars:
-            raise ProtocolError("text_too_long", f"text over limits.max_text_chars ({self.limits.max_text_chars})",
-                                context_id=msg.context_id, param="text")
+        check_text(self.limits, msg.context_id, msg.text, 0)
         context = self.contexts.get(msg.context_id)
         if context is None and msg.context_id in self.used_ids:
             raise ProtocolError("unknown_context", f"context {msg.context_id!r} has ended; open a new one",
@@ -232,22 +217,14 @@ class Session:
         elif context.state is not ContextState.OPEN:
             raise ProtocolError("unknown_context", f"context {msg.context_id!r} has ended; open a new one",
                                 context_id=msg.context_id)
-        if context.unspoken_chars + len(msg.text) > self.limits.max_buffered_text_chars:
-            raise ProtocolError("text_too_long", "unspoken text over limits.max_buffered_text_chars "
-                                f"({self.limits.max_buffered_text_chars})", context_id=msg.context_id, param="text")
+        check_text(self.limits, msg.context_id, msg.text, context.unspoken_chars)
         context.append_text(msg.text)
 
     def _on_ContextFlush(self, msg: ContextFlush) -> None:
         context = self._active(msg.context_id)
         if context.state is not ContextState.OPEN:
             raise ProtocolError("unknown_context", f"context {msg.context_id!r} has ended", context_id=msg.context_id)
-        if isinstance(msg.flush_id, str) and len(msg.flush_id) > self.limits.max_flush_id_chars:
-            raise ProtocolError("flush_limit", f"flush_id over limits.max_flush_id_chars "
-                                f"({self.limits.max_flush_id_chars})", context_id=msg.context_id, param="flush_id")
-        pending = sum(c.pending_flushes for c in self.contexts.values() if c.active)
-        if pending >= self.limits.max_pending_flushes:
-            raise ProtocolError("flush_limit", f"limits.max_pending_flushes ({self.limits.max_pending_flushes}) "
-                                "flushes already wait for their audio; the flush is dropped", context_id=msg.context_id)
+        check_flush(self.limits, msg.context_id, msg.flush_id, self.contexts.values())
         context.flush(msg.flush_id if msg.flush_id is not None else next(self._flush_ids))
 
     def _on_ContextEnd(self, msg: ContextEnd) -> None:
