@@ -21,10 +21,15 @@ def check_new_context(limits: Limits, context_id: str, active: int, opened: int)
                             f"({limits.max_session_contexts}) contexts; open a new session", context_id=context_id)
 
 
-def check_text(limits: Limits, context_id: str, text: str, unspoken_chars: int) -> None:
+def check_text(limits: Limits, context_id: str, text: str) -> None:
+    """One append's own size, checked before its context is opened."""
     if len(text) > limits.max_text_chars:
         raise ProtocolError("text_too_long", f"text over limits.max_text_chars ({limits.max_text_chars})",
                             context_id=context_id, param="text")
+
+
+def check_buffered(limits: Limits, context_id: str, text: str, unspoken_chars: int) -> None:
+    """The context's unspoken text with this append."""
     if unspoken_chars + len(text) > limits.max_buffered_text_chars:
         raise ProtocolError("text_too_long", "unspoken text over limits.max_buffered_text_chars "
                             f"({limits.max_buffered_text_chars})", context_id=context_id, param="text")

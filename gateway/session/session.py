@@ -41,7 +41,7 @@ from voxgate.gateway.voices.voice_rule import VoiceChoice, VoiceError, choose_vo
 
 from .context import MAX_AHEAD_S, Context, ContextState
 from .context_text import ContextText
-from .limits import check_flush, check_new_context, check_text
+from .limits import check_buffered, check_flush, check_new_context, check_text
 from .load import Admission
 from .pacer import negotiate_pacing
 from .track import Track
@@ -207,7 +207,7 @@ class Session:
         self._open(msg.context_id, msg)
 
     def _on_TextAppend(self, msg: TextAppend) -> None:
-        check_text(self.limits, msg.context_id, msg.text, 0)
+        check_text(self.limits, msg.context_id, msg.text)
         context = self.contexts.get(msg.context_id)
         if context is None and msg.context_id in self.used_ids:
             raise ProtocolError("unknown_context", f"context {msg.context_id!r} has ended; open a new one",
@@ -217,7 +217,7 @@ class Session:
         elif context.state is not ContextState.OPEN:
             raise ProtocolError("unknown_context", f"context {msg.context_id!r} has ended; open a new one",
                                 context_id=msg.context_id)
-        check_text(self.limits, msg.context_id, msg.text, context.unspoken_chars)
+        check_buffered(self.limits, msg.context_id, msg.text, context.unspoken_chars)
         context.append_text(msg.text)
 
     def _on_ContextFlush(self, msg: ContextFlush) -> None:
