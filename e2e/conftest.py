@@ -1,23 +1,18 @@
-"""Fixtures for the browser tests: Debian chromium through Playwright, a static server, a real gateway."""
+"""Fixtures for the browser tests: Debian chromium through Playwright, a static server, a real gateway (started by
+tests/support.py, on sys.path through pytest's `pythonpath` option)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import http.server
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from browser_paths import ARTIFACTS, PAGES, ROOT, WEB
+from support import serve_process
 
 CHROMIUM = os.environ.get("VOXGATE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -73,12 +68,6 @@ def page(browser: object) -> Iterator[object]:
         context.close()
 
 
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class _StaticHandler(http.server.SimpleHTTPRequestHandler):
     """web/ at /, e2e/pages/ at /e2e/."""
 
@@ -107,48 +96,14 @@ def static_server() -> Iterator[str]:
         server.server_close()
 
 
-def _voxgate() -> list[str]:
-    exe = Path(sys.executable).parent / "voxgate"
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("voxgate")
-    return [found] if found else [sys.executable, "-m", "voxgate.gateway.cli"]
-
-
 @pytest.fixture(scope="session")
 def gateway() -> Iterator[str]:
     """A real gateway process with the embedded espeak engine on a free port (or, with VOXGATE_E2E_GATEWAY set to
-    its base URL, a gateway that is already running)."""
+    its base URL, a gateway that is already running); its log is ARTIFACTS/gateway.log."""
     if os.environ.get("VOXGATE_E2E_GATEWAY"):
         yield os.environ["VOXGATE_E2E_GATEWAY"].rstrip("/")
         return
-    port = free_port()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    log = open(ARTIFACTS / "gateway.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [*_voxgate(), "serve", "--engine", "espeak", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"gateway exited with {proc.returncode}; see {ARTIFACTS / 'gateway.log'}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail("gateway did not become healthy in 60 s")
-            time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    with serve_process(ARTIFACTS / "gateway.log", "--host", "127.0.0.1", engine="espeak", cwd=ROOT,
+                       timeout_s=60) as served:
+        yield served.http_url

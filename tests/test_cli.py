@@ -14,7 +14,7 @@ from support import VOXGATE, free_port, serve_process
 
 @pytest.fixture
 def served(tmp_path):
-    with serve_process(["--log-level", "warning"], tmp_path / "serve.log") as server:
+    with serve_process(tmp_path / "serve.log", "--log-level", "warning") as server:
         yield server.port
         server.proc.terminate()
         # uvicorn shuts down gracefully, then re-raises the captured SIGTERM (exit -15).

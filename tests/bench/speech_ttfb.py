@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for support.py (run as a script)
+from support import serve_process
 
 FORMATS = ["pcm", "wav", "mp3", "opus", "aac", "flac"]
 
@@ -41,26 +42,12 @@ def first_byte_ms(client: httpx.Client, body: dict) -> tuple[float, float, int]:
 
 @contextlib.contextmanager
 def served(encoder_threads: int) -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.toml"
-        config.write_text(f"port = {port}\nserve_demo = false\nspeech_encoder_threads = {encoder_threads}\n")
-        voxgate = str(Path(sys.executable).with_name("voxgate"))
-        proc = subprocess.Popen([voxgate, "serve", "--config", str(config)], env={**os.environ, "OMP_NUM_THREADS": "1"},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            for _ in range(300):
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(url + "/health", timeout=1).status_code == 200:
-                        break
-                time.sleep(0.1)
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(15)
+        config.write_text(f"serve_demo = false\nspeech_encoder_threads = {encoder_threads}\n")
+        with serve_process(Path(tmp) / "serve.log", config=config, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                           grace_s=15) as server:
+            yield server.http_url
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
-"""Real processes for the deployment tests: `voxgate serve` backends (espeak by default), the `--gpus` supervisor,
-and HAProxy running deploy/haproxy/haproxy.cfg on free ports, each stopped at the end of the test."""
+"""Real processes for the deployment tests: `voxgate serve` backends (espeak) and HAProxy running
+deploy/haproxy/haproxy.cfg on free ports, each started through tests/support.py's `spawn` and killed at the end."""
 
 from __future__ import annotations
 
@@ -8,17 +8,16 @@ import csv
 import io
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from support import VOXGATE, free_port, wait_healthy  # noqa: F401 - the deploy tests import it from here
+from support import ServeProcess, free_port, serve_process, spawn
 
 REPO = Path(__file__).resolve().parents[2]
 HAPROXY_CFG = REPO / "deploy" / "haproxy" / "haproxy.cfg"
@@ -37,35 +36,9 @@ def free_port_pair() -> int:
     raise RuntimeError("no two consecutive free ports")
 
 
-@dataclass
-class Process:
-    proc: subprocess.Popen
-    log: Path
-    ports: list[int] = field(default_factory=list)
-
-    def url(self, k: int = 0) -> str:
-        return f"http://127.0.0.1:{self.ports[k]}"
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-@contextlib.contextmanager
-def process(args: list[str], log: Path, ports: list[int]) -> Iterator[Process]:
-    """`args` as a process logging to `log`; killed at the end if still running (with its own children)."""
-    with log.open("w") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        yield Process(proc, log, ports)
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def serve_args(port: int, config: Path, *extra: str, engine: str = "espeak") -> list[str]:
-    return [VOXGATE, "serve", "--config", str(config), "--engine", engine, "--port", str(port), *extra]
+def backend(log: Path, port: int, config: Path) -> contextlib.AbstractContextManager[ServeProcess]:
+    """`voxgate serve` (espeak) on `port`, yielded once healthy; killed at the end (a test's end drains nothing)."""
+    return serve_process(log, port=port, config=config, engine="espeak", stop="kill")
 
 
 def haproxy_binary() -> str:
@@ -119,14 +92,7 @@ def haproxy(tmp_path: Path, backend_ports: list[int]) -> Iterator[Balancer]:
     port, stats_port = free_port(), free_port()
     cfg = tmp_path / "haproxy.cfg"
     cfg.write_text(haproxy_config(backend_ports, port, stats_port))
-    with process([binary, "-db", "-f", str(cfg)], tmp_path / "haproxy.log", [port]) as running:
+    with spawn([binary, "-db", "-f", str(cfg)], tmp_path / "haproxy.log", stop="kill") as running:
         balancer = Balancer(running.proc, port, stats_port)
-        deadline = time.monotonic() + 10
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if all(s == "UP" for s in balancer.server_status().values()):
-                    break
-            assert running.proc.poll() is None, running.log_text()
-            assert time.monotonic() < deadline, f"haproxy's backends are not UP: {running.log_text()}"
-            time.sleep(0.05)
+        running.wait_for(lambda: all(s == "UP" for s in balancer.server_status().values()), "every backend UP", 10)
         yield balancer

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from processes import Process, free_port, haproxy, process, serve_args, wait_healthy
-from support import PASSAGE
+from processes import backend, haproxy
+from support import PASSAGE, ServeProcess, free_port
 from voxgate.client.protocol_client import SessionError, VoxgateClient
 
 pytestmark = pytest.mark.slow
@@ -69,8 +69,8 @@ class Listener:
         await self.client.__aexit__()
 
 
-def accepted(backend: Process) -> int:
-    text = httpx.get(backend.url() + "/metrics", timeout=5).text
+def accepted(gateway: ServeProcess) -> int:
+    text = httpx.get(gateway.http_url + "/metrics", timeout=5).text
     return int(float(re.search(r"^voxgate_sessions_accepted_total (\S+)$", text, re.M).group(1)))
 
 
@@ -90,10 +90,7 @@ async def test_haproxy_spreads_drains_and_survives_a_killed_backend(tmp_path: Pa
     stack = contextlib.ExitStack()
     listeners: list[Listener] = []
     try:
-        a, b = (stack.enter_context(process(serve_args(p, config), tmp_path / f"gw{k}.log", [p]))
-                for k, p in enumerate(ports))
-        for backend in (a, b):
-            wait_healthy(backend.url(), backend.proc)
+        a, b = (stack.enter_context(backend(tmp_path / f"gw{k}.log", p, config)) for k, p in enumerate(ports))
         lb = stack.enter_context(haproxy(tmp_path, ports))
 
         # 1. 200 sessions open at once (as real sessions are: they last minutes), then each speaks a sentence:
@@ -129,8 +126,7 @@ async def test_haproxy_spreads_drains_and_survives_a_killed_backend(tmp_path: Pa
         assert await asyncio.to_thread(b.proc.wait, 10) == -signal.SIGTERM
 
         # 3. gw1 back: HAProxy takes it in again after 2 good checks.
-        b = stack.enter_context(process(serve_args(ports[1], config), tmp_path / "gw1-again.log", [ports[1]]))
-        wait_healthy(b.url(), b.proc)
+        b = stack.enter_context(backend(tmp_path / "gw1-again.log", ports[1], config))
         lb.wait_status("gw1", "UP", 10)
 
         # 4. Kill gw1 (SIGKILL) mid-run: its sessions end with 1006; new sessions all go to gw0, whose sessions

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from processes import VOXGATE, free_port_pair, process, wait_healthy
-from support import bystander, until
+from processes import free_port_pair
+from support import VOXGATE, bystander, serve_process, spawn, until
 from voxgate.client.protocol_client import VoxgateClient
 from voxgate.gateway.cli.supervisor import Supervisor
 
@@ -28,6 +28,10 @@ GRACE_S = 3.0
 
 def child_pids(log: str, device: str) -> list[int]:
     return [int(pid) for pid in re.findall(rf"started {device} on port \d+ \(pid (\d+)\)", log)]
+
+
+def url(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
 
 
 def alive(pid: int) -> bool:
@@ -42,13 +46,13 @@ async def test_gpus_supervises_one_process_per_device(tmp_path: Path):
     config = tmp_path / "gateway.toml"
     config.write_text(f"shutdown_grace_s = {GRACE_S}\n")
     port = free_port_pair()
-    args = [VOXGATE, "serve", "--gpus", "0,1", "--engine", "fake", "--config", str(config), "--port", str(port)]
-    with process(args, tmp_path / "supervisor.log", [port, port + 1]) as sup:
+    with serve_process(tmp_path / "supervisor.log", "--gpus", "0,1", port=port, engine="fake", config=config,
+                       stop="kill") as sup:  # (healthy: cuda:0's child on `port`)
         for k in (0, 1):
-            wait_healthy(sup.url(k), sup.proc)
-            load = httpx.get(sup.url(k) + "/health/load").json()
+            sup.wait_healthy(url(port + k))
+            load = httpx.get(url(port + k) + "/health/load").json()
             assert load["device"] == f"cuda:{k}" and load["accepting"], load
-            assert f'voxgate_sessions_open{{device="cuda:{k}"}} 0.0' in httpx.get(sup.url(k) + "/metrics").text
+            assert f'voxgate_sessions_open{{device="cuda:{k}"}} 0.0' in httpx.get(url(port + k) + "/metrics").text
 
         # A crash (SIGKILL) of cuda:1: restarted on its port, while cuda:0's session never pauses.
         (crashed,) = child_pids(sup.log_text(), "cuda:1")
@@ -58,7 +62,7 @@ async def test_gpus_supervises_one_process_per_device(tmp_path: Path):
             while len(child_pids(sup.log_text(), "cuda:1")) < 2:
                 assert time.monotonic() < deadline, sup.log_text()
                 await asyncio.sleep(0.05)
-        await asyncio.to_thread(wait_healthy, sup.url(1), sup.proc)
+        await asyncio.to_thread(sup.wait_healthy, url(port + 1))
         assert f"cuda:1 (pid {crashed}, port {port + 1}) exited with status -9" in sup.log_text()
         pids = [child_pids(sup.log_text(), "cuda:0")[-1], child_pids(sup.log_text(), "cuda:1")[-1]]
 
@@ -101,7 +105,7 @@ def test_gpus_gives_up_on_a_child_that_never_becomes_ready(tmp_path: Path):
         busy.bind(("127.0.0.1", port + 1))
         busy.listen()
         args = [VOXGATE, "serve", "--gpus", "0,1", "--engine", "fake", "--config", str(config), "--port", str(port)]
-        with process(args, tmp_path / "supervisor.log", [port, port + 1]) as sup:
+        with spawn(args, tmp_path / "supervisor.log", stop="kill") as sup:
             status = sup.proc.wait(timeout=90)
             log = sup.log_text()
     assert status == 1, log

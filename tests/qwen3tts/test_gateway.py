@@ -6,11 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import wave
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +15,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from support import RecordingEngine, connect, running_gateway, slots_free
+from support import RecordingEngine, connect, running_gateway, serve_process, slots_free
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.protocol import FLAG_FIRST, FLAG_LAST, FrameHeader
@@ -122,45 +119,20 @@ def test_http_speech_pcm_and_wav(server: BackgroundServer) -> None:
     assert health["engine_info"]["batching"].startswith("engine loop")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_voxgate_serve_runs_the_loop(tiny_ckpt: Callable[[str], Path], tmp_path: Path) -> None:
     """`voxgate serve --engine qwen3tts --engine-option model=DIR` as a user runs it (the README's path), then
     `voxgate say` with no voice: the checkpoint's English speaker is the default, and English text speaks."""
-    port = _free_port()
     options = [f"model={tiny_ckpt('cv17')}", *(f"{k}={v}" for k, v in SMALL.items())]
-    cmd = [sys.executable, "-m", "voxgate.gateway.cli", "serve", "--engine", "qwen3tts", "--port", str(port)]
-    for opt in options:
-        cmd += ["--engine-option", opt]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            time.sleep(0.5)
-        listed = httpx.get(f"http://127.0.0.1:{port}/v1/voices", timeout=10).json()
+    engine_options = [arg for opt in options for arg in ("--engine-option", opt)]
+    with serve_process(tmp_path / "serve.log", *engine_options, engine="qwen3tts", grace_s=30, timeout_s=120,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"}) as served:
+        listed = httpx.get(served.http_url + "/v1/voices", timeout=10).json()
         assert listed["default"] == "ryan" and listed["aliases"]["alloy"] == "ryan"
         out = tmp_path / "say.wav"
         say = subprocess.run([sys.executable, "-m", "voxgate.gateway.cli", "say", "Hello from serve.", "--url",
-                              f"ws://127.0.0.1:{port}/v1/tts/ws", "-o", str(out)],
+                              served.ws_url, "-o", str(out)],
                              capture_output=True, text=True, timeout=120)
         assert say.returncode == 0, say.stderr
         with wave.open(str(out)) as w:
             assert w.getframerate() == 24000 and w.getnframes() >= 1920
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()

@@ -4,7 +4,6 @@ refused with `not_ready` (close 1013) until the engine is warm, then 200 and ses
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 import websockets
-from support import VOXGATE, free_port
+from support import VOXGATE, free_port, spawn
 
 
 @pytest.mark.slow
@@ -20,17 +19,16 @@ async def test_a_loading_backend_answers_503_and_refuses_sessions(tiny_ckpt: Cal
                                                                   tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "serve.log").open("w")
-    proc = subprocess.Popen([VOXGATE, "serve", "--engine", "qwen3tts", "--port", str(port), "--engine-option",
-                             f"model={tiny_ckpt('cv17')}", "--engine-option", "device=cpu", "--engine-option",
-                             "row_buckets=1,2", "--engine-option", "prefill_buckets=64"], stdout=log,
-                            stderr=subprocess.STDOUT)
-    try:
+    args = [VOXGATE, "serve", "--engine", "qwen3tts", "--port", str(port), "--engine-option",
+            f"model={tiny_ckpt('cv17')}", "--engine-option", "device=cpu", "--engine-option", "row_buckets=1,2",
+            "--engine-option", "prefill_buckets=64"]
+    # Not serve_process: the test must see /health before it answers 200.
+    with spawn(args, tmp_path / "serve.log", grace_s=30) as served:
         seen: list[int] = []
         refused = None
         deadline = time.monotonic() + 120
         while not seen or seen[-1] != 200:
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            assert served.proc.poll() is None and time.monotonic() < deadline, served.log_text()
             try:
                 health = httpx.get(url + "/health", timeout=2)
             except httpx.TransportError:
@@ -48,7 +46,3 @@ async def test_a_loading_backend_answers_503_and_refuses_sessions(tiny_ckpt: Cal
         async with websockets.connect(f"ws://127.0.0.1:{port}/v1/tts/ws", subprotocols=["voxgate.v1"]) as ws:
             await ws.send(json.dumps({"type": "session.start"}))
             assert json.loads(await ws.recv())["type"] == "session.started"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()

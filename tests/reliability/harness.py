@@ -17,6 +17,6 @@ __all__ = ["ServeProcess", "serve_process"]
 def serve_process(tmp_path: Path, config: str = "", *args: str) -> Iterator[ServeProcess]:
     """`voxgate serve` (fake engine) as a real process with `config` as its TOML; killed at the end if still up."""
     (tmp_path / "serve.toml").write_text(config)
-    with support_serve_process(["--config", str(tmp_path / "serve.toml"), "--engine", "fake", *args],
-                               tmp_path / "serve.log") as served:
+    with support_serve_process(tmp_path / "serve.log", *args, config=tmp_path / "serve.toml", engine="fake",
+                               stop="kill") as served:
         yield served
