@@ -14,6 +14,7 @@ import math
 import time
 from typing import Any
 
+from ..admission import Forecast, LoopForecaster
 from ..base import AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
 from ..core import EngineCore, StepOutput
 from ..loop import EngineLoop, LoopStream
@@ -98,7 +99,10 @@ class Qwen3TTSEngine(Engine):
         # A stream never runs further ahead of its codec than the frame ring holds (plus the piece in flight).
         self.scheduler_config.max_pending_frames = RING - runner.chunks.max_width
         core = EngineCore(runner, runner.kv, self.scheduler_config, pipeline=self.pipeline)
-        self.loop = EngineLoop(core, "qwen3tts", on_step=self._on_step, gil_switch_s=self.gil_switch_s)
+        forecaster = LoopForecaster(self.options.rows, self.options.max_prefills, self.chunk_schedule[0],
+                                    runner.kv.max_streams, self.pipeline)
+        self.loop = EngineLoop(core, "qwen3tts", on_step=self._on_step, gil_switch_s=self.gil_switch_s,
+                               forecaster=forecaster)
         self.timings = {"load_s": t1 - t0, "capture_s": t2 - t1}
 
     def _on_step(self, out: StepOutput, seconds: float) -> None:
@@ -160,6 +164,10 @@ class Qwen3TTSEngine(Engine):
     @property
     def queue_depth(self) -> int:
         return self.loop.queue_depth if self.loop is not None else 0
+
+    def admission_forecast(self, queued: int = 0) -> Forecast | None:
+        """From the loop's measured steps and the slots it holds (engine/admission.py)."""
+        return self.loop.forecast(queued) if self.loop is not None and self._ready else None
 
     @property
     def free_rows(self) -> int:
