@@ -212,13 +212,15 @@ class FakeEngine(Engine):
     """Options: `device_rtf` (audio-s per wall-s), `shared_device` (true: `device_rtf` is the total of all streams;
     false: of each stream), `chunk_ms` (one chunk length, or a schedule "320,640,1280" whose last entry repeats,
     like qwen3tts's 4, 8, 16 codec frames), `first_chunk_ms`, `text_streaming` (false: whole texts only, so the
-    gateway's sentence mode can be tested on this engine too)."""
+    gateway's sentence mode can be tested on this engine too), `forecast` (true: admission by deadline judges new
+    streams by the device, `admission_forecast`; false, the default: no opinion, so tests that overload the device
+    on purpose, to make stalls, keep their streams)."""
 
     name = "fake"
     supports_instruct = False
 
     def __init__(self, device_rtf: float = 50.0, chunk_ms: int | str = 320, first_chunk_ms: float = 5.0,
-                 shared_device: bool = True, text_streaming: bool = True) -> None:
+                 shared_device: bool = True, text_streaming: bool = True, forecast: bool = False) -> None:
         try:  # strings from the command line
             schedule = [int(x) for x in str(chunk_ms).split(",") if x.strip()]
             device_rtf, first_chunk_ms = float(device_rtf), float(first_chunk_ms)
@@ -233,6 +235,7 @@ class FakeEngine(Engine):
         self.first_chunk_ms = float(first_chunk_ms)
         self.shared_device = bool(shared_device)
         self.supports_text_streaming = _flag(text_streaming)
+        self.forecast = _flag(forecast)
         self.device = _Device(self.device_rtf) if self.shared_device else None
         self._ready = False
         self._waiting = 0
@@ -256,9 +259,11 @@ class FakeEngine(Engine):
     def queue_depth(self) -> int:
         return self._waiting
 
-    def admission_forecast(self, queued: int = 0) -> Forecast:
-        """From the device: every open stream needs 1x of it (a shared device makes `device_rtf` x in all), and a
-        new stream's first chunk waits for the work already reserved, then takes its own compute time."""
+    def admission_forecast(self, queued: int = 0) -> Forecast | None:
+        """With `forecast`, from the device: every open stream needs 1x of it (a shared device makes `device_rtf` x
+        in all), and a new stream's first chunk waits for the work already reserved, then takes its own time."""
+        if not self.forecast:
+            return None
         n = self._streams + queued + 1
         load = (n if self.shared_device else 1) / self.device_rtf
         backlog = max(0.0, self.device.free_at - _now()) if self.device is not None else 0.0
@@ -274,7 +279,8 @@ class FakeEngine(Engine):
 
     def info(self) -> dict[str, object]:
         return {"name": self.name, "device_rtf": self.device_rtf, "shared_device": self.shared_device,
-                "chunk_ms": self.chunk_schedule_ms, "text_streaming": self.supports_text_streaming}
+                "chunk_ms": self.chunk_schedule_ms, "text_streaming": self.supports_text_streaming,
+                "forecast": self.forecast}
 
     def voices(self) -> list[VoiceInfo]:
         return [VoiceInfo(DEFAULT_VOICE, "Tone A", ("en",)), VoiceInfo("tone-b", "Tone B", ("en",))]

@@ -111,7 +111,8 @@ async def _until(predicate) -> None:
 
 
 async def test_the_fake_engine_counts_its_open_streams_against_its_device() -> None:
-    engine = FakeEngine(device_rtf=4, first_chunk_ms=0)
+    assert FakeEngine().admission_forecast() is None  # no opinion unless asked (tests overload it on purpose)
+    engine = FakeEngine(device_rtf=4, first_chunk_ms=0, forecast=True)
     await engine.start()
     assert engine.admission_forecast().load == pytest.approx(0.25)
     streams = [engine.open_stream(SynthesisRequest(text="one two three")) for _ in range(3)]
@@ -122,5 +123,5 @@ async def test_the_fake_engine_counts_its_open_streams_against_its_device() -> N
     streams[1].cancel()
     streams[1].cancel()
     assert engine.admission_forecast().streams == 2
-    unshared = FakeEngine(device_rtf=4, shared_device=False)
+    unshared = FakeEngine(device_rtf=4, shared_device=False, forecast=True)
     assert unshared.admission_forecast(queued=100).load == pytest.approx(0.25)

@@ -50,6 +50,7 @@ class Qwen3TTSEngine(Engine):
         self.tts: Any = None
         self.runner: Any = None
         self.loop: EngineLoop | None = None
+        self.joining = 0  # streamed-text streams waiting for their first text (text_stream.py)
         self.metrics: Any = None
         self._registry: Any = None
         self._voice_kwargs: dict[str, Any] = {}
@@ -166,8 +167,9 @@ class Qwen3TTSEngine(Engine):
         return self.loop.queue_depth if self.loop is not None else 0
 
     def admission_forecast(self, queued: int = 0) -> Forecast | None:
-        """From the loop's measured steps and the slots it holds (engine/admission.py)."""
-        return self.loop.forecast(queued) if self.loop is not None and self._ready else None
+        """From the loop's measured steps and the slots it holds (engine/admission.py); streams still waiting for
+        their first text come first."""
+        return self.loop.forecast(queued + self.joining) if self.loop is not None and self._ready else None
 
     @property
     def free_rows(self) -> int:
