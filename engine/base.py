@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from .admission import Forecast
+
 SAMPLE_RATE = 24_000  # every engine speaks 24 kHz mono PCM16
 
 _request_ids = itertools.count(1)
@@ -141,6 +143,13 @@ class Engine(abc.ABC):
     def free_rows(self) -> int | None:
         """Streams the engine could start now without queueing (free rows of its batch state); None: no fixed
         bound (CPU engines). A balancer's load signal (GET /health/load) and admission (max_queued_streams)."""
+        return None
+
+    def admission_forecast(self, queued: int = 0) -> Forecast | None:
+        """What one more stream would meet if it came now (engine/admission.py): its first-audio time, the load
+        with it, the slots left; `queued`: streams the gateway admitted that have not reached the engine yet (they
+        come first). None: no opinion (the gateway admits, up to `max_queued_streams`). Called on the event loop
+        for every new stream: cheap, no side effects."""
         return None
 
     def register_metrics(self, registry: Any) -> None:  # noqa: B027 (engines without metrics ignore it)

@@ -13,10 +13,12 @@ import functools
 import hashlib
 import itertools
 import math
+import time
 from collections.abc import AsyncIterator
 
 import numpy as np
 
+from .admission import DEFAULT_END_INTERVAL_S, Forecast
 from .base import SAMPLE_RATE, AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
 
 DEFAULT_VOICE = "tone-a"  # a request without a voice (the session named none)
@@ -79,6 +81,14 @@ def _flag(value: bool | str) -> bool:
     return bool(value)
 
 
+def _now() -> float:
+    """The event loop's clock (the device's), or the monotonic clock it reads outside one."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
+
+
 class _Device:
     """A virtual device clock: each chunk reserves its compute time after the work already reserved, and the
     stream sleeps until its reservation ends (no lock hand-offs through the event loop). A wait under a
@@ -104,10 +114,18 @@ class FakeStream(AudioStream):
         self._text = request.text  # all the text so far (text_open: grows by append_text)
         self._text_open = request.text_open
         self._more = asyncio.Event()  # text came, the text ended, or a cancel: a waiting stream looks again
+        self._open = True  # counted in the engine's streams until it ends or is cancelled
+        engine._streams += 1
+
+    def _closed(self) -> None:
+        if self._open:
+            self._open = False
+            self._engine._stream_ended()
 
     def cancel(self) -> None:
         self._cancelled = True
         self._more.set()
+        self._closed()
 
     def append_text(self, text: str) -> None:
         if not self._text_open:
@@ -120,8 +138,12 @@ class FakeStream(AudioStream):
             self._text_open = False
             self._more.set()
 
-    def __aiter__(self) -> AsyncIterator[np.ndarray]:
-        return self._open_text() if self.request.text_open else self._whole_text()
+    async def __aiter__(self) -> AsyncIterator[np.ndarray]:
+        try:
+            async for chunk in self._open_text() if self.request.text_open else self._whole_text():
+                yield chunk
+        finally:
+            self._closed()
 
     def _spoken_samples(self) -> int:
         """Audio owed for the text so far: every complete word (the last one only once a space follows it or the
@@ -190,13 +212,15 @@ class FakeEngine(Engine):
     """Options: `device_rtf` (audio-s per wall-s), `shared_device` (true: `device_rtf` is the total of all streams;
     false: of each stream), `chunk_ms` (one chunk length, or a schedule "320,640,1280" whose last entry repeats,
     like qwen3tts's 4, 8, 16 codec frames), `first_chunk_ms`, `text_streaming` (false: whole texts only, so the
-    gateway's sentence mode can be tested on this engine too)."""
+    gateway's sentence mode can be tested on this engine too), `forecast` (true: admission by deadline judges new
+    streams by the device, `admission_forecast`; false, the default: no opinion, so tests that overload the device
+    on purpose, to make stalls, keep their streams)."""
 
     name = "fake"
     supports_instruct = False
 
     def __init__(self, device_rtf: float = 50.0, chunk_ms: int | str = 320, first_chunk_ms: float = 5.0,
-                 shared_device: bool = True, text_streaming: bool = True) -> None:
+                 shared_device: bool = True, text_streaming: bool = True, forecast: bool = False) -> None:
         try:  # strings from the command line
             schedule = [int(x) for x in str(chunk_ms).split(",") if x.strip()]
             device_rtf, first_chunk_ms = float(device_rtf), float(first_chunk_ms)
@@ -211,9 +235,13 @@ class FakeEngine(Engine):
         self.first_chunk_ms = float(first_chunk_ms)
         self.shared_device = bool(shared_device)
         self.supports_text_streaming = _flag(text_streaming)
+        self.forecast = _flag(forecast)
         self.device = _Device(self.device_rtf) if self.shared_device else None
         self._ready = False
         self._waiting = 0
+        self._streams = 0  # open streams: each holds 1x of the device until it ends (admission_forecast)
+        self._last_end: float | None = None
+        self._end_interval_s = DEFAULT_END_INTERVAL_S
 
     async def start(self) -> None:
         for k in range(256):  # every tone's period, once per process (~1 s, 25 MB), so none is made mid-stream
@@ -231,9 +259,28 @@ class FakeEngine(Engine):
     def queue_depth(self) -> int:
         return self._waiting
 
+    def admission_forecast(self, queued: int = 0) -> Forecast | None:
+        """With `forecast`, from the device: every open stream needs 1x of it (a shared device makes `device_rtf` x
+        in all), and a new stream's first chunk waits for the work already reserved, then takes its own time."""
+        if not self.forecast:
+            return None
+        n = self._streams + queued + 1
+        load = (n if self.shared_device else 1) / self.device_rtf
+        backlog = max(0.0, self.device.free_at - _now()) if self.device is not None else 0.0
+        first = self.first_chunk_ms / 1000 + backlog + self.chunk_schedule_ms[0] / 1000 / self.device_rtf
+        return Forecast(first, load, n, end_interval_s=self._end_interval_s)
+
+    def _stream_ended(self) -> None:
+        self._streams -= 1
+        now = time.monotonic()
+        if self._last_end is not None:
+            self._end_interval_s += 0.2 * (now - self._last_end - self._end_interval_s)
+        self._last_end = now
+
     def info(self) -> dict[str, object]:
         return {"name": self.name, "device_rtf": self.device_rtf, "shared_device": self.shared_device,
-                "chunk_ms": self.chunk_schedule_ms, "text_streaming": self.supports_text_streaming}
+                "chunk_ms": self.chunk_schedule_ms, "text_streaming": self.supports_text_streaming,
+                "forecast": self.forecast}
 
     def voices(self) -> list[VoiceInfo]:
         return [VoiceInfo(DEFAULT_VOICE, "Tone A", ("en",)), VoiceInfo("tone-b", "Tone B", ("en",))]

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .admission import Forecast, Held, LoopForecaster
 from .base import AudioStream, EngineError, SynthesisRequest
 from .core import EngineCore, StepOutput
 from .request import Request, Status
@@ -72,12 +73,14 @@ class LoopStream(AudioStream):
 
 
 class EngineLoop:
-    """Steps `core` on a worker thread while it has work; `on_step(output, seconds)` sees every step there."""
+    """Steps `core` on a worker thread while it has work; `on_step(output, seconds)` sees every step there, and
+    `forecaster` (admission.py) is fed every step's period and the streams held after it."""
 
     def __init__(self, core: EngineCore, name: str = "engine",
                  on_step: Callable[[StepOutput, float], None] | None = None,
-                 gil_switch_s: float | None = 0.0005) -> None:
+                 gil_switch_s: float | None = 0.0005, forecaster: LoopForecaster | None = None) -> None:
         self.core = core
+        self.forecaster = forecaster
         # The worker needs the GIL back after every wait for the GPU; with CPython's default 5 ms switch interval
         # a busy event loop can hold it that long each time, stretching every step. Process-wide, set at start.
         self.gil_switch_s = gil_switch_s
@@ -88,6 +91,11 @@ class EngineLoop:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
+        # Streams submitted (event loop) and taken into the core (worker, counted when the forecaster next sees
+        # them held): their difference is the inbox a forecast adds. Two ints, each written by one thread.
+        self._submitted = 0
+        self._taken = 0
+        self._taken_unpublished = 0
         self.steps = 0
         self.error: str | None = None  # set when a step failed (the streams of that moment got the error)
 
@@ -103,6 +111,7 @@ class EngineLoop:
         if self._thread is None or self._stop:
             raise EngineError("not_ready", "the engine is not running")
         stream = LoopStream(self, request, engine_request)
+        self._submitted += 1
         self._inbox.append(("add", engine_request))
         self._wake.set()
         return stream
@@ -122,6 +131,13 @@ class EngineLoop:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 30.0)
             self._thread = None
 
+    def forecast(self, queued: int = 0) -> Forecast | None:
+        """The forecaster's answer for one more stream, the inbox counted ahead of it (None: no forecaster)."""
+        if self.forecaster is None:
+            return None
+        inbox = self._submitted - self._taken  # read before `held` (the worker writes them the other way round)
+        return self.forecaster.forecast(queued + max(0, inbox))
+
     @property
     def queue_depth(self) -> int:
         """Requests admitted but not yet producing audio."""
@@ -130,9 +146,12 @@ class EngineLoop:
 
     # -- worker side ------------------------------------------------------------------------------------------------
     def _run(self) -> None:
+        last_end: float | None = None  # the previous step's end, while steps follow each other without a wait
         while not self._stop:
             self._drain_inbox()
             if not self.core.has_work:
+                self._publish()
+                last_end = None
                 self._wake.wait(0.5)
                 self._wake.clear()
                 continue
@@ -147,6 +166,8 @@ class EngineLoop:
                 self._hand_over([(r, error) for r in failed])
                 continue
             if out.idle:  # streams waiting for text (or far ahead of their listeners): sleep until woken
+                self._publish()
+                last_end = None
                 self._wake.wait(IDLE_WAIT_S)
                 self._wake.clear()
                 continue
@@ -157,16 +178,38 @@ class EngineLoop:
                 self._hand_over(items)
             if self.on_step is not None:
                 self.on_step(out, time.perf_counter() - t0)
+            if self.forecaster is not None:
+                end = time.perf_counter()
+                # The period: from the step before's end (hand-over and bookkeeping included) while they follow
+                # each other; after a wait, this step's own time.
+                period = end - (last_end if last_end is not None else t0)
+                self.forecaster.observe(out.num_rows, period, out.times.get("codec", 0.0), len(out.finished),
+                                        time.monotonic())
+                self._publish()
+                last_end = end
         # Stopping: whatever is still live ends with an error its consumer can show.
         self._drain_inbox()
         failed = self.core.fail_all("stopped")
         if failed:
             self._hand_over([(r, EngineError("engine_stopped", "the engine stopped")) for r in failed])
 
+    def _publish(self) -> None:
+        """The streams held now, for the forecaster; then the inbox taken since (in that order: a forecast that reads
+        between the two counts a stream twice, never not at all)."""
+        if self.forecaster is None:
+            return
+        s = self.core.scheduler
+        generating = len(s.waiting) + sum(1 for r in s.running if not r.ended)
+        prefilling = len(s.waiting) + sum(1 for r in s.running if not r.prefilled)
+        self.forecaster.publish(Held(generating, prefilling, len(s.waiting) + len(s.running)))
+        self._taken += self._taken_unpublished
+        self._taken_unpublished = 0
+
     def _drain_inbox(self) -> None:
         while self._inbox:
             op, request = self._inbox.popleft()
             if op == "add":
+                self._taken_unpublished += 1
                 if request.status is Status.WAITING and request.sink is not None and not request.sink._done:
                     self.core.add(request)
             else:

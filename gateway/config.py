@@ -71,9 +71,17 @@ class GatewayConfig:
     engine_options: dict[str, Any] = field(default_factory=dict)
     device: str = ""  # cuda:N, cuda or cpu (`voxgate serve --device`); set: every metric is labelled device="..."
     max_sessions: int = 256
-    # Admission (docs/deploy.md): with this many engine streams queued and no free row, a new session is refused
-    # (`engine_full`, close 1013) so that the client or the balancer retries on another backend, and so is a new
-    # context of an open session (a non-fatal `engine_full`); counted per engine, all sessions together; 0: never.
+    # Admission (docs/deploy.md, "Load and admission"): a new stream (session, context, HTTP request) is refused at
+    # once with `engine_full` and a Retry-After when it would not be served on time, so that the client or the
+    # balancer retries on another backend. "deadline": by the engine's forecast (engines without one: admitted),
+    # first audio within first_audio_slo_ms and every generating stream at 1x x admission_margin, a share
+    # admission_reserve of the slots and load kept for contexts of sessions already speaking; "queue": only
+    # max_queued_streams; "off": never. max_queued_streams: with this many engine streams queued and no free row,
+    # refused too (deadline and queue modes); counted per engine, all sessions together; 0: no cap.
+    admission: str = "deadline"
+    first_audio_slo_ms: int = 200
+    admission_margin: float = 1.05
+    admission_reserve: float = 0.05
     max_queued_streams: int = 0
     auth_tokens: list[str] = field(default_factory=list)  # empty: no auth
     writer_queue_frames: int = 64  # per socket; the brake for slow readers
@@ -122,6 +130,12 @@ class GatewayConfig:
             raise ValueError("port must be within 0..65535")
         if self.max_queued_streams < 0:
             raise ValueError("max_queued_streams must be 0 (off) or positive")
+        if self.admission not in ("deadline", "queue", "off"):
+            raise ValueError(f"admission must be deadline, queue or off, not {self.admission!r}")
+        if not 1 <= self.first_audio_slo_ms <= 600_000 or not 0 < self.admission_margin <= 10:
+            raise ValueError("first_audio_slo_ms must be within 1..600000 and admission_margin within (0, 10]")
+        if not 0 <= self.admission_reserve <= 0.5:
+            raise ValueError("admission_reserve must be within 0..0.5")
         if self.max_sessions <= 0 or self.writer_queue_frames <= 0 or self.gc_gen0_threshold <= 0:
             raise ValueError("max_sessions, writer_queue_frames and gc_gen0_threshold must be positive")
         if not 0 <= self.loop_chunk_turns <= 100_000:

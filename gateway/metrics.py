@@ -45,6 +45,9 @@ class GatewayMetrics:
         self.audio_seconds = Counter("voxgate_audio_seconds_out_total", "Audio seconds sent", ["endpoint"],
                                      registry=r)
         self.errors = Counter("voxgate_errors_total", "Errors sent to clients, by code", ["code"], registry=r)
+        self.admission_refusals = Counter("voxgate_admission_refusals_total",
+                                          "New streams refused with engine_full, by door and reason",
+                                          ["door", "reason"], registry=r)
         self.http_requests = Counter("voxgate_speech_requests_total", "POST /v1/audio/speech requests, by status",
                                      ["status"], registry=r)
         self.voice_uploads = Counter("voxgate_voice_uploads_total", "POST /v1/voices requests, by status",

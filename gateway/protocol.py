@@ -54,13 +54,14 @@ class ProtocolError(Exception):
     """A message the server answers with an `error`. Fatal ones close the socket with `close_code`."""
 
     def __init__(self, code: str, message: str, *, context_id: str | None = None, close_code: int | None = None,
-                 param: str | None = None):
+                 param: str | None = None, retry_after_ms: int | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.context_id = context_id
         self.close_code = close_code
         self.param = param  # the one field at fault (a dotted path into the message), when one is
+        self.retry_after_ms = retry_after_ms  # engine_full: when asking again may succeed
 
     @property
     def fatal(self) -> bool:
@@ -72,6 +73,8 @@ class ProtocolError(Exception):
             out["context_id"] = self.context_id
         if self.param is not None:
             out["param"] = self.param
+        if self.retry_after_ms is not None:
+            out["retry_after_ms"] = self.retry_after_ms
         return out
 
     def __repr__(self) -> str:

@@ -196,6 +196,9 @@ class RecordingEngine(Engine):
     def free_rows(self) -> int | None:
         return self.inner.free_rows
 
+    def admission_forecast(self, queued: int = 0) -> Any:
+        return self.inner.admission_forecast(queued)
+
     @property
     def requires_instruct(self) -> bool:  # type: ignore[override]
         return self.inner.requires_instruct  # known once the engine has started
@@ -266,6 +269,16 @@ async def next_json(ws: Any, timeout: float = 5.0, skip_binary: bool = True) -> 
                 continue
             raise AssertionError("unexpected binary frame")
         return json.loads(raw)
+
+
+async def errors_until_pong(ws: Any) -> list[dict[str, Any]]:
+    """The errors the server sends before it answers a ping sent now (it answers in order)."""
+    await ws.send(json.dumps({"type": "ping"}))
+    errors = []
+    while (message := await next_json(ws))["type"] != "pong":
+        if message["type"] == "error":
+            errors.append(message)
+    return errors
 
 
 async def next_error(ws: Any, timeout: float = 5.0) -> dict[str, Any]:

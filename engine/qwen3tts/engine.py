@@ -14,6 +14,7 @@ import math
 import time
 from typing import Any
 
+from ..admission import Forecast, LoopForecaster
 from ..base import AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
 from ..core import EngineCore, StepOutput
 from ..loop import EngineLoop, LoopStream
@@ -49,6 +50,7 @@ class Qwen3TTSEngine(Engine):
         self.tts: Any = None
         self.runner: Any = None
         self.loop: EngineLoop | None = None
+        self.joining = 0  # streamed-text streams waiting for their first text (text_stream.py)
         self.metrics: Any = None
         self._registry: Any = None
         self._voice_kwargs: dict[str, Any] = {}
@@ -98,7 +100,9 @@ class Qwen3TTSEngine(Engine):
         # A stream never runs further ahead of its codec than the frame ring holds (plus the piece in flight).
         self.scheduler_config.max_pending_frames = RING - runner.chunks.max_width
         core = EngineCore(runner, runner.kv, self.scheduler_config, pipeline=self.pipeline)
-        self.loop = EngineLoop(core, "qwen3tts", on_step=self._on_step, gil_switch_s=self.gil_switch_s)
+        o = self.options  # the forecaster learns this loop's step times (engine/admission.py)
+        forecaster = LoopForecaster(o.rows, o.max_prefills, self.chunk_schedule[0], runner.kv.max_streams, o.pipeline)
+        self.loop = EngineLoop(core, "qwen3tts", self._on_step, self.gil_switch_s, forecaster)
         self.timings = {"load_s": t1 - t0, "capture_s": t2 - t1}
 
     def _on_step(self, out: StepOutput, seconds: float) -> None:
@@ -160,6 +164,10 @@ class Qwen3TTSEngine(Engine):
     @property
     def queue_depth(self) -> int:
         return self.loop.queue_depth if self.loop is not None else 0
+
+    def admission_forecast(self, queued: int = 0) -> Forecast | None:
+        """From the loop's step times and slots; streams still waiting for their first text count ahead."""
+        return self.loop.forecast(queued + self.joining) if self.loop is not None and self._ready else None
 
     @property
     def free_rows(self) -> int:

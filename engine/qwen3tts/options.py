@@ -31,7 +31,9 @@ class Qwen3TTSOptions(EngineConfig):
     ref_audio: str | None = option(None, "Base: a 16-bit WAV whose x-vector is the `clone` voice")
     greedy: bool = option(False, "true: greedy decoding (no sampling)")
     warmup: bool = option(True, "false: skip the warm-up stream at start")
-    max_slots: int = option(257, "streams held at once, plus one (default 257; fewer if memory is short)")
+    max_slots: str = option("auto", "streams held at once, plus one: auto (default: kv_memory_fraction of the free "
+                                    "GPU memory over the KV a slot; 17 on the CPU) or a number (fewer if memory is "
+                                    "short)")
     max_positions: int = option(2560, "KV positions per stream: prompt + frames (default 2560)")
     kv_memory_fraction: float = option(0.6, "share of free GPU memory for stream slots (default 0.6)")
     attention: str = option("auto", "triton | torch | auto")
@@ -50,6 +52,14 @@ class Qwen3TTSOptions(EngineConfig):
             raise ValueError("max_rows must be at least the smallest row bucket")
         if self.text_min_tokens < 1:
             raise ValueError("text_min_tokens must be at least 1")
+        if self.max_slots != "auto" and not (self.max_slots.isdigit() and int(self.max_slots) >= 2):
+            raise ValueError(f"max_slots must be auto or a number >= 2 (one slot is the padding sink), not "
+                             f"{self.max_slots!r}")
+
+    @property
+    def slots(self) -> int | None:
+        """max_slots as a number, None for auto."""
+        return None if self.max_slots == "auto" else int(self.max_slots)
 
     @property
     def rows(self) -> tuple[int, ...]:
@@ -59,7 +69,7 @@ class Qwen3TTSOptions(EngineConfig):
     def runner_options(self) -> dict[str, Any]:
         """RunnerConfig's keyword arguments (all but `sampling`, which comes from the checkpoint)."""
         return dict(row_buckets=self.rows, prefill_buckets=self.prefill_buckets, max_prefills=self.max_prefills,
-                    max_slots=self.max_slots, max_positions=self.max_positions,
+                    max_slots=self.slots, max_positions=self.max_positions,
                     kv_memory_fraction=self.kv_memory_fraction, enforce_eager=self.enforce_eager,
                     attention=self.attention, depth=self.depth, codec=self.codec, codec_width=self.codec_width,
                     codec_buckets=self.codec_buckets)

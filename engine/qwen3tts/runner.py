@@ -32,6 +32,7 @@ from .model.layers import rope_tables
 from .model.prompt import PromptRows
 from .model.sampling import NUM_PARAMS
 from .options import DEFAULTS
+from .slot_sizing import size_slots
 from .step_buffers import HostCopy, PackedBuffer
 
 RING = 64  # frames a stream may have made and not yet decoded (>= the widest codec piece)
@@ -57,7 +58,7 @@ class RunnerConfig:
     prefill_buckets: tuple[int, ...] = DEFAULTS.prefill_buckets  # prompt tokens per step (a longer prompt spans steps)
     max_prefills: int = DEFAULTS.max_prefills  # prompts per step
     max_positions: int = DEFAULTS.max_positions  # prompt + frames per stream (KV positions per slot)
-    max_slots: int = DEFAULTS.max_slots  # streams + the sink; fewer if the memory budget holds fewer
+    max_slots: int | None = None  # streams + the sink; None: what kv_memory_fraction holds (slot_sizing.py)
     kv_memory_fraction: float = DEFAULTS.kv_memory_fraction  # of the GPU memory free after loading (CUDA)
     max_trailing: int = 1024  # text ids one stream feeds into decode steps (the one-token-per-frame layout)
     sampling: SamplingFeatures = field(default_factory=SamplingFeatures)  # what rows may ask of the sampler
@@ -161,18 +162,12 @@ class ModelRunner:
         return CodecStream
 
     def _slots_for_budget(self, kv_layout: dict[str, SlotSpec], codec_cls: type) -> int:
-        if self.device.type != "cuda":
-            return min(self.config.max_slots, 17)
         from ..slot_pool import slot_bytes
         from .codec.codec_state import state_layout
 
-        per = slot_bytes(kv_layout) + slot_bytes(state_layout(self.tts.codec, self.dtype)) + 64 * 1024
-        free, _ = torch.cuda.mem_get_info(self.device)
-        n = min(self.config.max_slots, int(free * self.config.kv_memory_fraction) // per)
-        if n < 2:
-            raise RuntimeError(f"not enough GPU memory for one stream ({per / 2**20:.0f} MiB a slot, "
-                               f"{free / 2**30:.1f} GiB free): lower max_positions")
-        return n
+        c = self.config
+        return size_slots(c.max_slots, slot_bytes(kv_layout), slot_bytes(state_layout(self.tts.codec, self.dtype)),
+                          c.max_positions, c.kv_memory_fraction, self.device, c.progress)
 
     def _slot_state(self, n: int) -> SlotState:
         c, lc = self.config, self.cfg.talker.layers

@@ -28,6 +28,7 @@ class StreamHost(Protocol):
 
     tts: Any
     loop: EngineLoop | None
+    joining: int  # streams made that have not joined the loop yet (admission counts them ahead of a new one)
 
     def prompt_inputs(self, request: SynthesisRequest, non_streaming: bool | None = None) -> Any: ...
 
@@ -60,7 +61,12 @@ class StreamedText(AudioStream):
         self._inner: LoopStream | None = None
         self._joined = asyncio.Event()  # the inner stream exists, or there will be none (cancelled, empty text)
         self._cancelled = False
-        self._join_if_ready()
+        engine.joining += 1
+        try:
+            self._join_if_ready()
+        except BaseException:
+            self._set_joined()
+            raise
 
     # -- text -------------------------------------------------------------------------------------------------------
     def append_text(self, text: str) -> None:
@@ -123,7 +129,7 @@ class StreamedText(AudioStream):
         if not ended and (self._whole_text_first or len(committed) < self._min_tokens):
             return
         if not committed:  # the whole text had nothing to say
-            self._joined.set()
+            self._set_joined()
             return
         inputs = dataclasses.replace(self._inputs, text_ids=[*self._role, *committed, *self._end])
         rows = self._engine.prompt_rows(inputs)
@@ -134,7 +140,12 @@ class StreamedText(AudioStream):
         self._inner = self._engine.submit(self.request, rows, self._budget(len(rows)))
         if not ended:
             self._inner.engine_request.frames_ready = len(rows.trailing)
-        self._joined.set()
+        self._set_joined()
+
+    def _set_joined(self) -> None:
+        if not self._joined.is_set():
+            self._joined.set()
+            self._engine.joining -= 1
 
     # -- audio ------------------------------------------------------------------------------------------------------
     async def __aiter__(self) -> AsyncIterator[np.ndarray]:
@@ -148,7 +159,7 @@ class StreamedText(AudioStream):
         self._cancelled = True
         if self._inner is not None:
             self._inner.cancel()
-        self._joined.set()
+        self._set_joined()
 
     def report_playback(self, buffered_s: float) -> None:
         if self._inner is not None:

@@ -6,7 +6,7 @@ import time
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from voxgate.gateway.session.load import LOAD_HEADER, backend_load, engine_full, load_fraction
+from voxgate.gateway.session.load import LOAD_HEADER, backend_load, load_fraction
 from voxgate.gateway.session.state import GatewayState
 from voxgate.gateway.transport.auth import token_from_request
 from voxgate.gateway.voices.model_names import model_ids
@@ -32,8 +32,6 @@ async def _speech(request: Request, state: GatewayState) -> Response:
         return api_error(503, "the server is shutting down", "shutting_down", "server_error", close=True)
     if not state.engine.ready:
         return api_error(503, "the engine is warming up", "not_ready", "server_error")
-    if engine_full(state):
-        return api_error(503, "the engine is full; retry later or elsewhere", "engine_full", "server_error")
     media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media_type != "application/json":  # also a CSRF guard: cross-site pages cannot send JSON without a preflight
         return api_error(415, "the body must be JSON with Content-Type: application/json", "unsupported_media_type")
@@ -46,7 +44,11 @@ async def _speech(request: Request, state: GatewayState) -> Response:
         job = check(decode_body(raw), state, state.uploaded_ids(token_from_request(request)))
     except SpeechError as exc:
         return api_error(exc.status, exc.message, exc.code, param=exc.param)
-    return await speak(state, job, t_request)
+    refused = state.admission.check("http")  # after the body: nothing awaited between the decision and admit()
+    if refused is not None:
+        return api_error(503, "the engine is full; retry later or elsewhere", "engine_full", "server_error",
+                         retry_after=refused.retry_after_header)
+    return await speak(state, job, t_request, state.admission.admit())
 
 
 async def voices(request: Request) -> JSONResponse:

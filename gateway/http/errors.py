@@ -19,10 +19,14 @@ ENGINE_ERROR_STATUS = {"voice_not_found": 404, "language_not_supported": 400, "b
 
 
 def api_error(status: int, message: str, code: str, kind: str = "invalid_request_error",
-           close: bool = False, param: str | None = None) -> JSONResponse:
-    """An OpenAI-shaped error. `close`: the connection is not kept (an unread body, a shutdown)."""
+              close: bool = False, param: str | None = None, retry_after: str | None = None) -> JSONResponse:
+    """An OpenAI-shaped error. `close`: the connection is not kept (an unread body, a shutdown); `retry_after`:
+    a Retry-After header (seconds)."""
+    headers = {"Connection": "close"} if close else {}
+    if retry_after is not None:
+        headers["Retry-After"] = retry_after
     return JSONResponse({"error": {"message": message, "type": kind, "code": code, "param": param}},
-                        status_code=status, headers={"Connection": "close"} if close else None)
+                        status_code=status, headers=headers or None)
 
 
 async def read_body(request: Request, limit: int) -> bytes | None:

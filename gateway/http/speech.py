@@ -51,7 +51,9 @@ def _sse(event: dict[str, Any]) -> bytes:
     return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
 
 
-async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Response:
+async def speak(state: GatewayState, job: SpeechJob, t_request: float,
+                admitted: Callable[[], None] | None = None) -> Response:
+    """`admitted`: called once the engine has the stream, or it ended without reaching it (Admission.admit)."""
     metrics, errors = state.metrics, []
     pool = _pool(state.config.speech_encoder_threads)
     loop = asyncio.get_running_loop()
@@ -62,7 +64,7 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float) -> Respon
         return fn(*args)
 
     pcm = synthesize_pcm(state.engine, job.text, job.voice, job.language, job.instruct, job.budget_samples, errors,
-                         state.turns, job.stream_text)
+                         state.turns, job.stream_text, admitted)
     state.drain.http_streams += 1  # a shutdown lets it finish within the grace
     # The encoder: the one made ahead, else made (codec opened, header written) while the engine makes the first
     # audio. The next one is made ahead off the loop once this one's first bytes are out: made earlier, it would

@@ -31,7 +31,6 @@ from voxgate.gateway.protocol import (
 )
 from voxgate.gateway.session.context import Context
 from voxgate.gateway.session.context_text import ContextText
-from voxgate.gateway.session.load import engine_full
 from voxgate.gateway.session.pcm_producer import pcm_context, spoken_pcm
 from voxgate.gateway.session.state import GatewayState
 from voxgate.gateway.transport.auth import token_from_websocket
@@ -51,14 +50,18 @@ class Refusal(Exception):
     """An `error` event (OpenAI's error object) and the close code that follows it."""
 
     def __init__(self, code: str, message: str, param: str | None = None,
-                 close_code: int = WS_1008_POLICY_VIOLATION) -> None:
+                 close_code: int = WS_1008_POLICY_VIOLATION, retry_after_ms: int | None = None) -> None:
         super().__init__(message)
         self.code, self.message, self.param, self.close_code = code, message, param, close_code
+        self.retry_after_ms = retry_after_ms  # engine_full: when asking again may succeed
 
     def event(self) -> dict[str, Any]:
-        kind = "server_error" if self.close_code == WS_1011_INTERNAL_ERROR else "invalid_request_error"
-        return {"type": "error", "error": {"message": self.message, "type": kind, "code": self.code,
-                                           "param": self.param}}
+        kind = "server_error" if self.close_code in (WS_1011_INTERNAL_ERROR, WS_1013_TRY_AGAIN_LATER) \
+            else "invalid_request_error"
+        error = {"message": self.message, "type": kind, "code": self.code, "param": self.param}
+        if self.retry_after_ms is not None:
+            error["retry_after_ms"] = self.retry_after_ms
+        return {"type": "error", "error": error}
 
 
 class SpeechSocket:
@@ -106,9 +109,10 @@ def _refusal(state: GatewayState, token: str | None) -> Refusal | None:
         return Refusal("shutting_down", "the server is shutting down", close_code=WS_1001_GOING_AWAY)
     if not state.engine.ready:
         return Refusal("not_ready", "the engine is still loading; retry shortly", close_code=WS_1013_TRY_AGAIN_LATER)
-    if engine_full(state):
+    refused = state.admission.check("speech_ws")
+    if refused is not None:
         return Refusal("engine_full", "the engine is full; retry later or elsewhere",
-                       close_code=WS_1013_TRY_AGAIN_LATER)
+                       close_code=WS_1013_TRY_AGAIN_LATER, retry_after_ms=refused.retry_after_ms)
     return None
 
 
@@ -192,16 +196,19 @@ async def speech_websocket(websocket: WebSocket) -> None:
     await websocket.accept(subprotocol=SPEECH_PROTOCOL if SPEECH_PROTOCOL in offered else None)
     socket, token = SpeechSocket(websocket, state), token_from_websocket(websocket)
     tasks: list[asyncio.Task[None]] = []
+    admitted = None
     try:
         refused = _refusal(state, token)
         if refused is not None:
             raise refused
+        admitted = state.admission.admit()  # counted ahead of later streams until its engine stream opens
         await socket.send({"type": "session.created", "protocol": SPEECH_PROTOCOL, "audio": AUDIO})
         start = await socket.receive(state.config.limits.idle_timeout_s)
         if start["type"] != "request.start":
             raise Refusal("invalid_message", f"request.start expected, not {start['type']!r}", "type")
         job = _job(start, state, token)
-        context = pcm_context(job.voice, job.language, job.instruct, job.budget_samples, state.turns)
+        context = pcm_context(job.voice, job.language, job.instruct, job.budget_samples, state.turns,
+                              admitted=admitted)
         if state.config.text_streaming == "auto" and state.engine.supports_text_streaming:
             context.feed = ContextText(state.config.text_stream_min_words, state.config.text_stream_min_wps)
         await socket.send({"type": "request.configured", "model": start.get("model"), "voice": job.voice,
@@ -229,6 +236,8 @@ async def speech_websocket(websocket: WebSocket) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
         if tasks:
             state.drain.http_streams -= 1
+        if admitted is not None:
+            admitted()  # (idempotent: released already if its stream opened)
 
 
 async def _close(socket: SpeechSocket, code: int, refusal: Refusal | None = None) -> None:

@@ -34,7 +34,6 @@ from voxgate.gateway.transport.auth import token_from_websocket
 from voxgate.gateway.transport.writer import SocketWriter
 from voxgate.gateway.transport.ws_protocol import FORCE_CLOSE, SEND_NOW
 
-from .load import engine_full
 from .session import Session
 from .state import GatewayState
 
@@ -83,9 +82,11 @@ async def tts_websocket(websocket: WebSocket) -> None:
         await _refuse(websocket, ProtocolError("not_ready", "the engine is still loading; retry shortly",
                                                close_code=WS_1013_TRY_AGAIN_LATER), state)
         return
-    if engine_full(state):
+    refused = state.admission.check("ws_session")
+    if refused is not None:
         await _refuse(websocket, ProtocolError("engine_full", "the engine is full; retry later or elsewhere",
-                                               close_code=WS_1013_TRY_AGAIN_LATER), state)
+                                               close_code=WS_1013_TRY_AGAIN_LATER,
+                                               retry_after_ms=refused.retry_after_ms), state)
         return
     session: Session | None = None
 

@@ -4,7 +4,7 @@ producer as a WebSocket context, its frames read out as they are made."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from voxgate.engine.base import SAMPLE_RATE, Engine
 from voxgate.gateway.audio.frames import AudioFormat, make_encoder
@@ -15,12 +15,15 @@ from .context_text import ContextText
 
 
 def pcm_context(voice: str | None, language: str | None, instruct: str | None, budget_samples: int,
-                turns: LoopTurns | None = None, stream_text: bool = False) -> Context:
+                turns: LoopTurns | None = None, stream_text: bool = False,
+                admitted: Callable[[], None] | None = None) -> Context:
     """A context outside any session, spoken as PCM16 24 kHz in long frames (HTTP speech, the speech WebSocket):
     its text goes in with `append_text` / `end`, its audio comes out of `spoken_pcm`. `stream_text` (engines with
-    supports_text_streaming): the text goes into one engine stream, as a streamed WebSocket turn's."""
+    supports_text_streaming): the text goes into one engine stream, as a streamed WebSocket turn's. `admitted`:
+    called once its first engine stream opens or it ends without one (Admission.admit)."""
     fmt = AudioFormat(frame_ms=1280)  # long frames: nothing held back
     context = Context("http", 0, 0, voice, language, instruct, budget_samples, True, make_encoder(fmt))
+    context.release_admission = admitted
     context.max_ahead_samples = int(MAX_AHEAD_S * SAMPLE_RATE)
     context.turns = turns
     if stream_text:
@@ -49,15 +52,17 @@ async def spoken_pcm(context: Context, engine: Engine, errors: list[str]) -> Asy
     finally:
         producer.cancel()  # also on client disconnect: the engine stream is cancelled at once
         await asyncio.gather(producer, return_exceptions=True)
+        if context.release_admission is not None:
+            context.release_admission()  # (idempotent: its first stream released it, if it had one)
 
 
 def synthesize_pcm(engine: Engine, text: str, voice: str | None, language: str | None, instruct: str | None,
                    budget_samples: int, errors: list[str], turns: LoopTurns | None = None,
-                   stream_text: bool = False) -> AsyncIterator[bytes]:
+                   stream_text: bool = False, admitted: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
     """One utterance as PCM16 24 kHz byte chunks, through the same producer as a WebSocket context (HTTP speech).
 
     Chunks are what the engine made (long frames). Engine errors are appended to `errors`; the rest is spoken."""
-    context = pcm_context(voice, language, instruct, budget_samples, turns, stream_text)
+    context = pcm_context(voice, language, instruct, budget_samples, turns, stream_text, admitted)
     context.append_text(text)
     context.end()
     return spoken_pcm(context, engine, errors)

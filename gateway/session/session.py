@@ -39,10 +39,10 @@ from voxgate.gateway.transport.writer import OutFrame, SocketWriter
 from voxgate.gateway.voices.openai_names import voice_aliases
 from voxgate.gateway.voices.voice_rule import VoiceChoice, VoiceError, choose_voice
 
+from .admission import Admission
 from .context import MAX_AHEAD_S, Context, ContextState
 from .context_text import ContextText
 from .limits import check_buffered, check_flush, check_new_context, check_text
-from .load import Admission
 from .pacer import negotiate_pacing
 from .track import Track
 
@@ -54,7 +54,7 @@ class Session:
                  turns: LoopTurns | None = None, uploaded: Callable[[], list[str]] = list,
                  admission: Admission | None = None) -> None:
         self.engine = engine
-        self.admission = admission  # the engine's queue limit, shared by all sessions (load.py); None: no limit
+        self.admission = admission  # one decision for every session (admission.py); None: no admission
         self.uploaded = uploaded  # ids of the uploaded voices this session's token may use (POST /v1/voices)
         self.turns = turns
         self.config = config
@@ -158,8 +158,11 @@ class Session:
         if context_id in self.used_ids:
             raise invalid(f"context_id {context_id!r} was already used in this session", context_id, "context_id")
         check_new_context(self.limits, context_id, self.active_contexts, len(self.used_ids))
-        if self.admission is not None and self.admission.full():  # a new turn waits like a new session would
-            raise ProtocolError("engine_full", "the engine is full; retry this context later", context_id=context_id)
+        if self.admission is not None:  # a speaking session's new turn may use the reserve (admission.py)
+            refused = self.admission.check("ws_context", priority=self.active_contexts > 0)
+            if refused is not None:
+                raise ProtocolError("engine_full", "the engine is full; retry this context later",
+                                    context_id=context_id, retry_after_ms=refused.retry_after_ms)
         opts = opts or ContextOpen(context_id=context_id)
         instruct = opts.instruct or self._defaults["instruct"]
         choice = self._choose(opts.voice or None, opts.language or None, instruct, ("voice", "language", "instruct"),

@@ -12,7 +12,7 @@ from voxgate.gateway.transport.drain import Drain
 from voxgate.gateway.transport.loop_turns import LoopTurns
 from voxgate.gateway.voices.store import VoiceStore, owner_of
 
-from .load import Admission
+from .admission import Admission
 
 
 class GatewayState:
@@ -25,7 +25,7 @@ class GatewayState:
         self.drain = Drain(config.shutdown_grace_s)
         self.metrics.draining.set_function(lambda: float(self.drain.draining))
         self.turns = LoopTurns(config.loop_chunk_turns)  # shared by every context's producer
-        self.admission = Admission(config, engine)  # max_queued_streams, counted for every session together
+        self.admission = Admission(config, engine, self.metrics.admission_refusals)  # one decision, every door
         # Uploaded voices (POST /v1/voices), loaded into the engine at start; None: uploads off (no voices_dir).
         self.voices = VoiceStore(config.voices_dir, engine, config.max_voices, bool(config.auth_tokens)) \
             if config.voices_dir else None

@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 import websockets
-from support import connect, next_json
+from support import connect, errors_until_pong, next_json
 from voxgate.engine.fake import FakeEngine
 from voxgate.gateway.cli.devices import check_device, narrow_to, parse_gpus, visible_gpus
 from voxgate.gateway.protocol import PROTOCOL
@@ -77,23 +77,14 @@ async def test_admission_is_off_by_default(gateway):
 
 
 def queued_stream_server(gateway, limit: int = 2):
-    """A fake engine whose streams wait a minute for their first audio (they stay queued), admission at `limit`."""
-    return gateway(FakeEngine(first_chunk_ms=60_000), max_queued_streams=limit)
+    """A fake engine whose streams wait a minute for their first audio (they stay queued), admission by queue (the
+    forecast would refuse every stream but one: a minute is past any SLO) at `limit`."""
+    return gateway(FakeEngine(first_chunk_ms=60_000), max_queued_streams=limit, admission="queue")
 
 
 async def speak(ws, context_id: str) -> None:
     await ws.send(json.dumps({"type": "text.append", "context_id": context_id, "text": "Hello there."}))
     await ws.send(json.dumps({"type": "context.end", "context_id": context_id}))
-
-
-async def errors_until_pong(ws) -> list[dict]:
-    """The errors the server sends before it answers a ping sent now (it answers in order)."""
-    await ws.send(json.dumps({"type": "ping"}))
-    errors = []
-    while (message := await next_json(ws))["type"] != "pong":
-        if message["type"] == "error":
-            errors.append(message)
-    return errors
 
 
 async def test_a_full_engine_refuses_new_contexts_of_open_sessions(gateway):
@@ -106,7 +97,7 @@ async def test_a_full_engine_refuses_new_contexts_of_open_sessions(gateway):
     await speak(a, "a2")
     refusal, end = await errors_until_pong(a)  # (its context.end then names a context that was never opened)
     assert refusal == {"type": "error", "code": "engine_full", "fatal": False, "context_id": "a2",
-                       "message": "the engine is full; retry this context later"}
+                       "message": "the engine is full; retry this context later", "retry_after_ms": 1000}
     assert end["code"] == "unknown_context" and end["context_id"] == "a2"
     async with websockets.connect(server.ws_url, subprotocols=[PROTOCOL]) as refused:  # a new session too
         assert (await next_json(refused))["code"] == "engine_full"

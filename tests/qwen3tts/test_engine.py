@@ -169,7 +169,7 @@ def test_the_qwen3tts_preset_is_a_valid_engine_configuration() -> None:
     assert config.engine == "qwen3tts"
     engine = create_engine(**config.engine_options)
     assert engine.chunk_schedule == (1, 2, 4, 8, 16) and engine.scheduler_config.max_rows == 128
-    assert engine.loop_options["max_positions"] == 2560 and engine.loop_options["max_slots"] == 257
+    assert engine.loop_options["max_positions"] == 2560 and engine.loop_options["max_slots"] is None  # auto
 
 
 @pytest.mark.slow

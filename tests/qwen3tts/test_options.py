@@ -37,9 +37,13 @@ def test_runner_and_scheduler_defaults_are_the_options_defaults() -> None:
     from voxgate.engine.qwen3tts.runner import RunnerConfig
 
     defaults, runner, scheduler = Qwen3TTSOptions(), RunnerConfig(), SchedulerConfig()
-    for name in ("row_buckets", "prefill_buckets", "max_prefills", "max_positions", "max_slots", "kv_memory_fraction",
+    for name in ("row_buckets", "prefill_buckets", "max_prefills", "max_positions", "kv_memory_fraction",
                  "codec_width", "attention", "depth", "codec", "enforce_eager"):
         assert getattr(runner, name) == getattr(defaults, name), name
+    assert runner.max_slots is defaults.slots is None  # auto: sized from free memory at start
+    assert parse({"max_slots": 300}).slots == 300 and parse({"max_slots": "auto"}).slots is None
+    with pytest.raises(ValueError, match="max_slots must be auto or a number"):
+        parse({"max_slots": "1"})
     assert SchedulerConfig.of(defaults) == scheduler
     assert scheduler.max_prefill_tokens == max(EngineConfig().prefill_buckets)
 

@@ -25,7 +25,9 @@ WORD_GAP_S = 0.01  # an LLM's pace (100 words/s): the rate rule streams it
 @pytest.fixture(scope="module")
 def server(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]:
     engine = RecordingEngine(create_engine(model=str(tiny_ckpt("cv06")), **SMALL))
-    with running_gateway(engine, GatewayConfig()) as srv:
+    # More turns than slots wait for one (admission by queue): what is tested is that rolled-over streams free theirs
+    # (by deadline the extra turns would be refused at once: tests/qwen3tts/test_admission.py).
+    with running_gateway(engine, GatewayConfig(admission="queue")) as srv:
         yield srv
 
 
