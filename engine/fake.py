@@ -13,6 +13,7 @@ import functools
 import hashlib
 import itertools
 import math
+import time
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -104,6 +105,7 @@ class FakeStream(AudioStream):
         self._text = request.text  # all the text so far (text_open: grows by append_text)
         self._text_open = request.text_open
         self._more = asyncio.Event()  # text came, the text ended, or a cancel: a waiting stream looks again
+        self._stamps: dict[str, float] = {}  # the first-audio stages this engine has: queue (first_chunk_ms), codec
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -122,6 +124,14 @@ class FakeStream(AudioStream):
 
     def __aiter__(self) -> AsyncIterator[np.ndarray]:
         return self._open_text() if self.request.text_open else self._whole_text()
+
+    def first_audio_stamps(self) -> dict[str, float]:
+        return dict(self._stamps)
+
+    def _made(self) -> None:
+        """A chunk came off the device: the first one ends the timeline's `codec` stage."""
+        if "codec" not in self._stamps:
+            self._stamps["codec"] = time.monotonic()
 
     def _spoken_samples(self) -> int:
         """Audio owed for the text so far: every complete word (the last one only once a space follows it or the
@@ -145,6 +155,7 @@ class FakeStream(AudioStream):
             await asyncio.sleep(engine.first_chunk_ms / 1000)
         finally:
             engine._waiting -= 1
+        self._stamps["queue"] = time.monotonic()
         return schedule, period, device
 
     async def _open_text(self) -> AsyncIterator[np.ndarray]:
@@ -164,6 +175,7 @@ class FakeStream(AudioStream):
                 break
             n = min(schedule[min(index, len(schedule) - 1)], owed - produced)
             await device.run(n)
+            self._made()
             if self._cancelled:
                 break
             yield _slice(period, n, produced)
@@ -180,6 +192,7 @@ class FakeStream(AudioStream):
                 break
             n = min(schedule[min(index, len(schedule) - 1)], total - produced)
             await device.run(n)
+            self._made()
             if self._cancelled:
                 break
             yield _slice(period, n, produced)

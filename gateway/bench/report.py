@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import server_metrics
+from . import server_metrics, timeline
 from .capacity import SLO_SHARE, SLO_TOTAL_PAUSE_S, SLO_TTFA_S
 
 SCHEMA = "voxgate.bench/1"
@@ -188,7 +188,7 @@ def _server_section(report: dict[str, Any]) -> list[str]:
     for p in phases(report):
         label = _phase_label(p["params"])
         for family, entry in (p.get("server") or {}).items():
-            if entry["type"] != "histogram":
+            if entry["type"] != "histogram" or family == timeline.FAMILY:  # (the timeline has its own table)
                 continue
             # seconds shown in ms; counts (rows, tokens per step) as they are
             scale = 1e3 if family.endswith("_seconds") else 1.0
@@ -203,7 +203,7 @@ def _server_section(report: dict[str, Any]) -> list[str]:
         lines += rows
     else:
         lines.append("No server histograms were exposed.")
-    return [*lines, ""]
+    return [*lines, "", *timeline.section([(_phase_label(p["params"]), p.get("server") or {}) for p in phases(report)])]
 
 
 def _scaled(v: float | None, scale: float) -> float | None:
