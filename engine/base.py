@@ -95,6 +95,12 @@ class AudioStream(abc.ABC):
         gateway asks ahead and ends a nearly full stream's text at a sentence end. No side effects."""
         return True
 
+    def first_audio_stamps(self) -> dict[str, float]:
+        """When this stream passed the stages of its first audio that the engine has (engine/timeline.py's
+        STAGES: queue, prefill, first_frame, codec, hand_over), as time.monotonic() values; read by the gateway once
+        the first chunk is out. Stages an engine does not have are left out (none by default)."""
+        return {}
+
     def report_playback(self, buffered_s: float) -> None:  # noqa: B027 (a hint engines may ignore)
         """Hint from the gateway: this stream's listener holds `buffered_s` seconds of its audio right now (audio
         sent but not yet played, plus audio made but not yet sent). An engine that schedules by playback deadline

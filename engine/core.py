@@ -69,6 +69,7 @@ class EngineCore:
         self.scheduler = Scheduler(config or SchedulerConfig(), slots)
         self.pipeline = pipeline
         self._launched: deque[tuple[StepPlan, object]] = deque()  # steps launched, not yet read (oldest first)
+        self._first_frame_due: list[Request] = []  # first frame's step launched, the frame not yet counted
         self.chunks = ChunkAssembler(runner.chunks, self.scheduler)
 
     @property
@@ -92,11 +93,13 @@ class EngineCore:
             out.num_frames += self.scheduler.postprocess(done, eos)
         clock.mark("gpu")
         now = time.monotonic()
+        self._stamp_first_frames(now)
         out.chunks = self.chunks.collect(now)
         clock.mark("codec")
         launched_codec = self.chunks.launch()
         handed, out.finished = self.chunks.finish_ended(now)
         out.chunks += handed
+        _stamp_first_chunks(out.chunks)
         out.idle = plan.empty and not launched_codec and not self._launched and not out.chunks \
             and not out.finished and out.num_frames == 0
         clock.mark("post")
@@ -109,14 +112,30 @@ class EngineCore:
         """Start the plan's step on the runner (nothing for an empty plan) and count what it launched."""
         if not plan.empty:
             self._launched.append((plan, self.runner.launch(plan)))
+            launched_at = time.monotonic()
             for piece in plan.prefills:
                 piece.request.num_prefilled += piece.count
+                if piece.request.prefill_launched_at is None:
+                    piece.request.prefill_launched_at = launched_at
             for request in plan.decodes:
                 request.num_launched += 1
+                if request.decode_launched_at is None:
+                    request.decode_launched_at = launched_at
+                    self._first_frame_due.append(request)
         out = StepOutput(num_rows=len(plan.decodes), num_prefill_tokens=plan.num_prefill_tokens,
                          bucket=self.runner.last_bucket if not plan.empty else "")
         out.started = [p.request for p in plan.prefills if p.start == 0]
         return out
+
+    def _stamp_first_frames(self, now: float) -> None:
+        """The first-audio timeline's `first_frame`: only the few streams waiting for theirs are looked at."""
+        if self._first_frame_due:
+            due = self._first_frame_due
+            for request in due:
+                if request.num_frames and request.first_frame_at is None:
+                    request.first_frame_at = now
+            self._first_frame_due = [r for r in due if r.first_frame_at is None and r.status is Status.RUNNING
+                                     and not r.ended]
 
     def _read_finished(self, plan: StepPlan) -> Iterator[tuple[StepPlan, np.ndarray]]:
         """The steps before the newest (pipelined) or all of them, each with its end-of-speech rows. The codec call
@@ -134,6 +153,15 @@ class EngineCore:
         for request in failed:
             self.scheduler.finish(request, Status.ABORTED, reason)
         return failed
+
+
+def _stamp_first_chunks(chunks: list[tuple[Request, np.ndarray]]) -> None:
+    """The first-audio timeline's `codec`: the first chunk of a stream is decoded (its codec call collected)."""
+    now = None
+    for request, _ in chunks:
+        if request.first_decoded_at is None:
+            now = time.monotonic() if now is None else now
+            request.first_decoded_at = now
 
 
 class _Clock:

@@ -116,6 +116,7 @@ class FakeStream(AudioStream):
         self._more = asyncio.Event()  # text came, the text ended, or a cancel: a waiting stream looks again
         self._open = True  # counted in the engine's streams until it ends or is cancelled
         engine._streams += 1
+        self._stamps: dict[str, float] = {}  # the first-audio stages this engine has: queue (first_chunk_ms), codec
 
     def _closed(self) -> None:
         if self._open:
@@ -145,6 +146,14 @@ class FakeStream(AudioStream):
         finally:
             self._closed()
 
+    def first_audio_stamps(self) -> dict[str, float]:
+        return dict(self._stamps)
+
+    def _made(self) -> None:
+        """A chunk came off the device: the first one ends the timeline's `codec` stage."""
+        if "codec" not in self._stamps:
+            self._stamps["codec"] = time.monotonic()
+
     def _spoken_samples(self) -> int:
         """Audio owed for the text so far: every complete word (the last one only once a space follows it or the
         text ended); at the end the whole-text rule, so the total equals a whole-text request's."""
@@ -167,6 +176,7 @@ class FakeStream(AudioStream):
             await asyncio.sleep(engine.first_chunk_ms / 1000)
         finally:
             engine._waiting -= 1
+        self._stamps["queue"] = time.monotonic()
         return schedule, period, device
 
     async def _open_text(self) -> AsyncIterator[np.ndarray]:
@@ -186,6 +196,7 @@ class FakeStream(AudioStream):
                 break
             n = min(schedule[min(index, len(schedule) - 1)], owed - produced)
             await device.run(n)
+            self._made()
             if self._cancelled:
                 break
             yield _slice(period, n, produced)
@@ -202,6 +213,7 @@ class FakeStream(AudioStream):
                 break
             n = min(schedule[min(index, len(schedule) - 1)], total - produced)
             await device.run(n)
+            self._made()
             if self._cancelled:
                 break
             yield _slice(period, n, produced)

@@ -38,6 +38,7 @@ class LoopStream(AudioStream):
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._done = False
         self._iterated = False
+        self._handed_at: float | None = None  # the first chunk came into the event loop (first-audio timeline)
         engine_request.sink = self
 
     def cancel(self) -> None:
@@ -50,10 +51,18 @@ class LoopStream(AudioStream):
     def report_playback(self, buffered_s: float) -> None:
         self.engine_request.report_playback(buffered_s)
 
+    def first_audio_stamps(self) -> dict[str, float]:
+        r = self.engine_request
+        stamps = {"queue": r.prefill_launched_at, "prefill": r.decode_launched_at, "first_frame": r.first_frame_at,
+                  "codec": r.first_decoded_at, "hand_over": self._handed_at}
+        return {stage: at for stage, at in stamps.items() if at is not None}
+
     def _put(self, item: Any) -> None:  # on the event loop
         if not self._done:
             if item is _END or isinstance(item, BaseException):
                 self._done = True
+            elif self._handed_at is None:
+                self._handed_at = time.monotonic()
             self._queue.put_nowait(item)
 
     async def __aiter__(self) -> AsyncIterator[np.ndarray]:

@@ -52,6 +52,12 @@ class Request:
     finish_reason: str | None = None  # "eos" | "budget" | "aborted" | "error"
     first_step_at: float | None = None  # first step that ran any of its tokens (queue wait = this - arrival)
     first_audio_at: float | None = None  # when the first chunk was handed over
+    # The first-audio timeline (engine/timeline.py), each stamped once: the step carrying its first prompt tokens
+    # launched, the step of its first frame launched, that frame counted, its first chunk decoded.
+    prefill_launched_at: float | None = None
+    decode_launched_at: float | None = None
+    first_frame_at: float | None = None
+    first_decoded_at: float | None = None
     playback_deadline: float | None = None  # the gateway's last hint: when the listener runs dry (None: none)
     delivered_at_hint: int = 0  # num_delivered when that hint came (audio handed over since extends it)
     sink: Any = None  # where the engine loop delivers this stream's chunks

@@ -6,8 +6,12 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
+from voxgate.engine.timeline import FirstAudioTimeline
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
+# Stages of a few ms to a second: fine below 20 ms, where the idle tail (issue 26) is read off.
+_STAGE_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03,
+                  0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 _LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
 
 
@@ -37,6 +41,11 @@ class GatewayMetrics:
                                       registry=r)
         self.first_audio = Histogram("voxgate_first_audio_seconds", "Time from speakable text to first audio",
                                      ["endpoint"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.first_audio_stages = Histogram(
+            "voxgate_first_audio_stage_seconds",
+            "A request's first audio by stage (admit, queue, prefill, first_frame, codec, hand_over, write; "
+            "absent where the engine has none): the stages add up to the time to its first byte written",
+            ["endpoint", "stage"], buckets=_STAGE_BUCKETS, registry=r)
         self.stall_events = Counter("voxgate_stall_events_total", "Stalls reported by clients, by cause", ["cause"],
                                     registry=r)
         self.stall_seconds = Counter("voxgate_stall_seconds", "Silence of reported stalls, by cause", ["cause"],
@@ -67,6 +76,11 @@ class GatewayMetrics:
             rows = Gauge("voxgate_engine_free_rows", "Streams the engine could start now without queueing",
                          registry=r)
             rows.set_function(lambda: float(free_rows() or 0))
+
+    def observe_first_audio(self, endpoint: str, timeline: FirstAudioTimeline) -> None:
+        """One request's first-audio timeline, its `write` stamped: every stage it has, once."""
+        for stage, seconds in timeline.stages():
+            self.first_audio_stages.labels(endpoint, stage).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self._view)  # type: ignore[arg-type]

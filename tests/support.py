@@ -161,6 +161,9 @@ class RecordingStream(AudioStream):
     def can_append_text(self, text: str) -> bool:
         return self._inner.can_append_text(text)
 
+    def first_audio_stamps(self) -> dict[str, float]:
+        return self._inner.first_audio_stamps()
+
     async def __aiter__(self) -> AsyncIterator[np.ndarray]:
         async for chunk in self._inner:
             self._sink.append(chunk.copy())
@@ -241,6 +244,20 @@ class RecordingEngine(Engine):
     def audio_for(self, predicate=lambda request: True) -> np.ndarray:
         parts = [c for request, chunks in self.produced if predicate(request) for c in chunks]
         return np.concatenate(parts) if parts else np.zeros(0, np.int16)
+
+
+def first_audio_stages(metrics_text: str, endpoint: str) -> dict[str, tuple[float, float]]:
+    """stage -> (count, sum) of `voxgate_first_audio_stage_seconds` for `endpoint`, in the order /metrics lists
+    them (the order they were first observed in)."""
+    from voxgate.gateway.bench.server_metrics import parse
+
+    family = "voxgate_first_audio_stage_seconds"
+    out: dict[str, list[float]] = {}
+    for (name, labels), value in parse(metrics_text)[0].items():
+        named = dict(labels)
+        if named.get("endpoint") == endpoint and name in (family + "_count", family + "_sum"):
+            out.setdefault(named["stage"], [0.0, 0.0])[name.endswith("_sum")] = value
+    return {stage: (count, total) for stage, (count, total) in out.items()}
 
 
 @contextlib.contextmanager

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from voxgate.engine.base import SynthesisRequest
 from voxgate.engine.core import EngineCore
+from voxgate.engine.loop import EngineLoop
 from voxgate.engine.request import FRAME_S, Request, Status
 from voxgate.engine.scheduler import Scheduler, SchedulerConfig, StepPlan
 
@@ -105,6 +107,29 @@ def test_every_frame_reaches_the_listener_and_streams_finish_after_their_last_ch
     for r in requests:
         assert audio[r.request_id] == r.num_frames == (3 if r is requests[1] else r.frame_budget)
         assert r.finish_reason == ("eos" if r is requests[1] else "budget")
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+async def test_a_stream_tells_its_first_audio_stages_in_order(pipeline: bool) -> None:
+    """The first-audio timeline's engine stamps (engine/timeline.py): a prompt over three steps, its first frame's
+    step, that frame counted, its chunk decoded, handed to the event loop; each once, in that order."""
+    core = EngineCore(FakeRunner(), Pool(2), SchedulerConfig(max_rows=16, max_prefill_tokens=4, urgent_s=0),
+                      pipeline=pipeline)
+    loop = EngineLoop(core)
+    loop.start()
+    try:
+        request = _request(tokens=10, budget=6, schedule=(2, 4))
+        stream = loop.submit(SynthesisRequest("hi"), request)
+        chunks = aiter(stream)
+        first = await anext(chunks)
+        stamps = stream.first_audio_stamps()
+        assert len(first) == 2 * 1920 and [len(c) async for c in chunks] == [4 * 1920]
+    finally:
+        await loop.stop()
+    assert list(stamps) == ["queue", "prefill", "first_frame", "codec", "hand_over"]
+    assert request.arrival <= stamps["queue"] < stamps["prefill"] <= stamps["first_frame"] <= stamps["codec"] \
+        <= stamps["hand_over"]
+    assert stream.first_audio_stamps() == stamps  # stamped once: later chunks change nothing
 
 
 def test_a_codec_call_takes_only_what_a_bucket_holds() -> None:

@@ -165,6 +165,9 @@ class StreamedText(AudioStream):
         if self._inner is not None:
             self._inner.report_playback(buffered_s)
 
+    def first_audio_stamps(self) -> dict[str, float]:
+        return self._inner.first_audio_stamps() if self._inner is not None else {}
+
     @property
     def engine_request(self) -> Any:
         return self._inner.engine_request if self._inner is not None else None

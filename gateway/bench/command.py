@@ -39,6 +39,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     load.add_argument("--rates", type=_floats, default=[], help="open-loop rates to measure, e.g. 1,2,4")
     load.add_argument("--rate-search", metavar="START:MAX", help="open loop: double from START to a failure, bisect")
     load.add_argument("--refine", type=int, default=2, help="bisection steps after the doubling")
+    load.add_argument("--overload", type=float, metavar="X",
+                      help="after the open loop: one more open-loop phase at X times the capacity (Poisson arrivals); "
+                           "the report counts its refusals (engine_full) apart from errors, and its goodput")
+    load.add_argument("--capacity", type=float, metavar="R",
+                      help="req/s that --overload multiplies (default: the capacity the open-loop search found)")
     load.add_argument("--seeds", type=_ints, default=[1, 2], help="arrival seeds per rate")
     load.add_argument("--warmup", type=float, default=10.0, help="s, open-loop warm-up per rate and seed")
     load.add_argument("--duration", type=float, default=60.0, help="s, open-loop measurement per rate and seed")

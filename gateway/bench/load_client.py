@@ -21,6 +21,14 @@ class ServerError(Exception):
     """A fatal error from the server or a broken connection: the client must be replaced."""
 
 
+class Refused(ServerError):
+    """A new session refused because the engine is full (`engine_full`, or close 1013): no request was served."""
+
+
+REFUSAL_CODE = "engine_full"  # the gateway's answer past capacity: HTTP 503, a WebSocket error or close 1013
+WS_TRY_AGAIN_LATER = 1013
+
+
 @dataclass(slots=True)
 class Trace:
     """The client's view of one request. Times are `time.perf_counter()` seconds."""
@@ -36,6 +44,11 @@ class Trace:
     error: str | None = None
     server_first_audio_ms: float | None = None  # context.done.timing.first_audio_ms (WebSocket only)
     server_stalls: dict[str, Any] | None = None
+    refusal_s: float | None = None  # refused (engine_full): seconds from sending to the refusal; not an error
+
+    @property
+    def refused(self) -> bool:
+        return self.refusal_s is not None
 
     @property
     def ok(self) -> bool:
@@ -88,9 +101,16 @@ class WsClient:
         }
         if voice:
             start["defaults"] = {"voice": voice}
+        from websockets.exceptions import ConnectionClosed
+
         await ws.send(json.dumps(start))
         while True:
-            msg = await ws.recv()
+            try:
+                msg = await ws.recv()
+            except ConnectionClosed as exc:
+                if exc.rcvd is not None and exc.rcvd.code == WS_TRY_AGAIN_LATER:
+                    raise Refused(f"session refused: close {exc.rcvd.code} {exc.rcvd.reason}") from None
+                raise
             if isinstance(msg, bytes):
                 continue
             data = json.loads(msg)
@@ -98,7 +118,8 @@ class WsClient:
                 return cls(ws, data, text_wps)
             if data.get("type") == "error":
                 await ws.close()
-                raise ServerError(f"session.start refused: {data.get('code')}: {data.get('message')}")
+                error = Refused if data.get("code") == REFUSAL_CODE else ServerError
+                raise error(f"session.start refused: {data.get('code')}: {data.get('message')}")
 
     async def speak(self, trace: Trace, text: str) -> None:
         ws = self.ws
@@ -108,6 +129,7 @@ class WsClient:
             opening["max_audio_ms"] = trace.max_audio_ms
         writer: asyncio.Task[None] | None = None
         try:
+            opened = time.perf_counter()
             await ws.send(json.dumps(opening))
             end = json.dumps({"type": "context.end", "context_id": cid})
             if self.text_wps:  # TTFA counts from the first word: what a listener of an LLM agent waits
@@ -141,6 +163,9 @@ class WsClient:
                 if kind == "error":
                     if data.get("fatal"):
                         raise ServerError(f"fatal {data.get('code')}: {data.get('message')}")
+                    if data.get("context_id") == cid and data.get("code") == REFUSAL_CODE:
+                        trace.refusal_s = now - opened  # the context was never opened: nothing more comes
+                        return
                     if data.get("context_id") in (cid, None):
                         trace.error = f"{data.get('code')}: {data.get('message')}"
                         if data.get("code") != "synthesis_failed":  # synthesis_failed is followed by context.done
@@ -194,7 +219,12 @@ class HttpClient:
             trace.sent = time.perf_counter()
             async with self.http.stream("POST", "/v1/audio/speech", json=body) as resp:
                 if resp.status_code != 200:
-                    trace.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
+                    answered = time.perf_counter()
+                    body = await resp.aread()
+                    if resp.status_code == 503 and _error_code(body) == REFUSAL_CODE:
+                        trace.refusal_s = answered - trace.sent
+                    else:
+                        trace.error = f"HTTP {resp.status_code}: {body[:200]!r}"
                     return
                 async for chunk in resp.aiter_raw():
                     now = time.perf_counter()
@@ -211,3 +241,12 @@ class HttpClient:
 
     async def close(self) -> None:  # the shared httpx client is closed by its owner
         return None
+
+
+def _error_code(body: bytes) -> str | None:
+    """The `error.code` of an OpenAI-shaped error body, if it is one."""
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error.get("code") if isinstance(error, dict) else None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .arrivals import poisson_arrivals
-from .load_client import Client, HttpClient, ServerError, Trace, WsClient
+from .load_client import Client, HttpClient, Refused, ServerError, Trace, WsClient
 from .stats import to_sample
 from .workload import Workload
 
@@ -119,7 +119,7 @@ def _collect(result: PhaseResult, traces: list[Trace], t0: float, warmup_s: floa
     result.window_s = duration_s
     result.window_audio_s = sum(d for tr in traces for (t, d) in tr.chunks if start <= t < end)
     for tr in traces:
-        if tr.done is None and tr.error is None:
+        if tr.done is None and tr.error is None and not tr.refused:
             tr.error = "unfinished when the phase drained"
         # warm-up: sent (closed) or scheduled (open) before the window; the caller sets `scheduled` accordingly
         result.samples.append(to_sample(tr, t0, warmup=tr.scheduled < start))
@@ -230,8 +230,13 @@ async def run_open(
         trace = Trace(i, len(text.split()), workload.max_audio_ms(i), scheduled=scheduled)
         traces.append(trace)
         with flight.request():
+            asked = time.perf_counter()
             try:
                 client = await session()
+            except Refused:  # a new session refused (engine_full): answered, not an error
+                trace.sent = asked
+                trace.refusal_s = time.perf_counter() - asked
+                return
             except Exception as exc:
                 trace.error = f"connect: {type(exc).__name__}: {exc}"
                 return

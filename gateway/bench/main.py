@@ -42,6 +42,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         deflate=args.deflate,
         codec=args.codec,
         text_wps=args.text_wps,
+        overload=args.overload,
+        capacity=args.capacity,
     )
     if args.rate_search:
         start, _, top = args.rate_search.partition(":")
@@ -136,6 +138,12 @@ def headline(report: dict[str, Any]) -> list[str]:
         )
     for search in report.get("open_loop") or []:
         lines.append(f"SLO capacity {search['workload']} ({search['transport']}): {search['capacity_rps']} req/s")
+        over = search.get("overload")
+        if over and "summary" in over:
+            s = over["summary"]
+            lines.append(f"overload {over['factor']:g}x {over['capacity_rps']:g} = {over['rate']:g} req/s: goodput "
+                         f"{over['goodput_rps']:.2f} req/s, refused {s['refused']}/{s['requests']}, "
+                         f"{s['errors']} errors")
     return lines
 
 

@@ -40,6 +40,8 @@ class Plan:
     deflate: bool = False
     codec: str = "pcm_s16le"
     text_wps: float | None = None  # WebSocket text word by word at this rate (an LLM agent), not all at once
+    overload: float | None = None  # an open-loop phase at this many times the capacity, after the search
+    capacity: float | None = None  # req/s that `overload` multiplies (None: the capacity the search found)
     stop_at: float | None = None  # time.monotonic() after which no phase starts that would not end in time
     skipped: list[str] = field(default_factory=list)  # phases left out for want of time
 
@@ -59,6 +61,7 @@ def phase_json(result: PhaseResult, server: dict[str, Any]) -> dict[str, Any]:
         "params": result.params,
         "summary": summary,
         "audio_s_per_s": result.window_audio_s / result.window_s if result.window_s else None,
+        "goodput_rps": summary["in_slo"] / result.window_s if result.window_s else None,
         "window_audio_s": result.window_audio_s,
         "peak_in_flight": result.peak_in_flight,
         "client_loop_lag_ms": result.loop_lag_ms,
@@ -101,7 +104,7 @@ async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print
                     f"{_ms(s['ttfa_ms']['p50'])} p99 {_ms(s['ttfa_ms']['p99'])}, in SLO {_pct(s['in_slo_share'])}, "
                     f"{s['underruns']} pauses ({s['underrun_total_ms']:.0f} ms), n={s['requests']}"
                 )
-            if plan.rates or plan.rate_start or name in plan.rates_by_workload:
+            if plan.rates or plan.rate_start or name in plan.rates_by_workload or plan.overload:
                 open_loop.append(await _search(base_url, target, workload, plan, log))
     finally:
         await target.aclose()
@@ -111,7 +114,8 @@ async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print
 async def _search(base_url: str, target: Target, workload: Workload, plan: Plan, log: Callable[[str], None]) -> Any:
     rates: dict[float, dict[str, Any]] = {}
 
-    async def measure_async(rate: float) -> float | None:
+    async def measure_rate(rate: float) -> dict[str, Any] | None:
+        """Every seed at `rate`, pooled; None when it would not end in time."""
         if not plan.fits(len(plan.seeds) * (plan.warmup_s + plan.duration_s + 5), f"open {workload.name} r={rate:g}"):
             return None
         seeds = []
@@ -128,27 +132,37 @@ async def _search(base_url: str, target: Target, workload: Workload, plan: Plan,
         entry = {
             "rate": rate,
             "summary": pooled,
+            "goodput_rps": pooled["in_slo"] / (len(seeds) * plan.duration_s),
             "peak_in_flight": max(p["peak_in_flight"] for p in seeds),
             "audio_s_per_s": sum(p["audio_s_per_s"] or 0 for p in seeds) / len(seeds),
             "seed_shares": [p["summary"]["in_slo_share"] for p in seeds],
             "seeds": seeds,
         }
-        rates[rate] = entry
-        t = pooled["ttfa_ms"]
+        t, r = pooled["ttfa_ms"], pooled["refusal_ms"]
         log(
             f"open {workload.name} r={rate:g}/s: in SLO {_pct(pooled['in_slo_share'])} (seeds "
             f"{', '.join(_pct(x) for x in entry['seed_shares'])}), TTFA p50 {_ms(t['p50'])} p90 {_ms(t['p90'])} "
             f"p99 {_ms(t['p99'])}, {pooled['underruns']} pauses ({pooled['underrun_total_ms']:.0f} ms), "
-            f"peak in flight {entry['peak_in_flight']}, n={pooled['requests']}"
+            f"peak in flight {entry['peak_in_flight']}, n={pooled['requests']}, goodput "
+            f"{entry['goodput_rps']:.2f}/s, refused {_pct(pooled['refusal_share'])} (answered p50 {_ms(r['p50'])} "
+            f"p99 {_ms(r['p99'])}), {pooled['errors']} errors"
         )
-        return pooled["in_slo_share"] or 0.0
+        return entry
+
+    async def measure_async(rate: float) -> float | None:
+        entry = await measure_rate(rate)
+        if entry is None:
+            return None
+        rates[rate] = entry
+        return entry["summary"]["in_slo_share"] or 0.0
 
     listed = plan.rates_by_workload.get(workload.name) or plan.rates
-    plan_rates = (
-        rates_plan(listed)
-        if listed
-        else doubling_plan(plan.rate_start or 1.0, plan.rate_max or (plan.rate_start or 1.0) * 64, plan.refine)
-    )
+    if listed:
+        plan_rates = rates_plan(listed)
+    elif plan.rate_start:
+        plan_rates = doubling_plan(plan.rate_start, plan.rate_max or plan.rate_start * 64, plan.refine)
+    else:  # only the overload phase, at a capacity given
+        plan_rates = rates_plan([])
     search = Search()
     try:
         rate = next(plan_rates)
@@ -161,7 +175,7 @@ async def _search(base_url: str, target: Target, workload: Workload, plan: Plan,
     except StopIteration:
         pass
     log(f"capacity {workload.name} ({plan.transport}): {search.capacity} req/s at >= {SLO_SHARE:.0%} in SLO")
-    return {
+    out = {
         "workload": workload.name,
         "transport": plan.transport,
         "capacity_rps": search.capacity,
@@ -169,6 +183,25 @@ async def _search(base_url: str, target: Target, workload: Workload, plan: Plan,
         "search_order": list(search.shares),
         "rates": [rates[r] for r in sorted(rates)],
     }
+    if plan.overload:
+        out["overload"] = await _overload(plan, search.capacity, measure_rate, log)
+    return out
+
+
+async def _overload(plan: Plan, found: float | None, measure_rate: Callable[[float], Any],
+                    log: Callable[[str], None]) -> dict[str, Any]:
+    """The open-loop phase at `plan.overload` x the capacity (given, or found by the search just run)."""
+    basis = plan.capacity or found
+    head = {"factor": plan.overload, "capacity_rps": basis, "capacity_from": "given" if plan.capacity else "search"}
+    if not basis:
+        log("overload: not run, no capacity to multiply (the search found none; give --capacity)")
+        return head | {"skipped": "no capacity: the search found none and no --capacity was given"}
+    entry = await measure_rate(round(basis * (plan.overload or 0), 3))
+    if entry is None:
+        return head | {"skipped": "out of time"}
+    for phase in entry["seeds"]:
+        phase["params"]["overload"] = plan.overload
+    return head | entry
 
 
 def _ms(v: float | None) -> str:

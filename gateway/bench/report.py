@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import server_metrics
+from . import server_metrics, timeline
 from .capacity import SLO_SHARE, SLO_TOTAL_PAUSE_S, SLO_TTFA_S
 
 SCHEMA = "voxgate.bench/1"
@@ -32,9 +32,15 @@ def absent_metrics(report: dict[str, Any]) -> list[str]:
 def phases(report: dict[str, Any]) -> list[dict[str, Any]]:
     out = list(report.get("closed_loop", []))
     for search in report.get("open_loop", []):
-        for rate in search["rates"]:
+        for rate in open_rates(search):
             out += rate["seeds"]
     return out
+
+
+def open_rates(search: dict[str, Any]) -> list[dict[str, Any]]:
+    """An open-loop search's rates measured, then its overload phase (if it ran)."""
+    overload = search.get("overload")
+    return search["rates"] + ([overload] if overload and "seeds" in overload else [])
 
 
 def write(report: dict[str, Any], out_dir: Path, plots: bool = True) -> list[Path]:
@@ -85,8 +91,8 @@ def _pct(v: float | None) -> str:
 
 CLOSED_HEAD = ["workload", "c", "requests", "audio-s/s", "TTFA p50 / p90 / p99 ms", "in SLO", "pauses (requests)",
                "pause total ms", "max pause ms", "peak in flight", "client lag p99 ms"]
-OPEN_HEAD = ["rate /s", "requests", "in SLO (per seed)", "TTFA p50 / p90 / p99 ms", "underruns", "underrun total ms",
-             "errors", "peak in flight", "audio-s/s"]
+OPEN_HEAD = ["rate /s", "requests", "in SLO (per seed)", "goodput /s", "TTFA p50 / p90 / p99 ms", "underruns",
+             "underrun total ms", "errors", "refused", "refusal answer p50 / p99 ms", "peak in flight", "audio-s/s"]
 
 
 def _closed_row(p: dict[str, Any]) -> list[Any]:
@@ -99,8 +105,12 @@ def _closed_row(p: dict[str, Any]) -> list[Any]:
 def _open_row(r: dict[str, Any]) -> list[Any]:
     s = r["summary"]
     shares = ", ".join(_pct(x) for x in r["seed_shares"])
-    return [f"{r['rate']:g}", s["requests"], f"{_pct(s['in_slo_share'])} ({shares})", _ttfa(s), s["underruns"],
-            _f(s["underrun_total_ms"], 1), s["errors"], r["peak_in_flight"], _f(r["audio_s_per_s"])]
+    rate = f"{r['rate']:g}" + (f" (overload {r['factor']:g}x {r['capacity_rps']:g})" if "factor" in r else "")
+    refusal = s.get("refusal_ms") or {}
+    refused = f"{s['refused']} ({_pct(s['refusal_share'])})" if "refused" in s else "-"
+    return [rate, s["requests"], f"{_pct(s['in_slo_share'])} ({shares})", _f(r.get("goodput_rps")), _ttfa(s),
+            s["underruns"], _f(s["underrun_total_ms"], 1), s["errors"], refused,
+            f"{_f(refusal.get('p50'), 1)} / {_f(refusal.get('p99'), 1)}", r["peak_in_flight"], _f(r["audio_s_per_s"])]
 
 
 def _ttfa(summary: dict[str, Any]) -> str:
@@ -162,8 +172,12 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["## Closed loop", "", *_table(CLOSED_HEAD, [_closed_row(p) for p in report["closed_loop"]])]
     for search in report.get("open_loop", []):
         capacity = "below the lowest rate" if search["capacity_rps"] is None else f"{search['capacity_rps']:g} req/s"
+        if not search["rates"]:
+            capacity = "not searched"
         lines += [f"## Open loop, {search['workload']} ({search['transport']}): capacity {capacity}", ""]
-        lines += _table(OPEN_HEAD, [_open_row(r) for r in search["rates"]])
+        lines += _table(OPEN_HEAD, [_open_row(r) for r in open_rates(search)])
+        if (search.get("overload") or {}).get("skipped"):
+            lines += [f"Overload phase not run: {search['overload']['skipped']}.", ""]
     lines += _server_section(report)
     if report.get("baseline"):
         lines += _baseline_section(report["baseline"])
@@ -188,7 +202,7 @@ def _server_section(report: dict[str, Any]) -> list[str]:
     for p in phases(report):
         label = _phase_label(p["params"])
         for family, entry in (p.get("server") or {}).items():
-            if entry["type"] != "histogram":
+            if entry["type"] != "histogram" or family == timeline.FAMILY:  # (the timeline has its own table)
                 continue
             # seconds shown in ms; counts (rows, tokens per step) as they are
             scale = 1e3 if family.endswith("_seconds") else 1.0
@@ -203,7 +217,7 @@ def _server_section(report: dict[str, Any]) -> list[str]:
         lines += rows
     else:
         lines.append("No server histograms were exposed.")
-    return [*lines, ""]
+    return [*lines, "", *timeline.section([(_phase_label(p["params"]), p.get("server") or {}) for p in phases(report)])]
 
 
 def _scaled(v: float | None, scale: float) -> float | None:
@@ -213,7 +227,8 @@ def _scaled(v: float | None, scale: float) -> float | None:
 def _phase_label(params: dict[str, Any]) -> str:
     if params["shape"] == "closed":
         return f"closed {params['workload']} c={params['concurrency']}"
-    return f"open {params['workload']} r={params['rate']:g} seed={params['seed']}"
+    overload = f" (overload {params['overload']:g}x)" if params.get("overload") else ""
+    return f"open {params['workload']} r={params['rate']:g} seed={params['seed']}{overload}"
 
 
 def _baseline_section(baseline: dict[str, Any]) -> list[str]:

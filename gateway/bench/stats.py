@@ -33,6 +33,8 @@ def to_sample(trace: Trace, t0: float, warmup: bool) -> dict[str, Any]:
         "in_slo": in_slo(ttfa, heard.total_pause_s, trace.ok),
         "ok": trace.ok,
         "error": trace.error,
+        "refused": trace.refused,  # engine_full: neither an error nor in SLO
+        "refusal_ms": None if trace.refusal_s is None else trace.refusal_s * 1e3,
         "warmup": warmup,
         "server_first_audio_ms": trace.server_first_audio_ms,
     }
@@ -63,9 +65,13 @@ def summarize(samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
     ttfa = [s["ttfa_ms"] for s in measured if s["ttfa_ms"] is not None]
     pauses = [p for s in measured for p in s["pauses_ms"]]
     n = len(measured)
+    refusals = [s["refusal_ms"] for s in measured if s.get("refused")]
     return {
         "requests": n,
-        "errors": sum(1 for s in measured if not s["ok"]),
+        "errors": sum(1 for s in measured if not s["ok"] and not s.get("refused")),
+        "refused": len(refusals),
+        "refusal_share": len(refusals) / n if n else None,
+        "refusal_ms": {"p50": percentile(refusals, 50), "p99": percentile(refusals, 99)},
         "in_slo": sum(1 for s in measured if s["in_slo"]),
         "in_slo_share": (sum(1 for s in measured if s["in_slo"]) / n) if n else None,
         "ttfa_ms": {f"p{q}": percentile(ttfa, q) for q in (50, 90, 99)} | {"max": max(ttfa, default=None)},

@@ -63,8 +63,8 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float,
             return await loop.run_in_executor(pool, fn, *args)
         return fn(*args)
 
-    pcm = synthesize_pcm(state.engine, job.text, job.voice, job.language, job.instruct, job.budget_samples, errors,
-                         state.turns, job.stream_text, admitted)
+    context, pcm = synthesize_pcm(state.engine, job.text, job.voice, job.language, job.instruct, job.budget_samples,
+                                  errors, state.turns, job.stream_text, admitted, t_request)
     state.drain.http_streams += 1  # a shutdown lets it finish within the grace
     # The encoder: the one made ahead, else made (codec opened, header written) while the engine makes the first
     # audio. The next one is made ahead off the loop once this one's first bytes are out: made earlier, it would
@@ -152,15 +152,20 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float,
             for error in errors:
                 metrics.errors.labels(error.partition(":")[0]).inc()
 
+    def first_written() -> None:  # the first body bytes are sent: the first-audio timeline is complete
+        if context.timeline is not None:
+            context.timeline.stamp("write")
+            metrics.observe_first_audio("http", context.timeline)
+
     headers = {"X-Sample-Rate": str(SAMPLE_RATE), "X-Channels": "1", "Cache-Control": "no-store"}
     media = FORMATS[job.format].media_type
     if first is not None:
         metrics.audio_seconds.labels("http").inc(len(first) / 2 / SAMPLE_RATE)
     if job.mode == "audio":
-        return StreamingResponse(_cut_on_engine_error(_counted(encoded(), metrics), errors), media_type=media,
-                                 headers=headers)
+        return StreamingResponse(_cut_on_engine_error(_counted(encoded(), metrics, first_written), errors),
+                                 media_type=media, headers=headers)
     if job.mode == "sse":
-        return StreamingResponse(_counted(_events(encoded(), encoder, job, errors), metrics),
+        return StreamingResponse(_counted(_events(encoded(), encoder, job, errors), metrics, first_written),
                                  media_type="text/event-stream", headers=headers)
     data = b"".join([piece async for piece in _counted(encoded(), metrics)])
     if errors:  # what could be spoken, and why the rest is missing
@@ -170,11 +175,16 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float,
     return Response(data, media_type=media, headers=headers)
 
 
-async def _counted(pieces: AsyncIterator[bytes], metrics: Any) -> AsyncIterator[bytes]:
+async def _counted(pieces: AsyncIterator[bytes], metrics: Any,
+                   on_first: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
+    """The pieces, counted; `on_first` once the first one is sent (the server asks for the next only then)."""
     async for piece in pieces:
         if piece:
             metrics.bytes_out.labels("http").inc(len(piece))
             yield piece
+            if on_first is not None:
+                on_first()
+                on_first = None
 
 
 async def _events(pieces: AsyncIterator[bytes], encoder: SpeechEncoder, job: SpeechJob,

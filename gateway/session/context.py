@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from voxgate.engine.base import SAMPLE_RATE, AudioStream, Engine, EngineError, SynthesisRequest
+from voxgate.engine.timeline import FirstAudioTimeline
 from voxgate.gateway.audio.frames import EncodedFrame, FrameEncoder
 from voxgate.gateway.transport.loop_turns import LoopTurns
 
@@ -77,6 +78,7 @@ class Context:
     chars: int = 0
     speakable_at: float | None = None
     first_written_at: float | None = None
+    timeline: FirstAudioTimeline | None = None  # its first audio's stages, from its first chunk on (metrics.py)
     stalls: StallStats = field(default_factory=StallStats)
     failed_segments: int = 0
     pending_flushes: int = 0  # flushes whose `flushed` has not gone to the writer (limits.max_pending_flushes)
@@ -255,6 +257,7 @@ class Context:
         request.max_audio_ms = max(1, remaining * 1000 // SAMPLE_RATE)
         if self.release_admission is not None:
             self.release_admission()  # the engine's queue counts this stream from here
+        opened_at = time.monotonic()
         try:
             stream = self.stream = engine.open_stream(request)
         except EngineError as exc:
@@ -270,6 +273,9 @@ class Context:
                 turn = self.turns.take() if self.turns is not None else None
                 if turn is not None:
                     await turn
+                if self.timeline is None and len(chunk) and self.speakable_at is not None:
+                    self.timeline = FirstAudioTimeline(self.speakable_at, {"admit": opened_at,
+                                                                           **stream.first_audio_stamps()})
                 chunk = chunk[: self.budget_samples - self.produced_samples]
                 self.produced_samples += len(chunk)
                 self._push(await self.encoder.encode(np.ascontiguousarray(chunk, dtype=np.int16)))

@@ -58,11 +58,16 @@ async def spoken_pcm(context: Context, engine: Engine, errors: list[str]) -> Asy
 
 def synthesize_pcm(engine: Engine, text: str, voice: str | None, language: str | None, instruct: str | None,
                    budget_samples: int, errors: list[str], turns: LoopTurns | None = None,
-                   stream_text: bool = False, admitted: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
-    """One utterance as PCM16 24 kHz byte chunks, through the same producer as a WebSocket context (HTTP speech).
+                   stream_text: bool = False, admitted: Callable[[], None] | None = None,
+                   received_at: float | None = None
+                   ) -> tuple[Context, AsyncIterator[bytes]]:
+    """One utterance as PCM16 24 kHz byte chunks, through the same producer as a WebSocket context (HTTP speech),
+    and its context (whose `timeline` tells the way to its first audio, from `received_at` when given).
 
     Chunks are what the engine made (long frames). Engine errors are appended to `errors`; the rest is spoken."""
     context = pcm_context(voice, language, instruct, budget_samples, turns, stream_text, admitted)
     context.append_text(text)
     context.end()
-    return spoken_pcm(context, engine, errors)
+    if received_at is not None:  # the request's text was speakable from its arrival on
+        context.speakable_at = received_at
+    return context, spoken_pcm(context, engine, errors)

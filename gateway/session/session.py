@@ -330,6 +330,9 @@ class Session:
         context: Context = frame.owner
         if context.first_written_at is None and frame.samples:  # (an empty LAST frame is no audio)
             context.first_written_at = written_at
+            if context.timeline is not None:
+                context.timeline.stamp("write", written_at)
+                self.metrics.observe_first_audio("ws", context.timeline)
         self._bytes_out.inc(len(frame.payload) + 24)
 
     async def _send_metrics(self) -> None:

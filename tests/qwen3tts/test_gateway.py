@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from support import RecordingEngine, connect, running_gateway, serve_process, slots_free
+from support import RecordingEngine, connect, first_audio_stages, running_gateway, serve_process, slots_free
 from voxgate.engine.qwen3tts.engine import create_engine
+from voxgate.engine.timeline import STAGES
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.protocol import FLAG_FIRST, FLAG_LAST, FrameHeader
 from voxgate.gateway.transport.uvicorn_server import BackgroundServer
@@ -117,6 +118,21 @@ def test_http_speech_pcm_and_wav(server: BackgroundServer) -> None:
     assert wav.status_code == 200 and wav.content[:4] == b"RIFF"
     health = httpx.get(server.http_url + "/health", timeout=10).json()
     assert health["engine_info"]["batching"].startswith("engine loop")
+
+
+async def test_the_first_audio_timeline_has_every_stage_of_the_loop(server: BackgroundServer) -> None:
+    """Through the engine loop a request passes every stage (engine/timeline.py), each once, over both doors."""
+    await _speak(server, "Every stage once.", "timeline")
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=60) as client:
+        body = {"model": "voxgate", "input": "Every stage once.", "voice": "ryan", "response_format": "pcm",
+                "stream": True}
+        assert (await client.post("/v1/audio/speech", json=body)).status_code == 200
+        text = (await client.get("/metrics")).text
+    for endpoint in ("ws", "http"):
+        stages = first_audio_stages(text, endpoint)
+        assert list(stages) == list(STAGES), endpoint
+        assert len({count for count, _ in stages.values()}) == 1  # every request has every stage
+        assert stages["prefill"][1] > 0 and stages["first_frame"][1] > 0 and stages["codec"][1] > 0
 
 
 @pytest.mark.slow

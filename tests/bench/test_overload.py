@@ -1,0 +1,70 @@
+"""`voxgate bench --overload` (issue 26.4): an open-loop phase past capacity against a gateway that refuses what it
+cannot queue (`max_queued_streams`, engine_full). Refusals are counted apart from errors and from requests in SLO,
+with their answer times; goodput is the requests in SLO per second; the report renders all of it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from voxgate.engine.fake import FakeEngine
+from voxgate.gateway.bench.main import build_report
+from voxgate.gateway.bench.plan_runner import Plan, run_plan
+from voxgate.gateway.bench.report import write
+
+
+def overload_plan(texts: Path, transport: str, **fields) -> Plan:
+    return Plan(workloads=[str(texts)], transport=transport, concurrencies=[], seeds=[1], warmup_s=0.3,
+                duration_s=1.5, drain_s=5, voice="tone-a", **fields)
+
+
+@pytest.fixture
+def texts(tmp_path: Path) -> Path:
+    path = tmp_path / "texts.txt"
+    path.write_text("one two three four\n")
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["ws", "http"])
+def test_overload_counts_refusals_apart_and_reports_goodput(gateway, texts: Path, tmp_path: Path,
+                                                            transport: str) -> None:
+    # Every stream waits 60 ms for its first audio; with one stream queued the engine is full: at 2 x 15 req/s
+    # about one arrival in two finds another waiting and is refused.
+    server = gateway(FakeEngine(first_chunk_ms=60, device_rtf=200), max_queued_streams=1)
+    plan = overload_plan(texts, transport, overload=2.0, capacity=15.0)
+    results = asyncio.run(run_plan(server.http_url, plan, log=lambda _: None))
+    (search,) = results["open_loop"]
+    assert search["rates"] == [] and search["capacity_rps"] is None  # no search: the capacity was given
+    over = search["overload"]
+    assert (over["factor"], over["capacity_rps"], over["capacity_from"], over["rate"]) == (2.0, 15.0, "given", 30.0)
+    s = over["summary"]
+    measured = [x for x in over["seeds"][0]["samples"] if not x["warmup"]]
+    refused = [x for x in measured if x["refused"]]
+    served = [x for x in measured if x["ok"]]
+    assert refused and served and s["errors"] == 0  # a refusal is not an error
+    assert len(refused) + len(served) == len(measured) == s["requests"]
+    assert s["refused"] == len(refused) and s["refusal_share"] == pytest.approx(len(refused) / len(measured))
+    assert all(x["error"] is None and not x["in_slo"] and x["refusal_ms"] >= 0 for x in refused)
+    assert s["refusal_ms"]["p50"] is not None and s["refusal_ms"]["p99"] >= s["refusal_ms"]["p50"]
+    assert over["goodput_rps"] == pytest.approx(s["in_slo"] / plan.duration_s)
+    assert over["seeds"][0]["params"]["overload"] == 2.0
+
+    report = build_report("t", plan, {"engine": "fake"}, results, {})
+    write(report, tmp_path / "out", plots=False)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "30 (overload 2x 15)" in md and "goodput /s" in md and "refusal answer p50 / p99 ms" in md
+    assert "(overload 2x)" in md  # the phase's label in the server-side tables
+    timeline = md[md.index("### First-audio timeline"):]
+    rows = [line.split(" | ")[2] for line in timeline.splitlines() if line.startswith("| open ")]
+    assert rows == ["admit", "queue", "codec", "write", "**total (sum of means)**"]
+
+
+def test_overload_without_a_capacity_is_left_out_and_said_so(texts: Path, tmp_path: Path) -> None:
+    plan = overload_plan(texts, "http", overload=2.0)  # no rates, no search, no --capacity: nothing to multiply
+    results = asyncio.run(run_plan("http://127.0.0.1:9", plan, log=lambda _: None))  # (no request is sent)
+    (search,) = results["open_loop"]
+    assert search["overload"]["skipped"].startswith("no capacity")
+    write(build_report("t", plan, {"engine": "fake"}, results, {}), tmp_path, plots=False)
+    assert "Overload phase not run: no capacity" in (tmp_path / "report.md").read_text()
