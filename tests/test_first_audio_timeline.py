@@ -43,6 +43,9 @@ async def test_ws_and_http_requests_on_the_fake_engine_report_the_stages_it_has(
         await ws.send(json.dumps({"type": "context.end", "context_id": cid}))
         while (message := await next_json(ws))["type"] != "context.done":
             assert message["type"] != "error", message
+        timing = message["timing"]  # the same stages, per context, in context.done
+        assert list(timing["first_audio_stages_ms"]) == ["admit", "queue", "codec", "write"]
+        assert sum(timing["first_audio_stages_ms"].values()) == pytest.approx(timing["first_audio_ms"], abs=0.05)
     await ws.close()
     async with httpx.AsyncClient(base_url=server.http_url) as client:
         body = {"input": "Hello there, one two.", "voice": "tone-a", "response_format": "pcm", "stream": True}

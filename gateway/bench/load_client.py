@@ -43,6 +43,7 @@ class Trace:
     chunks: list[tuple[float, float]] = field(default_factory=list)  # (arrival, duration_s) per frame or body chunk
     error: str | None = None
     server_first_audio_ms: float | None = None  # context.done.timing.first_audio_ms (WebSocket only)
+    server_stages_ms: dict[str, float] | None = None  # context.done.timing.first_audio_stages_ms (WebSocket only)
     server_stalls: dict[str, Any] | None = None
     refusal_s: float | None = None  # refused (engine_full): seconds from sending to the refusal; not an error
 
@@ -154,7 +155,9 @@ class WsClient:
                 kind = data.get("type")
                 if kind == "context.done" and data.get("context_id") == cid:
                     trace.done = now
-                    trace.server_first_audio_ms = (data.get("timing") or {}).get("first_audio_ms")
+                    timing = data.get("timing") or {}
+                    trace.server_first_audio_ms = timing.get("first_audio_ms")
+                    trace.server_stages_ms = timing.get("first_audio_stages_ms")
                     trace.server_stalls = data.get("stalls")
                     return
                 if kind == "context.cancelled" and data.get("context_id") == cid:

@@ -38,6 +38,8 @@ def to_sample(trace: Trace, t0: float, warmup: bool) -> dict[str, Any]:
         "warmup": warmup,
         "server_first_audio_ms": trace.server_first_audio_ms,
     }
+    if trace.server_stages_ms is not None:
+        sample["server_stages_ms"] = trace.server_stages_ms
     if trace.server_stalls is not None:
         sample["server_stalls"] = trace.server_stalls
     if KEEP_TRACES:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from voxgate.engine.base import SAMPLE_RATE, Engine
+from voxgate.engine.timeline import FirstAudioTimeline
 from voxgate.gateway.audio.frames import AudioFormat, make_encoder
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.metrics import GatewayMetrics
@@ -312,7 +313,7 @@ class Session:
             self._audio_seconds.inc(audio_ms / 1000)
             return {"type": "context.done", "context_id": context.context_id, "ctx": context.ctx,
                     "end_pts": context.end_pts, "usage": {"chars": context.chars, "audio_ms": audio_ms},
-                    "timing": {"first_audio_ms": first}, "stalls": context.stalls.to_json()}
+                    "timing": _timing(first, context.timeline), "stalls": context.stalls.to_json()}
 
         self.writer.put_event(done)
 
@@ -347,3 +348,10 @@ class Session:
                                   "by_cause": dict(track.stall_causes)},
                 })
 
+
+def _timing(first_audio_ms: float | None, timeline: FirstAudioTimeline | None) -> dict[str, Any]:
+    """context.done's `timing`: first audio, and its stages when the way to it was stamped (engine/timeline.py)."""
+    timing: dict[str, Any] = {"first_audio_ms": first_audio_ms}
+    if timeline is not None and "write" in timeline.ends:
+        timing["first_audio_stages_ms"] = {stage: round(s * 1000, 3) for stage, s in timeline.stages()}
+    return timing

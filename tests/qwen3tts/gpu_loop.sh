@@ -12,7 +12,8 @@
 # mode), opus (gateway/bench/gateway_run.sh's Opus encoder pool against inline, fake engine), voice (uploaded voices'
 # first audio on a 1.7B Base checkpoint it writes: tests/qwen3tts/gpu_voice_ttfa.py), ttsbench (tts-bench's five
 # HTTP targets and its WebSocket mode with their defaults: tests/qwen3tts/gpu_ttsbench.py). SKIP_CKPT=1: no CustomVoice
-# checkpoint (stages that do not use it).
+# checkpoint (stages that do not use it). admission (issue 26 on one --config qwen3tts server: idle first audio
+# over WebSocket and HTTP, sentence capacity and 2x overload over the WebSocket, tts-bench's shape and 2x over HTTP).
 # Everything comes back as $OUT/results.tar.gz (rewritten after each stage), and Triton's cache in parts of 15 MB
 # as $OUT/triton.tar.gz.part-* (cat them into .tcache/triton.tar.gz for the next call).
 set -o pipefail
@@ -127,6 +128,29 @@ if has ttsbench; then
     timeout ${TTSBENCH_S:-120} python3 tests/qwen3tts/gpu_ttsbench.py --url http://127.0.0.1:8011 --n ${TTSBENCH_N:-30} \
       --rate "$rate" --out "$RES/ttsbench-rate$rate.json" 2>&1 | tail -8
   done
+  kill $SERVER; wait $SERVER 2>/dev/null
+  save
+fi
+if has admission; then
+  # Issue 26 on one server (configs/qwen3tts.toml: admission by deadline): idle first audio at 1 req/s over both doors
+  # (WebSocket contexts carry their first-audio stages), then sentence capacity and 2x overload over the WebSocket,
+  # then tts-bench's shape over HTTP (no length rule) and its 2x overload.
+  log "admission: serve"
+  python3 -m voxgate.gateway.cli serve --config qwen3tts --engine-option "model=$CKPT" --port 8012 ${ADM_SERVE_ARGS:-} \
+    > "$RES/admission-server.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 400); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8012/health')" 2>/dev/null && break; sleep 1; done
+  log "admission: serving"; save_cache
+  bench() { name=$1; shift; log "admission: $name"
+    timeout ${ADM_S:-150} python3 -m voxgate.gateway.cli bench run --url http://127.0.0.1:8012 --concurrency "" \
+      --seeds 1 --warmup 3 --drain 20 --no-plots --out "$RES/adm-$name" --name "h200-$name" "$@" 2>&1 \
+      | grep -E "open s|capacity|overload|timeline" | tail -8; save; }
+  bench idle-ws --transport ws --frame-ms 1280 --rates 1 --duration ${IDLE_S:-40}
+  bench idle-http --transport http --rates 1 --duration ${IDLE_S:-40}
+  bench sentences-ws --transport ws --frame-ms 1280 --rates ${ADM_WS_RATES:-240,280} --duration 15 --overload 2
+  bench ttsbench-http --transport http --no-length-rule --rates ${ADM_HTTP_RATES:-80,100} --duration 15 --overload 2
+  curl -s http://127.0.0.1:8012/metrics > "$RES/admission-metrics.txt" 2>/dev/null \
+    || python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" > "$RES/admission-metrics.txt"
   kill $SERVER; wait $SERVER 2>/dev/null
   save
 fi
