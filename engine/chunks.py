@@ -67,6 +67,12 @@ class ChunkAssembler:
                 handed.append(self._close_early(request, now))
         return handed
 
+    @property
+    def first_in_flight(self) -> bool:
+        """The call in flight closes some stream's first chunk (its first audio waits for it)."""
+        return any(closes and request.first_audio_at is None
+                   for (request, _), closes in zip(self.calls.in_flight, self._closing, strict=True))
+
     def launch(self) -> bool:
         """Start the codec call of the due pieces; False when none is due."""
         pieces = self._pieces()

@@ -40,6 +40,8 @@ class EngineConfig:
     max_ahead_s: float = option(30.0, "a stream this far ahead of its listener gets no row (default 30)")
     pipeline: bool = option(True, "false: read each step before launching the next (default true: launch it first, "
                                   "host work overlaps)")
+    early_first_chunk: bool = option(True, "collect a codec call carrying a stream's first chunk as soon as it is "
+                                           "decoded, before waiting for the step in flight (default true)")
     gil_switch_ms: float = option(0.5, "CPython's thread switch interval while the loop runs (default 0.5; 0 leaves "
                                        "it)")
 

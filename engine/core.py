@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -43,6 +43,7 @@ class Runner(Protocol):
 @dataclass(slots=True)
 class StepOutput:
     chunks: list[tuple[Request, np.ndarray]] = field(default_factory=list)  # audio to hand over, in order
+    handed_early: list[tuple[Request, np.ndarray]] = field(default_factory=list)  # first chunks, already handed
     finished: list[Request] = field(default_factory=list)  # streams whose audio is complete (after chunks)
     started: list[Request] = field(default_factory=list)  # streams whose first step this was
     num_rows: int = 0
@@ -64,10 +65,15 @@ class EngineCore:
     any new owner's). Off: every step is read before the next is scheduled."""
 
     def __init__(self, runner: Runner, slots: SlotAllocator, config: SchedulerConfig | None = None,
-                 pipeline: bool = _LOOP.pipeline) -> None:
+                 pipeline: bool = _LOOP.pipeline, early_first_chunk: bool = _LOOP.early_first_chunk) -> None:
         self.runner = runner
         self.scheduler = Scheduler(config or SchedulerConfig(), slots)
         self.pipeline = pipeline
+        # A codec call that carries a stream's first chunk is collected before the step in flight is waited for (it
+        # ran beside that step and is done first) and handed to `hand_over_early` at once: the first audio does not
+        # wait for a whole decode step. Set by the engine loop; None: every chunk leaves with its step's output.
+        self.early_first_chunk = early_first_chunk
+        self.hand_over_early: Callable[[list[tuple[Request, np.ndarray]]], None] | None = None
         self._launched: deque[tuple[StepPlan, object]] = deque()  # steps launched, not yet read (oldest first)
         self._first_frame_due: list[Request] = []  # first frame's step launched, the frame not yet counted
         self.chunks = ChunkAssembler(runner.chunks, self.scheduler)
@@ -89,6 +95,11 @@ class EngineCore:
         clock.mark("schedule")
         out = self._launch(plan)
         clock.mark("launch")
+        if self.early_first_chunk and self.hand_over_early is not None and self.chunks.first_in_flight:
+            early = self.chunks.collect(time.monotonic())
+            _stamp_first_chunks(early)
+            self.hand_over_early(early)
+            out.handed_early = early
         for done, eos in self._read_finished(plan):
             out.num_frames += self.scheduler.postprocess(done, eos)
         clock.mark("gpu")
@@ -101,7 +112,7 @@ class EngineCore:
         out.chunks += handed
         _stamp_first_chunks(out.chunks)
         out.idle = plan.empty and not launched_codec and not self._launched and not out.chunks \
-            and not out.finished and out.num_frames == 0
+            and not out.finished and not out.handed_early and out.num_frames == 0
         clock.mark("post")
         fill = self.runner.last_fill_s if not plan.empty else 0.0
         out.times = {"schedule": clock["schedule"], "fill": fill, "gpu": clock["gpu"], "codec": clock["codec"],

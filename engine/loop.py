@@ -89,6 +89,7 @@ class EngineLoop:
                  on_step: Callable[[StepOutput, float], None] | None = None,
                  gil_switch_s: float | None = 0.0005, forecaster: LoopForecaster | None = None) -> None:
         self.core = core
+        core.hand_over_early = self._hand_over  # (a stream's first chunk, as soon as it is decoded: core.py)
         self.forecaster = forecaster
         # The worker needs the GIL back after every wait for the GPU; with CPython's default 5 ms switch interval
         # a busy event loop can hold it that long each time, stretching every step. Process-wide, set at start.

@@ -47,6 +47,6 @@ class EngineMetrics:
         for request in out.started:
             if request.first_step_at is not None:
                 self.queue_wait.observe(request.first_step_at - request.arrival)
-        for request, _ in out.chunks:
+        for request, _ in [*out.handed_early, *out.chunks]:
             if request.num_chunks == 1 and request.first_audio_at is not None:
                 self.first_chunk.observe(request.first_audio_at - request.arrival)

@@ -132,6 +132,40 @@ async def test_a_stream_tells_its_first_audio_stages_in_order(pipeline: bool) ->
     assert stream.first_audio_stamps() == stamps  # stamped once: later chunks change nothing
 
 
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_a_first_chunk_is_handed_over_before_the_step_in_flight_is_waited_for(pipeline: bool) -> None:
+    """core.early_first_chunk: the codec call that carries a stream's first chunk is collected and handed over
+    before the step's wait for the GPU; every other chunk leaves with its step. The audio is the same either way."""
+    def run(early: bool) -> tuple[list[tuple[str, int]], dict[int, list[int]]]:
+        runner = FakeRunner()
+        events: list[tuple[str, int]] = []
+        finish = runner.finish
+        runner.finish = lambda handle: (events.append(("wait", 0)), finish(handle))[1]  # type: ignore[method-assign]
+        core = EngineCore(runner, Pool(8), SchedulerConfig(max_rows=16, max_prefill_tokens=32, urgent_s=0),
+                          pipeline=pipeline, early_first_chunk=early)
+        core.hand_over_early = lambda chunks: events.extend(("early", r.request_id) for r, _ in chunks)
+        requests = [_request(tokens=10 + 20 * i, budget=6 + i, schedule=(1, 2, 4)) for i in range(4)]
+        for r in requests:
+            core.add(r)
+        audio: dict[int, list[int]] = {r.request_id: [] for r in requests}
+        for out in _run(core):
+            for r, pcm in [*out.handed_early, *out.chunks]:
+                audio[r.request_id].append(len(pcm) // 1920)
+            events.extend(("step", r.request_id) for r, _ in out.chunks)
+        return events, {i: chunks for i, (_, chunks) in enumerate(sorted(audio.items()))}
+
+    events, audio = run(early=True)
+    plain_events, plain_audio = run(early=False)
+    assert audio == plain_audio  # the same chunks, in the same order per stream
+    chunk_events = [(kind, rid) for kind, rid in events if kind != "wait"]
+    for rid in {rid for _, rid in chunk_events}:  # every stream's first chunk went early (with its whole call)
+        assert next(kind for kind, r in chunk_events if r == rid) == "early"
+    for at, (kind, _) in enumerate(events):  # an early hand-over comes before its step's wait for the GPU
+        if kind == "early" and at + 1 < len(events) and events[at + 1][0] != "early":
+            assert events[at + 1] == ("wait", 0) or not pipeline
+    assert not any(kind == "early" for kind, _ in plain_events)
+
+
 def test_a_codec_call_takes_only_what_a_bucket_holds() -> None:
     """Many streams due wide chunks at once (closed loop at high concurrency): never a call no bucket holds; the
     rest waits and still gets every frame."""

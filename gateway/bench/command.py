@@ -44,6 +44,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                            "the report counts its refusals (engine_full) apart from errors, and its goodput")
     load.add_argument("--capacity", type=float, metavar="R",
                       help="req/s that --overload multiplies (default: the capacity the open-loop search found)")
+    load.add_argument("--client-procs", type=int, default=1, metavar="N",
+                      help="open loop: offer the arrivals from N processes (each every N-th arrival of the same "
+                           "schedule); one event loop falls behind past a few hundred streamed requests a second")
     load.add_argument("--seeds", type=_ints, default=[1, 2], help="arrival seeds per rate")
     load.add_argument("--warmup", type=float, default=10.0, help="s, open-loop warm-up per rate and seed")
     load.add_argument("--duration", type=float, default=60.0, help="s, open-loop measurement per rate and seed")

@@ -104,9 +104,11 @@ class WsClient:
             start["defaults"] = {"voice": voice}
         from websockets.exceptions import ConnectionClosed
 
-        await ws.send(json.dumps(start))
         while True:
-            try:
+            try:  # a refused session is closed at once, maybe before session.start is even sent
+                if start:
+                    await ws.send(json.dumps(start))
+                    start = {}
                 msg = await ws.recv()
             except ConnectionClosed as exc:
                 if exc.rcvd is not None and exc.rcvd.code == WS_TRY_AGAIN_LATER:

@@ -203,8 +203,12 @@ async def run_open(
     seed: int = 1,
     drain_s: float = 60.0,
     pool: int = 0,
+    shard: tuple[int, int] = (0, 1),
+    start_at: float | None = None,
 ) -> PhaseResult:
-    """Poisson arrivals at `rate`/s for warm-up + duration; each arrival takes an idle session (or opens one)."""
+    """Poisson arrivals at `rate`/s for warm-up + duration; each arrival takes an idle session (or opens one).
+    `shard` (j, n): only arrivals k with k % n == j, on a schedule that starts at `start_at` (time.perf_counter(),
+    one clock for every process: client_procs.py); by default all of them, from when the pool is open."""
     result = PhaseResult(_params("open", target, workload, warmup_s, duration_s, seed, rate=rate))
     schedule = poisson_arrivals(rate, warmup_s + duration_s, seed)
     order = workload.order(seed)
@@ -248,8 +252,11 @@ async def run_open(
             idle.append((client, time.monotonic()))
 
     with LagMonitor() as lag:
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if start_at is None else start_at
+        await asyncio.sleep(max(0.0, t0 - time.perf_counter()))
         for k, at in enumerate(schedule):
+            if k % shard[1] != shard[0]:
+                continue
             delay = t0 + at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)

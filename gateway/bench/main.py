@@ -44,6 +44,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         text_wps=args.text_wps,
         overload=args.overload,
         capacity=args.capacity,
+        client_procs=args.client_procs,
     )
     if args.rate_search:
         start, _, top = args.rate_search.partition(":")

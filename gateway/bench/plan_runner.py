@@ -11,6 +11,7 @@ from typing import Any
 
 from . import server_metrics
 from .capacity import SLO_SHARE, Search, doubling_plan, rates_plan
+from .client_procs import run_open_procs
 from .gateway_process import get_text
 from .loads import PhaseResult, Target, run_closed, run_open
 from .stats import summarize
@@ -42,6 +43,7 @@ class Plan:
     text_wps: float | None = None  # WebSocket text word by word at this rate (an LLM agent), not all at once
     overload: float | None = None  # an open-loop phase at this many times the capacity, after the search
     capacity: float | None = None  # req/s that `overload` multiplies (None: the capacity the search found)
+    client_procs: int = 1  # processes that offer an open-loop phase's arrivals (client_procs.py)
     stop_at: float | None = None  # time.monotonic() after which no phase starts that would not end in time
     skipped: list[str] = field(default_factory=list)  # phases left out for want of time
 
@@ -121,12 +123,14 @@ async def _search(base_url: str, target: Target, workload: Workload, plan: Plan,
         seeds = []
         for seed in plan.seeds:
             pool = min(64, int(rate * 2) + 2)  # idle sessions opened before the clock starts (more open on demand)
-            result, server = await _scraped(
-                base_url,
-                lambda seed=seed, pool=pool: run_open(
-                    target, workload, rate, plan.warmup_s, plan.duration_s, seed, plan.drain_s, pool
-                ),
-            )
+            if plan.client_procs > 1:  # several processes offer the load (client_procs.py)
+                def phase(seed: int = seed, pool: int = pool) -> Any:
+                    return asyncio.to_thread(run_open_procs, target, workload, rate, plan.warmup_s, plan.duration_s,
+                                             seed, plan.drain_s, pool, plan.client_procs)
+            else:
+                def phase(seed: int = seed, pool: int = pool) -> Any:
+                    return run_open(target, workload, rate, plan.warmup_s, plan.duration_s, seed, plan.drain_s, pool)
+            result, server = await _scraped(base_url, phase)
             seeds.append(phase_json(result, server))
         pooled = summarize(s for p in seeds for s in p["samples"])
         entry = {

@@ -68,3 +68,18 @@ def test_overload_without_a_capacity_is_left_out_and_said_so(texts: Path, tmp_pa
     assert search["overload"]["skipped"].startswith("no capacity")
     write(build_report("t", plan, {"engine": "fake"}, results, {}), tmp_path, plots=False)
     assert "Overload phase not run: no capacity" in (tmp_path / "report.md").read_text()
+
+
+async def test_a_session_closed_with_1013_before_its_start_is_a_refusal() -> None:
+    """A gateway at capacity closes a new session with 1013 at once, often before the client sent session.start:
+    the bench counts that as a refusal (Refused), not as a connection error."""
+    from voxgate.gateway.bench.load_client import Refused, WsClient
+    from websockets.asyncio.server import serve
+
+    async def refuse(ws) -> None:  # the handshake is accepted, then the session is refused without reading
+        await ws.close(1013, "engine_full")
+
+    async with serve(refuse, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        with pytest.raises(Refused, match="1013"):
+            await WsClient.connect(f"ws://127.0.0.1:{port}/v1/tts/ws")
