@@ -147,8 +147,10 @@ if has admission; then
       | grep -E "open s|capacity|overload|timeline" | tail -8; save; }
   bench idle-ws --transport ws --frame-ms 1280 --rates 1 --duration ${IDLE_S:-40}
   bench idle-http --transport http --rates 1 --duration ${IDLE_S:-40}
-  bench sentences-ws --transport ws --frame-ms 1280 --rates ${ADM_WS_RATES:-240,280} --duration 15 --overload 2
-  bench ttsbench-http --transport http --no-length-rule --rates ${ADM_HTTP_RATES:-80,100} --duration 15 --overload 2
+  bench sentences-ws --transport ws --frame-ms 1280 --rates ${ADM_WS_RATES:-240,280} --duration 15 --overload 2 \
+    --client-procs ${ADM_PROCS:-4}
+  bench ttsbench-http --transport http --no-length-rule --rates ${ADM_HTTP_RATES:-80,100} --duration 15 --overload 2 \
+    --client-procs ${ADM_PROCS:-4}
   curl -s http://127.0.0.1:8012/metrics > "$RES/admission-metrics.txt" 2>/dev/null \
     || python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" > "$RES/admission-metrics.txt"
   kill $SERVER; wait $SERVER 2>/dev/null
