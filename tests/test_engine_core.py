@@ -181,11 +181,51 @@ def test_a_codec_call_takes_only_what_a_bucket_holds() -> None:
     assert all(r.num_decoded == 40 for r in requests)
 
 
+def test_only_steps_with_pipeline_min_rows_rows_leave_a_step_queued() -> None:
+    """pipeline_min_rows: a step with fewer decode rows is read before the next is launched (a new stream then waits
+    behind no queued step); one with that many is not. The audio is the same either way."""
+    def run(streams: int) -> tuple[list[tuple[str, int]], dict[int, int]]:
+        runner = FakeRunner()
+        order: list[tuple[str, int]] = []
+        launch, finish = runner.launch, runner.finish
+        runner.launch = lambda plan: (order.append(("launch", len(plan.decodes))), launch(plan))[1]  # type: ignore
+        runner.finish = lambda handle: (order.append(("finish", 0)), finish(handle))[1]  # type: ignore
+        core = EngineCore(runner, Pool(8), SchedulerConfig(max_rows=8, max_prefill_tokens=64, max_prefills=8,
+                                                           urgent_s=0), pipeline_min_rows=3)
+        requests = [_request(budget=6) for _ in range(streams)]
+        for r in requests:
+            core.add(r)
+        audio = {r.request_id: 0 for r in requests}
+        for out in _run(core):
+            for r, pcm in [*out.handed_early, *out.chunks]:
+                audio[r.request_id] += len(pcm) // 1920
+        assert all(frames == 6 for frames in audio.values())
+        return order, audio
+
+    def queued_after(order: list[tuple[str, int]]) -> list[int]:
+        """For every launch made while a step was still unread: that step's decode rows."""
+        unread: list[int] = []  # decode rows of the launched steps not yet read
+        out: list[int] = []
+        for kind, rows in order:
+            if kind == "launch":
+                out += unread[-1:]
+                unread.append(rows)
+            else:
+                unread.pop(0)
+        return out
+
+    small, _ = run(2)
+    assert not queued_after(small)  # two rows a step: every step read before the next
+    large, _ = run(5)
+    assert queued_after(large) and all(rows >= 3 for rows in queued_after(large))
+
+
 def test_pipelined_steps_overlap_and_an_end_learnt_late_drops_only_that_row() -> None:
     """Step N+1 is launched before step N is read; the stream that sampled EOS in N still has a row in N+1, which
     makes no frame and no audio; the slot it frees goes to a waiting stream with nothing of the old one."""
     runner = FakeRunner()
-    core = EngineCore(runner, Pool(2), SchedulerConfig(max_rows=4, max_prefill_tokens=32, urgent_s=0))
+    core = EngineCore(runner, Pool(2), SchedulerConfig(max_rows=4, max_prefill_tokens=32, urgent_s=0),
+                      pipeline_min_rows=0)
     order: list[str] = []
     launch, finish = runner.launch, runner.finish
     runner.launch = lambda plan: (order.append("launch"), launch(plan))[1]  # type: ignore[method-assign]

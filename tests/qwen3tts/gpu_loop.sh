@@ -137,22 +137,25 @@ if has admission; then
   # then tts-bench's shape over HTTP (no length rule) and its 2x overload.
   log "admission: serve"
   python3 -m voxgate.gateway.cli serve --config qwen3tts --engine-option "model=$CKPT" --port 8012 ${ADM_SERVE_ARGS:-} \
-    > "$RES/admission-server.log" 2>&1 &
+    > "$RES/admission-server${ADM_TAG:-}.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 400); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8012/health')" 2>/dev/null && break; sleep 1; done
   log "admission: serving"; save_cache
   bench() { name=$1; shift; log "admission: $name"
     timeout ${ADM_S:-150} python3 -m voxgate.gateway.cli bench run --url http://127.0.0.1:8012 --concurrency "" \
       --seeds 1 --warmup 3 --drain 20 --no-plots --out "$RES/adm-$name" --name "h200-$name" "$@" 2>&1 \
-      | grep -E "open s|capacity|overload|timeline" | tail -8; save; }
-  bench idle-ws --transport ws --frame-ms 1280 --rates 1 --duration ${IDLE_S:-40}
-  bench idle-http --transport http --rates 1 --duration ${IDLE_S:-40}
-  bench sentences-ws --transport ws --frame-ms 1280 --rates ${ADM_WS_RATES:-240,280} --duration 15 --overload 2 \
-    --client-procs ${ADM_PROCS:-4}
-  bench ttsbench-http --transport http --no-length-rule --rates ${ADM_HTTP_RATES:-80,100} --duration 15 --overload 2 \
-    --client-procs ${ADM_PROCS:-4}
-  curl -s http://127.0.0.1:8012/metrics > "$RES/admission-metrics.txt" 2>/dev/null \
-    || python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" > "$RES/admission-metrics.txt"
+      | grep -E "open s|closed s|capacity|overload|timeline" | tail -8; save; }
+  runs=" ${ADM_RUNS:-idle-ws idle-http sentences-ws ttsbench-http} "
+  [[ $runs == *" idle-ws "* ]] && bench idle-ws --transport ws --frame-ms 1280 --rates 1 --duration ${IDLE_S:-40}
+  [[ $runs == *" idle-http "* ]] && bench idle-http --transport http --rates 1 --duration ${IDLE_S:-40}
+  [[ $runs == *" closed "* ]] && bench closed${ADM_TAG:-} --transport ws --frame-ms 1280 --concurrency ${ADM_C:-1,8} \
+    --closed-warmup 3 --closed-duration 12
+  [[ $runs == *" sentences-ws "* ]] && bench sentences-ws --transport ws --frame-ms 1280 \
+    --rates ${ADM_WS_RATES:-240,280} --duration 15 --overload 2 --client-procs ${ADM_PROCS:-4}
+  [[ $runs == *" ttsbench-http "* ]] && bench ttsbench-http --transport http --no-length-rule \
+    --rates ${ADM_HTTP_RATES:-80,100} --duration 15 --overload 2 --client-procs ${ADM_PROCS:-4}
+  curl -s http://127.0.0.1:8012/metrics > "$RES/admission-metrics${ADM_TAG:-}.txt" 2>/dev/null \
+    || python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" > "$RES/admission-metrics${ADM_TAG:-}.txt"
   kill $SERVER; wait $SERVER 2>/dev/null
   save
 fi
