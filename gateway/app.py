@@ -17,6 +17,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 from voxgate.engine.base import Engine
 from voxgate.gateway.audio.frames import configure_opus_pool
+from voxgate.gateway.http.agent_check import serve_agent
 from voxgate.gateway.http.speech_ws import speech_websocket
 from voxgate.gateway.session.endpoint import tts_websocket
 from voxgate.gateway.session.state import GatewayState
@@ -91,9 +92,12 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
             await engine_ready()
         configure_opus_pool(config.opus_threads)
         lag_watch = asyncio.get_running_loop().create_task(watch_loop_lag(state.metrics.loop_lag.observe))
+        agent = await serve_agent(state, config.host, config.agent_port) if config.agent_port else None
         try:
             yield
         finally:
+            if agent is not None:
+                agent.close()
             lag_watch.cancel()
             gc_tuning.undo()
             await engine.stop()

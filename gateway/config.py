@@ -83,6 +83,7 @@ class GatewayConfig:
     admission_margin: float = 1.05
     admission_reserve: float = 0.05
     max_queued_streams: int = 0
+    agent_port: int = 0  # HAProxy agent check (http/agent_check.py): weight from the load, "drain" when full; 0: off
     auth_tokens: list[str] = field(default_factory=list)  # empty: no auth
     writer_queue_frames: int = 64  # per socket; the brake for slow readers
     ws_deflate: bool = False  # permessage-deflate: costs ~60 us of CPU per PCM frame and saves little on audio

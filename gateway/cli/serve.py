@@ -37,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an engine constructor option, e.g. model=/path/to/checkpoint (repeatable)")
     parser.add_argument("--host", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default 8000)")
+    parser.add_argument("--agent-port", type=int, help="HAProxy agent check on this TCP port (config agent_port; "
+                                                       "with --gpus, consecutive from it like --port)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--device", help="cuda:N (the process then sees GPU N only), cuda or cpu: where the engine "
                                          "runs; also labels every metric device=\"...\"")
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return _supervise(args)
     try:
         config = load_config(args.config or "default", host=args.host, port=args.port, engine=args.engine,
-                             device=args.device)
+                             device=args.device, agent_port=args.agent_port)
         options = dict(config.engine_options)
         options.update(dict(args.engine_option))
         if config.device:  # before the engine's module is imported: CUDA must not have started yet
@@ -98,7 +100,8 @@ def _supervise(args: argparse.Namespace) -> int:
     try:
         if args.device:
             raise ValueError("--gpus and --device exclude each other (each child gets its own --device)")
-        config = load_config(args.config or "default", host=args.host, port=args.port, engine=args.engine)
+        config = load_config(args.config or "default", host=args.host, port=args.port, engine=args.engine,
+                             agent_port=args.agent_port)
         indices = parse_gpus(args.gpus)
         if config.port == 0 or config.port + len(indices) > 65536:
             raise ValueError(f"--gpus needs {len(indices)} consecutive ports from --port (not {config.port})")
@@ -115,8 +118,11 @@ def _supervise(args: argparse.Namespace) -> int:
     print("voxgate: supervising " + ", ".join(f"{d} on {config.host}:{p}" for d, p in children), flush=True)
     # A child ends within its grace plus the hard deadline by itself (transport/shutdown.py); the margin covers its
     # start-up.
-    supervisor = Supervisor(lambda device, port: [*shared, "--device", device, "--port", str(port)], children,
-                            stop_after_s=config.shutdown_grace_s + HARD_EXIT_AFTER_S + 3.0)
+    def command(device: str, port: int) -> list[str]:
+        agent = ["--agent-port", str(config.agent_port + port - config.port)] if config.agent_port else []
+        return [*shared, "--device", device, "--port", str(port), *agent]
+
+    supervisor = Supervisor(command, children, stop_after_s=config.shutdown_grace_s + HARD_EXIT_AFTER_S + 3.0)
     return supervisor.run()
 
 

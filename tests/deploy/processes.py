@@ -36,9 +36,12 @@ def free_port_pair() -> int:
     raise RuntimeError("no two consecutive free ports")
 
 
-def backend(log: Path, port: int, config: Path) -> contextlib.AbstractContextManager[ServeProcess]:
-    """`voxgate serve` (espeak) on `port`, yielded once healthy; killed at the end (a test's end drains nothing)."""
-    return serve_process(log, port=port, config=config, engine="espeak", stop="kill")
+def backend(log: Path, port: int, config: Path, agent_port: int | None = None
+            ) -> contextlib.AbstractContextManager[ServeProcess]:
+    """`voxgate serve` (espeak) on `port` (and its HAProxy agent on `agent_port`), yielded once healthy; killed at the
+    end (a test's end drains nothing)."""
+    agent = ("--agent-port", str(agent_port)) if agent_port else ()
+    return serve_process(log, *agent, port=port, config=config, engine="espeak", stop="kill")
 
 
 def haproxy_binary() -> str:
@@ -63,10 +66,11 @@ class Balancer:
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/v1/tts/ws"
 
-    def server_status(self) -> dict[str, str]:
-        """Server name -> HAProxy's status of it (UP, DOWN, `UP 1/2`, ...), from the stats page's CSV."""
+    def server_status(self, column: str = "status") -> dict[str, str]:
+        """Server name -> HAProxy's status of it (UP, DOWN, `UP 1/2`, ...), or another column of the stats page's
+        CSV (`agent_status`: L7OK once the agent check answered)."""
         text = httpx.get(f"http://127.0.0.1:{self.stats_port}/;csv", timeout=2).text.lstrip("# ")
-        return {row["svname"]: row["status"] for row in csv.DictReader(io.StringIO(text))
+        return {row["svname"]: row[column] for row in csv.DictReader(io.StringIO(text))
                 if row["pxname"] == "voxgate" and row["svname"] not in ("FRONTEND", "BACKEND")}
 
     def wait_status(self, server: str, status: str, timeout_s: float = 10.0) -> None:
@@ -76,22 +80,23 @@ class Balancer:
             time.sleep(0.05)
 
 
-def haproxy_config(backend_ports: list[int], port: int, stats_port: int) -> str:
+def haproxy_config(backend_ports: list[int], port: int, stats_port: int, agent_ports: list[int] | None = None) -> str:
     """deploy/haproxy/haproxy.cfg as shipped, on these ports and without the lines only root may run."""
     text = HAPROXY_CFG.read_text()
     for old, new in (("bind :8080", f"bind 127.0.0.1:{port}"), ("127.0.0.1:8404", f"127.0.0.1:{stats_port}"),
-                     *((f"127.0.0.1:{8000 + k}", f"127.0.0.1:{p}") for k, p in enumerate(backend_ports))):
+                     *((f"127.0.0.1:{8000 + k}", f"127.0.0.1:{p}") for k, p in enumerate(backend_ports)),
+                     *((f"agent-port {8100 + k}", f"agent-port {p}") for k, p in enumerate(agent_ports or []))):
         assert old in text, f"{HAPROXY_CFG} no longer has {old!r}: update the test"
         text = text.replace(old, new)
     return "\n".join(line for line in text.splitlines() if "root-only" not in line) + "\n"
 
 
 @contextlib.contextmanager
-def haproxy(tmp_path: Path, backend_ports: list[int]) -> Iterator[Balancer]:
+def haproxy(tmp_path: Path, backend_ports: list[int], agent_ports: list[int] | None = None) -> Iterator[Balancer]:
     binary = haproxy_binary()
     port, stats_port = free_port(), free_port()
     cfg = tmp_path / "haproxy.cfg"
-    cfg.write_text(haproxy_config(backend_ports, port, stats_port))
+    cfg.write_text(haproxy_config(backend_ports, port, stats_port, agent_ports))
     with spawn([binary, "-db", "-f", str(cfg)], tmp_path / "haproxy.log", stop="kill") as running:
         balancer = Balancer(running.proc, port, stats_port)
         running.wait_for(lambda: all(s == "UP" for s in balancer.server_status().values()), "every backend UP", 10)

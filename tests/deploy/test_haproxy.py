@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from processes import backend, haproxy
+from processes import Balancer, backend, haproxy
 from support import PASSAGE, ServeProcess, free_port
 from voxgate.client.protocol_client import SessionError, VoxgateClient
 
@@ -69,6 +69,13 @@ class Listener:
         await self.client.__aexit__()
 
 
+def until_agents_answer(lb: Balancer, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while set(lb.server_status("agent_status").values()) != {"L7OK"}:
+        assert time.monotonic() < deadline, lb.server_status("agent_status")
+        time.sleep(0.1)
+
+
 def accepted(gateway: ServeProcess) -> int:
     text = httpx.get(gateway.http_url + "/metrics", timeout=5).text
     return int(float(re.search(r"^voxgate_sessions_accepted_total (\S+)$", text, re.M).group(1)))
@@ -86,12 +93,15 @@ async def short_sessions(url: str, n: int) -> list[str]:
 async def test_haproxy_spreads_drains_and_survives_a_killed_backend(tmp_path: Path):
     config = tmp_path / "gateway.toml"
     config.write_text("shutdown_grace_s = 8.0\n")
-    ports = [free_port(), free_port()]
+    ports, agents = [free_port(), free_port()], [free_port(), free_port()]
     stack = contextlib.ExitStack()
     listeners: list[Listener] = []
     try:
-        a, b = (stack.enter_context(backend(tmp_path / f"gw{k}.log", p, config)) for k, p in enumerate(ports))
-        lb = stack.enter_context(haproxy(tmp_path, ports))
+        a, b = (stack.enter_context(backend(tmp_path / f"gw{k}.log", port, config, agent))
+                for k, (port, agent) in enumerate(zip(ports, agents, strict=True)))
+        lb = stack.enter_context(haproxy(tmp_path, ports, agents))
+        # The agent check answers (weights from the load: `up N%`; drain when full: tests/deploy/test_load.py).
+        await asyncio.to_thread(until_agents_answer, lb)
 
         # 1. 200 sessions open at once (as real sessions are: they last minutes), then each speaks a sentence:
         # least-connections gives each backend its half (within 10 %).
@@ -126,7 +136,7 @@ async def test_haproxy_spreads_drains_and_survives_a_killed_backend(tmp_path: Pa
         assert await asyncio.to_thread(b.proc.wait, 10) == -signal.SIGTERM
 
         # 3. gw1 back: HAProxy takes it in again after 2 good checks.
-        b = stack.enter_context(backend(tmp_path / "gw1-again.log", ports[1], config))
+        b = stack.enter_context(backend(tmp_path / "gw1-again.log", ports[1], config, agents[1]))
         lb.wait_status("gw1", "UP", 10)
 
         # 4. Kill gw1 (SIGKILL) mid-run: its sessions end with 1006; new sessions all go to gw0, whose sessions
@@ -135,6 +145,9 @@ async def test_haproxy_spreads_drains_and_survives_a_killed_backend(tmp_path: Pa
         assert {x.backend for x in listeners} == {"gw0", "gw1"}
         await asyncio.sleep(0.5)
         b.proc.kill()
+        # (once it is gone: a handshake that raced into its listen queue in the moment it died is reset, a 502
+        # that no balancer can redispatch; connects to a dead port are refused and redispatched)
+        await asyncio.to_thread(b.proc.wait, 5)
         late = await short_sessions(lb.ws_url, 10)
         assert late == ["gw0"] * 10
         for listener in listeners:

@@ -4,12 +4,13 @@ context is refused too (issue 23.3); metrics labelled with the device; and how `
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
 import pytest
 import websockets
-from support import connect, errors_until_pong, next_json
+from support import connect, errors_until_pong, free_port, next_json
 from voxgate.engine.fake import FakeEngine
 from voxgate.gateway.cli.devices import check_device, narrow_to, parse_gpus, visible_gpus
 from voxgate.gateway.protocol import PROTOCOL
@@ -67,6 +68,24 @@ async def test_a_full_engine_refuses_new_sessions_with_1013(gateway):
     assert response.status_code == 503 and response.json()["error"]["code"] == "engine_full"
     load = httpx.get(server.http_url + "/health/load").json()
     assert load["accepting"] is False and load["load"] == 1.0
+
+
+async def agent_line(port: int) -> str:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    line = (await asyncio.wait_for(reader.read(100), 5)).decode()
+    writer.close()
+    return line
+
+
+async def test_the_haproxy_agent_weighs_by_load_and_drains_a_full_backend(gateway):
+    """agent_port: each connection gets one line and is closed: "up ready N%" with N = 100 - the load in %, "drain"
+    while a new stream would be refused (HAProxy then sends new sessions to the other backends)."""
+    idle_port, full_port = free_port(), free_port()
+    idle = gateway(FullEngine(queued=1), max_queued_streams=4, agent_port=idle_port)
+    assert await agent_line(idle_port) == "up ready 75%\n"  # /health/load's load: 0.25 (one of four queued)
+    assert httpx.get(idle.http_url + "/health/load").json()["load"] == 0.25
+    gateway(FullEngine(queued=4), max_queued_streams=4, agent_port=full_port)
+    assert await agent_line(full_port) == "drain\n"
 
 
 async def test_admission_is_off_by_default(gateway):

@@ -45,13 +45,15 @@ def alive(pid: int) -> bool:
 async def test_gpus_supervises_one_process_per_device(tmp_path: Path):
     config = tmp_path / "gateway.toml"
     config.write_text(f"shutdown_grace_s = {GRACE_S}\n")
-    port = free_port_pair()
-    with serve_process(tmp_path / "supervisor.log", "--gpus", "0,1", port=port, engine="fake", config=config,
-                       stop="kill") as sup:  # (healthy: cuda:0's child on `port`)
+    port, agent = free_port_pair(), free_port_pair()
+    with serve_process(tmp_path / "supervisor.log", "--gpus", "0,1", "--agent-port", str(agent), port=port,
+                       engine="fake", config=config, stop="kill") as sup:  # (healthy: cuda:0's child on `port`)
         for k in (0, 1):
             sup.wait_healthy(url(port + k))
             load = httpx.get(url(port + k) + "/health/load").json()
             assert load["device"] == f"cuda:{k}" and load["accepting"], load
+            with socket.create_connection(("127.0.0.1", agent + k), timeout=5) as check:  # its HAProxy agent
+                assert check.recv(100).startswith(b"up ready ")
             assert f'voxgate_sessions_open{{device="cuda:{k}"}} 0.0' in httpx.get(url(port + k) + "/metrics").text
 
         # A crash (SIGKILL) of cuda:1: restarted on its port, while cuda:0's session never pauses.
