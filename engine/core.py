@@ -72,7 +72,7 @@ class EngineCore:
         self.pipeline = pipeline
         # A small batch gains little from the overlap (the host's part of a step is small) and pays for it in first
         # audio: a new stream's prompt waits behind the step queued ahead of it, then its first frame is read a step
-        # late. Only steps with this many decode rows leave a step queued.
+        # late. Only steps with this many decode rows (or none: prompts only) leave a step queued.
         self.pipeline_min_rows = pipeline_min_rows
         # A codec call that carries a stream's first chunk is collected before the step in flight is waited for (it
         # ran beside that step and is done first) and handed to `hand_over_early` at once: the first audio does not
@@ -157,7 +157,9 @@ class EngineCore:
         """The steps before the newest (pipelined) or all of them, each with its end-of-speech rows. The codec call
         collected after them ran beside them and is almost always done: one wait for the GPU per step, so the
         worker gives up the GIL (to a busy event loop) once, not twice."""
-        keep = 1 if self.pipeline and not plan.empty and len(plan.decodes) >= self.pipeline_min_rows else 0
+        # (a prompt-only step has no frame to read: the first frame's step may follow it at once)
+        rows = len(plan.decodes)
+        keep = 1 if self.pipeline and not plan.empty and (rows >= self.pipeline_min_rows or not rows) else 0
         while len(self._launched) > keep:
             done, handle = self._launched.popleft()
             yield done, self.runner.finish(handle)
