@@ -28,7 +28,7 @@ class Limits:
     max_contexts: int = 8
     max_message_bytes: int = 65_536
     max_text_chars: int = 10_000
-    max_buffered_text_chars: int = 50_000
+    max_buffered_text_chars: int = 50_000  # per context: text not yet spoken (docs/protocol.md, Errors and limits)
     max_context_audio_s: float = 600.0
     max_messages_per_s: float = 200.0
     idle_timeout_s: float = 60.0

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from voxgate.engine.base import AudioStream, EngineError
 from voxgate.gateway.session.context_text import ContextText, Cut, OpenStream, Sentence
 from voxgate.gateway.session.text_rate import TextRate
@@ -205,7 +209,74 @@ async def test_a_sentence_longer_than_a_whole_stream_ends_the_context_with_an_er
     assert [e.code for e in errors] == ["text_too_long"] and "max_positions" in errors[0].message
     feed.closed()
     feed.add("more text. ")  # dropped, with no more errors: the client was told once
-    assert feed.next_request() is None and feed.pending_chars == 0 and len(errors) == 1
+    assert feed.next_request() is None and feed.unspoken_chars == 0 and len(errors) == 1
     feed.cut("f")
     feed.cut(None)
     assert feed.next_request() == Cut("f") and feed.next_request() == Cut(None)  # still answered
+
+
+async def test_unspoken_text_counts_until_the_request_holding_it_ends():
+    """limits.max_buffered_text_chars: text handed to a live stream is unspoken (and held) until the stream ends."""
+    clock = Clock()
+    feed = ContextText(min_words=2, min_wps=10, clock=clock)
+    stream = open_live(feed, clock, "One two three", max_words=100)
+    assert feed.unspoken_chars == len("One two three ")
+    feed_words(feed, clock, "four five", 100)
+    assert stream.appended == ["four ", "five "] and feed.unspoken_chars == len("One two three four five ")
+    feed.cut(None)
+    assert stream.ended and feed.unspoken_chars == len("One two three four five ")  # ended, still speaking
+    feed.closed()
+    assert feed.unspoken_chars == 0 and feed.next_request() == Cut(None)
+
+
+async def test_unspoken_sentences_count_until_their_requests_end():
+    feed = ContextText(min_words=4, min_wps=10, clock=Clock())
+    feed.add("  Slow one. Slow two. And")  # one message: no rate, so sentence mode for what is complete
+    assert feed.next_request() == Sentence("Slow one.")
+    assert feed.unspoken_chars == len("Slow one.Slow two. And")  # the whitespace around sentences is not spoken
+    feed.closed()
+    assert feed.next_request() == Sentence("Slow two.") and feed.unspoken_chars == len("Slow two. And")
+    feed.closed()
+    assert feed.next_request() is None and feed.unspoken_chars == len(" And")
+
+
+
+pieces = st.text(alphabet="ab .\n", min_size=1, max_size=12)
+actions = st.lists(st.one_of(st.tuples(st.just("add"), pieces), st.sampled_from(["cut", "wait", "produce"])),
+                   max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(actions)
+def test_the_unspoken_count_is_the_text_waiting_plus_the_text_of_the_request_not_ended(steps):
+    """The O(1) count (limits.max_buffered_text_chars) against a recount: the text still waiting in the feed, and
+    the text of the producer's request (what it opened with and all given to its stream) until that one ends."""
+    asyncio.run(_count_along(steps))  # a live stream at a sentence end arms a timer on the running loop
+
+
+async def _count_along(steps: list) -> None:
+    clock = Clock()
+    feed = ContextText(min_words=2, min_wps=10, clock=clock)
+    request: OpenStream | Sentence | None = None
+    stream = Stream()
+
+    def recount() -> int:
+        waiting = [*feed._sentences, *(i for i in feed._items if isinstance(i, str))]
+        taken = [request.text, *stream.appended] if request is not None else []
+        return sum(map(len, waiting)) + sum(map(len, taken))
+
+    for step in [*steps, "cut", *["produce"] * 60]:
+        if isinstance(step, tuple):
+            feed.add(step[1])
+        elif step == "cut":
+            feed.cut(None)
+        elif step == "wait":
+            clock.t += 0.3
+        else:  # the producer: the request in hand ends, the next one is taken
+            feed.closed()
+            taken = feed.next_request()
+            request, stream = (taken if isinstance(taken, OpenStream | Sentence) else None), Stream()
+            if isinstance(taken, OpenStream):
+                feed.opened(stream, taken)
+        assert feed.unspoken_chars == recount(), step
+    assert feed.unspoken_chars == 0

@@ -9,7 +9,7 @@ import pytest
 import websockets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import bystander, connect, next_error, next_json
+from support import bystander, connect, errors_until_pong, next_error, next_json, until
 from voxgate.client.protocol_client import VoxgateClient
 from voxgate.gateway.config import GatewayConfig, Limits
 from voxgate.gateway.protocol import MESSAGE_TYPES, PROTOCOL, ProtocolError, parse_message
@@ -77,20 +77,53 @@ async def test_errors_name_the_field_at_fault(gateway, message, param):
     await ws.close()
 
 
-async def test_too_many_contexts_and_buffered_text(gateway, fake_engine):
-    server = gateway(engine=fake_engine(device_rtf=0.5), limits=LIMITS)
+# Both ways a context's text reaches the engine: text streaming with its rule always open (min_wps 0), so text goes
+# into a live engine stream as it comes, and sentence mode. Either way text counts against max_buffered_text_chars
+# from its append until the request that speaks it has ended.
+TEXT_MODES = {"streamed": {"text_streaming": "auto", "text_stream_min_words": 1, "text_stream_min_wps": 0.0},
+              "sentences": {"text_streaming": "off"}}
+
+
+def _append(context_id: str, text: str) -> str:
+    return json.dumps({"type": "text.append", "context_id": context_id, "text": text})
+
+
+@pytest.mark.parametrize("mode", TEXT_MODES)
+async def test_too_many_contexts_and_buffered_text(gateway, fake_engine, mode):
+    engine = fake_engine(first_chunk_ms=60_000)  # nothing is spoken during the test: all text accepted stays unspoken
+    server = gateway(engine=engine, limits=LIMITS, **TEXT_MODES[mode])
     ws, _ = await connect(server.ws_url)
     for cid in ("a", "b"):
-        await ws.send(json.dumps({"type": "text.append", "context_id": cid, "text": "word " * 10}))
-    await ws.send(json.dumps({"type": "text.append", "context_id": "c", "text": "one too many"}))
+        await ws.send(_append(cid, "word " * 10))
+    await ws.send(_append("c", "one too many"))
     error = await next_error(ws)
     assert error["code"] == "context_limit" and error["context_id"] == "c"
-    # Unspoken text (buffered or queued for synthesis) passes 800 at the third append: that one is refused whole.
-    # Three more keep it past 800 even if a loaded machine let some of the first text be spoken meanwhile.
-    for _ in range(6):
-        await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": "z" * 400}))
-    error = await next_error(ws)
-    assert error["code"] == "text_too_long"
+    await ws.send(_append("a", "z" * 400))
+    # Context a's text reaches the engine: its live stream took the 400 (streamed), or its first segment's request
+    # is open (sentences). That text is still unspoken: 450 with this append's 400 is over 800, refused whole.
+    if mode == "streamed":
+        await until(lambda: any(s.appended == ["z" * 400] for s in engine.streams), what="a's stream took the text")
+    else:
+        await until(lambda: len(engine.streams) == 1, what="a's first segment went to the engine")
+    for _ in range(2):
+        await ws.send(_append("a", "z" * 400))
+    errors = await errors_until_pong(ws)
+    assert [(e["code"], e["context_id"], e["param"]) for e in errors] == [("text_too_long", "a", "text")] * 2
+    await ws.close()
+
+
+@pytest.mark.parametrize("mode", TEXT_MODES)
+async def test_spoken_text_no_longer_counts_as_buffered(gateway, fake_engine, mode):
+    server = gateway(engine=fake_engine(), limits=LIMITS, **TEXT_MODES[mode])
+    ws, _ = await connect(server.ws_url, pacing={"mode": "asap"})
+    for text in ("word " * 10, "z" * 400):
+        await ws.send(_append("a", text))
+    await ws.send(json.dumps({"type": "context.flush", "context_id": "a", "flush_id": "f"}))
+    while (message := await next_json(ws))["type"] != "flushed":
+        assert message["type"] != "error", message
+    for _ in range(2):  # the 450 are spoken: there is room for 800 again
+        await ws.send(_append("a", "z" * 400))
+    assert await errors_until_pong(ws) == []
     await ws.close()
 
 

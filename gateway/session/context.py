@@ -82,7 +82,7 @@ class Context:
     stalls: StallStats = field(default_factory=StallStats)
     failed_segments: int = 0
     pending_flushes: int = 0  # flushes whose `flushed` has not gone to the writer (limits.max_pending_flushes)
-    queued_chars: int = 0  # text cut into segments but not yet taken up by the producer
+    queued_chars: int = 0  # text cut into segments whose requests have not ended (queued or being spoken)
     ready_samples: int = 0  # timeline samples in `frames`
     ready_frames: int = 0  # ReadyFrames in `frames`
     max_ahead_samples: int = 0  # set by the session from the timeline rate
@@ -112,8 +112,10 @@ class Context:
 
     @property
     def unspoken_chars(self) -> int:
+        """Text accepted and not yet spoken (limits.max_buffered_text_chars): buffered, queued, or held by an engine
+        request that has not ended."""
         if self.feed is not None:
-            return self.feed.pending_chars
+            return self.feed.unspoken_chars
         return self.segmenter.buffered_chars + self.queued_chars
 
     def pop(self) -> ReadyFrame | FlushMark:
@@ -191,14 +193,15 @@ class Context:
             return
         while True:
             item = await self._segments.get()
-            if isinstance(item, _Segment):
-                self.queued_chars -= len(item.text)
             if isinstance(item, Cut):
                 if self._cut(item, wake):
                     return
                 continue
-            await self._speak(engine, SynthesisRequest(item.text, self.voice, self.language, self.instruct), wake,
-                              report)
+            try:
+                await self._speak(engine, SynthesisRequest(item.text, self.voice, self.language, self.instruct),
+                                  wake, report)
+            finally:
+                self.queued_chars -= len(item.text)  # spoken (or dropped): no longer held
 
     async def _produce_streamed(self, engine: Engine, wake: Callable[[], None],
                                 report: Callable[[str, str, str], None]) -> None:

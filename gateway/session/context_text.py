@@ -78,10 +78,16 @@ class ContextText:
         self._sentence = ""  # the sentence being given, so far
         self._longest = ""  # the longest sentence given to a stream yet: the room kept for the next one
         self._recheck: asyncio.TimerHandle | None = None
+        # The limit's count (limits.max_buffered_text_chars), kept as text moves so an append checks it in O(1):
+        # text in `_items` and `_sentences`, and text handed to the producer's request, counted until that request
+        # ends (a live stream holds all its text till then, and speaks it after it was given).
+        self._queued_chars = 0
+        self._taken_chars = 0
 
     @property
-    def pending_chars(self) -> int:
-        return sum(len(s) for s in self._sentences) + sum(len(i) for i in self._items if isinstance(i, str))
+    def unspoken_chars(self) -> int:
+        """Text accepted and not yet spoken: waiting here, or in the engine request that has not ended."""
+        return self._queued_chars + self._taken_chars
 
     # ---- in: the session's handlers -------------------------------------------------------------------------
 
@@ -91,6 +97,7 @@ class ContextText:
         now = self.clock()
         self.rate.add(text, now)
         self.last_event_at = now
+        self._queued_chars += len(text)
         if self._items and isinstance(self._items[-1], str):
             self._items[-1] += text
         else:
@@ -119,20 +126,21 @@ class ContextText:
             assert cut is None or isinstance(cut, Cut)
             return cut
         if self._sentences:
-            return Sentence(self._sentences.popleft())
+            return self._take(Sentence(self._sentences.popleft()))
         head, cut_next = self._head()
         if not head.strip():
             if head:
                 self._items.popleft()  # whitespace alone says nothing
+                self._queued_chars -= len(head)
             if cut_next:
                 cut = self._items.popleft()
                 assert isinstance(cut, Cut)
                 return cut
             return None
         if cut_next:
-            return self._open(head, final=True)
+            return self._take(self._open(head, final=True))
         if count_words(head) >= self.min_words and self._flowing():
-            return self._open(head, final=False)
+            return self._take(self._open(head, final=False))
         segments = TextSegmenter()
         complete = segments.append(head)
         if not complete:
@@ -144,7 +152,15 @@ class ContextText:
         else:
             self._items.popleft()
         self._sentences.extend(complete[1:])
-        return Sentence(complete[0])
+        # The sentences come stripped: the whitespace around them is never spoken, so it stops counting here.
+        self._queued_chars -= len(head) - len(unfinished) - sum(map(len, complete))
+        return self._take(Sentence(complete[0]))
+
+    def _take(self, request: OpenStream | Sentence) -> OpenStream | Sentence:
+        """`request` goes to the producer: its text is held there, and counts, until `closed`."""
+        self._queued_chars -= len(request.text)
+        self._taken_chars += len(request.text)
+        return request
 
     def opened(self, stream: AudioStream, request: OpenStream) -> None:
         """The producer opened `stream` for `request`: it now takes the context's text while the rule allows."""
@@ -159,8 +175,9 @@ class ContextText:
         self._feed_live()
 
     def closed(self) -> None:
-        """The producer's stream ended (spoken, failed or cancelled)."""
+        """The producer's request ended (spoken, failed or cancelled): its text is no longer held."""
         self._stream = None
+        self._taken_chars = 0
         if self._recheck is not None:
             self._recheck.cancel()
             self._recheck = None
@@ -239,6 +256,8 @@ class ContextText:
                 self._fail(stream, exc)
             return False
         self._sentence += part
+        self._queued_chars -= len(part)
+        self._taken_chars += len(part)
         if rest:
             self._items[0] = rest
         else:
@@ -266,6 +285,7 @@ class ContextText:
         self.failed = True
         self._items = deque(item for item in self._items if isinstance(item, Cut))
         self._sentences.clear()
+        self._queued_chars = 0
         if exc.code == "text_too_long":
             exc = EngineError("text_too_long", f"a sentence is longer than one engine stream takes: {exc.message}; "
                               "the rest of this context's text is dropped")
