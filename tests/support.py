@@ -329,3 +329,13 @@ async def bystander_until_heard(url: str, heard: asyncio.Event, text: str = PASS
         while not client.player.received_end:
             await asyncio.sleep(0.01)
         heard.set()
+
+
+def cpu_loop_config(**fields: Any) -> Any:
+    """A GatewayConfig for the qwen3tts engine loop on the CPU (tiny checkpoints): admission by queue, not by
+    deadline. On a loaded 2-core machine a tiny model's eager CPU steps are slower than the first-audio SLO allows,
+    and the deadline forecast then rightly refuses new turns (engine_full); these tests are about speech, admission
+    has its own (tests/qwen3tts/test_admission.py, tests/test_admission.py)."""
+    from voxgate.gateway.config import GatewayConfig
+
+    return GatewayConfig(**{"admission": "queue", **fields})

@@ -15,10 +15,17 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from support import RecordingEngine, connect, first_audio_stages, running_gateway, serve_process, slots_free
+from support import (
+    RecordingEngine,
+    connect,
+    cpu_loop_config,
+    first_audio_stages,
+    running_gateway,
+    serve_process,
+    slots_free,
+)
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.engine.timeline import STAGES
-from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.protocol import FLAG_FIRST, FLAG_LAST, FrameHeader
 from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
@@ -29,7 +36,7 @@ SMALL = dict(device="cpu", dtype="fp32", greedy="true", row_buckets="1,2,4,8", p
 @pytest.fixture(scope="module")
 def server(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]:
     engine = RecordingEngine(create_engine(model=str(tiny_ckpt("cv06")), **SMALL))
-    with running_gateway(engine, GatewayConfig()) as srv:
+    with running_gateway(engine, cpu_loop_config()) as srv:
         yield srv
 
 

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import running_gateway
+from support import cpu_loop_config, running_gateway
 from voxgate.engine.qwen3tts.engine import create_engine
-from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 SMALL = dict(device="cpu", dtype="fp32", greedy="true", warmup="false", row_buckets="1,2", prefill_buckets="64",
@@ -29,7 +28,7 @@ def checkpoint(tiny_ckpt: Callable[[str], Path]) -> Path:
 @pytest.fixture(scope="module")
 def server(checkpoint: Path) -> Iterator[BackgroundServer]:
     engine = create_engine(model=str(checkpoint), **SMALL)
-    with running_gateway(engine, GatewayConfig(served_model_name=["qwen3-tts", "my-voice"])) as srv:
+    with running_gateway(engine, cpu_loop_config(served_model_name=["qwen3-tts", "my-voice"])) as srv:
         yield srv
 
 

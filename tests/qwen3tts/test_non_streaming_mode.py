@@ -11,9 +11,8 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from support import running_gateway
+from support import cpu_loop_config, running_gateway
 from voxgate.engine.qwen3tts.engine import create_engine
-from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 from .loop_support import RecordingRunner
@@ -30,7 +29,7 @@ FRAMES = 12  # max_new_tokens of each request: its frame budget
 @pytest.fixture(scope="module")
 def served(tiny_ckpt: Callable[[str], Path]) -> Iterator[tuple[BackgroundServer, Any, RecordingRunner]]:
     engine = create_engine(model=str(tiny_ckpt("cv17")), **SMALL)
-    with running_gateway(engine, GatewayConfig()) as server:
+    with running_gateway(engine, cpu_loop_config()) as server:
         recorder = RecordingRunner(engine.loop.core.runner)  # after the warm-up: only the tests' streams
         engine.loop.core.runner = recorder
         yield server, engine, recorder

@@ -9,9 +9,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from support import RecordingEngine, running_gateway
+from support import RecordingEngine, cpu_loop_config, running_gateway
 from voxgate.engine.qwen3tts.engine import create_engine
-from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 SMALL = dict(device="cpu", dtype="fp32", greedy="true", row_buckets="1,2,4", prefill_buckets="64", max_slots="5",
@@ -22,7 +21,7 @@ SMALL = dict(device="cpu", dtype="fp32", greedy="true", row_buckets="1,2,4", pre
 def server(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]:
     engine = RecordingEngine(create_engine(model=str(tiny_ckpt("cv17")), **SMALL))
     # A synthetic checkpoint lives in a temporary directory: the Hub name comes from its config.
-    with running_gateway(engine, GatewayConfig()) as srv:
+    with running_gateway(engine, cpu_loop_config()) as srv:
         engine.supports_instruct = engine.inner.supports_instruct  # known once the checkpoint is loaded
         yield srv
 

@@ -10,9 +10,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import RecordingEngine, connect, running_gateway, slots_free
+from support import RecordingEngine, connect, cpu_loop_config, running_gateway, slots_free
 from voxgate.engine.qwen3tts.engine import create_engine
-from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 # 100 positions hold ~19 words after the prompt (0.37 s a word at 12.5 frames/s); two engine streams at once.
@@ -27,7 +26,7 @@ def server(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]:
     engine = RecordingEngine(create_engine(model=str(tiny_ckpt("cv06")), **SMALL))
     # More turns than slots wait for one (admission by queue): what is tested is that rolled-over streams free theirs
     # (by deadline the extra turns would be refused at once: tests/qwen3tts/test_admission.py).
-    with running_gateway(engine, GatewayConfig(admission="queue")) as srv:
+    with running_gateway(engine, cpu_loop_config()) as srv:
         yield srv
 
 

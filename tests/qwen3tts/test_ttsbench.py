@@ -12,17 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import websockets
-from support import RecordingEngine, running_gateway
+from support import RecordingEngine, cpu_loop_config, running_gateway
 from ttsbench import DEFAULTS, TARGETS, body_for, post_like_ttsbench, preflight, speak_over_ws
 from voxgate.engine.qwen3tts.engine import create_engine
-from voxgate.gateway.config import GatewayConfig, Limits
+from voxgate.gateway.config import Limits
 from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 from .test_openai_shapes import SMALL
 
 TEXT = "Hello there. This is a short benchmark prompt for the tiny checkpoint."
 # A random tiny checkpoint may never say its end: the server's audio limit ends each request after 2 s (25 frames).
-CONFIG = GatewayConfig(limits=Limits(max_context_audio_s=2.0))
+CONFIG = cpu_loop_config(limits=Limits(max_context_audio_s=2.0))
 
 
 @pytest.fixture(scope="module")

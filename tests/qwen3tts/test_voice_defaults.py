@@ -11,9 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 import voxgate.client
-from support import RecordingEngine, connect, next_json, running_gateway
+from support import RecordingEngine, connect, cpu_loop_config, next_json, running_gateway
 from voxgate.engine.qwen3tts.engine import NATIVE, create_engine
-from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 from .test_openai_shapes import SMALL
@@ -29,13 +28,13 @@ def custom_voice(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]
 
 @pytest.fixture(scope="module")
 def base(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]:
-    with running_gateway(create_engine(model=str(tiny_ckpt("base06")), **SMALL), GatewayConfig()) as srv:
+    with running_gateway(create_engine(model=str(tiny_ckpt("base06")), **SMALL), cpu_loop_config()) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
 def voice_design(tiny_ckpt: Callable[[str], Path]) -> Iterator[BackgroundServer]:
-    with running_gateway(create_engine(model=str(tiny_ckpt("vd17")), **SMALL), GatewayConfig()) as srv:
+    with running_gateway(create_engine(model=str(tiny_ckpt("vd17")), **SMALL), cpu_loop_config()) as srv:
         yield srv
 
 

@@ -20,10 +20,9 @@ import httpx
 import numpy as np
 import pytest
 import torch
-from support import connect, running_gateway
+from support import connect, cpu_loop_config, running_gateway
 from voxgate.engine.qwen3tts.engine import create_engine
 from voxgate.engine.qwen3tts.tools.wav import to_int16
-from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.transport.uvicorn_server import BackgroundServer
 
 from .test_gateway import SMALL
@@ -61,8 +60,8 @@ def read_wav_bytes(data: bytes) -> tuple[np.ndarray, int]:
         return np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32) / 32768.0, w.getframerate()
 
 
-def _config(voices_dir: Path) -> GatewayConfig:
-    return GatewayConfig(voices_dir=str(voices_dir), auth_tokens=["alice", "bob"], **LIMITS)
+def _config(voices_dir: Path) -> Any:
+    return cpu_loop_config(voices_dir=str(voices_dir), auth_tokens=["alice", "bob"], **LIMITS)
 
 
 @pytest.fixture(scope="module")
