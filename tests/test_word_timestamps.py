@@ -133,3 +133,41 @@ async def test_no_timestamps_after_the_cancel_ack(gateway, fake_engine):
     assert acked and not [m for m in after_ack if m is not None and m["type"] == "timestamps"]
     assert not await errors_until_pong(ws)
     await ws.close()
+
+
+async def test_the_sdk_gives_each_turn_its_words_before_their_audio(gateway, fake_engine):
+    import voxgate.client
+
+    server = gateway(engine=fake_engine(chunk_ms=100))
+    async with voxgate.client.connect(server.ws_url, timestamps="word", sample_rate=16000) as tts:
+        assert tts.session["timestamps"] == "word"
+        await tts.speak("A first turn.").audio()  # the second turn's timeline starts after it
+        turn = tts.speak(TEXT)
+        followed = asyncio.get_running_loop().create_task(_collect(turn.timestamps()))
+        async for chunk in turn:  # every word that starts in a chunk is known when the chunk arrives
+            assert len(turn.words) >= sum(w.start_pts < chunk.end_pts for w in _expected(tts, turn, 16000))
+        words = await followed
+        assert words == turn.words == _expected(tts, turn, 16000)
+        assert tts.client.context(turn.context_id).words == [
+            {"word": w.word, "start_ms": w.start_ms, "end_ms": w.end_ms} for w in words]
+        cut = tts.speak(TEXT)  # a cancelled turn's iterator ends with it
+        async for _chunk in cut:
+            break
+        await cut.cancel()
+        assert [w.word for w in await _collect(cut.timestamps())] == TEXT.split()[: len(cut.words)]
+    speech = await voxgate.client.speak(server.ws_url, "Two words.", timestamps="word")
+    assert [(w.word, w.start_ms, w.end_ms) for w in speech.words] == [("Two", 0.0, 370.0), ("words.", 370.0, 740.0)]
+
+
+async def _collect(words) -> list:
+    return [w async for w in words]
+
+
+def _expected(tts, turn, rate: int) -> list:
+    """The fake engine's words of TEXT in `turn` (word i: i * 370 ms), on the track's timeline too."""
+    import voxgate.client
+
+    start = tts.client.context(turn.context_id).event("context.started")["start_pts"]
+    ms = [round(i * WORD_MS, 1) for i in range(len(TEXT.split()) + 1)]
+    pts = [start + round(m * rate / 1000) for m in ms]
+    return [voxgate.client.Word(word, ms[i], ms[i + 1], pts[i], pts[i + 1]) for i, word in enumerate(TEXT.split())]
