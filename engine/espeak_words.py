@@ -75,7 +75,7 @@ class WordClock:
         self._ends = [w.end for w in self._words]
         self._open = None
         self._active = True
-        self._base = self._native * SAMPLE_RATE // self._rate
+        self._base = self._output(self._native)
 
     def on_piece(self, events: list[tuple[int, int]], native_samples: int) -> None:
         """One callback's word events and audio length."""
@@ -92,13 +92,18 @@ class WordClock:
         self._native += native_samples
 
     def end_sentence(self) -> None:
-        end = self._native * SAMPLE_RATE // self._rate
+        end = self._output(self._native)
         if self._open is None and self._words:  # no event at all: the sentence's audio holds its words
             self._open = _Open(0, 0, self._base)
         if self._open is not None:
             self._finish(len(self._words), max(end, self._open.start))
         self._active = False
         self._open = None
+
+    def _output(self, native: int) -> int:
+        """Where the stream's resampled audio is after `native` samples: soxr's stream gives round(n * ratio) in
+        all, so a stream's last word ends exactly where its audio does."""
+        return (2 * native * SAMPLE_RATE + self._rate) // (2 * self._rate)
 
     def _finish(self, next_index: int, end: int) -> None:
         assert self._open is not None
