@@ -174,7 +174,8 @@ async def test_word_timestamps_time_the_text_frames(gateway):
         assert [f.text for f in words] == [w["word"] for w in gateway_words]
         assert " ".join(f.text for f in words).split() == TEXT.split()
         first = words[0].pts
-        assert [f.pts - first for f in words] == [round(w["start_ms"] * 1e6) for w in gateway_words]
+        offsets = [f.pts - first for f in words]  # ns (Pipecat's float seconds: within a microsecond)
+        assert all(abs(o - w["start_ms"] * 1e6) <= 1000 for o, w in zip(offsets, gateway_words, strict=True))
         assert not [f for f in bot.up.frames if isinstance(f, ErrorFrame)]
 
 
