@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .admission import Forecast
+from .words import WordTime
 
 SAMPLE_RATE = 24_000  # every engine speaks 24 kHz mono PCM16
 
@@ -41,6 +42,8 @@ class SynthesisRequest:
     # More text follows through AudioStream.append_text until end_text (engines with supports_text_streaming):
     # `text` is then only the first part, and audio may start before the rest arrives.
     text_open: bool = False
+    # Word times wanted (engines with supports_word_times): AudioStream.take_words gives them, before their audio.
+    word_times: bool = False
     request_id: int = field(default_factory=lambda: next(_request_ids))
 
     def __post_init__(self) -> None:
@@ -89,6 +92,12 @@ class AudioStream(abc.ABC):
         """No more text: the stream speaks what it has and ends. Idempotent."""
         raise EngineError("unsupported", "this engine takes a request's whole text at once")
 
+    def take_words(self) -> list[WordTime]:
+        """The words of a `word_times` request not yet taken, in order, each once (engine/words.py): after the
+        stream yields a chunk, every word whose audio starts in it or before is among them. Times are in samples
+        from the stream's first sample. Engines without supports_word_times return none."""
+        return []
+
     def can_append_text(self, text: str) -> bool:
         """Whether `append_text(text)` would fit: a stream holds a bounded text (qwen3tts: the positions of its
         slot), and one that is full refuses more with EngineError("text_too_long"), changing nothing. The
@@ -122,6 +131,8 @@ class Engine(abc.ABC):
     # True: voices made from a reference recording can be added at run time (voice_prompt, add_voice, remove_voice;
     # the gateway's POST /v1/voices). False: those methods raise EngineError("unsupported").
     supports_voice_upload: bool = False
+    # True: a request with `word_times` gets measured word times through AudioStream.take_words (engine/words.py).
+    supports_word_times: bool = False
 
     @abc.abstractmethod
     async def start(self) -> None: ...
@@ -161,6 +172,10 @@ class Engine(abc.ABC):
     def register_metrics(self, registry: Any) -> None:  # noqa: B027 (engines without metrics ignore it)
         """Called once, before start(), with the gateway's Prometheus CollectorRegistry: an engine adds its own
         families (voxgate_engine_*) there so they appear on GET /metrics."""
+
+    def word_times_unavailable(self) -> str:
+        """Why this engine gives no word times (without supports_word_times): shown to a client that asks."""
+        return f"the {self.name} engine does not measure word times"
 
     def default_voice(self) -> str | None:
         voices = self.voices()

@@ -20,6 +20,8 @@ import numpy as np
 import soxr
 
 from .base import SAMPLE_RATE, AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
+from .espeak_words import WordClock, word_events
+from .words import WordTime
 
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
 _CHARS_UTF8 = 1
@@ -64,8 +66,11 @@ class _Job:
     text: str
     voice_name: bytes
     rate_wpm: int | None
-    on_audio: Callable[[np.ndarray | None, BaseException | None], None]  # called on the worker thread
+    # called on the worker thread with each piece of audio and its word events (text position, audio ms); None:
+    # the job's end
+    on_audio: Callable[[np.ndarray | None, BaseException | None, list[tuple[int, int]]], None]
     cancelled: threading.Event
+    word_events: bool = False
 
 
 class _EspeakWorker:
@@ -117,7 +122,7 @@ class _EspeakWorker:
         started.set()
         while (job := self._jobs.get()) is not None:
             if job.cancelled.is_set():
-                job.on_audio(None, None)  # nobody may wait forever on a skipped job
+                job.on_audio(None, None, [])  # nobody may wait forever on a skipped job
                 continue
             self._job = job
             try:
@@ -129,20 +134,23 @@ class _EspeakWorker:
                 status = self._lib.espeak_Synth(data, len(data) + 1, 0, 0, 0, _CHARS_UTF8, None, None)
                 if status != 0 and not job.cancelled.is_set():
                     raise RuntimeError(f"espeak_Synth failed with status {status}")
-                job.on_audio(None, None)  # end of this job
+                job.on_audio(None, None, [])  # end of this job
             except Exception as exc:
-                job.on_audio(None, exc)
+                job.on_audio(None, exc, [])
             finally:
                 self._job = None
                 if job.rate_wpm is not None:
                     self._lib.espeak_SetParameter(_PARAM_RATE, 175, 0)
 
-    def _on_samples(self, wav: ctypes._Pointer, num_samples: int, _events: int) -> int:
+    def _on_samples(self, wav: ctypes._Pointer, num_samples: int, events: int) -> int:
         job = self._job
         if job is None or job.cancelled.is_set():
             return 1  # abort synthesis: the stream was cancelled
+        marks = word_events(events) if job.word_events else []
         if wav and num_samples > 0:
-            job.on_audio(np.ctypeslib.as_array(wav, shape=(num_samples,)).copy(), None)
+            job.on_audio(np.ctypeslib.as_array(wav, shape=(num_samples,)).copy(), None, marks)
+        elif marks:
+            job.on_audio(np.zeros(0, np.int16), None, marks)
         return 0
 
     def submit(self, job: _Job) -> None:
@@ -175,9 +183,23 @@ class EspeakStream(AudioStream):
         self._engine = engine
         self._voice_name = voice_name
         self._cancelled = threading.Event()
+        self._clock: WordClock | None = None  # request.word_times: espeak's word events, audio held to match
 
     def cancel(self) -> None:
         self._cancelled.set()
+
+    def take_words(self) -> list[WordTime]:
+        return self._clock.take() if self._clock is not None else []
+
+    def _release(self, held: np.ndarray, out: np.ndarray, at: int) -> tuple[np.ndarray, np.ndarray]:
+        """With word times: of the audio made (`held`, then `out`, the first at stream sample `at`), what may go out
+        now (before the start of a word whose end is not yet known) and what waits."""
+        if self._clock is None:
+            return out, held
+        held = np.concatenate([held, out]) if len(held) else out
+        limit = self._clock.hold_from()
+        n = len(held) if limit is None else max(0, min(len(held), limit - at))
+        return held[:n], held[n:]
 
     async def __aiter__(self) -> AsyncIterator[np.ndarray]:
         loop = asyncio.get_running_loop()
@@ -185,35 +207,52 @@ class EspeakStream(AudioStream):
         resampler = soxr.ResampleStream(worker.native_rate, SAMPLE_RATE, 1, dtype="int16", quality="HQ")
         budget = None if self.request.max_audio_ms is None else self.request.max_audio_ms * SAMPLE_RATE // 1000
         produced = 0
+        held = np.zeros(0, np.int16)  # word times: audio from the start of the word still open
+        if self.request.word_times:
+            self._clock = WordClock(worker.native_rate)
         try:
             for sentence in split_sentences(self.request.text):
                 if self._cancelled.is_set():
                     return
-                pieces: asyncio.Queue[tuple[np.ndarray | None, BaseException | None]] = asyncio.Queue()
+                pieces: asyncio.Queue[tuple[np.ndarray | None, BaseException | None, list]] = asyncio.Queue()
 
-                def on_audio(samples: np.ndarray | None, error: BaseException | None, q=pieces) -> None:
+                def on_audio(samples: np.ndarray | None, error: BaseException | None, marks: list,
+                             q=pieces) -> None:
                     try:
-                        loop.call_soon_threadsafe(q.put_nowait, (samples, error))
+                        loop.call_soon_threadsafe(q.put_nowait, (samples, error, marks))
                     except RuntimeError:  # the consumer's event loop is gone: nobody is listening
                         self._cancelled.set()
 
-                job = _Job(sentence, self._voice_name, self._engine.rate_wpm, on_audio, self._cancelled)
+                job = _Job(sentence, self._voice_name, self._engine.rate_wpm, on_audio, self._cancelled,
+                           self._clock is not None)
+                if self._clock is not None:
+                    self._clock.begin(sentence)
                 self._engine._pending += 1
                 worker.submit(job)
                 try:
                     while True:
-                        samples, error = await pieces.get()
+                        samples, error, marks = await pieces.get()
                         if error is not None:
                             raise EngineError("synthesis_failed", f"espeak-ng failed: {error}")
-                        if samples is None or self._cancelled.is_set():
+                        if self._cancelled.is_set():
                             break
-                        out = resampler.resample_chunk(samples)
+                        if self._clock is not None:
+                            if samples is None:
+                                self._clock.end_sentence()
+                            else:
+                                self._clock.on_piece(marks, len(samples))
+                        out = resampler.resample_chunk(samples) if samples is not None else held[:0]
+                        out, held = self._release(held, out, produced)
+                        if samples is None and not len(out):
+                            break
                         if budget is not None and produced + len(out) >= budget:
                             yield out[: budget - produced]
                             return
                         produced += len(out)
                         if len(out):
                             yield out
+                        if samples is None:
+                            break
                 finally:
                     self._engine._pending -= 1
             if self._cancelled.is_set():
@@ -233,6 +272,7 @@ class EspeakEngine(Engine):
 
     name = "espeak"
     supports_instruct = False
+    supports_word_times = True  # espeak's own word events (espeak_words.py)
 
     def __init__(self, rate_wpm: int | None = None) -> None:
         if rate_wpm is not None and not 80 <= int(rate_wpm) <= 450:

@@ -20,10 +20,12 @@ import numpy as np
 
 from .admission import DEFAULT_END_INTERVAL_S, Forecast
 from .base import SAMPLE_RATE, AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
+from .words import WordTime
 
 DEFAULT_VOICE = "tone-a"  # a request without a voice (the session named none)
 
 SECONDS_PER_WORD = 0.37  # the synthetic-weight length rule of shared/workloads/README.md
+WORD_SAMPLES = round(SECONDS_PER_WORD * SAMPLE_RATE)  # word i of a request is its samples [i, i + 1) * this
 # Every tone (180 + 1.5 k Hz) and the 3 Hz envelope repeat after 2 s, so one period per tone is computed once and
 # a chunk is a slice of it: the engine costs the gateway next to nothing even at thousands of audio-s/s.
 PERIOD_SAMPLES = 2 * SAMPLE_RATE
@@ -116,6 +118,8 @@ class FakeStream(AudioStream):
         self._more = asyncio.Event()  # text came, the text ended, or a cancel: a waiting stream looks again
         self._open = True  # counted in the engine's streams until it ends or is cancelled
         engine._streams += 1
+        self._yielded = 0  # samples of the stream's chunks so far
+        self._words_taken = 0
         self._stamps: dict[str, float] = {}  # the first-audio stages this engine has: queue (first_chunk_ms), codec
 
     def _closed(self) -> None:
@@ -142,9 +146,22 @@ class FakeStream(AudioStream):
     async def __aiter__(self) -> AsyncIterator[np.ndarray]:
         try:
             async for chunk in self._open_text() if self.request.text_open else self._whole_text():
+                self._yielded += len(chunk)
                 yield chunk
         finally:
             self._closed()
+
+    def take_words(self) -> list[WordTime]:
+        """Exact synthetic times: word i (split at whitespace) is the tone's samples [i, i + 1) * WORD_SAMPLES."""
+        if not self.request.word_times:
+            return []
+        words = self._text.split()
+        taken = []
+        while self._words_taken < len(words) and self._words_taken * WORD_SAMPLES < self._yielded:
+            i = self._words_taken
+            taken.append(WordTime(words[i], i * WORD_SAMPLES, (i + 1) * WORD_SAMPLES))
+            self._words_taken += 1
+        return taken
 
     def first_audio_stamps(self) -> dict[str, float]:
         return dict(self._stamps)
@@ -230,6 +247,7 @@ class FakeEngine(Engine):
 
     name = "fake"
     supports_instruct = False
+    supports_word_times = True  # exact by construction: WORD_SAMPLES per word
 
     def __init__(self, device_rtf: float = 50.0, chunk_ms: int | str = 320, first_chunk_ms: float = 5.0,
                  shared_device: bool = True, text_streaming: bool = True, forecast: bool = False) -> None:

@@ -158,8 +158,11 @@ class SessionStart(Message, tag="session.start"):
     defaults: ScalarMap = {}
     feedback_interval_ms: JsonInt = 50
     metrics_interval_ms: JsonInt = 0
+    timestamps: str = "none"  # "word": word times of each context's audio (docs/protocol.md, Word timestamps)
 
     def validate(self) -> None:
+        if self.timestamps not in ("none", "word"):
+            raise invalid("timestamps must be 'none' or 'word'", param="timestamps")
         if self.protocol != PROTOCOL:
             raise invalid(f"protocol must be {PROTOCOL!r}", param="protocol")
         _check_keys(self.audio, "audio", {"codec": (str,), "sample_rate": (int,), "frame_ms": (int,),

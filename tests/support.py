@@ -23,6 +23,7 @@ import numpy as np
 import websockets
 from voxgate.client.protocol_client import VoxgateClient
 from voxgate.engine.base import AudioStream, Engine, SynthesisRequest, VoiceInfo
+from voxgate.engine.words import WordTime
 from voxgate.gateway.app import create_app
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.protocol import PROTOCOL
@@ -164,6 +165,9 @@ class RecordingStream(AudioStream):
     def first_audio_stamps(self) -> dict[str, float]:
         return self._inner.first_audio_stamps()
 
+    def take_words(self) -> list[WordTime]:
+        return self._inner.take_words()
+
     async def __aiter__(self) -> AsyncIterator[np.ndarray]:
         async for chunk in self._inner:
             self._sink.append(chunk.copy())
@@ -178,6 +182,7 @@ class RecordingEngine(Engine):
         self.name = inner.name
         self.supports_instruct = inner.supports_instruct
         self.supports_text_streaming = inner.supports_text_streaming
+        self.supports_word_times = inner.supports_word_times
         self.produced: list[tuple[SynthesisRequest, list[np.ndarray]]] = []
         self.streams: list[RecordingStream] = []  # in request order, beside `produced`
 
@@ -217,6 +222,9 @@ class RecordingEngine(Engine):
 
     def info(self) -> dict[str, object]:
         return self.inner.info()
+
+    def word_times_unavailable(self) -> str:
+        return self.inner.word_times_unavailable()
 
     def register_metrics(self, registry: Any) -> None:
         self.inner.register_metrics(registry)

@@ -4,6 +4,7 @@ synthesize), against a real gateway on 127.0.0.1. No LiveKit server: the TTS API
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import subprocess
@@ -182,3 +183,22 @@ async def test_the_token_is_sent_and_a_wrong_one_is_refused_with_the_code(gatewa
     assert refused.value.status_code == 401 and refused.value.message.startswith("voxgate unauthorized: ")
     async with TTS(url=server.ws_url, token="sesame") as tts:
         assert (await tts.synthesize("Hello.").collect()).duration > 0.3
+
+
+async def test_word_timestamps_come_as_aligned_transcripts_before_their_audio(gateway):
+    from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+
+    server = gateway()  # espeak measures its words
+    async with TTS(url=server.ws_url, voice="en-us", word_timestamps=True) as tts:
+        assert tts.capabilities.aligned_transcript
+        events = await streamed(tts, TEXT)
+    heard = 0.0  # seconds of the segment's audio before each event's frame
+    words = []
+    for event in events:
+        for timed in event.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []):
+            assert timed.start_time >= heard - 0.001  # it came with the frame that holds its start, or before
+            words.append(timed)
+        heard += event.frame.duration
+    assert "".join(words).split() == TEXT.split()
+    assert [w.start_time for w in words] == sorted(w.start_time for w in words) and words[0].start_time == 0.0
+    assert all(a.end_time == b.start_time for a, b in itertools.pairwise(words))

@@ -161,6 +161,24 @@ async def test_a_turn_streams_into_one_context_and_comes_back_in_order(gateway):
         assert done is not None and done["usage"]["chars"] == len(TEXT)  # every token streamed in, once
 
 
+async def test_word_timestamps_time_the_text_frames(gateway):
+    server = gateway()  # espeak measures its words
+    tts = VoxgateTTSService(url=server.ws_url, word_timestamps=True)
+    async with running(tts) as bot:
+        await bot.reply(TEXT, delay_s=0.005)
+        stopped = await bot.stopped()
+        assert tts.connection is not None
+        gateway_words = tts.connection.client.contexts[stopped.context_id].words
+        words = [f for f in bot.down.frames if isinstance(f, TTSTextFrame)]
+        # One frame a gateway word, in order, each at its word's time after the turn's first audio.
+        assert [f.text for f in words] == [w["word"] for w in gateway_words]
+        assert " ".join(f.text for f in words).split() == TEXT.split()
+        first = words[0].pts
+        offsets = [f.pts - first for f in words]  # ns (Pipecat's float seconds: within a microsecond)
+        assert all(abs(o - w["start_ms"] * 1e6) <= 1000 for o, w in zip(offsets, gateway_words, strict=True))
+        assert not [f for f in bot.up.frames if isinstance(f, ErrorFrame)]
+
+
 async def test_the_pipeline_rate_is_asked_of_the_gateway(gateway):
     server = gateway()
     tts = VoxgateTTSService(url=server.ws_url, voice="en-us", language="en")

@@ -188,6 +188,9 @@ class Qwen3TTSEngine(Engine):
     # Text may arrive while a stream runs (the streaming-text layout: one text token a frame; text_stream.py).
     supports_text_streaming = True
 
+    def word_times_unavailable(self) -> str:  # a text token's frame is no word's time: the Talker reads ahead
+        return "qwen3tts measures no word times without a forced aligner (issue 28), and none is configured"
+
     def voices(self) -> list[VoiceInfo]:
         if self.tts is None:
             return []

@@ -7,7 +7,8 @@ Each framework segment (text up to a `flush()`) is one voxgate context: text goe
 (`text.append`), the segment's end is `context.end` (which speaks what is buffered at once, as a flush does, and frees
 the context), and `aclose()` or an interruption sends `context.cancel` and waits for the gateway's acknowledgement,
 after which no frame of the context can come. Sessions are pooled: a stream borrows one WebSocket for its lifetime,
-so an agent's turns after the first skip the handshake.
+so an agent's turns after the first skip the handshake. With `word_timestamps=True` the TTS gives aligned transcripts:
+each word as a `TimedString` (seconds from its segment's first audio) ahead of the audio that holds it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import websockets
 from livekit.agents import APIConnectionError, APIConnectOptions, APIError, APIStatusError, APITimeoutError, tts, utils
-from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, TimedString
 from voxgate.client import Connection, Turn, VoxgateError, connect
 from voxgate.client.protocol_client import SessionError
 
@@ -70,11 +71,14 @@ class TTS(tts.TTS):
     """A streaming `livekit.agents.tts.TTS` on a voxgate gateway: PCM16 mono at `sample_rate` (24 kHz by default).
 
     `url` and `token` default to `$VOXGATE_URL` (else `DEFAULT_URL`) and `$VOXGATE_TOKEN`; `voice`, `language` and
-    `instruct` are voxgate's context options (the gateway's defaults when None)."""
+    `instruct` are voxgate's context options (the gateway's defaults when None). `word_timestamps`: aligned
+    transcripts from the gateway's word timestamps (its engine must measure them: espeak does, qwen3tts not yet)."""
 
     def __init__(self, *, url: str | None = None, token: str | None = None, voice: str | None = None,
-                 language: str | None = None, instruct: str | None = None, sample_rate: int = SAMPLE_RATE) -> None:
-        super().__init__(capabilities=tts.TTSCapabilities(streaming=True), sample_rate=sample_rate, num_channels=1)
+                 language: str | None = None, instruct: str | None = None, sample_rate: int = SAMPLE_RATE,
+                 word_timestamps: bool = False) -> None:
+        super().__init__(capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=word_timestamps),
+                         sample_rate=sample_rate, num_channels=1)
         self._url = url or os.environ.get("VOXGATE_URL") or DEFAULT_URL
         self._token = token or os.environ.get("VOXGATE_TOKEN") or None
         self._opts = _Options(voice, language, instruct)
@@ -116,7 +120,8 @@ class TTS(tts.TTS):
 
     async def _connect(self, timeout: float) -> Connection:
         conn = connect(self._url, token=self._token, sample_rate=self.sample_rate, frame_ms=FRAME_MS,
-                       pacing="asap")  # the framework paces playout itself
+                       pacing="asap",  # the framework paces playout itself
+                       timestamps="word" if self.capabilities.aligned_transcript else None)
         conn.client.start_timeout_s = timeout
         try:
             async with asyncio.timeout(timeout):
@@ -176,8 +181,11 @@ class SynthesizeStream(tts.SynthesizeStream):
         async def receive_audio() -> None:
             while (turn := await segments.get()) is not None:
                 output_emitter.start_segment(segment_id=turn.context_id)
+                told = 0  # words handed over: each goes with the next audio pushed, the one that holds it
                 async for chunk in turn:
+                    told = _push_words(output_emitter, turn, told)
                     output_emitter.push(chunk.pcm.tobytes())
+                _push_words(output_emitter, turn, told)
                 output_emitter.end_segment()
 
         tasks = [asyncio.create_task(send_text()), asyncio.create_task(receive_audio())]
@@ -206,3 +214,12 @@ class SynthesizeStream(tts.SynthesizeStream):
         except (TimeoutError, SessionError):
             return False
         return True
+
+
+def _push_words(output_emitter: tts.AudioEmitter, turn: Turn, told: int) -> int:
+    """The turn's words since `told` as aligned transcript (each with its space, as the framework joins them)."""
+    words = turn.words[told:]
+    for w in words:
+        output_emitter.push_timed_transcript(TimedString(w.word + " ", start_time=w.start_ms / 1000,
+                                                         end_time=w.end_ms / 1000))
+    return told + len(words)

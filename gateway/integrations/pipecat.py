@@ -4,7 +4,9 @@ One gateway session per service, on the Python SDK (`voxgate.client`); one voxga
 Pipecat context id is the voxgate `context_id`): its text goes out as `text.append` while the LLM streams, and
 `context.end` closes it when the turn ends. An interruption cancels the turn on the gateway (`context.cancel`) and
 drops whatever of it is still in flight. Audio comes back as `pcm_s16le` at the pipeline's output rate, in
-`asap` pacing: Pipecat's output transport paces playback itself.
+`asap` pacing: Pipecat's output transport paces playback itself. With `word_timestamps=True` the turn's
+`TTSTextFrame`s come from the gateway's word timestamps, each timed to its word's audio (Pipecat builds the
+assistant's context from the words that were played).
 
     tts = VoxgateTTSService(url="ws://127.0.0.1:8000/v1/tts/ws", voice="en-us")
 """
@@ -74,18 +76,23 @@ class VoxgateTTSService(WebsocketTTSService):
     def __init__(self, *, url: str, voice: str | None = None, language: Language | str | None = None,
                  instruct: str | None = None, token: str | None = None, sample_rate: int | None = None,
                  settings: VoxgateTTSSettings | None = None,
-                 text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN, **kwargs: Any) -> None:
+                 text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN,
+                 word_timestamps: bool = False, **kwargs: Any) -> None:
         """`url`: the gateway's `ws://.../v1/tts/ws`; `voice`, `language`, `instruct`: per-turn options (None: the
         gateway's defaults); `token`: for a gateway with `auth_tokens`; `sample_rate`: None for the pipeline's
         output rate. Tokens stream to the gateway as they come by default (`TextAggregationMode.TOKEN`): the gateway
-        cuts sentences itself, so waiting for Pipecat's sentence aggregation would only add latency."""
+        cuts sentences itself, so waiting for Pipecat's sentence aggregation would only add latency.
+        `word_timestamps`: time each word's `TTSTextFrame` by the gateway's word timestamps (the gateway's engine
+        must measure them: espeak does, qwen3tts does not yet; without them Pipecat sends each turn's text at its
+        end) instead of pushing the text as it is sent."""
         store = self.Settings(model=None, voice=voice, language=language, instruct=instruct)
         if settings is not None:
             store.apply_update(settings)
-        super().__init__(text_aggregation_mode=text_aggregation_mode, push_text_frames=True,
+        super().__init__(text_aggregation_mode=text_aggregation_mode, push_text_frames=not word_timestamps,
                          push_start_frame=True, sample_rate=sample_rate, settings=store, **kwargs)
         self._url = url
         self._token = token
+        self._word_timestamps = word_timestamps
         self._connection: Connection | None = None
         self._receive_task: asyncio.Task | None = None
         self._turns: dict[str, Turn] = {}  # live voxgate contexts, by Pipecat context id
@@ -129,7 +136,7 @@ class VoxgateTTSService(WebsocketTTSService):
         if self._connection is not None and not self._connection.client.closed.is_set():
             return
         connection = connect(self._url, codec="pcm_s16le", sample_rate=self._gateway_rate(), pacing="asap",
-                             token=self._token)
+                             token=self._token, timestamps="word" if self._word_timestamps else None)
         try:
             await connection.__aenter__()
         except (SessionError, OSError, TimeoutError, WebSocketException) as error:  # refused, unreachable, HTTP 4xx
@@ -138,6 +145,9 @@ class VoxgateTTSService(WebsocketTTSService):
             return
         self._connection = connection
         self._websocket = connection.client.ws  # what the base class pings to verify a reconnection
+        if self._word_timestamps and connection.session.get("timestamps") != "word":
+            logger.warning(f"{self} the gateway gives no word timestamps: "
+                           f"{connection.session.get('timestamps_unavailable', 'an older gateway')}")
         idle_timeout_s = connection.session["limits"].get("idle_timeout_s") or 0
         if idle_timeout_s > 0:  # the gateway closes a session idle for that long; a bot waits for its user
             self._create_keepalive_task(idle_timeout_s / 3)
@@ -224,10 +234,13 @@ class VoxgateTTSService(WebsocketTTSService):
         # One stream per turn, flushed at its end, so that no sample of the turn's tail stays inside soxr.
         resampler = (soxr.ResampleStream(source_rate, self.sample_rate, 1, dtype="int16")
                      if source_rate != self.sample_rate else None)
+        told = 0  # the turn's words handed to Pipecat, each before the audio that holds it
         try:
             async for chunk in turn:
+                told = await self._add_words(turn, context_id, told)
                 pcm = chunk.pcm if resampler is None else resampler.resample_chunk(chunk.pcm)
                 await self._append_audio(context_id, pcm)
+            await self._add_words(turn, context_id, told)
             if resampler is not None:
                 await self._append_audio(context_id, resampler.resample_chunk(np.zeros(0, np.int16), last=True))
         except VoxgateError as error:
@@ -237,6 +250,14 @@ class VoxgateTTSService(WebsocketTTSService):
             self._turns.pop(context_id, None)
         await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
         await self.remove_audio_context(context_id)
+
+    async def _add_words(self, turn: Turn, context_id: str, told: int) -> int:
+        """The turn's words that arrived since the last call, into its audio context (seconds from its first
+        audio, as Pipecat times them); returns how many were told."""
+        words = turn.words[told:]
+        if words:
+            await self.add_word_timestamps([(w.word, w.start_ms / 1000) for w in words], context_id)
+        return told + len(words)
 
     async def _append_audio(self, context_id: str, pcm: np.ndarray) -> None:
         if len(pcm):

@@ -14,6 +14,7 @@ Installed as `voxgate.client` (pyproject's package-dir maps it to gateway/sdk/);
 
 from .connection import Connection, Speech, connect, speak, speak_sync
 from .turn import AudioChunk, StallReport, Turn, VoxgateError
+from .words import Word
 
-__all__ = ["AudioChunk", "Connection", "Speech", "StallReport", "Turn", "VoxgateError", "connect", "speak",
+__all__ = ["AudioChunk", "Connection", "Speech", "StallReport", "Turn", "VoxgateError", "Word", "connect", "speak",
            "speak_sync"]

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -14,6 +14,7 @@ from voxgate.client.protocol_client import SessionError, VoxgateClient
 from voxgate.gateway.protocol import FrameHeader
 
 from .turn import AudioChunk, StallReport, Turn, VoxgateError
+from .words import Word
 
 
 class _Client(VoxgateClient):
@@ -62,12 +63,14 @@ class Connection:
                  instruct: str | None = None, codec: str = "pcm_s16le", sample_rate: int | None = None,
                  pacing: str = "asap", target_buffer_ms: int = 150, max_buffer_ms: int = 1000,
                  frame_ms: int | None = None, report_playback: bool = True, token: str | None = None,
-                 on_stall: Callable[[StallReport], None] | None = None) -> None:
+                 on_stall: Callable[[StallReport], None] | None = None, timestamps: str | None = None) -> None:
         self.client = _Client(url, codec=codec, sample_rate=sample_rate, pacing=pacing,
                               target_buffer_ms=target_buffer_ms, max_buffer_ms=max_buffer_ms, voice=voice,
                               language=language, report=report_playback, token=token, frame_ms=frame_ms)
         if instruct:
             self.client.start_msg["defaults"]["instruct"] = instruct
+        if timestamps:  # "word": each turn's `words` (session.started says whether the engine gives them)
+            self.client.start_msg["timestamps"] = timestamps
         self.on_stall = on_stall
         self._ids = itertools.count(1)
         self._background: set[asyncio.Task] = set()
@@ -181,12 +184,14 @@ def connect(url: str, **options: Any) -> Connection:
 
 @dataclass(frozen=True, slots=True)
 class Speech:
-    """A whole turn's audio: int16 mono `pcm` at `sample_rate`, with the server's `context.done` and the stalls."""
+    """A whole turn's audio: int16 mono `pcm` at `sample_rate`, with the server's `context.done` and the stalls; its
+    `words` with `timestamps="word"`."""
 
     pcm: np.ndarray
     sample_rate: int
     done: dict[str, Any]
     stalls: list[StallReport]
+    words: list[Word] = field(default_factory=list)
 
     @property
     def duration_s(self) -> float:
@@ -199,7 +204,7 @@ async def speak(url: str, text: str | Iterable[str] | AsyncIterable[str], **opti
         turn = tts.speak(text)
         pcm = await turn.audio()
         assert turn.done is not None  # audio() ends at context.done, or raises
-        return Speech(pcm, tts.sample_rate, turn.done, turn.stalls)
+        return Speech(pcm, tts.sample_rate, turn.done, turn.stalls, turn.words)
 
 
 def speak_sync(url: str, text: str | Iterable[str], **options: Any) -> Speech:

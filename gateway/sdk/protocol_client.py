@@ -43,6 +43,11 @@ class ContextResult:
             return None
         return (self.frames[0][2] - self.sent_at) * 1000
 
+    @property
+    def words(self) -> list[dict[str, Any]]:
+        """Its words with their times, from its `timestamps` events (a session started with timestamps "word")."""
+        return [word for e in self.events if e["type"] == "timestamps" for word in e["words"]]
+
     def event(self, kind: str) -> dict[str, Any] | None:
         return next((e for e in self.events if e["type"] == kind), None)
 

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from voxgate.client.protocol_client import SessionError
 
+from .words import Word, WordLog
+
 if TYPE_CHECKING:
     from .connection import Connection
 
@@ -85,6 +87,8 @@ class Turn:
         self.cancelled: dict[str, Any] | None = None  # the context.cancelled message
         self.flushed: dict[str, int] = {}  # flush_id -> end_pts
         self.error: VoxgateError | None = None
+        self._words = WordLog()  # sessions with timestamps="word"
+        self._start_pts = 0  # context.started's
         self._conn = conn
         self._open_fields = open_fields
         self._on_stall = on_stall
@@ -208,6 +212,15 @@ class Turn:
         parts = [chunk.pcm async for chunk in self]
         return np.concatenate(parts) if parts else np.zeros(0, np.int16)
 
+    @property
+    def words(self) -> list[Word]:
+        """The turn's words so far, each with when it is heard (sessions connected with `timestamps="word"`)."""
+        return self._words.words
+
+    def timestamps(self) -> AsyncIterator[Word]:
+        """Its words as they arrive, each before the audio it describes; ends with the turn."""
+        return self._words.follow()
+
     # -- cancel -------------------------------------------------------------------------------------------------
 
     async def cancel(self, played_pts: int | None = None) -> None:
@@ -249,12 +262,18 @@ class Turn:
 
     def _on_message(self, msg: dict[str, Any]) -> None:
         kind = msg["type"]
-        if kind == "context.done":
+        if kind == "timestamps":
+            self._words.add(msg, self._start_pts, self._conn.sample_rate)
+        elif kind == "context.started":
+            self._start_pts = msg["start_pts"]
+        elif kind == "context.done":
             self.done = msg
             self._queue.put_nowait(_End())
+            self._words.end()
         elif kind == "context.cancelled":
             self.cancelled = msg
             self._queue.put_nowait(_End())
+            self._words.end()
         elif kind == "flushed":
             self.flushed[msg["flush_id"]] = msg["end_pts"]
             if msg["flush_id"] in self._flush_events:
@@ -281,6 +300,7 @@ class Turn:
             if task is not None:
                 task.cancel()
         self._queue.put_nowait(error)
+        self._words.end()
         self._conn.client.context(self.context_id).done.set()  # wake whoever waits on the turn
         if self._opened:
             self._conn.send_soon({"type": "context.cancel", "context_id": self.context_id})

@@ -20,6 +20,7 @@ from voxgate.gateway.transport.loop_turns import LoopTurns
 from .context_text import ContextText, Cut, OpenStream
 from .stalls import StallStats
 from .text_split import TextSegmenter
+from .words import WordMark, word_mark
 
 log = logging.getLogger("voxgate.context")
 
@@ -69,7 +70,7 @@ class Context:
     encoder: FrameEncoder
     state: ContextState = ContextState.OPEN
     segmenter: TextSegmenter = field(default_factory=TextSegmenter)
-    frames: deque[ReadyFrame | FlushMark] = field(default_factory=deque)
+    frames: deque[ReadyFrame | FlushMark | WordMark] = field(default_factory=deque)
     produced_all: bool = False  # the producer has queued the final frame (or was stopped)
     started: bool = False  # context.started was queued; start_pts is set
     start_pts: int = 0
@@ -93,6 +94,7 @@ class Context:
     counted: bool = False  # the outcome went into the metrics
     turns: LoopTurns | None = None  # the bound on chunks taken in per event-loop iteration (transport/loop_turns.py)
     feed: ContextText | None = None  # text streaming (context_text.py); None: sentence mode (`segmenter`)
+    word_times: bool = False  # the session asked for word timestamps and the engine measures them (words.py)
     _drained: asyncio.Event = field(default_factory=asyncio.Event)
     _segments: asyncio.Queue = field(default_factory=asyncio.Queue)
     producer: asyncio.Task | None = None
@@ -118,13 +120,13 @@ class Context:
             return self.feed.unspoken_chars
         return self.segmenter.buffered_chars + self.queued_chars
 
-    def pop(self) -> ReadyFrame | FlushMark:
+    def pop(self) -> ReadyFrame | FlushMark | WordMark:
         item = self.frames.popleft()
         if isinstance(item, ReadyFrame):
             self.ready_samples -= item.frame.samples
             self.ready_frames -= 1
             self._drained.set()
-        else:
+        elif isinstance(item, FlushMark):
             self.pending_flushes -= 1
         return item
 
@@ -142,6 +144,13 @@ class Context:
         if self.first_written_at is None or self.speakable_at is None:
             return None
         return round((self.first_written_at - self.speakable_at) * 1000, 3)
+
+    def timing(self) -> dict[str, object]:
+        """context.done's `timing`: first audio, and its stages when the way to it was stamped (engine/timeline.py)."""
+        timing: dict[str, object] = {"first_audio_ms": self.first_audio_ms()}
+        if self.timeline is not None and "write" in self.timeline.ends:
+            timing["first_audio_stages_ms"] = {stage: round(s * 1000, 3) for stage, s in self.timeline.stages()}
+        return timing
 
     # ---- text in (called by the session, synchronously) -----------------------------------------------------
 
@@ -258,6 +267,8 @@ class Context:
         if remaining <= 0:
             return  # budget spent: the rest is dropped (reported once, when it ran out)
         request.max_audio_ms = max(1, remaining * 1000 // SAMPLE_RATE)
+        request.word_times = self.word_times
+        offset = self.produced_samples  # where this stream's audio starts on the context's timeline
         if self.release_admission is not None:
             self.release_admission()  # the engine's queue counts this stream from here
         opened_at = time.monotonic()
@@ -279,6 +290,8 @@ class Context:
                 if self.timeline is None and len(chunk) and self.speakable_at is not None:
                     self.timeline = FirstAudioTimeline(self.speakable_at, {"admit": opened_at,
                                                                            **stream.first_audio_stamps()})
+                if self.word_times and (mark := word_mark(stream.take_words(), offset, self.budget_samples)):
+                    self.frames.append(mark)  # before the frames of the chunk that holds their start
                 chunk = chunk[: self.budget_samples - self.produced_samples]
                 self.produced_samples += len(chunk)
                 self._push(await self.encoder.encode(np.ascontiguousarray(chunk, dtype=np.int16)))

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from voxgate.engine.base import SAMPLE_RATE, Engine
-from voxgate.engine.timeline import FirstAudioTimeline
 from voxgate.gateway.audio.frames import AudioFormat, make_encoder
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.metrics import GatewayMetrics
@@ -46,6 +45,7 @@ from .context_text import ContextText
 from .limits import check_buffered, check_flush, check_new_context, check_text
 from .pacer import negotiate_pacing
 from .track import Track
+from .words import negotiate
 
 log = logging.getLogger("voxgate.session")
 
@@ -77,6 +77,7 @@ class Session:
         self._bytes_out = metrics.bytes_out.labels("ws")  # label lookups once, not per frame
         self._audio_seconds = metrics.audio_seconds.labels("ws")
         self.draining = False  # shutdown: no new context (transport/drain.py)
+        self._word_times = False  # session.start asked for word timestamps and the engine has them (words.py)
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
 
@@ -134,13 +135,14 @@ class Session:
         self._defaults = {"voice": voice, "language": choice.language, "instruct": msg.defaults.get("instruct")}
         self._pacing = pacing
         self.metrics_interval_ms = msg.metrics_interval_ms
+        self._word_times, timestamps = negotiate(msg.timestamps, self.engine)
         self.started = True
         self.writer.put_urgent({
             "type": "session.started", "session_id": self.session_id, "protocol": PROTOCOL,
             "engine": self.engine.name, "audio": self.fmt.to_json(), "pacing": pacing,
             "limits": self.limits.to_json(), "voices": [v.id for v in self.engine.voices()] + self.uploaded(),
             "aliases": self._aliases, "defaults": {"voice": voice, "language": self._defaults["language"]},
-        })
+            **timestamps})
         if self.metrics_interval_ms:
             self._spawn(self._send_metrics())
 
@@ -183,6 +185,7 @@ class Session:
             self._report(context, "warning", "unsupported", f"the {self.engine.name} engine ignores instruct")
         context.max_ahead_samples = int(MAX_AHEAD_S * self.fmt.sample_rate)
         context.turns = self.turns
+        context.word_times = self._word_times
         if self.config.text_streaming == "auto" and self.engine.supports_text_streaming:
             context.feed = ContextText(self.config.text_stream_min_words, self.config.text_stream_min_wps)
         self.used_ids.add(context_id)
@@ -313,7 +316,7 @@ class Session:
             self._audio_seconds.inc(audio_ms / 1000)
             return {"type": "context.done", "context_id": context.context_id, "ctx": context.ctx,
                     "end_pts": context.end_pts, "usage": {"chars": context.chars, "audio_ms": audio_ms},
-                    "timing": _timing(first, context.timeline), "stalls": context.stalls.to_json()}
+                    "timing": context.timing(), "stalls": context.stalls.to_json()}
 
         self.writer.put_event(done)
 
@@ -348,10 +351,3 @@ class Session:
                                   "by_cause": dict(track.stall_causes)},
                 })
 
-
-def _timing(first_audio_ms: float | None, timeline: FirstAudioTimeline | None) -> dict[str, Any]:
-    """context.done's `timing`: first audio, and its stages when the way to it was stamped (engine/timeline.py)."""
-    timing: dict[str, Any] = {"first_audio_ms": first_audio_ms}
-    if timeline is not None and "write" in timeline.ends:
-        timing["first_audio_stages_ms"] = {stage: round(s * 1000, 3) for stage, s in timeline.stages()}
-    return timing

@@ -19,6 +19,7 @@ from voxgate.gateway.transport.writer import OutFrame, SocketWriter
 from .context import Context, FlushMark, ReadyFrame
 from .pacer import Pacer
 from .stalls import CAUSES, FrameLog, NewStalls, PlayHistory, UnderrunLedger
+from .words import WordMark, timestamps_event
 
 
 class Track:
@@ -125,6 +126,11 @@ class Track:
                     assert isinstance(mark, FlushMark)
                     self.writer.put_event({"type": "flushed", "context_id": context.context_id,
                                            "flush_id": mark.flush_id, "end_pts": context.end_pts}, context)
+                    continue
+                if isinstance(context.frames[0], WordMark):
+                    words = context.pop()
+                    assert isinstance(words, WordMark)
+                    self.writer.put_event(timestamps_event(context.context_id, context.ctx, words), context)
                     continue
                 allowance = self.pacer.allowance()
                 if allowance is not None and allowance <= 0:

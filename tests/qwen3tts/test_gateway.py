@@ -113,6 +113,13 @@ async def test_cancel_mid_stream_then_speak_again(server: BackgroundServer) -> N
     await slots_free(_produced(server).inner)  # every slot comes back
 
 
+async def test_word_timestamps_are_unavailable_without_an_aligner(server: BackgroundServer) -> None:
+    # No estimate is passed off as a time: the session says none, and why (issue 28).
+    ws, started = await connect(server.ws_url, timestamps="word")
+    assert started["timestamps"] == "none" and "forced aligner" in started["timestamps_unavailable"]
+    await ws.close()
+
+
 def test_http_speech_pcm_and_wav(server: BackgroundServer) -> None:
     engine = _produced(server)
     before = len(engine.produced)
