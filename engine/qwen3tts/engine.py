@@ -20,6 +20,7 @@ from ..core import EngineCore, StepOutput
 from ..loop import EngineLoop, LoopStream
 from ..request import FRAME_S, Request
 from ..scheduler import SchedulerConfig
+from .engine_info import describe
 from .options import Qwen3TTSOptions, parse
 from .text_stream import StreamedText
 
@@ -139,28 +140,7 @@ class Qwen3TTSEngine(Engine):
         self._registry = registry
 
     def info(self) -> dict[str, Any]:
-        tts, runner = self.tts, self.runner
-        out: dict[str, Any] = {"name": self.name, "model": self.model_path,
-                               "chunk_schedule_frames": list(self.chunk_schedule), "max_frames": self.max_frames,
-                               "frame_budget": f"{self.budget_factor} x expected frames, >= {self.min_budget_s} s",
-                               "batching": "engine loop (batched steps)", "pipeline": self.pipeline,
-                               "timings_s": self.timings}
-        if tts is not None:
-            import torch
-
-            out |= {"model_type": tts.cfg.tts_model_type, "repo_id": tts.cfg.repo_id, "device": str(tts.device),
-                    "dtype_talker": str(next(tts.talker.parameters()).dtype),
-                    "dtype_codec": str(next(tts.codec.parameters()).dtype)}
-            if runner is not None:
-                c = runner.config
-                out |= {"codec": type(runner.codec).__name__, "cuda_graphs": runner.steps.use_graphs,
-                        "row_buckets": list(c.row_buckets), "prefill_buckets": list(c.prefill_buckets),
-                        "codec_buckets": [list(b) for b in c.codec_buckets],
-                        "step_kernels": runner.ops.attend.__name__, "depth": c.depth,
-                        "deadline_order": self.scheduler_config.deadline_order, **runner.memory()}
-            if tts.device.type == "cuda":
-                out["gpu"] = torch.cuda.get_device_name(tts.device)
-        return out
+        return describe(self)
 
     @property
     def queue_depth(self) -> int:
