@@ -73,23 +73,30 @@ class LoopForecaster:
 
     First audio: the prefills ahead of it (`max_prefills` ride each step), its own prefill step, `first_chunk`
     frames (one a step: a new stream's deadline is its arrival, so it gets a row even when streams outnumber rows),
-    a step more when steps are pipelined and one for its codec piece, all at the period of the row bucket it would
-    run in, plus one codec call. Load: `n` generating streams need `n x 12.5` frames/s; a step makes
-    `min(n, max_rows)` frames in its period."""
+    a step more when the step is pipelined (`pipeline_min_rows`) and one for its codec piece, all at the period of
+    the row bucket it would run in, plus one codec call. Load: `n` generating streams need `n x 12.5` frames/s; a
+    step makes `min(n, max_rows)` frames in its period."""
 
     def __init__(self, row_buckets: tuple[int, ...], max_prefills: int, first_chunk: int,
-                 total_slots: int | None, pipelined: bool = True, alpha: float = 0.05) -> None:
+                 total_slots: int | None, pipelined: bool = True, alpha: float = 0.05,
+                 pipeline_min_rows: int = 0) -> None:
         self.buckets = sorted(set(row_buckets))
         self.max_rows = self.buckets[-1]
         self.max_prefills = max_prefills
         self.first_chunk = first_chunk
         self.total_slots = total_slots
-        self.lag_steps = 2 if pipelined else 1  # frames read a step late (pipelined), then the codec piece's step
+        self.pipelined = pipelined
+        self.pipeline_min_rows = pipeline_min_rows  # steps with fewer decode rows are read at once (core.py)
         self.alpha = alpha
         self.period: dict[int, float] = {}  # row bucket (0: prefill only) -> EWMA seconds per step
         self.codec_s = 0.0
         self.ends = EndRate()
         self.held = Held(0, 0, 0)
+
+    def lag_steps(self, rows: int) -> int:
+        """Steps after a frame's own before its audio: the codec piece's, and one more where the frame is read a
+        step late (pipelined steps of `pipeline_min_rows` rows or more)."""
+        return 2 if self.pipelined and rows >= self.pipeline_min_rows else 1
 
     def bucket(self, rows: int) -> int:
         if rows <= 0:
@@ -130,6 +137,6 @@ class LoopForecaster:
         if period is None:
             return Forecast(0.0, 0.0, n, free, self.total_slots, interval)
         ahead = held.prefilling + queued
-        steps = ahead // self.max_prefills + 1 + self.first_chunk + self.lag_steps
+        steps = ahead // self.max_prefills + 1 + self.first_chunk + self.lag_steps(rows)
         load = n * FRAME_RATE * period / rows
         return Forecast(steps * period + self.codec_s, load, n, free, self.total_slots, interval)
