@@ -58,3 +58,22 @@ async def test_reported_underruns_are_attributed_and_the_target_grows(gateway, f
                      "cause": "network", "events": 1}
     assert metrics["target_ms"] == 200 and metrics["underruns"]["by_cause"]["network"] == 1
     await ws.close()
+
+
+async def test_a_heard_gap_counts_against_the_server_unless_it_attributes_it_to_the_client_side():
+    """support.no_pause_from_the_server: the judgement the bystander and pacing tests make on a loaded machine."""
+    from types import SimpleNamespace
+
+    from support import no_pause_from_the_server
+    from voxgate.client.player import Stall
+
+    def client(*causes: str) -> SimpleNamespace:
+        player = SimpleNamespace(gaps_over=lambda s: [Stall(pts=480, started_at=0.0, duration_s=0.05)])
+        messages = [{"type": "stall", "cause": c, "duration_ms": 50.0} for c in causes]
+        return SimpleNamespace(player=player, messages=messages)
+
+    await no_pause_from_the_server(client("network"))  # sent in time, read late by this process: not the server's
+    await no_pause_from_the_server(client("client"))
+    for causes in (("generation",), ("network", "pacing"), ()):  # the server's, or never attributed
+        with pytest.raises(AssertionError):
+            await no_pause_from_the_server(client(*causes), wait_s=0.1)
