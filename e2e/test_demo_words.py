@@ -1,10 +1,12 @@
 """The demo's word highlighting (issue 28): the page asks for word timestamps and marks each word of the utterance as
 it plays. A real gateway process (espeak), Debian chromium, real-time audio; the truth is the worklet's own events,
-each with the render frame and the pts where playback started, stalled, resumed or went idle."""
+each with the render frame and the pts where playback started, stalled, resumed or went idle. And an engine without
+word times (a gateway in this process): the box says why and the page stops asking."""
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 
 import pytest
 from test_demo import open_demo, speak, wait_done
@@ -51,13 +53,31 @@ def test_the_highlighted_word_follows_playback(page, gateway: str) -> None:
     assert page.errors == []
 
 
+@pytest.fixture(scope="module")
+def no_word_times_gateway() -> Iterator[str]:
+    """A gateway in this process around the test-tone engine, told it measures no word times."""
+    from support import running_gateway
+    from voxgate.engine.fake import FakeEngine
+
+    class NoWordTimes(FakeEngine):
+        supports_word_times = False
+
+    with running_gateway(NoWordTimes()) as server:
+        yield server.http_url
+
+
 @pytest.mark.slow
-def test_unticked_the_session_asks_for_no_word_times(page, gateway: str) -> None:
-    open_demo(page, gateway, codec="pcm_s16le", pacing="asap")
-    page.uncheck("#words-on")
-    cid = speak(page, "Numbers", mode="all")
-    wait_done(page, cid)
-    st = page.evaluate("({session: window.voxgate.state.session, counts: window.voxgate.state.counts})")
-    assert st["session"]["timestamps"] == "none" and "timestamps" not in st["counts"]
+def test_an_engine_without_word_times_unticks_the_box_and_says_why(page, no_word_times_gateway: str) -> None:
+    open_demo(page, no_word_times_gateway, codec="pcm_s16le", pacing="asap")
+    wait_done(page, speak(page, "Numbers", mode="all"))
+    started = page.evaluate("window.voxgate.state.session")
+    assert started["timestamps"] == "none" and "does not measure word times" in started["timestamps_unavailable"]
+    assert not page.is_checked("#words-on") and page.is_disabled("#words-on")
+    assert "does not measure word times" in page.get_attribute("label:has(#words-on)", "title")
+    assert "no word highlighting" in page.text_content("#log")
     assert page.inner_html("#words") == ""
+    # Unticked, the next session asks for none (so the server has nothing to say about it).
+    wait_done(page, speak(page, "Greeting", mode="all"))
+    started = page.evaluate("window.voxgate.state.session")
+    assert started["timestamps"] == "none" and "timestamps_unavailable" not in started
     assert page.errors == []
