@@ -45,6 +45,7 @@ async def _refused(ws: Any) -> tuple[dict[str, Any], int]:
     ({"voice": "en-us", "input": "Hello."}, "unknown_field", "input"),
     ({"voice": "en-us", "response_format": "mp3"}, "unsupported_format", "response_format"),
     ({"voice": "en-us", "stream_format": "sse"}, "unsupported_field", "stream_format"),
+    ({"voice": "en-us", "timestamps": "word"}, "unsupported_field", "timestamps"),
     ({"voice": "nobody"}, "voice_not_found", "voice"),
     ({"model": "another-model"}, "model_not_found", "model"),
 ])

@@ -8,6 +8,8 @@ import { BufferPlot } from "./plot.js";
 import { Player } from "./player.js";
 import { C, PROTOCOL, S, WS_PATH } from "./protocol.js";
 import { wireClonePanel } from "./voice-upload.js";
+import { fillLanguages, fillVoices } from "./voice-list.js";
+import { WordHighlighter, wordsUnavailable } from "./words.js";
 
 const SAMPLES = {
   Greeting: "Hello! This is voxgate, streaming speech to your browser while the words are still arriving.",
@@ -47,6 +49,8 @@ const plot = new BufferPlot($("plot"));
 const panel = new UtterancePanel($);
 const player = new Player(onWorker);
 const inspector = new Inspector(player);
+const audioFrame = () => (player.ac ? player.ac.currentTime * player.ac.sampleRate : null); // the render clock
+const highlighter = new WordHighlighter($("words"), audioFrame);
 const notes = new Notes($("note"));
 let sessionKey = null;
 let sessionWait = null;
@@ -73,31 +77,14 @@ function syncControls() {
 function endUtterance(id) {
   if (state.active !== id || id === null) return;
   state.active = null;
+  highlighter.finish(false); // (a last move of the mark, unless Stop or a cancel ended it first)
   clearTimeout(streamTimer);
   syncControls();
 }
 
 async function loadVoices() {
-  const token = params.get("token");
-  const res = await fetch("/v1/voices", token ? { headers: { Authorization: `Bearer ${token}` } } : {});
-  const body = await res.json();
-  const sel = $("voice");
-  sel.replaceChildren();
-  for (const v of body.voices) {
-    const opt = new Option(v.name && v.name !== v.id ? `${v.name} (${v.id})` : v.id, v.id);
-    opt.dataset.languages = JSON.stringify(v.languages || []);
-    if (v.description) opt.title = v.description;
-    sel.append(opt);
-  }
-  sel.value = params.get("voice") || body.default || (body.voices[0] && body.voices[0].id);
-  fillLanguages();
+  await fillVoices($, params.get("token"), params.get("voice"));
   notes.set("voices", null);
-}
-
-function fillLanguages() {
-  const opt = $("voice").selectedOptions[0];
-  const langs = opt ? JSON.parse(opt.dataset.languages) : [];
-  $("language").replaceChildren(new Option("auto", "auto"), ...langs.map((l) => new Option(l, l)));
 }
 
 function controls() {
@@ -111,6 +98,7 @@ function controls() {
     language: $("language").value,
     instruct: $("instruct").value.trim(),
     text: $("text").value,
+    words: $("words-on").checked,
   };
 }
 
@@ -121,7 +109,7 @@ function wsUrl() {
 }
 
 function ensureSession(cfg, sampleRate) {
-  const key = `${cfg.codec}|${cfg.pacing}|${cfg.target}`;
+  const key = `${cfg.codec}|${cfg.pacing}|${cfg.target}|${cfg.words}`;
   if (sessionKey === key && sessionWait) return sessionWait; // connected, or connecting
   sessionKey = key;
   state.connected = false;
@@ -136,6 +124,7 @@ function ensureSession(cfg, sampleRate) {
     pacing: { mode: cfg.pacing, target_buffer_ms: cfg.target },
     feedback_interval_ms: 50,
     metrics_interval_ms: 250,
+    timestamps: cfg.words ? "word" : "none",
   };
   plot.clear();
   player.post({ type: "connect", url: wsUrl(), start, tapSeconds: Number(params.get("tap")) || 0,
@@ -161,6 +150,7 @@ async function speak() {
   const id = `ctx-${++nextId}`;
   state.current = id;
   state.active = id;
+  highlighter.reset(id);
   state.contexts[id] = { speakAt, firstAudioMs: null };
   state.firstAudioMs = null;
   syncControls();
@@ -204,6 +194,7 @@ function stop() {
   if (state.active === null) return;
   // The render clock at the click, so tests can measure how fast the tap goes silent.
   state.stopFrame = player.ac ? Math.round(player.ac.currentTime * player.ac.sampleRate) : null;
+  highlighter.finish(true); // the mark stays on the word the listener was hearing
   endUtterance(state.active);
   player.stop(++cancelSeq);
   plot.mark((now() - t0) / 1000, "cancel", { label: "stop" });
@@ -246,18 +237,23 @@ function onServer(msg) {
     $("conn").textContent = `${msg.engine} · ${msg.audio.codec} ${msg.audio.sample_rate / 1000} kHz`;
     $("conn").classList.add("on");
     log(`session ${msg.session_id} (${msg.engine}, ${msg.pacing.mode}, target ${msg.pacing.target_buffer_ms} ms)`);
+    if (msg.timestamps_unavailable) log(wordsUnavailable($("words-on"), msg.timestamps_unavailable));
     state.onFailed = null;
     state.onStarted(msg);
   } else if (msg.type === S.CONTEXT_STARTED && c) {
     c.started = msg;
+    highlighter.started(msg, state.session.audio.sample_rate);
     if (isCurrent(msg.context_id)) panel.causes([]);
   } else if (msg.type === S.CONTEXT_DONE && c) {
     c.done = msg;
     if (isCurrent(msg.context_id)) panel.firstServer(msg);
     log(`done ${msg.context_id}: ${(msg.usage.audio_ms / 1000).toFixed(1)} s audio, stalls ${msg.stalls.events}`);
     if (state.report && playedOut(c, state.report)) endUtterance(msg.context_id);
+  } else if (msg.type === S.TIMESTAMPS) {
+    highlighter.add(msg);
   } else if (msg.type === S.CONTEXT_CANCELLED && c) {
     c.cancelled = msg;
+    if (msg.context_id === state.active) highlighter.finish(true);
     endUtterance(msg.context_id); // (Stop ended it already; this is a cancel the page did not ask for)
     log(`cancelled ${msg.context_id} at pts ${msg.cancel_pts}, dropped ${msg.dropped_samples} samples`);
   } else if (msg.type === S.STALL) {
@@ -306,6 +302,7 @@ function onEvent(ev, t) {
 function onReport(r, stats) {
   state.report = r;
   state.stats = stats;
+  highlighter.onReport(r);
   const rate = state.session ? state.session.audio.sample_rate : 24000;
   const bufferMs = (r.buffered_samples / rate) * 1000;
   plot.add((now() - t0) / 1000, bufferMs, state.targetMs);
@@ -341,13 +338,13 @@ function init() {
   }
   for (const k of ["codec", "pacing", "target", "mode", "wps"]) if (params.get(k)) $(k).value = params.get(k);
   if ($("codec").value === "opus" && !canOpus) $("codec").value = "pcm_s16le";
-  $("voice").onchange = fillLanguages;
+  $("voice").onchange = () => fillLanguages($);
   $("speak").onclick = speak;
   $("text").oninput = syncControls;
   wireClonePanel($, params.get("token"), async (voice) => {
     await loadVoices();
     $("voice").value = voice.id;
-    fillLanguages();
+    fillLanguages($);
     log(`voice ${voice.id} uploaded`);
   });
   $("stop").onclick = stop;
@@ -360,6 +357,7 @@ function init() {
 
 window.voxgate = {
   state,
+  words: highlighter,
   ready: init(),
   samples: SAMPLES,
   tap: () => inspector.tap(state.events),

@@ -30,6 +30,7 @@ export const S = Object.freeze({
   ERROR: "error",
   PONG: "pong",
   SESSION_DRAINING: "session.draining", // the server shuts down: live contexts finish within grace_ms
+  TIMESTAMPS: "timestamps", // words of a context and when they are heard (session.start timestamps: "word")
 });
 
 /** Binary frame: a 24-byte little-endian header, then the payload (4-byte aligned). */

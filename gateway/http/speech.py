@@ -1,5 +1,5 @@
 """One `POST /v1/audio/speech` job, spoken: PCM from the engine, encoded as it arrives, sent as raw bytes, as
-OpenAI's `speech.audio.*` Server-Sent Events, or whole.
+OpenAI's `speech.audio.*` Server-Sent Events (with voxgate's `speech.audio.timestamps` when asked), or whole.
 
 The first PCM piece is awaited before the response starts, so an engine that refuses the request (an unknown
 language, a text too long for a stream) answers with a status and a JSON error instead of an empty 200. Encoders
@@ -24,6 +24,7 @@ from voxgate.engine.base import SAMPLE_RATE
 from voxgate.gateway.audio.containers import FORMATS, ReadyEncoders, SpeechEncoder, make_speech_encoder
 from voxgate.gateway.session.pcm_producer import synthesize_pcm
 from voxgate.gateway.session.state import GatewayState
+from voxgate.gateway.session.words import WordMark
 from voxgate.gateway.transport.log_filters import AlreadyLogged
 
 from .errors import ENGINE_ERROR_STATUS
@@ -55,6 +56,7 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float,
                 admitted: Callable[[], None] | None = None) -> Response:
     """`admitted`: called once the engine has the stream, or it ended without reaching it (Admission.admit)."""
     metrics, errors = state.metrics, []
+    words: list[WordMark] = []  # word times not yet sent (job.word_times): each goes out before its audio's delta
     pool = _pool(state.config.speech_encoder_threads)
     loop = asyncio.get_running_loop()
 
@@ -64,7 +66,8 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float,
         return fn(*args)
 
     context, pcm = synthesize_pcm(state.engine, job.text, job.voice, job.language, job.instruct, job.budget_samples,
-                                  errors, state.turns, job.stream_text, admitted, t_request)
+                                  errors, state.turns, job.stream_text, admitted, t_request,
+                                  words.append if job.word_times else None)
     state.drain.http_streams += 1  # a shutdown lets it finish within the grace
     # The encoder: the one made ahead, else made (codec opened, header written) while the engine makes the first
     # audio. The next one is made ahead off the loop once this one's first bytes are out: made earlier, it would
@@ -165,7 +168,7 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float,
         return StreamingResponse(_cut_on_engine_error(_counted(encoded(), metrics, first_written), errors),
                                  media_type=media, headers=headers)
     if job.mode == "sse":
-        return StreamingResponse(_counted(_events(encoded(), encoder, job, errors), metrics, first_written),
+        return StreamingResponse(_counted(_events(encoded(), encoder, job, errors, words), metrics, first_written),
                                  media_type="text/event-stream", headers=headers)
     data = b"".join([piece async for piece in _counted(encoded(), metrics)])
     if errors:  # what could be spoken, and why the rest is missing
@@ -188,11 +191,18 @@ async def _counted(pieces: AsyncIterator[bytes], metrics: Any,
 
 
 async def _events(pieces: AsyncIterator[bytes], encoder: SpeechEncoder, job: SpeechJob,
-                  errors: list[str]) -> AsyncIterator[bytes]:
+                  errors: list[str], words: list[WordMark]) -> AsyncIterator[bytes]:
     """OpenAI's speech stream events: `speech.audio.delta` (base64 of the next container bytes), then
-    `speech.audio.done` with usage; `speech.audio.error` (vLLM-Omni's) instead of done when the engine failed."""
+    `speech.audio.done` with usage; `speech.audio.error` (vLLM-Omni's) instead of done when the engine failed.
+
+    `words` fills as the PCM is read, each mark before the PCM holding its words' start goes to the encoder, so
+    sending what it holds before each delta puts every `speech.audio.timestamps` event before the bytes of its audio
+    (an encoder's lookahead only makes it earlier)."""
     async for piece in pieces:
         if piece:
+            for mark in words:
+                yield _sse({"type": "speech.audio.timestamps", "words": mark.words})
+            words.clear()
             yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(piece).decode()})
     if errors:
         log.warning("speech stream incomplete: %s", "; ".join(errors))

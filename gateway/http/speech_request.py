@@ -3,8 +3,9 @@
 Accepted: OpenAI's fields (`model`, `input`, `voice`, `instructions`, `response_format`, `speed`, `stream_format`),
 vLLM-Omni's extensions for Qwen3-TTS (`task_type`, `language`, `ref_audio`, `ref_text`, `x_vector_only_mode`,
 `max_new_tokens`, `initial_codec_chunk_frames`, `non_streaming_mode`, `speaker`) and voxgate's own (`instruct`,
-`stream`, `max_audio_ms`). A field the engine cannot honour is a 400 naming it; one that changes nothing is accepted
-only where doing nothing is its meaning (it asks for what the engine does anyway). docs/http-api.md has the table.
+`stream`, `max_audio_ms`, `timestamps`). A field the engine cannot honour is a 400 naming it; one that changes
+nothing is accepted only where doing nothing is its meaning (it asks for what the engine does anyway).
+docs/http-api.md has the table.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class SpeechBody(msgspec.Struct, forbid_unknown_fields=True):
     x_vector_only_mode: bool | None = None
     initial_codec_chunk_frames: JsonInt | None = None
     non_streaming_mode: bool | None = None
+    timestamps: str | None = None  # voxgate's: "word" sends speech.audio.timestamps events (SSE only)
 
 
 _decoder = msgspec.json.Decoder(SpeechBody)
@@ -79,6 +81,7 @@ class SpeechJob:
     # non_streaming_mode false: the whole input through one text stream, on engines that take text while speaking
     # (Qwen3-TTS: one text token a frame, as the reference's non_streaming_mode=False); elsewhere it changes nothing
     stream_text: bool = False
+    word_times: bool = False  # `timestamps: "word"`: speech.audio.timestamps events before their audio (SSE)
 
     def usage(self, samples: int) -> dict[str, int]:
         """OpenAI's `usage`: input in characters (the gateway has no tokenizer), output in 80 ms codec frames."""
@@ -193,4 +196,20 @@ def check(body: SpeechBody, state: GatewayState, uploaded: Sequence[str] = ()) -
             budget_ms = min(budget_ms, value)
     mode: Literal["audio", "sse", "whole"] = body.stream_format or ("audio" if body.stream else "whole")
     return SpeechJob(text, choice.voice, choice.language, instruct or None, fmt, mode, budget_ms * SAMPLE_RATE // 1000,
-                     stream_text=body.non_streaming_mode is False and engine.supports_text_streaming)
+                     stream_text=body.non_streaming_mode is False and engine.supports_text_streaming,
+                     word_times=_word_times(body.timestamps, engine, mode))
+
+
+def _word_times(timestamps: str | None, engine: Engine, mode: str) -> bool:
+    """`timestamps`: "none" (or omitted) or "word". Word times are measured, never estimated, and travel only as SSE
+    events: the answer's other shapes are the audio file itself, with no room for them."""
+    if timestamps in (None, "none"):
+        return False
+    if timestamps != "word":
+        raise _bad("timestamps", f"must be 'none' or 'word', not {timestamps!r}", "invalid_value")
+    if not engine.supports_word_times:
+        raise _bad("timestamps", engine.word_times_unavailable(), "unsupported")
+    if mode != "sse":
+        raise _bad("timestamps", "word times are sent as speech.audio.timestamps events, so only with stream_format "
+                   "'sse' (the other answers are the audio file alone)")
+    return True

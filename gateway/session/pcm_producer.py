@@ -12,6 +12,7 @@ from voxgate.gateway.transport.loop_turns import LoopTurns
 
 from .context import MAX_AHEAD_S, Context, ReadyFrame
 from .context_text import ContextText
+from .words import WordMark
 
 
 def pcm_context(voice: str | None, language: str | None, instruct: str | None, budget_samples: int,
@@ -32,9 +33,11 @@ def pcm_context(voice: str | None, language: str | None, instruct: str | None, b
     return context
 
 
-async def spoken_pcm(context: Context, engine: Engine, errors: list[str]) -> AsyncIterator[bytes]:
+async def spoken_pcm(context: Context, engine: Engine, errors: list[str],
+                     on_words: Callable[[WordMark], None] | None = None) -> AsyncIterator[bytes]:
     """A `pcm_context`'s audio as PCM16 byte chunks, what the engine made, while its text may still arrive; it
-    ends after `end()`. Engine errors are appended to `errors`; the rest is spoken."""
+    ends after `end()`. Engine errors are appended to `errors`; the rest is spoken. `on_words` (a context with
+    `word_times`): given each word mark before the chunk that holds the start of its words' audio is yielded."""
     wake = asyncio.Event()
     producer = asyncio.get_running_loop().create_task(
         context.produce(engine, wake.set, lambda _kind, code, message: errors.append(f"{code}: {message}")))
@@ -44,6 +47,8 @@ async def spoken_pcm(context: Context, engine: Engine, errors: list[str]) -> Asy
                 item = context.pop()
                 if isinstance(item, ReadyFrame) and item.frame.samples:
                     yield item.frame.payload
+                elif isinstance(item, WordMark) and on_words is not None:
+                    on_words(item)
             elif context.produced_all or producer.done():
                 break
             else:
@@ -59,15 +64,17 @@ async def spoken_pcm(context: Context, engine: Engine, errors: list[str]) -> Asy
 def synthesize_pcm(engine: Engine, text: str, voice: str | None, language: str | None, instruct: str | None,
                    budget_samples: int, errors: list[str], turns: LoopTurns | None = None,
                    stream_text: bool = False, admitted: Callable[[], None] | None = None,
-                   received_at: float | None = None
+                   received_at: float | None = None, on_words: Callable[[WordMark], None] | None = None
                    ) -> tuple[Context, AsyncIterator[bytes]]:
     """One utterance as PCM16 24 kHz byte chunks, through the same producer as a WebSocket context (HTTP speech),
     and its context (whose `timeline` tells the way to its first audio, from `received_at` when given).
 
-    Chunks are what the engine made (long frames). Engine errors are appended to `errors`; the rest is spoken."""
+    Chunks are what the engine made (long frames). Engine errors are appended to `errors`; the rest is spoken.
+    `on_words`: the engine's word times are asked for and given to it, each mark before its audio (spoken_pcm)."""
     context = pcm_context(voice, language, instruct, budget_samples, turns, stream_text, admitted)
+    context.word_times = on_words is not None
     context.append_text(text)
     context.end()
     if received_at is not None:  # the request's text was speakable from its arrival on
         context.speakable_at = received_at
-    return context, spoken_pcm(context, engine, errors)
+    return context, spoken_pcm(context, engine, errors, on_words)

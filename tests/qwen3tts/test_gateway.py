@@ -118,6 +118,12 @@ async def test_word_timestamps_are_unavailable_without_an_aligner(server: Backgr
     ws, started = await connect(server.ws_url, timestamps="word")
     assert started["timestamps"] == "none" and "forced aligner" in started["timestamps_unavailable"]
     await ws.close()
+    async with httpx.AsyncClient(timeout=30) as http:  # over HTTP: refused, with the same reason
+        response = await http.post(server.http_url + "/v1/audio/speech", json={
+            "input": "Hello.", "stream_format": "sse", "timestamps": "word"})
+    error = response.json()["error"]
+    assert response.status_code == 400 and (error["code"], error["param"]) == ("unsupported", "timestamps")
+    assert "forced aligner" in error["message"]
 
 
 def test_http_speech_pcm_and_wav(server: BackgroundServer) -> None:

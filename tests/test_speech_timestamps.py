@@ -1,0 +1,108 @@
+"""Word timestamps on POST /v1/audio/speech (docs/http-api.md, `timestamps`): `speech.audio.timestamps` SSE events,
+each before the delta holding its words' audio, monotonic and complete (espeak's own word events), exact on the
+response's timeline (fake engine, several engine streams, a length budget); and the refusals: another answer shape,
+an engine that measures none, a value not known."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import httpx
+import pytest
+from test_word_timestamps import TEXT, WORD_MS, NoWordTimes, check_contiguous
+
+
+def _post(server, **fields) -> httpx.Response:
+    return httpx.post(server.http_url + "/v1/audio/speech", json={"input": TEXT, **fields}, timeout=60)
+
+
+def _events(response: httpx.Response) -> list[dict]:
+    events = []
+    for block in response.text.split("\n\n"):
+        lines = [line for line in block.splitlines() if line]
+        if lines:
+            event = json.loads(next(line[6:] for line in lines if line.startswith("data: ")))
+            assert f"event: {event['type']}" in lines
+            events.append(event)
+    assert events[-1]["type"] == "speech.audio.done"
+    return events
+
+
+def _words_before_their_audio(events: list[dict]) -> list[dict]:
+    """The words of a PCM stream's events; each is checked to start no earlier than the audio sent before it."""
+    received = 0  # samples of audio sent so far
+    words: list[dict] = []
+    for event in events:
+        if event["type"] == "speech.audio.delta":
+            received += len(base64.b64decode(event["audio"])) // 2
+        elif event["type"] == "speech.audio.timestamps":
+            assert set(event) == {"type", "words"}
+            for word in event["words"]:
+                assert set(word) == {"word", "start_ms", "end_ms"}
+                assert word["start_ms"] * 24 >= received - 2, (word, received)
+            words += event["words"]
+    return words
+
+
+def test_espeak_words_come_before_their_audio_and_cover_the_text(gateway):
+    server = gateway()  # espeak: one engine stream per sentence, one timeline
+    response = _post(server, response_format="pcm", stream_format="sse", timestamps="word")
+    assert response.status_code == 200, response.text
+    events = _events(response)
+    words = _words_before_their_audio(events)
+    assert " ".join(w["word"] for w in words) == TEXT
+    assert words[0]["start_ms"] == 0.0
+    audio = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
+    check_contiguous(words, len(audio) / 2 / 24)
+    # A compressed format: the same times (on the source audio; a sentence's end may differ by a few samples
+    # between two espeak runs), the first before any audio.
+    mp3 = _events(_post(server, response_format="mp3", stream_format="sse", timestamps="word"))
+    assert mp3[0]["type"] == "speech.audio.timestamps"
+    again = [w for e in mp3 if e["type"] == "speech.audio.timestamps" for w in e["words"]]
+    assert [w["word"] for w in again] == [w["word"] for w in words]
+    assert all(abs(a[k] - b[k]) <= 1 for a, b in zip(again, words, strict=True) for k in ("start_ms", "end_ms"))
+
+
+def test_fake_words_are_exact_on_the_response_timeline(gateway, fake_engine):
+    server = gateway(engine=fake_engine(chunk_ms=100))  # two sentences: two engine streams, times run on
+    words = _words_before_their_audio(_events(_post(server, response_format="pcm", stream_format="sse",
+                                                    timestamps="word")))
+    assert [w["word"] for w in words] == TEXT.split()
+    assert [(w["start_ms"], w["end_ms"]) for w in words] == [
+        (round(i * WORD_MS, 1), round((i + 1) * WORD_MS, 1)) for i in range(len(words))]
+    # A length budget: words it cuts off are not sent, the one it cuts ends with the audio.
+    cut = _words_before_their_audio(_events(_post(server, response_format="pcm", stream_format="sse",
+                                                  timestamps="word", max_audio_ms=1000)))
+    assert [(w["word"], w["start_ms"], w["end_ms"]) for w in cut] == [
+        ("The", 0.0, 370.0), ("birch", 370.0, 740.0), ("canoe", 740.0, 1000.0)]
+    # Not asked ("none" or omitted): none sent.
+    for fields in ({"timestamps": "none"}, {}):
+        plain = _events(_post(server, response_format="pcm", stream_format="sse", **fields))
+        assert {e["type"] for e in plain} == {"speech.audio.delta", "speech.audio.done"}
+
+
+@pytest.mark.parametrize("fields,code", [
+    ({"stream_format": "audio"}, "unsupported_field"),
+    ({"stream": False}, "unsupported_field"),
+    ({"response_format": "wav"}, "unsupported_field"),  # streamed audio by default
+    ({"stream_format": "sse", "timestamps": "chars"}, "invalid_value"),
+])
+def test_word_times_only_as_sse_events(gateway, fake_engine, fields, code):
+    server = gateway(engine=fake_engine())
+    response = _post(server, **{"timestamps": "word", **fields})
+    error = response.json()["error"]
+    assert response.status_code == 400
+    assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", code, "timestamps")
+    assert error["message"].startswith("timestamps: ")
+    if code == "unsupported_field":
+        assert "stream_format 'sse'" in error["message"]
+    assert not server.server.config.app.state.voxgate.engine.produced  # refused before the engine
+
+
+def test_an_engine_without_word_times_says_why(gateway):
+    server = gateway(engine=NoWordTimes())
+    response = _post(server, stream_format="sse", timestamps="word")
+    error = response.json()["error"]
+    assert response.status_code == 400 and (error["code"], error["param"]) == ("unsupported", "timestamps")
+    assert "does not measure word times" in error["message"]
