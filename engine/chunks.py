@@ -49,6 +49,7 @@ class ChunkAssembler:
         self.calls = calls
         self.scheduler = scheduler
         self._closing: list[bool] = []  # per piece of the call in flight: does it close its chunk
+        self.first_in_flight = False  # that call closes some stream's first chunk
 
     def collect(self, now: float) -> list[Chunk]:
         """The call in flight's pieces, then every chunk that closes now: whole ones, and (a chunk whose decoded
@@ -62,16 +63,11 @@ class ChunkAssembler:
             if closes:
                 handed.append(self._hand_over(request, now))
         self._closing = []
+        self.first_in_flight = False
         for request in self.scheduler.running:
             if request.pcm_parts and request.pending_frames == 0 and self.scheduler.urgent(request):
                 handed.append(self._close_early(request, now))
         return handed
-
-    @property
-    def first_in_flight(self) -> bool:
-        """The call in flight closes some stream's first chunk (its first audio waits for it)."""
-        return any(closes and request.first_audio_at is None
-                   for (request, _), closes in zip(self.calls.in_flight, self._closing, strict=True))
 
     def launch(self) -> bool:
         """Start the codec call of the due pieces; False when none is due."""
@@ -86,6 +82,8 @@ class ChunkAssembler:
                 request.num_chunks += 1
                 request.chunk_launched = 0
         self._closing = [closes for _, _, closes in pieces]
+        # the call closes some stream's first chunk (its first audio waits for it): known now, not rescanned a step
+        self.first_in_flight = any(closes and r.first_audio_at is None for r, _, closes in pieces)
         return True
 
     def finish_ended(self, now: float) -> tuple[list[Chunk], list[Request]]:
