@@ -37,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine-option", action="append", type=_engine_option, default=[], metavar="KEY=VALUE",
                    help="runner options, e.g. row_buckets=1,8,32 prefill_buckets=64 (as the qwen3tts engine takes "
                    "them)")
+    p.add_argument("--profile", action="store_true",
+                   help="also trace one replay of each step bucket's graph kernel by kernel (CUDA only): launches, "
+                   "GPU-busy time, idle gaps, the weights' bandwidth floor (step_profile.py)")
 
 
 def _median_ms(fn: Any, reps: int) -> float:
@@ -113,10 +116,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             left -= n
         return StepPlan(decodes, prefills)
 
+    def plan_of(key: tuple[int, int]) -> StepPlan:
+        return plan_for(key[0], min(key[1], config.max_prefills * len(prompt)))
+
     steps = []
     for key in sorted(runner.steps.keys()):
         rows, tokens = key
-        plan = plan_for(rows, min(tokens, config.max_prefills * len(prompt)))
+        plan = plan_of(key)
         runner.run(plan)  # fills this bucket's inputs
         gpu = _median_ms(lambda key=key: runner.steps(key), args.reps)
         walls = []
@@ -139,7 +145,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         codec.append({"rows": rows, "frames": width, "gpu_ms": ms, "ms_per_frame": ms / (rows * width)})
     depth = depth_loop_times(runner, row, args.reps)
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)"
-    return {"checkpoint": args.checkpoint, "dtype": args.dtype, "context": args.context, "cold_start": cold,
+    extra: dict[str, Any] = {}
+    if getattr(args, "profile", False) and device == "cuda":
+        from voxgate.engine.qwen3tts.bench.step_profile import profile_steps, weight_bytes_per_frame
+
+        weights = weight_bytes_per_frame(tts)
+        extra = {"weights": weights, "profile": profile_steps(runner, lambda key: runner.run(plan_of(key)), weights)}
+    return {**extra, "checkpoint": args.checkpoint, "dtype": args.dtype, "context": args.context, "cold_start": cold,
             "gpu": gpu, "memory": runner.memory(), "steps": steps, "codec": codec, "depth": depth,
             "options": options}
 
@@ -223,6 +235,10 @@ def markdown(res: dict[str, Any]) -> str:
     lines += ["", "| codec rows | frames | GPU ms | ms per frame |", "|---:|---:|---:|---:|"]
     for c in res["codec"]:
         lines.append(f"| {c['rows']} | {c['frames']} | {c['gpu_ms']:.2f} | {c['ms_per_frame']:.3f} |")
+    if res.get("profile"):
+        from voxgate.engine.qwen3tts.bench.step_profile import markdown as profile_markdown
+
+        lines += profile_markdown(res["profile"], res["weights"])
     return "\n".join(lines) + "\n"
 
 
