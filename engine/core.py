@@ -3,7 +3,7 @@ Synchronous, single-threaded: the engine loop (loop.py) owns it from one worker 
 asyncio.
 
 Each stage has one owner: the `Scheduler` picks the rows and counts what a step made (`postprocess`), the `Runner`
-(engine/qwen3tts/runner.py) launches a step and says which decode rows sampled end-of-speech, and the
+(engine/qwen3tts/runner.py) launches a step and says which of its rows sampled end-of-speech, and the
 `ChunkAssembler` (chunks.py) runs the codec pieces of the streams due audio and hands their chunks over.
 """
 
@@ -29,14 +29,17 @@ class Runner(Protocol):
     chunks: ChunkCalls
     last_fill_s: float  # host time of the last launch()
     last_bucket: str  # the bucket the last launch() replayed
+    # True: the step that completes a prompt samples that stream's first frame too (StepPlan.first_frames); False:
+    # a stream's frames all come from decode rows, the first in the step after its prompt's.
+    first_frame_with_prompt: bool
 
     def launch(self, plan: StepPlan) -> object:
         """Start one step for the plan (fill its inputs, replay); returns a handle for `finish`."""
         ...
 
     def finish(self, handle: object) -> np.ndarray:
-        """Wait for that step; a bool per decode row: True where the row sampled end-of-speech. Also lets the next
-        codec call read the frames that step stored."""
+        """Wait for that step; a bool per sampled row (`StepPlan.sampled`): True where the row sampled
+        end-of-speech. Also lets the next codec call read the frames that step stored."""
         ...
 
 
@@ -68,11 +71,11 @@ class EngineCore:
                  pipeline: bool = _LOOP.pipeline, early_first_chunk: bool = _LOOP.early_first_chunk,
                  pipeline_min_rows: int = _LOOP.pipeline_min_rows) -> None:
         self.runner = runner
-        self.scheduler = Scheduler(config or SchedulerConfig(), slots)
+        self.scheduler = Scheduler(config or SchedulerConfig(), slots, first_frames=runner.first_frame_with_prompt)
         self.pipeline = pipeline
         # A small batch gains little from the overlap (the host's part of a step is small) and pays for it in first
         # audio: a new stream's prompt waits behind the step queued ahead of it, then its first frame is read a step
-        # late. Only steps with this many decode rows (or none: prompts only) leave a step queued.
+        # late. Only steps with this many sampled rows (or none: prompt pieces only) leave a step queued.
         self.pipeline_min_rows = pipeline_min_rows
         # A codec call that carries a stream's first chunk is collected before the step in flight is waited for (it
         # ran beside that step and is done first) and handed to `hand_over_early` at once: the first audio does not
@@ -133,7 +136,7 @@ class EngineCore:
                 piece.request.num_prefilled += piece.count
                 if piece.request.prefill_launched_at is None:
                     piece.request.prefill_launched_at = launched_at
-            for request in plan.decodes:
+            for request in plan.sampled:
                 request.num_launched += 1
                 if request.decode_launched_at is None:
                     request.decode_launched_at = launched_at
@@ -157,8 +160,8 @@ class EngineCore:
         """The steps before the newest (pipelined) or all of them, each with its end-of-speech rows. The codec call
         collected after them ran beside them and is almost always done: one wait for the GPU per step, so the
         worker gives up the GIL (to a busy event loop) once, not twice."""
-        # (a prompt-only step has no frame to read: the first frame's step may follow it at once)
-        rows = len(plan.decodes)
+        # (a step of prompt pieces that complete none has no frame to read: the next may follow it at once)
+        rows = len(plan.sampled)
         keep = 1 if self.pipeline and not plan.empty and (rows >= self.pipeline_min_rows or not rows) else 0
         while len(self._launched) > keep:
             done, handle = self._launched.popleft()

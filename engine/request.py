@@ -79,8 +79,12 @@ class Request:
         """Due a row in the next step: prefilled, not ended, budget left (counting a step in flight), and the
         input of its next frame there (text streamed in: not waiting for the next text id)."""
         return (self.status is Status.RUNNING and self.prefilled and not self.ended
-                and self.num_launched < self.frame_budget
-                and (self.frames_ready is None or self.num_launched < self.frames_ready))
+                and self.num_launched < self.frame_budget and self.frame_input_ready)
+
+    @property
+    def frame_input_ready(self) -> bool:
+        """The text id the next frame's input adds is there (text streamed in: `frames_ready`)."""
+        return self.frames_ready is None or self.num_launched < self.frames_ready
 
     def deadline(self) -> float:
         """When this stream's listener runs out of audio. Before the first chunk: its arrival (already due).

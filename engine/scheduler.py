@@ -3,7 +3,9 @@
 A step has up to `max_rows` decode rows (one new frame each) plus up to `max_prefill_tokens` prompt tokens of up
 to `max_prefills` new streams riding along, so a new prompt never stalls decoding and decoding never waits
 behind a prompt. Admission takes a slot (`can_allocate` first; a stream waits for a slot, it never fails for
-lack of one) in arrival order. A long prompt is split over steps (chunked prefill).
+lack of one) in arrival order. A long prompt is split over steps (chunked prefill). Where the runner samples a
+stream's first frame in the step that completes its prompt (`first_frames`), that step makes a frame for the
+stream too (`StepPlan.sampled`), and a prompt's last token waits for the text id the frame's next input adds.
 
 Deadlines: when more streams can decode than a step has rows, rows go to the streams whose listeners run dry
 first (`Request.generation_deadline`); the rest wait a step. `deadline_order=False` takes them round-robin
@@ -78,6 +80,17 @@ class Prefill:
 class StepPlan:
     decodes: list[Request] = field(default_factory=list)  # one new frame each, in row order
     prefills: list[Prefill] = field(default_factory=list)
+    # The step that completes a prompt also samples that stream's first frame (the runner's
+    # `first_frame_with_prompt`); else the first frame comes from a decode row of a later step.
+    first_frames: bool = False
+
+    @property
+    def sampled(self) -> list[Request]:
+        """The streams this step makes a frame for, in the order the runner reports them: the decode rows, then (with
+        `first_frames`) the streams whose prompt it completes."""
+        if not self.first_frames:
+            return self.decodes
+        return self.decodes + [p.request for p in self.prefills if p.completes]
 
     @property
     def empty(self) -> bool:
@@ -90,10 +103,11 @@ class StepPlan:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, slots: SlotAllocator,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, first_frames: bool = False) -> None:
         self.config = config
         self.slots = slots
         self.clock = clock
+        self.first_frames = first_frames  # plans' StepPlan.first_frames
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._rotation = 0  # round-robin start when deadline_order is off
@@ -107,7 +121,7 @@ class Scheduler:
         self.waiting.append(request)
 
     def schedule(self) -> StepPlan:
-        plan = StepPlan()
+        plan = StepPlan(first_frames=self.first_frames)
         cfg = self.config
         now = self.clock()
         budget = cfg.max_prefill_tokens
@@ -134,6 +148,11 @@ class Scheduler:
     @staticmethod
     def _prefill(plan: StepPlan, request: Request, budget: int, now: float) -> int:
         count = min(budget, request.num_prompt_tokens - request.num_prefilled)
+        if plan.first_frames and count == request.num_prompt_tokens - request.num_prefilled \
+                and not request.frame_input_ready:
+            count -= 1  # the step completing the prompt samples frame 0, whose next input needs a text id not here yet
+        if count <= 0:
+            return 0
         plan.prefills.append(Prefill(request, request.num_prefilled, count))
         if request.first_step_at is None:
             request.first_step_at = now
@@ -177,9 +196,10 @@ class Scheduler:
 
     @staticmethod
     def postprocess(plan: StepPlan, eos: np.ndarray) -> int:
-        """Count what a finished step made (`eos`: a bool per decode row); returns the number of frames."""
+        """Count what a finished step made (`eos`: a bool per sampled row, `StepPlan.sampled`); returns the number
+        of frames."""
         made = 0
-        for request, ended in zip(plan.decodes, eos.tolist(), strict=True):
+        for request, ended in zip(plan.sampled, eos.tolist(), strict=True):
             if request.ended or request.status is not Status.RUNNING:
                 continue  # launched before its stream ended (pipelined) or was cancelled: not a frame
             if ended:

@@ -54,21 +54,25 @@ class Chunks:
 
 
 class FakeRunner:
-    """Every decode row makes a frame; rows listed in `eos_at` (request_id -> frame) sample EOS there."""
+    """Every sampled row makes a frame; rows listed in `eos_at` (request_id -> frame) sample EOS there.
+    `first_frame_with_prompt`: the step completing a prompt makes its first frame (as the Qwen3-TTS runner), or
+    (False) a decode row of a later step does."""
 
-    def __init__(self, buckets: Sequence[tuple[int, int]] = ((16, 1), (4, 4), (2, 16))) -> None:
+    def __init__(self, buckets: Sequence[tuple[int, int]] = ((16, 1), (4, 4), (2, 16)),
+                 first_frame_with_prompt: bool = True) -> None:
         self.chunks = Chunks(buckets)
         self.last_fill_s, self.last_bucket = 0.0, "x"
+        self.first_frame_with_prompt = first_frame_with_prompt
         self.eos_at: dict[int, int] = {}
         self.plans: list[StepPlan] = []
 
     def launch(self, plan: StepPlan) -> tuple[StepPlan, list[int]]:
         self.plans.append(plan)
-        return plan, [r.num_launched for r in plan.decodes]  # each row's frame index, as the GPU step sees it
+        return plan, [r.num_launched for r in plan.sampled]  # each row's frame index, as the GPU step sees it
 
     def finish(self, handle: tuple[StepPlan, list[int]]) -> np.ndarray:
         plan, frame_index = handle
-        return np.array([self.eos_at.get(r.request_id) == i for r, i in zip(plan.decodes, frame_index, strict=True)],
+        return np.array([self.eos_at.get(r.request_id) == i for r, i in zip(plan.sampled, frame_index, strict=True)],
                         dtype=bool)
 
 
@@ -181,31 +185,32 @@ def test_a_codec_call_takes_only_what_a_bucket_holds() -> None:
     assert all(r.num_decoded == 40 for r in requests)
 
 
-def test_only_steps_with_pipeline_min_rows_rows_leave_a_step_queued() -> None:
-    """pipeline_min_rows: a step with fewer decode rows is read before the next is launched (a new stream then waits
-    behind no queued step); one with that many, or with prompts only (no frame to read), is not. The audio is the
-    same either way."""
+@pytest.mark.parametrize("first_frames", [True, False])
+def test_only_steps_with_pipeline_min_rows_rows_leave_a_step_queued(first_frames: bool) -> None:
+    """pipeline_min_rows: a step with fewer sampled rows is read before the next is launched (a new stream then
+    waits behind no queued step); one with that many, or with prompt pieces only (no frame to read), is not. The
+    audio is the same either way."""
     def run(streams: int) -> tuple[list[tuple[str, int]], dict[int, int]]:
-        runner = FakeRunner()
+        runner = FakeRunner(first_frame_with_prompt=first_frames)
         order: list[tuple[str, int]] = []
         launch, finish = runner.launch, runner.finish
-        runner.launch = lambda plan: (order.append(("launch", len(plan.decodes))), launch(plan))[1]  # type: ignore
+        runner.launch = lambda plan: (order.append(("launch", len(plan.sampled))), launch(plan))[1]  # type: ignore
         runner.finish = lambda handle: (order.append(("finish", 0)), finish(handle))[1]  # type: ignore
         core = EngineCore(runner, Pool(8), SchedulerConfig(max_rows=8, max_prefill_tokens=64, max_prefills=8,
                                                            urgent_s=0), pipeline_min_rows=3)
-        requests = [_request(budget=6) for _ in range(streams)]
+        requests = [_request(tokens=100, budget=12) for _ in range(streams)]  # prompts over two steps or more
         for r in requests:
             core.add(r)
         audio = {r.request_id: 0 for r in requests}
         for out in _run(core):
             for r, pcm in [*out.handed_early, *out.chunks]:
                 audio[r.request_id] += len(pcm) // 1920
-        assert all(frames == 6 for frames in audio.values())
+        assert all(frames == 12 for frames in audio.values())
         return order, audio
 
     def queued_after(order: list[tuple[str, int]]) -> list[int]:
-        """For every launch made while a step was still unread: that step's decode rows."""
-        unread: list[int] = []  # decode rows of the launched steps not yet read
+        """For every launch made while a step was still unread: that step's sampled rows."""
+        unread: list[int] = []  # sampled rows of the launched steps not yet read
         out: list[int] = []
         for kind, rows in order:
             if kind == "launch":
@@ -216,7 +221,7 @@ def test_only_steps_with_pipeline_min_rows_rows_leave_a_step_queued() -> None:
         return out
 
     small, _ = run(2)
-    assert set(queued_after(small)) == {0}  # two rows: read before the next; only prompt-only steps stay queued
+    assert set(queued_after(small)) == {0}  # two rows: read before the next; only steps with no frame stay queued
     large, _ = run(5)
     assert 5 in queued_after(large) and all(rows >= 3 or rows == 0 for rows in queued_after(large))
 

@@ -41,7 +41,7 @@ class SlotState:
     v_cache: list[torch.Tensor]
     cos: torch.Tensor  # [P, D] RoPE tables for positions 0..P-1
     sin: torch.Tensor
-    hidden: torch.Tensor  # [S, H] the Talker's last post-norm output of each stream
+    next_input: torch.Tensor  # [S, H] each stream's next Talker input: F(its last frame) + T(the text id after it)
     seen: torch.Tensor  # [S, V] bool: codebook-0 ids generated so far (repetition penalty)
     params: torch.Tensor  # [S, NUM_PARAMS] float32 sampling parameters (sampling.py columns)
     x_vector: torch.Tensor  # [S, H] Base: the speaker row of the prompt
@@ -127,14 +127,13 @@ def embed_rows(talker: Talker, text: torch.Tensor, codec: torch.Tensor, x_vector
 
 
 @dataclass
-class DecodeRows:
-    """A step's decode rows: slot, KV position of the new frame's input, frames made so far (= the frame's index),
-    and the text id the next Talker input adds (the stream's trailing text, one id a frame, then tts_pad: filled
-    by the host, so text may arrive while the stream runs), each [R] int64. Teacher forcing (tests): `forced`
-    [R, Q] codes used where `force` [R] is set."""
+class SampledRows:
+    """A step's rows that sample a frame (decode rows, then the prompts the step completes): slot, frames made so far
+    (= the new frame's index) and the text id its next Talker input adds (the stream's trailing text, one id a
+    frame, then tts_pad: filled by the host, so text may arrive while the stream runs), each [N] int64. Teacher
+    forcing (tests): `forced` [N, Q] codes used where `force` [N] is set."""
 
     slots: torch.Tensor
-    positions: torch.Tensor
     frame_index: torch.Tensor
     text: torch.Tensor
     forced: torch.Tensor | None = None
@@ -156,17 +155,17 @@ class SamplingFeatures:
         return cls(width, gen.do_sample or gen.subtalker_dosample, gen.top_p < 1.0 or gen.subtalker_top_p < 1.0)
 
 
-def decode_frames(model: StepModel, state: SlotState, rows: DecodeRows, eos_id: int, suppress: torch.Tensor,
-                  features: SamplingFeatures, logits_out: list[torch.Tensor] | None = None,
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one frame per row from its stream's last hidden state: codebook 0 (penalty, EOS block, suppression,
-    sampling), then the code predictor's 15 passes. Returns (frames [R, Q] int64, the next Talker input [R, H] =
-    F(frame) + T(rows.text)). Marks codebook 0 seen and stores the frame in the ring.
-    logits_out (tests): receives the fp32 logits of codebook 0 [R, V] then of codebooks 1..15 [R, V'] each."""
+def sample_frames(model: StepModel, state: SlotState, hidden: torch.Tensor, rows: SampledRows, eos_id: int,
+                  suppress: torch.Tensor, features: SamplingFeatures, logits_out: list[torch.Tensor] | None = None,
+                  ) -> torch.Tensor:
+    """Sample one frame per row from the Talker's output for it, hidden [N, H]: codebook 0 (penalty, EOS block,
+    suppression, sampling), then the code predictor's 15 passes. Returns the frames [N, Q] int64; marks codebook 0
+    seen, stores the frame in the ring and the stream's next Talker input F(frame) + T(rows.text) in
+    `state.next_input`. logits_out (tests): receives the fp32 logits of codebook 0 [N, V], then of codebooks 1..15
+    [N, V'] each."""
     talker, slots = model.talker, rows.slots
-    h = state.hidden[slots]  # [R, H]
-    p = state.params[slots]  # [R, NUM_PARAMS]
-    logits = talker.codec_head(h).float()
+    p = state.params[slots]  # [N, NUM_PARAMS]
+    logits = talker.codec_head(hidden).float()
     logits = codebook_zero_rules(logits, state.seen[slots], p[:, PENALTY], rows.frame_index, p[:, MIN_NEW], eos_id,
                                  suppress)
     code_k = 0
@@ -194,7 +193,8 @@ def decode_frames(model: StepModel, state: SlotState, rows: DecodeRows, eos_id: 
 
     c0 = pick(logits)
     state.seen.index_put_((slots, c0), torch.ones_like(c0, dtype=torch.bool))
-    rest = model.depth_loop(h, talker.codec_embed(c0), pick)  # [R, Q-1]
+    rest = model.depth_loop(hidden, talker.codec_embed(c0), pick)  # [N, Q-1]
     frames = torch.cat([c0[:, None], rest], dim=1)
     state.ring[slots, rows.frame_index % state.ring.shape[1]] = frames
-    return frames, talker.frame_embed(frames) + talker.text_embed(rows.text)
+    state.next_input.index_copy_(0, slots, talker.frame_embed(frames) + talker.text_embed(rows.text))
+    return frames

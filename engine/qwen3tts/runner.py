@@ -2,9 +2,11 @@
 
 - The Talker's KV cache lives in a SlotPool ([layers, 2, kv_heads, positions, head_dim] per slot) and is read in
   place by the attention (kernels/slot_attention.py): never gathered or scattered. Slot 0 is the padding sink.
-- A step (batch_step.py) is captured once per bucket (decode rows R, prefill tokens P): R rows make one frame each
-  while up to `max_prefills` prompts ride along as extra Talker tokens (chunked when longer than P). Inputs cross
-  in one host-to-device copy, the new frames come back in one device-to-host copy: the step's only sync.
+- A step (batch_step.py) is captured once per bucket (decode rows R, prefill tokens P): the Talker runs over each
+  decode row's pending input and up to `max_prefills` prompts' tokens (chunked when longer than P), then every
+  decode row and every prompt the step completes samples a frame from its output, so a stream's first frame comes
+  out of the step that completes its prompt. Inputs cross in one host-to-device copy, the new frames come back in
+  one device-to-host copy: the step's only sync.
 - The codec decodes the frames of every stream due a chunk in one captured call (chunk_decoder.py), on a CUDA
   stream of its own so that it runs beside the next decode step.
 On the CPU (tests, CI) the same buckets run eagerly (GraphSet's enforce_eager).
@@ -23,7 +25,7 @@ from ..graphs import GraphSet, smallest_bucket
 from ..request import Request
 from ..scheduler import StepPlan
 from ..slot_pool import SlotPool, SlotSpec
-from .batch_step import DecodeRows, SamplingFeatures, SlotState, StepModel, decode_frames, embed_rows
+from .batch_step import SampledRows, SlotState, StepModel, embed_rows, sample_frames
 from .chunk_decoder import ChunkDecoder
 from .depth_fused import DepthOps
 from .fused_stack import DecoderOps
@@ -31,68 +33,11 @@ from .model.generate import Qwen3TTS
 from .model.layers import rope_tables
 from .model.prompt import PromptRows
 from .model.sampling import NUM_PARAMS
-from .options import DEFAULTS
+from .runner_config import RING, RunnerConfig, text_id
 from .slot_sizing import size_slots
 from .step_buffers import HostCopy, PackedBuffer
 
-RING = 64  # frames a stream may have made and not yet decoded (>= the widest codec piece)
-CODEC_ROWS = (1, 8, 16, 32, 64)  # rows of the captured codec calls (each at the codec width)
-
-
-def codec_buckets(width: int) -> tuple[tuple[int, int], ...]:
-    """The codec calls captured for pieces of at most `width` frames per stream."""
-    return tuple((rows, width) for rows in CODEC_ROWS)
-
-
-def _text_id(trailing: list[int], frame: int, pad: int) -> int:
-    """The text id added to the Talker input after frame `frame`: the stream's trailing text one id a frame, then
-    tts_pad. (A stream whose text is still open never gets a row past its last id: Request.frames_ready.)"""
-    return trailing[frame] if frame < len(trailing) else pad
-
-
-@dataclass(slots=True)
-class RunnerConfig:
-    """The runner's part of the engine options; every default is Qwen3TTSOptions' (options.py)."""
-
-    row_buckets: tuple[int, ...] = DEFAULTS.row_buckets
-    prefill_buckets: tuple[int, ...] = DEFAULTS.prefill_buckets  # prompt tokens per step (a longer prompt spans steps)
-    max_prefills: int = DEFAULTS.max_prefills  # prompts per step
-    max_positions: int = DEFAULTS.max_positions  # prompt + frames per stream (KV positions per slot)
-    max_slots: int | None = None  # streams + the sink; None: what kv_memory_fraction holds (slot_sizing.py)
-    kv_memory_fraction: float = DEFAULTS.kv_memory_fraction  # of the GPU memory free after loading (CUDA)
-    max_trailing: int = 1024  # text ids one stream feeds into decode steps (the one-token-per-frame layout)
-    sampling: SamplingFeatures = field(default_factory=SamplingFeatures)  # what rows may ask of the sampler
-    # Pieces of 4 frames: one 32 x 4 call decodes as many frames as 128 x 1 in less time (2.63 against 2.93 ms on
-    # the H200), and rows of one width waste nothing on padding (docs/engine-loop.md, "Codec pieces").
-    codec_width: int = DEFAULTS.codec_width
-    codec_buckets: tuple[tuple[int, int], ...] | None = DEFAULTS.codec_buckets  # default: codec_buckets(width)
-    attention: str = DEFAULTS.attention  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
-    # the depth loop's passes 1..14: "layers" as the Talker's, or "fused" in five launches a layer
-    # (depth_fused.py). "layers" stays the default until the fused kernels are measured on a GPU: they are tested
-    # against their references in Triton's interpreter only (docs/gpu-notes.md, issue 15).
-    depth: str = DEFAULTS.depth
-    codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
-    enforce_eager: bool = DEFAULTS.enforce_eager
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if not self.row_buckets or min(self.row_buckets) < 1 or not self.prefill_buckets:
-            raise ValueError("row_buckets and prefill_buckets need positive sizes")
-        if self.codec_buckets is None:
-            self.codec_buckets = codec_buckets(self.codec_width)
-        if max(w for _, w in self.codec_buckets) > RING // 2:
-            raise ValueError(f"codec pieces are at most {RING // 2} frames wide")
-        if self.attention not in ("auto", "triton", "torch"):
-            raise ValueError("attention must be auto, triton or torch")
-        if self.depth not in ("fused", "layers"):
-            raise ValueError("depth must be fused or layers")
-        if self.codec not in ("auto", "fused", "reference"):
-            raise ValueError("codec must be auto, fused or reference")
-
-    @property
-    def max_rows(self) -> int:
-        return max(self.row_buckets)
-
+__all__ = ["RING", "Launched", "ModelRunner", "RunnerConfig"]
 
 @dataclass
 class _StepIO:
@@ -106,13 +51,18 @@ class _StepIO:
 class Launched:
     """A launched step, for `finish`: its frames come back in `frames_host` once `done` has passed."""
 
-    num_rows: int
+    rows: list[int]  # the step's output rows of its sampled rows, in the plan's order (StepPlan.sampled)
     frames_host: HostCopy
     done: torch.cuda.Event | None  # after the step and the copy of its frames (CUDA)
-    logits: list[torch.Tensor]  # a recording runner's (tests): this step's, codebook 0 then 1..15 (copies)
+    logits: list[torch.Tensor]  # a recording runner's (tests): per sampled row, codebook 0 then 1..15 (copies)
+
+    def frames(self) -> np.ndarray:
+        """The frames [sampled rows, Q] once `done` has passed (EOS samples included)."""
+        return self.frames_host.array[self.rows]
 
 
 class ModelRunner:
+    first_frame_with_prompt = True  # the step that completes a prompt samples its first frame (core.Runner)
     records_logits = False  # a test runner keeps each step's logits (tests/qwen3tts/teacher_forcing.py)
 
     def __init__(self, tts: Qwen3TTS, config: RunnerConfig | None = None, num_slots: int | None = None) -> None:
@@ -141,7 +91,8 @@ class ModelRunner:
         depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth == "fused" else None
         self.model = StepModel(talker, self.ops, depth)
         # Two frame buffers: with the loop pipelined, one step is read while the next is in flight.
-        self._frames_host = [HostCopy((c.max_rows, self.num_codes), torch.int64, self.device) for _ in range(2)]
+        self._frames_host = [HostCopy((c.max_rows + c.max_prefills, self.num_codes), torch.int64, self.device)
+                             for _ in range(2)]
         self._launches = 0
         self.steps: GraphSet[tuple[int, int]] = GraphSet(self.device, c.enforce_eager)
         self.chunks = ChunkDecoder(self.codec, self.state.ring, c.codec_buckets, self.device, c.enforce_eager,
@@ -179,7 +130,7 @@ class ModelRunner:
             k_cache=[kv[:, i, 0] for i in range(lc.num_hidden_layers)],
             v_cache=[kv[:, i, 1] for i in range(lc.num_hidden_layers)],
             cos=cos, sin=sin,
-            hidden=torch.zeros(n, h, dtype=self.dtype, device=dev),
+            next_input=torch.zeros(n, h, dtype=self.dtype, device=dev),
             seen=torch.zeros(n, lc.vocab_size, dtype=torch.bool, device=dev),
             params=torch.zeros(n, NUM_PARAMS, dtype=torch.float32, device=dev),
             x_vector=torch.zeros(n, h, dtype=self.dtype, device=dev),
@@ -199,50 +150,45 @@ class ModelRunner:
         rows, tokens = key
         c, q = self.config, self.num_codes
         np_ = c.max_prefills if tokens else 0
-        ints = {"dec_slot": (rows,), "dec_pos": (rows,), "dec_frame": (rows,),
-                "pre_slot": (tokens,), "pre_pos": (tokens,), "pre_text": (tokens,), "pre_codec": (tokens, q),
-                "dec_text": (rows,), "done_idx": (np_,), "done_slot": (np_,), "new_slot": (np_,)}
-        ints |= self._extra_inputs(rows)
+        n = rows + np_  # sampled rows: the decode rows, then one for each prompt the step may complete
+        ints = {"dec_pos": (rows,), "pre_slot": (tokens,), "pre_pos": (tokens,), "pre_text": (tokens,),
+                "pre_codec": (tokens, q), "done_idx": (np_,), "new_slot": (np_,),
+                "row_slot": (n,), "row_frame": (n,), "row_text": (n,)}
+        ints |= self._extra_inputs(n)
         io = _StepIO(PackedBuffer(ints, torch.int64, self.device),
                      PackedBuffer({"new_params": (np_, NUM_PARAMS)}, torch.float32, self.device) if np_ else None)
         self._io[key] = io
         talker, state, d = self.tts.talker, self.state, io.ints.dev
-        frames = torch.zeros(rows, q, dtype=torch.int64, device=self.device)
 
         @torch.inference_mode()
         def step() -> torch.Tensor:
-            parts, slots, positions = [], [], []
-            out_frames = frames
-            if np_:
+            if np_:  # a new stream's sampling state, before any of its rows samples (one may complete here)
                 assert io.floats is not None
                 new = d["new_slot"]
                 state.params.index_copy_(0, new, io.floats.dev["new_params"])
                 state.seen.index_fill_(0, new, False)
-            if rows:
-                logits = io.logits if self.records_logits else None
-                if logits is not None:
-                    logits.clear()
-                decode = self._decode_rows(d)
-                out_frames, x = decode_frames(self.model, state, decode, self.eos_id, self.suppress, c.sampling,
-                                              logits)
-                parts.append(x)
-                slots.append(d["dec_slot"])
+            parts, slots, positions = [], [], []
+            if rows:  # each decode row's input: its last frame's embedding + its text id (stored by its last step)
+                dec_slot = d["row_slot"][:rows]
+                parts.append(state.next_input[dec_slot])
+                slots.append(dec_slot)
                 positions.append(d["dec_pos"])
             if tokens:
                 parts.append(embed_rows(talker, d["pre_text"], d["pre_codec"], state.x_vector[d["pre_slot"]]))
                 slots.append(d["pre_slot"])
                 positions.append(d["pre_pos"])
             out = self.model.talker_tokens(torch.cat(parts), state, torch.cat(slots), torch.cat(positions))
-            if rows:
-                state.hidden.index_copy_(0, d["dec_slot"], out[:rows])
-            if np_:
-                state.hidden.index_copy_(0, d["done_slot"], out[rows + d["done_idx"]])
-            return out_frames
+            hidden = torch.cat([out[:rows], out[rows + d["done_idx"]]]) if np_ else out  # a prompt's: its last token
+            logits = io.logits if self.records_logits else None
+            if logits is not None:
+                logits.clear()
+            return sample_frames(self.model, state, hidden, self._sampled_rows(d), self.eos_id, self.suppress,
+                                 c.sampling, logits)
 
         return step
 
     def run(self, plan: StepPlan) -> np.ndarray:
-        """One step for the plan: a bool per decode row, True where it sampled end-of-speech."""
+        """One step for the plan: a bool per sampled row (StepPlan.sampled), True where it sampled end-of-speech."""
         return self.finish(self.launch(plan))
 
     def launch(self, plan: StepPlan) -> Launched:
@@ -260,16 +206,20 @@ class ModelRunner:
             io.uploaded.synchronize()
         io.ints.clear()
         h = io.ints.host
-        if num_rows:
-            decodes = plan.decodes
-            h["dec_slot"][:num_rows] = [r.slot for r in decodes]
-            h["dec_frame"][:num_rows] = frame_index = [r.num_launched for r in decodes]
-            h["dec_pos"][:num_rows] = np.asarray([r.num_prompt_tokens for r in decodes]) + frame_index
+        sampled = plan.sampled
+        assert plan.first_frames or len(sampled) == num_rows, "a completed prompt's frame is sampled in its step"
+        # decode rows first, then the completed prompts after the bucket's decode rows (padded rows: the sink)
+        at = [*range(num_rows), *range(rows, rows + len(sampled) - num_rows)]
+        if sampled:
+            h["row_slot"][at] = [r.slot for r in sampled]
+            h["row_frame"][at] = [r.num_launched for r in sampled]
             pad = self.cfg.tts_pad_token_id  # the text id each row's next Talker input adds: trailing, then pad
-            h["dec_text"][:num_rows] = [_text_id(r.prompt.trailing, r.num_launched, pad) for r in decodes]
-            self._fill_decodes(decodes, h)
+            h["row_text"][at] = [text_id(r.prompt.trailing, r.num_launched, pad) for r in sampled]
+            self._fill_rows(sampled, at, h)
+        if num_rows:  # frame f's row feeds frame f-1's input, at the position after the prompt's and f-1 frames'
+            h["dec_pos"][:num_rows] = [r.num_prompt_tokens + r.num_launched - 1 for r in plan.decodes]
         if num_tokens:
-            self._fill_prefills(plan, io, rows)
+            self._fill_prefills(plan, io)
         io.ints.upload()
         if io.floats is not None:
             io.floats.upload()
@@ -280,44 +230,44 @@ class ModelRunner:
         frames = self.steps(key)
         frames_host = self._frames_host[self._launches % 2]
         self._launches += 1
-        if num_rows:
-            frames_host.start(frames, num_rows)
-        logits = [lg[:num_rows].clone() for lg in io.logits] if num_rows else []  # empty unless recording
+        if sampled:
+            frames_host.start(frames, at[-1] + 1)
+        logits = [lg[at].clone() for lg in io.logits] if sampled else []  # empty unless recording
         done = None
         if cuda:
             done = torch.cuda.Event()
             done.record()
         self.last_fill_s, self.last_bucket = time.perf_counter() - t0, f"{rows}+{tokens}"
-        return Launched(num_rows, frames_host, done, logits)
+        return Launched(at, frames_host, done, logits)
 
     def finish(self, launched: Launched) -> np.ndarray:
-        """Wait for a launched step: a bool per decode row, True where it sampled end-of-speech (no frame). The
+        """Wait for a launched step: a bool per sampled row, True where it sampled end-of-speech (no frame). The
         next codec call waits for this step on the GPU (it reads the frames the step stored), not for later ones."""
         if launched.done is not None:
             launched.done.synchronize()
         self.chunks.after = launched.done
-        if not launched.num_rows:
+        if not launched.rows:
             return np.zeros(0, dtype=bool)
-        return launched.frames_host.array[: launched.num_rows, 0] == self.eos_id
+        return launched.frames()[:, 0] == self.eos_id
 
     # Seams for a test runner (teacher forcing: tests/qwen3tts/teacher_forcing.py); the runtime adds nothing.
     def _extra_inputs(self, rows: int) -> dict[str, tuple[int, ...]]:
-        """More int64 step inputs, by name and shape."""
+        """More int64 step inputs, by name and shape, for a step of `rows` sampled rows."""
         return {}
 
-    def _decode_rows(self, d: dict[str, torch.Tensor]) -> DecodeRows:
-        """The decode rows of a step from its device inputs."""
-        return DecodeRows(d["dec_slot"], d["dec_pos"], d["dec_frame"], d["dec_text"])
+    def _sampled_rows(self, d: dict[str, torch.Tensor]) -> SampledRows:
+        """The sampled rows of a step from its device inputs."""
+        return SampledRows(d["row_slot"], d["row_frame"], d["row_text"])
 
-    def _fill_decodes(self, decodes: list[Request], h: dict[str, np.ndarray]) -> None:
-        """Fill the extra inputs of the decode rows (host views)."""
+    def _fill_rows(self, sampled: list[Request], at: list[int], h: dict[str, np.ndarray]) -> None:
+        """Fill the extra inputs of the sampled rows (host views): request i is row at[i]."""
 
-    def _fill_prefills(self, plan: StepPlan, io: _StepIO, rows: int) -> None:
+    def _fill_prefills(self, plan: StepPlan, io: _StepIO) -> None:
         h = io.ints.host
         assert io.floats is not None
         params = io.floats.host["new_params"]
         params.fill(0)
-        offset = 0
+        offset, completed = 0, 0
         for j, piece in enumerate(plan.prefills):
             request, start, count = piece.request, piece.start, piece.count
             prompt: PromptRows = request.prompt
@@ -326,8 +276,9 @@ class ModelRunner:
             h["pre_pos"][offset:end] = np.arange(start, start + count)
             h["pre_text"][offset:end] = prompt.text[start: start + count]
             h["pre_codec"][offset:end] = prompt.codec[start: start + count]
-            if piece.completes:
-                h["done_idx"][j], h["done_slot"][j] = end - 1, request.slot
+            if piece.completes:  # its first frame is sampled from its last token's output (row_* filled in launch)
+                h["done_idx"][completed] = end - 1
+                completed += 1
             if start == 0:  # the stream's first piece: its per-slot state is set inside the step
                 h["new_slot"][j] = request.slot
                 params[j] = request.sampling

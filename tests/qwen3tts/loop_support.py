@@ -26,13 +26,14 @@ SMALL = dict(row_buckets=(1, 2, 4, 8, 16), prefill_buckets=(16, 64), max_positio
 
 
 class RecordingRunner:
-    """A ModelRunner that keeps each decode row's frame (EOS samples excluded) and its logits when recording."""
+    """A ModelRunner that keeps each sampled row's frame (EOS samples excluded) and its logits when recording."""
 
     def __init__(self, runner: ModelRunner) -> None:
         self.runner = runner
         self.codes: dict[int, list[np.ndarray]] = defaultdict(list)
         self.logits: dict[int, list[list[torch.Tensor]]] = defaultdict(list)  # per frame: [codebook 0, 1..15]
-        self.rows_per_step: list[int] = []
+        self.rows_per_step: list[int] = []  # decode rows of each step read
+        self.sampled_per_step: list[list[int]] = []  # request ids of each step's sampled rows (first frames too)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.runner, name)
@@ -43,12 +44,13 @@ class RecordingRunner:
     def finish(self, handle: tuple[StepPlan, Any]) -> np.ndarray:
         plan, launched = handle
         eos = self.runner.finish(launched)
-        rows = len(plan.decodes)
-        self.rows_per_step.append(rows)
-        if not rows:
+        sampled = plan.sampled
+        self.rows_per_step.append(len(plan.decodes))
+        self.sampled_per_step.append([r.request_id for r in sampled])
+        if not sampled:
             return eos
-        frames = launched.frames_host.array[:rows].copy()
-        for i, (request, ended) in enumerate(zip(plan.decodes, eos, strict=True)):
+        frames = launched.frames()
+        for i, (request, ended) in enumerate(zip(sampled, eos, strict=True)):
             if request.ended or request.status is not Status.RUNNING:
                 continue  # a row launched before its stream ended (the loop drops it too)
             if launched.logits:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from voxgate.engine.qwen3tts.batch_step import DecodeRows
+from voxgate.engine.qwen3tts.batch_step import SampledRows
 from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 from voxgate.engine.qwen3tts.runner import ModelRunner, RunnerConfig
 from voxgate.engine.request import Request
 
 
 class TeacherForcedRunner(ModelRunner):
-    """Rows whose request has codes in `forced_codes` (request_id -> [N, Q]) take them instead of their samples;
+    """Rows whose request has codes in `forced_codes` (request_id -> [N, Q]) take them instead of their samples
+    (decode rows and a prompt's first frame alike);
     each launched step carries its logits (eager only)."""
 
     records_logits = True
@@ -24,11 +25,11 @@ class TeacherForcedRunner(ModelRunner):
     def _extra_inputs(self, rows: int) -> dict[str, tuple[int, ...]]:
         return {"forced": (rows, self.num_codes), "force": (rows,)}
 
-    def _decode_rows(self, d: dict[str, torch.Tensor]) -> DecodeRows:
-        return DecodeRows(d["dec_slot"], d["dec_pos"], d["dec_frame"], d["dec_text"], d["forced"], d["force"] != 0)
+    def _sampled_rows(self, d: dict[str, torch.Tensor]) -> SampledRows:
+        return SampledRows(d["row_slot"], d["row_frame"], d["row_text"], d["forced"], d["force"] != 0)
 
-    def _fill_decodes(self, decodes: list[Request], h: dict[str, np.ndarray]) -> None:
-        for i, r in enumerate(decodes):
+    def _fill_rows(self, sampled: list[Request], at: list[int], h: dict[str, np.ndarray]) -> None:
+        for i, r in zip(at, sampled, strict=True):
             codes = self.forced_codes.get(r.request_id)
             if codes is not None and r.num_launched < len(codes):
                 h["forced"][i], h["force"][i] = codes[r.num_launched], 1

@@ -114,7 +114,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             r.slot = slots[rows + j] if rows + j < len(slots) else slots[-1]
             prefills.append(Prefill(r, 0, n))
             left -= n
-        return StepPlan(decodes, prefills)
+        return StepPlan(decodes, prefills, first_frames=True)
 
     def plan_of(key: tuple[int, int]) -> StepPlan:
         return plan_for(key[0], min(key[1], config.max_prefills * len(prompt)))

@@ -1,0 +1,67 @@
+"""The runner's configuration (the runner's part of the engine options), the frame ring's size and the codec calls
+captured by default; kept apart from runner.py, which imports it and hands it on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .batch_step import SamplingFeatures
+from .options import DEFAULTS
+
+RING = 64  # frames a stream may have made and not yet decoded (>= the widest codec piece)
+CODEC_ROWS = (1, 8, 16, 32, 64)  # rows of the captured codec calls (each at the codec width)
+
+
+def codec_buckets(width: int) -> tuple[tuple[int, int], ...]:
+    """The codec calls captured for pieces of at most `width` frames per stream."""
+    return tuple((rows, width) for rows in CODEC_ROWS)
+
+
+def text_id(trailing: list[int], frame: int, pad: int) -> int:
+    """The text id added to the Talker input after frame `frame`: the stream's trailing text one id a frame, then
+    tts_pad. (A stream whose text is still open never gets a row past its last id: Request.frames_ready.)"""
+    return trailing[frame] if frame < len(trailing) else pad
+
+
+@dataclass(slots=True)
+class RunnerConfig:
+    """The runner's part of the engine options; every default is Qwen3TTSOptions' (options.py)."""
+
+    row_buckets: tuple[int, ...] = DEFAULTS.row_buckets
+    prefill_buckets: tuple[int, ...] = DEFAULTS.prefill_buckets  # prompt tokens per step (a longer prompt spans steps)
+    max_prefills: int = DEFAULTS.max_prefills  # prompts per step
+    max_positions: int = DEFAULTS.max_positions  # prompt + frames per stream (KV positions per slot)
+    max_slots: int | None = None  # streams + the sink; None: what kv_memory_fraction holds (slot_sizing.py)
+    kv_memory_fraction: float = DEFAULTS.kv_memory_fraction  # of the GPU memory free after loading (CUDA)
+    max_trailing: int = 1024  # text ids one stream feeds into decode steps (the one-token-per-frame layout)
+    sampling: SamplingFeatures = field(default_factory=SamplingFeatures)  # what rows may ask of the sampler
+    # Pieces of 4 frames: one 32 x 4 call decodes as many frames as 128 x 1 in less time (2.63 against 2.93 ms on
+    # the H200), and rows of one width waste nothing on padding (docs/engine-loop.md, "Codec pieces").
+    codec_width: int = DEFAULTS.codec_width
+    codec_buckets: tuple[tuple[int, int], ...] | None = DEFAULTS.codec_buckets  # default: codec_buckets(width)
+    attention: str = DEFAULTS.attention  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
+    # the depth loop's passes 1..14: "layers" as the Talker's, or "fused" in five launches a layer
+    # (depth_fused.py). "layers" stays the default until the fused kernels are measured on a GPU: they are tested
+    # against their references in Triton's interpreter only (docs/gpu-notes.md, issue 15).
+    depth: str = DEFAULTS.depth
+    codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
+    enforce_eager: bool = DEFAULTS.enforce_eager
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.row_buckets or min(self.row_buckets) < 1 or not self.prefill_buckets:
+            raise ValueError("row_buckets and prefill_buckets need positive sizes")
+        if self.codec_buckets is None:
+            self.codec_buckets = codec_buckets(self.codec_width)
+        if max(w for _, w in self.codec_buckets) > RING // 2:
+            raise ValueError(f"codec pieces are at most {RING // 2} frames wide")
+        if self.attention not in ("auto", "triton", "torch"):
+            raise ValueError("attention must be auto, triton or torch")
+        if self.depth not in ("fused", "layers"):
+            raise ValueError("depth must be fused or layers")
+        if self.codec not in ("auto", "fused", "reference"):
+            raise ValueError("codec must be auto, fused or reference")
+
+    @property
+    def max_rows(self) -> int:
+        return max(self.row_buckets)
