@@ -71,11 +71,11 @@ class LoopForecaster:
     """A batched loop's step time per row bucket (EWMA of the measured period, codec included), its codec time, and
     the streams it holds; `forecast(queued)` predicts a new stream's first audio and the load with it.
 
-    First audio: the prefills ahead of it (`max_prefills` ride each step), its own prefill step, `first_chunk`
-    frames (one a step: a new stream's deadline is its arrival, so it gets a row even when streams outnumber rows),
-    a step more when the step is pipelined (`pipeline_min_rows`) and one for its codec piece, all at the period of
-    the row bucket it would run in, plus one codec call. Load: `n` generating streams need `n x 12.5` frames/s; a
-    step makes `min(n, max_rows)` frames in its period."""
+    First audio: the prefills ahead of it (`max_prefills` ride each step), then `first_chunk` frames, one a step,
+    the first made by the step that completes its prompt (a new stream's deadline is its arrival, so it gets a row
+    even when streams outnumber rows), a step more when the step is pipelined (`pipeline_min_rows`) and one for its
+    codec piece, all at the period of the row bucket it would run in, plus one codec call. Load: `n` generating
+    streams need `n x 12.5` frames/s; a step makes `min(n, max_rows)` frames in its period."""
 
     def __init__(self, row_buckets: tuple[int, ...], max_prefills: int, first_chunk: int,
                  total_slots: int | None, pipelined: bool = True, alpha: float = 0.05,
@@ -137,6 +137,6 @@ class LoopForecaster:
         if period is None:
             return Forecast(0.0, 0.0, n, free, self.total_slots, interval)
         ahead = held.prefilling + queued
-        steps = ahead // self.max_prefills + 1 + self.first_chunk + self.lag_steps(rows)
+        steps = ahead // self.max_prefills + self.first_chunk + self.lag_steps(rows)
         load = n * FRAME_RATE * period / rows
         return Forecast(steps * period + self.codec_s, load, n, free, self.total_slots, interval)

@@ -33,7 +33,10 @@ def reference(steps: list[tuple[int, float]], held: Held, queued: int, alpha: fl
     at_or_above = [k for k in measured if k >= want]
     period = periods[at_or_above[0]] if at_or_above else periods[measured[-1]]
     read_late = 1 if rows >= min_rows else 0  # a pipelined step's frame is read with the next step
-    steps_to_audio = (held.prefilling + queued) // max_prefills + 1 + first_chunk + 1 + read_late
+    prefill_steps = (held.prefilling + queued) // max_prefills + 1  # those ahead, then its own
+    frame_steps = first_chunk - 1  # its prompt's step makes its first frame; one step each for the rest
+    codec_steps = 1  # its first codec piece
+    steps_to_audio = prefill_steps + frame_steps + codec_steps + read_late
     return (steps_to_audio * period + codec_s, n * period * FRAME_RATE / rows, n,
             slots - held.holding - queued)
 

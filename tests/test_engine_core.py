@@ -90,9 +90,11 @@ def _run(core: EngineCore, limit: int = 500) -> list:
     return outs
 
 
+@pytest.mark.parametrize("first_frames", [True, False])
 @pytest.mark.parametrize("pipeline", [True, False])
-def test_every_frame_reaches_the_listener_and_streams_finish_after_their_last_chunk(pipeline: bool) -> None:
-    runner = FakeRunner()
+def test_every_frame_reaches_the_listener_and_streams_finish_after_their_last_chunk(pipeline: bool,
+                                                                                   first_frames: bool) -> None:
+    runner = FakeRunner(first_frame_with_prompt=first_frames)
     core = EngineCore(runner, Pool(8), SchedulerConfig(max_rows=16, max_prefill_tokens=32, urgent_s=0),
                       pipeline=pipeline)
     requests = [_request(budget=5 + i, schedule=((1, 2, 4), (16,), (3,))[i % 3]) for i in range(6)]
@@ -168,6 +170,36 @@ def test_a_first_chunk_is_handed_over_before_the_step_in_flight_is_waited_for(pi
         if kind == "early" and at + 1 < len(events) and events[at + 1][0] != "early":
             assert events[at + 1] == ("wait", 0) or not pipeline
     assert not any(kind == "early" for kind, _ in plain_events)
+
+
+@pytest.mark.parametrize("first_frames", [True, False])
+def test_a_prompt_that_fits_a_step_makes_its_first_frame_in_it(first_frames: bool) -> None:
+    """A runner with first_frame_with_prompt makes a stream's first frame in its prompt's step (one step from
+    submission to the frame, not two); every frame reaches the listener either way. A prompt's last token
+    waits for the text its first frame's next input adds (a stream whose text is still arriving)."""
+    runner = FakeRunner(first_frame_with_prompt=first_frames)
+    core = EngineCore(runner, Pool(2), SchedulerConfig(max_prefill_tokens=32, urgent_s=0), pipeline=False)
+    r = _request(tokens=10, budget=3, schedule=(1,))
+    core.add(r)
+    steps = 0
+    while r.num_frames == 0:
+        core.step()
+        steps += 1
+    assert steps == (1 if first_frames else 2)
+    assert [len(p.sampled) for p in runner.plans] == ([1] if first_frames else [0, 1])
+    _run(core)
+    assert r.num_frames == r.num_delivered == 3 and r.status is Status.FINISHED
+
+    waits = _request(tokens=10, budget=2, schedule=(1,))
+    waits.frames_ready = 0  # no text id for its first frame's next input yet
+    core.add(waits)
+    core.step()
+    assert waits.num_prefilled == (9 if first_frames else 10) and waits.num_frames == 0
+    assert core.step().idle and waits.num_frames == 0  # nothing can go on until text comes
+    waits.frames_ready = 1
+    core.step()
+    assert waits.num_prefilled == 10 and waits.num_frames == 1
+    assert runner.plans[-1].sampled == [waits]
 
 
 def test_a_codec_call_takes_only_what_a_bucket_holds() -> None:

@@ -34,11 +34,14 @@ class RecordingRunner:
         self.logits: dict[int, list[list[torch.Tensor]]] = defaultdict(list)  # per frame: [codebook 0, 1..15]
         self.rows_per_step: list[int] = []  # decode rows of each step read
         self.sampled_per_step: list[list[int]] = []  # request ids of each step's sampled rows (first frames too)
+        self.make_up: list[tuple[int, int, int]] = []  # per step launched: decode rows, prompts completed, pieces
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.runner, name)
 
     def launch(self, plan: StepPlan) -> tuple[StepPlan, Any]:
+        completing = sum(p.completes for p in plan.prefills)
+        self.make_up.append((len(plan.decodes), completing, len(plan.prefills) - completing))
         return plan, self.runner.launch(plan)
 
     def finish(self, handle: tuple[StepPlan, Any]) -> np.ndarray:

@@ -207,3 +207,56 @@ def test_in_context_clone_streams_equal_the_whole_decode(tiny_ckpt: Callable[[st
         np.testing.assert_array_equal(np.stack(recorder.codes[request.request_id]), alone.numpy())
         whole = to_int16(base.decode(alone, prompt.ref_codes))
         assert np.abs(np.concatenate(audio).astype(np.int32) - whole).max() <= 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pipeline_min_rows", [4, 0], ids=["read-at-once", "pipelined"])
+def test_a_streams_first_frame_comes_out_of_the_step_that_completes_its_prompt(tts: Qwen3TTS,
+                                                                              pipeline_min_rows: int) -> None:
+    """One step from submission to the first frame for a prompt that fits a step (two for one over two steps):
+    the step that completes a prompt samples from its last token's output. Pipelined, that step is read with the
+    next one, but the frame is still its own."""
+    from voxgate.engine.core import EngineCore
+    from voxgate.engine.qwen3tts.model.prompt import prompt_rows
+    from voxgate.engine.qwen3tts.model.sampling import param_row
+    from voxgate.engine.request import Request
+    from voxgate.engine.scheduler import SchedulerConfig
+
+    from .loop_support import RecordingRunner
+
+    runner = make_runner(tts, max_positions=400)
+    gen = tts.cfg.generation.greedy()
+    for text, pieces in (("Hello there.", 1), (" ".join(TEXTS), 2)):
+        s = Stream(text, budget=4, join_step=0)
+        recorder = RecordingRunner(runner)
+        core = EngineCore(recorder, runner.kv, SchedulerConfig(max_rows=4, max_prefill_tokens=64, urgent_s=0),
+                          pipeline_min_rows=pipeline_min_rows)
+        rows = prompt_rows(tts.cfg, tts.prompt_inputs(s.text, s.speaker, "english", non_streaming=True))
+        request = Request(rows, len(rows), s.budget, s.schedule, param_row(gen))
+        assert (len(rows) > 64) == (pieces == 2)
+        core.add(request)
+        steps = 0
+        while request.num_frames == 0:
+            core.step()
+            steps += 1
+        assert recorder.make_up[pieces - 1] == (0, 1, 0)  # its prompt's last piece, no decode row: it made frame 0
+        assert recorder.sampled_per_step[pieces - 1] == [request.request_id]
+        assert steps == len(recorder.make_up) == pieces + (1 if pipeline_min_rows == 0 else 0)  # pipelined: read late
+        while core.has_work:
+            core.step()
+        np.testing.assert_array_equal(np.stack(recorder.codes[request.request_id]), solo_codes(tts, s))
+
+
+@pytest.mark.slow
+def test_steps_mixing_decodes_completed_prompts_and_prompt_pieces_equal_each_stream_alone(tts: Qwen3TTS) -> None:
+    """Steps that carry decode rows, prompts completed (each sampling its first frame) and pieces of prompts still
+    going at once: every stream's codes are its own alone."""
+    long = " ".join(TEXTS)  # ~90 tokens: two pieces of at most 64
+    streams = [Stream("Hello there.", budget=14, join_step=0), Stream(long, budget=8, join_step=2),
+               Stream("Third.", budget=9, join_step=3), Stream(" ".join(reversed(TEXTS)), budget=7, join_step=3),
+               Stream("Why not?", budget=10, join_step=4, speaker="vivian")]
+    runner = make_runner(tts, max_positions=400)
+    recorder = drive(tts, runner, streams, max_rows=4)
+    assert any(d and c and p for d, c, p in recorder.make_up), recorder.make_up
+    for s in streams:
+        np.testing.assert_array_equal(np.stack(recorder.codes[s.codes_id]), solo_codes(tts, s))
