@@ -40,9 +40,9 @@ class EngineConfig:
     max_ahead_s: float = option(30.0, "a stream this far ahead of its listener gets no row (default 30)")
     pipeline: bool = option(True, "false: read each step before launching the next (default true: launch it first, "
                                   "host work overlaps)")
-    pipeline_min_rows: int = option(4, "pipeline only steps with at least this many decode rows (or prompts only): "
-                                       "a smaller batch reads each step before the next, so a new stream waits behind "
-                                       "no queued step (default 4; 0: every step)")
+    pipeline_min_rows: int = option(4, "pipeline only steps that make at least this many frames (or none: prompt "
+                                       "pieces only): a smaller batch reads each step before the next, so a new "
+                                       "stream waits behind no queued step (default 4; 0: every step)")
     early_first_chunk: bool = option(True, "collect a codec call carrying a stream's first chunk as soon as it is "
                                            "decoded, before waiting for the step in flight (default true)")
     gil_switch_ms: float = option(0.5, "CPython's thread switch interval while the loop runs (default 0.5; 0 leaves "

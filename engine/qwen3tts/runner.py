@@ -37,7 +37,7 @@ from .runner_config import RING, RunnerConfig, text_id
 from .slot_sizing import size_slots
 from .step_buffers import HostCopy, PackedBuffer
 
-__all__ = ["RING", "Launched", "ModelRunner", "RunnerConfig"]
+# RING and RunnerConfig (runner_config.py) are imported from here too: this module is the runner's public face.
 
 @dataclass
 class _StepIO:
