@@ -71,6 +71,7 @@ class RunnerConfig:
     # (depth_fused.py). "layers" stays the default until the fused kernels are measured on a GPU: they are tested
     # against their references in Triton's interpreter only (docs/gpu-notes.md, issue 15).
     depth: str = DEFAULTS.depth
+    draw: str = DEFAULTS.draw  # each codebook's draw: kernel (one launch) | torch | auto (kernel with depth=fused)
     codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = DEFAULTS.enforce_eager
     progress: bool = True
@@ -86,6 +87,8 @@ class RunnerConfig:
             raise ValueError("attention must be auto, triton or torch")
         if self.depth not in ("fused", "layers"):
             raise ValueError("depth must be fused or layers")
+        if self.draw not in ("auto", "kernel", "torch"):
+            raise ValueError("draw must be auto, kernel or torch")
         if self.codec not in ("auto", "fused", "reference"):
             raise ValueError("codec must be auto, fused or reference")
 
@@ -140,6 +143,8 @@ class ModelRunner:
         self.ops = DecoderOps.for_device(self.device, c.attention)
         depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth == "fused" else None
         self.model = StepModel(talker, self.ops, depth)
+        if c.draw != "auto":  # auto: the draw kernel comes with depth=fused
+            self.model.draw = DepthOps.for_triton(self.ops.uses_triton).draw if c.draw == "kernel" else None
         # Two frame buffers: with the loop pipelined, one step is read while the next is in flight.
         self._frames_host = [HostCopy((c.max_rows, self.num_codes), torch.int64, self.device) for _ in range(2)]
         self._launches = 0
