@@ -1,10 +1,9 @@
-"""A tiny synthetic aligner checkpoint (written once per session) and the clips the tests align."""
+"""A tiny synthetic aligner checkpoint, written once per session."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from qwen3tts.shared import require_shared
@@ -30,16 +29,6 @@ def aligner_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 state[key] *= 8
     save_file(state, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
     return ckpt
-
-
-def clip(seconds: float, rate: int = 16_000, seed: int = 0, peak: float = 0.5) -> np.ndarray:
-    """A deterministic speech-like clip: a few gliding tones under bursts, plus noise, scaled to `peak`."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(round(seconds * rate)) / rate
-    tones = sum(np.sin(2 * np.pi * (f + 40 * np.sin(2 * np.pi * 0.7 * t)) * t) for f in rng.uniform(120, 2400, 4))
-    bursts = 0.5 + 0.5 * np.sign(np.sin(2 * np.pi * rng.uniform(2, 5) * t))
-    x = tones * bursts + 0.3 * rng.standard_normal(t.size)
-    return (peak * x / np.abs(x).max()).astype(np.float32)
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from voxgate.engine.aligner.align import Aligner
 from voxgate.engine.aligner.features import log_mel, peak_limited
 from voxgate.engine.aligner.units import split_units
 
-from .conftest import clip
+from .clips import clip
 from .reference import reference_aligner, reference_inputs, reference_model
 
 # (seconds, peak): 0.7 s is one 70-frame chunk; 2.55 s ends on a 55-frame chunk; 4.0 s is exactly 4 chunks;
