@@ -8,13 +8,26 @@ samples gives N // 160 frames (10 ms each).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
+from ..qwen3tts.model.config import ConfigError
 from ..qwen3tts.model.speaker_encoder import mel_filterbank
 
 SAMPLE_RATE = 16_000
 N_FFT, HOP, FMAX = 400, 160, 8_000.0
+
+
+def check_preprocessor(raw: dict[str, Any], n_mels: int, where: str) -> None:
+    """A checkpoint's preprocessor_config.json must describe these features (they are constants here)."""
+    want = {"feature_extractor_type": "WhisperFeatureExtractor", "sampling_rate": SAMPLE_RATE, "hop_length": HOP,
+            "n_fft": N_FFT, "feature_size": n_mels}
+    wrong = {k: raw.get(k) for k, v in want.items() if raw.get(k, v) != v}
+    if wrong or raw.get("dither", 0.0) != 0.0:
+        raise ConfigError(f"{where}: features this port does not compute: {wrong or {'dither': raw['dither']}} "
+                          f"(expected {want}, no dither)")
 
 
 def num_frames(num_samples: int) -> int:

@@ -108,4 +108,9 @@ def test_a_missing_tensor_or_token_is_refused(aligner_ckpt, tmp_path):
     (broken / "tokenizer_config.json").write_text(json.dumps(tok))
     with pytest.raises(ValueError, match="no <timestamp> token"):
         Aligner.from_pretrained(broken)
+
+    pre = json.loads((broken / "preprocessor_config.json").read_text())
+    (broken / "preprocessor_config.json").write_text(json.dumps({**pre, "hop_length": 320}))
+    with pytest.raises(ConfigError, match="hop_length"):
+        load_aligner(broken)
     assert np.isfinite(load_aligner(aligner_ckpt)[2].lm_head.weight.detach().numpy()).all()
