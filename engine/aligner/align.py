@@ -78,13 +78,12 @@ class Aligner:
 
 def word_times(words: list[TextWord], timed: list[UnitTime], num_samples: int) -> list[WordTime]:
     """Our words (text order) + the aligner's unit times -> one WordTime per word (see the module doc)."""
-    starts: list[int | None] = []
-    for word in words:
-        inside = [t for t in timed if word.start <= t.unit.start < word.end]
-        starts.append(min(num_samples, round(inside[0].start_ms * INPUT_RATE / 1000)) if inside else None)
+    firsts = [next((t for t in timed if w.start <= t.unit.start < w.end), None) for w in words]
+    starts: list[int] = []
     nxt = num_samples
-    for i in range(len(starts) - 1, -1, -1):  # an untimed word starts with the next timed one
-        start = starts[i]
-        starts[i] = nxt = min(nxt, start) if start is not None else nxt
-    ends = [*starts[1:], num_samples]
-    return [WordTime(w.text, s, e) for w, s, e in zip(words, starts, ends, strict=True)]  # type: ignore[arg-type]
+    for first in reversed(firsts):  # an untimed word starts with the next timed one (times never decrease)
+        if first is not None:
+            nxt = min(nxt, round(first.start_ms * INPUT_RATE / 1000))
+        starts.append(nxt)
+    starts.reverse()
+    return [WordTime(w.text, s, e) for w, s, e in zip(words, starts, [*starts[1:], num_samples], strict=True)]

@@ -30,7 +30,6 @@ class AudioEncoderConfig:
     n_window: int  # half a chunk, in mel frames
     n_window_infer: int  # attention window, in mel frames (a multiple of the chunk)
     downsample_hidden_size: int
-    max_source_positions: int
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> AudioEncoderConfig:
@@ -57,10 +56,6 @@ class AlignerConfig:
     audio_token_id: int  # <|audio_pad|>, one per encoder frame
     timestamp_token_id: int  # <timestamp>, two after each word (its start and its end)
     timestamp_segment_time: float  # ms per class
-
-    @property
-    def hidden_size(self) -> int:
-        return self.text.hidden_size
 
 
 def parse_config(raw: dict[str, Any]) -> AlignerConfig:

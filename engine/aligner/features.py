@@ -30,10 +30,6 @@ def check_preprocessor(raw: dict[str, Any], n_mels: int, where: str) -> None:
                           f"(expected {want}, no dither)")
 
 
-def num_frames(num_samples: int) -> int:
-    return num_samples // HOP
-
-
 def peak_limited(audio: np.ndarray) -> np.ndarray:
     """float32 audio scaled down to a peak of 1 when it is louder (then clipped), as the reference's input
     normalisation does; quieter audio is kept as is. The features are not scale-invariant, so this matters."""
