@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -29,6 +30,14 @@ def aligner_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 state[key] *= 8
     save_file(state, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
     return ckpt
+
+
+@pytest.fixture(scope="session")
+def ref_aligner(aligner_ckpt: Path) -> Any:
+    """The reference's Qwen3ForcedAligner on the same checkpoint (encoder windows as its flash-attention path)."""
+    from .reference import reference_aligner
+
+    return reference_aligner(aligner_ckpt)
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,6 @@ from voxgate.engine.qwen3tts.model.config import ConfigError
 from voxgate.engine.words import WordTime, text_words
 
 from .clips import clip
-from .reference import reference_aligner
 
 
 def timed(text: str, starts_ms: list[int]) -> list[UnitTime]:
@@ -59,10 +58,10 @@ def test_a_text_without_words_has_no_times(ours, text):
 
 
 @pytest.mark.parametrize("text", ["Dr. Smith paid $4.50 -- on 2024-05-01 (really?)", "今天 天气很好。 Yes!"])
-def test_align_at_24khz_matches_the_reference_at_16khz(ours, aligner_ckpt, text):
+def test_align_at_24khz_matches_the_reference_at_16khz(ours, ref_aligner, text):
     audio = clip(3.3, rate=24_000, seed=3)
     audio_16k = soxr.resample(audio, 24_000, 16_000)
-    ref = reference_aligner(aligner_ckpt).align(audio=(audio_16k, 16_000), text=text, language="English")[0]
+    ref = ref_aligner.align(audio=(audio_16k, 16_000), text=text, language="English")[0]
     units = ours.unit_times(audio_16k, text)
     assert [(u.start_ms / 1000, u.end_ms / 1000) for u in units] == [(r.start_time, r.end_time) for r in ref]
     got = ours.align(audio, text)

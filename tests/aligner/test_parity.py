@@ -13,7 +13,7 @@ from voxgate.engine.aligner.features import log_mel, peak_limited
 from voxgate.engine.aligner.units import split_units
 
 from .clips import clip
-from .reference import reference_aligner, reference_inputs, reference_model
+from .reference import reference_inputs, reference_model
 
 # (seconds, peak): 0.7 s is one 70-frame chunk; 2.55 s ends on a 55-frame chunk; 4.0 s is exactly 4 chunks;
 # 5.3 s spans three 2-chunk attention windows; peak 1.6 goes through the peak limiter.
@@ -33,8 +33,8 @@ def ours(aligner_ckpt):
 
 
 @pytest.fixture(scope="module")
-def ref(aligner_ckpt):
-    return reference_aligner(aligner_ckpt)
+def ref(ref_aligner):
+    return ref_aligner
 
 
 @pytest.fixture(scope="module")
