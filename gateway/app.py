@@ -70,8 +70,11 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
     config = config or GatewayConfig()
     state = GatewayState(engine, config)
 
-    gc_tuning = GcTuning(config.gc_gen0_threshold, config.gc_freeze,
-                         lambda gen, s: state.metrics.gc_pause.labels(str(gen)).observe(s))
+    def gc_pass(generation: int, seconds: float, collected: int) -> None:
+        state.metrics.gc_pause.labels(str(generation)).observe(seconds)
+        state.metrics.gc_collected.labels(str(generation)).inc(collected)
+
+    gc_tuning = GcTuning(config.gc_gen0_threshold, config.gc_freeze, gc_pass)
 
     async def engine_ready() -> None:
         """Called once the engine is warm: the collector's settings (freezing what the load made) from then on."""

@@ -65,6 +65,9 @@ class GatewayMetrics:
                                   "Python garbage-collector pauses in the gateway process, by generation",
                                   ["generation"], buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1),
                                   registry=r)
+        self.gc_collected = Counter("voxgate_engine_gc_collected_objects_total",
+                                    "Objects the garbage collector freed in the gateway process, by generation",
+                                    ["generation"], registry=r)
         self.loop_lag = Histogram("voxgate_event_loop_lag_seconds",
                                   "How late the gateway's event loop ran a 10 ms timer", buckets=_LAG_BUCKETS,
                                   registry=r)

@@ -254,14 +254,20 @@ def test_gc_tuning_freezes_raises_the_threshold_measures_and_undoes():
 
     from voxgate.gateway.transport.gc_tuning import GcTuning
 
-    pauses: list[tuple[int, float]] = []
+    pauses: list[tuple[int, float, int]] = []
     before = gc.get_threshold()
-    tuning = GcTuning(12_345, True, lambda gen, s: pauses.append((gen, s)))
+    tuning = GcTuning(12_345, True, lambda gen, s, n: pauses.append((gen, s, n)))
     tuning.apply()
     try:
         assert gc.get_threshold()[0] == 12_345 and gc.get_freeze_count() > 0
+        cycles = []
+        for _ in range(100):  # garbage only a collection frees: 100 lists that hold themselves
+            cycle: list = []
+            cycle.append(cycle)
+            cycles.append(cycle)
+        del cycles, cycle
         gc.collect(0)
-        assert pauses and pauses[-1][0] == 0 and pauses[-1][1] >= 0
+        assert pauses and pauses[-1][0] == 0 and pauses[-1][1] >= 0 and pauses[-1][2] >= 100
     finally:
         tuning.undo()
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0

@@ -9,17 +9,8 @@ import { Player } from "./player.js";
 import { C, PROTOCOL, S, WS_PATH } from "./protocol.js";
 import { wireClonePanel } from "./voice-upload.js";
 import { fillLanguages, fillVoices } from "./voice-list.js";
+import { SAMPLES, wireSamples } from "./samples.js";
 import { WordHighlighter, wordsUnavailable } from "./words.js";
-
-const SAMPLES = {
-  Greeting: "Hello! This is voxgate, streaming speech to your browser while the words are still arriving.",
-  Passage:
-    "The lighthouse keeper climbed the spiral stairs every evening at dusk. From the top he could see the " +
-    "fishing boats returning, their lamps swaying like fireflies over the dark water. He wrote the weather in " +
-    "a small notebook, the wind, the clouds, the colour of the sea, and he never missed a single day. In " +
-    "forty years the light had not gone out once.",
-  Numbers: "Your order 4417 ships on Friday at 3.30 pm; the total is 28 dollars and 15 cents. Anything else?",
-};
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
@@ -315,16 +306,7 @@ function onReport(r, stats) {
 }
 
 function init() {
-  for (const [name, text] of Object.entries(SAMPLES)) {
-    const b = document.createElement("button");
-    b.textContent = name;
-    b.onclick = () => {
-      $("text").value = text;
-      syncControls();
-    };
-    $("samples").append(b);
-  }
-  $("text").value = SAMPLES.Greeting;
+  wireSamples($, syncControls);
   const noOpus = (why) => {
     $("codec").querySelector('option[value="opus"]').disabled = true;
     if ($("codec").value === "opus") $("codec").value = "pcm_s16le";

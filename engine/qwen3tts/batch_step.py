@@ -55,6 +55,8 @@ class StepModel:
 
     def __init__(self, talker: Talker, ops: DecoderOps, depth: DepthOps | None = None) -> None:
         self.talker = talker
+        # every codebook's draw in one launch (kernels/sample_draw.py) where no row needs top-p; None: PyTorch's ops
+        self.draw: Callable[..., torch.Tensor] | None = depth.draw if depth is not None else None
         self.predictor = talker.code_predictor
         self.talker_stack = FusedStack(talker.model, ops)
         self.predictor_stack = FusedStack(self.predictor.model, ops)
@@ -169,8 +171,7 @@ def sample_frames(model: StepModel, state: SlotState, hidden: torch.Tensor, rows
     logits = codebook_zero_rules(logits, state.seen[slots], p[:, PENALTY], rows.frame_index, p[:, MIN_NEW], eos_id,
                                  suppress)
     code_k = 0
-    fused = model.fused_depth
-    draw = fused.ops.draw if fused is not None and features.sampling and not features.top_p else None
+    draw = model.draw if features.sampling and not features.top_p else None
     if draw is not None:  # Exp(1) noise for the step's 16 draws: two launches instead of one per draw
         noise = [torch.empty_like(logits).exponential_(),
                  *torch.empty((model.num_codes - 1, *logits.shape[:1], model.predictor.cfg.vocab_size),

@@ -39,6 +39,7 @@ from .step_buffers import HostCopy, PackedBuffer
 
 # RING and RunnerConfig (runner_config.py) are imported from here too: this module is the runner's public face.
 
+
 @dataclass
 class _StepIO:
     ints: PackedBuffer
@@ -90,6 +91,8 @@ class ModelRunner:
         self.ops = DecoderOps.for_device(self.device, c.attention)
         depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth == "fused" else None
         self.model = StepModel(talker, self.ops, depth)
+        if c.draw != "auto":  # auto: the draw kernel comes with depth=fused
+            self.model.draw = DepthOps.for_triton(self.ops.uses_triton).draw if c.draw == "kernel" else None
         # Two frame buffers: with the loop pipelined, one step is read while the next is in flight.
         self._frames_host = [HostCopy((c.max_rows + c.max_prefills, self.num_codes), torch.int64, self.device)
                              for _ in range(2)]

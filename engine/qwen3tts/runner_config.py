@@ -44,6 +44,7 @@ class RunnerConfig:
     # (depth_fused.py). "layers" stays the default until the fused kernels are measured on a GPU: they are tested
     # against their references in Triton's interpreter only (docs/gpu-notes.md, issue 15).
     depth: str = DEFAULTS.depth
+    draw: str = DEFAULTS.draw  # each codebook's draw: kernel (one launch) | torch | auto (kernel with depth=fused)
     codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = DEFAULTS.enforce_eager
     progress: bool = True
@@ -59,6 +60,8 @@ class RunnerConfig:
             raise ValueError("attention must be auto, triton or torch")
         if self.depth not in ("fused", "layers"):
             raise ValueError("depth must be fused or layers")
+        if self.draw not in ("auto", "kernel", "torch"):
+            raise ValueError("draw must be auto, kernel or torch")
         if self.codec not in ("auto", "fused", "reference"):
             raise ValueError("codec must be auto, fused or reference")
 

@@ -16,6 +16,8 @@
 # over WebSocket and HTTP, sentence capacity and 2x overload over the WebSocket, tts-bench's shape and 2x over HTTP).
 # Everything comes back as $OUT/results.tar.gz (rewritten after each stage), and Triton's cache in parts of 15 MB
 # as $OUT/triton.tar.gz.part-* (cat them into .tcache/triton.tar.gz for the next call).
+# ADM_SERVER_ENV: environment for the admission stage's server only, e.g. PYTHONPATH with a sitecustomize.py that
+# calls gc.set_debug(gc.DEBUG_STATS) (every collection's generation sizes, unreachable objects and time in its log).
 set -o pipefail
 export PYTHONUNBUFFERED=1 VOXGATE_SHARED=$PWD/.gpu_shared VOXGATE_WORKLOADS=$PWD/.gpu_shared/workloads
 OUT=${OUT:-/tmp/out}; RES=/tmp/res; mkdir -p "$OUT" "$RES"
@@ -136,7 +138,7 @@ if has admission; then
   # (WebSocket contexts carry their first-audio stages), then sentence capacity and 2x overload over the WebSocket,
   # then tts-bench's shape over HTTP (no length rule) and its 2x overload.
   log "admission: serve"
-  python3 -m voxgate.gateway.cli serve --config qwen3tts --engine-option "model=$CKPT" --port 8012 ${ADM_SERVE_ARGS:-} \
+  env ${ADM_SERVER_ENV:-} python3 -m voxgate.gateway.cli serve --config qwen3tts --engine-option "model=$CKPT" --port 8012 ${ADM_SERVE_ARGS:-} \
     > "$RES/admission-server${ADM_TAG:-}.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 400); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8012/health')" 2>/dev/null && break; sleep 1; done
