@@ -210,7 +210,8 @@ class ModelRunner:
         io.ints.clear()
         h = io.ints.host
         sampled = plan.sampled
-        assert plan.first_frames or len(sampled) == num_rows, "a completed prompt's frame is sampled in its step"
+        # this step samples a completed prompt's first frame whatever the plan says: the plan must count it
+        assert plan.first_frames or not any(p.completes for p in plan.prefills), "plan without first_frames"
         # decode rows first, then the completed prompts after the bucket's decode rows (padded rows: the sink)
         at = [*range(num_rows), *range(rows, rows + len(sampled) - num_rows)]
         if sampled:
