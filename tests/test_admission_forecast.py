@@ -7,7 +7,7 @@ import asyncio
 import random
 
 import pytest
-from test_engine_core import FakeRunner, Pool
+from engine_core_support import FakeRunner, Pool
 from voxgate.engine.admission import FRAME_RATE, Held, LoopForecaster
 from voxgate.engine.base import SynthesisRequest
 from voxgate.engine.core import EngineCore
