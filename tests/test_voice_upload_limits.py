@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import io
 import json
+import select
+import socket
 import threading
 import tracemalloc
 from collections.abc import Iterable
@@ -185,31 +187,30 @@ def test_uploads_past_max_concurrent_voice_uploads_get_503_with_retry_after(uplo
         gate.set()
 
 
+def _trickle(host: str, port: int, head: bytes, rest: bytes, every_s: float = 0.1) -> bytes:
+    """Send `head`, then `rest` one byte every `every_s` (a client on a dying link, or an attacker) until the server
+    answers; then everything it sends until it closes. A plain socket: once the server closes on a body it did not
+    read, the kernel resets the connection, and the answer already received must still be read (asyncio's
+    StreamReader raises the reset before handing over what it buffered)."""
+    with socket.create_connection((host, port), timeout=30) as sock:
+        sock.sendall(head)
+        for i in range(len(rest)):
+            if select.select([sock], [], [], every_s)[0]:
+                break  # the answer has started: stop sending
+            sock.sendall(rest[i:i + 1])
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                received += chunk
+        return received
+
+
 def test_a_trickled_body_is_answered_408_and_cut_off(uploads) -> None:
     server = uploads(voice_upload_timeout_s=1.0)
     wav = encoded([as_int16(tone(3.5))], 16_000)
-
-    async def run() -> bytes:
-        reader, writer = await asyncio.open_connection(server.host, server.port)
-        writer.write(b"POST /v1/voices HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: audio/wav\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(wav) + wav[:44])
-
-        async def drip() -> None:  # one byte at a time, as a client on a dying link (or an attacker) sends
-            for i in range(44, len(wav)):
-                await asyncio.sleep(0.1)
-                writer.write(wav[i:i + 1])
-                await writer.drain()
-
-        dripping = asyncio.create_task(drip())
-        try:
-            return await asyncio.wait_for(reader.read(), 30)  # to the end: the server closes the connection
-        finally:
-            dripping.cancel()
-            with contextlib.suppress(asyncio.CancelledError, OSError):
-                await dripping
-            writer.close()
-
-    raw = asyncio.run(run())
+    head = (b"POST /v1/voices HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: audio/wav\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(wav) + wav[:44])
+    raw = _trickle(server.host, server.port, head, wav[44:])
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 "), raw[:200]
     error = json.loads(body)["error"]
