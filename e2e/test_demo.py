@@ -12,6 +12,7 @@ import math
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -313,6 +314,7 @@ def test_delivery_pause(page, gateway: str, pause_ms: int, stalls: int) -> None:
         open_demo(page, gateway, codec="pcm_s16le", target=150, ws=f"ws://127.0.0.1:{proxy.port}/v1/tts/ws")
         cid = speak(page, "Greeting", mode="all")
         wait_played(page, cid, 2)
+        paused_at = time.time() * 1000  # epoch ms, the clock of the page's `received_at`
         proxy.pause(pause_ms)
         if stalls:
             page.wait_for_function("window.voxgate.state.serverStalls.length >= 1", timeout=5000)
@@ -323,9 +325,12 @@ def test_delivery_pause(page, gateway: str, pause_ms: int, stalls: int) -> None:
     if stalls == 0:
         assert_no_violation(page, ctx)
     else:
-        # The planned stall is the proxy's hole; any other must be the machine's (see load_caused).
-        lags, seen, server_lag = browser_lags(page), server_stalls(page), server_lag_ms(page)
-        (stall,) = [s for s in seen if not load_caused(s, lags, server_lag)] or seen[:1]
+        # The planned stall is the proxy's hole: the longest one reported after the pause began (its report comes
+        # once delivery resumes). Any other is the machine's (see load_caused), counted but not judged: under load
+        # the hole itself can look load-caused and a 12 ms hiccup not (a loaded CI run).
+        lags, seen = browser_lags(page), server_stalls(page)
+        stall = max((s for s in seen if s["received_at"] >= paused_at), key=lambda s: s["duration_ms"], default=None)
+        assert stall is not None, ("no stall reported after the pause", paused_at, seen)
         excused = sum(s["events"] for s in seen) - stall["events"]
         assert u["events"] == 1 + excused, (u, lags)
         assert pause_ms - 150 - 60 <= stall["duration_ms"] <= pause_ms, stall
