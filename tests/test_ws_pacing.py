@@ -35,7 +35,9 @@ async def test_client_clock_keeps_the_buffer_bounded_and_never_gaps(gateway, str
     # The buffer stayed within [0, max_buffer]: paced to the target, not dumped.
     max_buffer = client.rate * 1.0
     assert 0 <= player.max_buffered <= max_buffer
-    assert player.max_buffered <= client.rate * (0.150 + 0.040 + 0.030)  # target + a frame + timer slack
+    # target + a frame + timer slack, plus what arrived while this (loaded) test process itself stalled the player:
+    # that audio waited in the socket and lands at once when the process runs again (the server is cleared above)
+    assert player.max_buffered <= client.rate * (0.150 + 0.040 + 0.030) + player.underrun_samples
     assert elapsed > duration - 0.5  # delivered over the playback time, not ahead of it
     done = result.event("context.done")
     assert not any(done["stalls"]["by_cause"][cause] for cause in SERVER_CAUSES), done["stalls"]
