@@ -42,11 +42,13 @@ class LoopStream(AudioStream):
         engine_request.sink = self
 
     def cancel(self) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._loop.abort(self.engine_request)
-        self._queue.put_nowait(_END)
+        if not self._done:
+            self._done = True
+            self._loop.abort(self.engine_request)
+            self._queue.put_nowait(_END)
+        # The request's reference back to this stream is a cycle: broken here (the worker reads `sink` once per
+        # use and skips None), so an ended stream is freed by reference counting, not by the collector.
+        self.engine_request.sink = None
 
     def report_playback(self, buffered_s: float) -> None:
         self.engine_request.report_playback(buffered_s)
@@ -220,7 +222,8 @@ class EngineLoop:
             op, request = self._inbox.popleft()
             if op == "add":
                 self._taken_unpublished += 1
-                if request.status is Status.WAITING and request.sink is not None and not request.sink._done:
+                sink = request.sink  # read once: the event loop clears it when the stream ends
+                if request.status is Status.WAITING and sink is not None and not sink._done:
                     self.core.add(request)
             else:
                 self.core.abort(request)

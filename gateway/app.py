@@ -74,7 +74,11 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
         state.metrics.gc_pause.labels(str(generation)).observe(seconds)
         state.metrics.gc_collected.labels(str(generation)).inc(collected)
 
-    gc_tuning = GcTuning(config.gc_gen0_threshold, config.gc_freeze, gc_pass)
+    def speaking() -> bool:
+        return state.drain.http_streams > 0 or state.metrics.contexts_active_now() > 0
+
+    gc_tuning = GcTuning(config.gc_gen0_threshold, config.gc_freeze, gc_pass, config.gc_collect,
+                         config.gc_busy_limit, speaking)
 
     async def engine_ready() -> None:
         """Called once the engine is warm: the collector's settings (freezing what the load made) from then on."""

@@ -90,8 +90,12 @@ class GatewayConfig:
     opus_threads: int = 2  # Opus encoder threads (libopus releases the GIL); 0: encode on the event loop
     serve_demo: bool = True
     gc_freeze: bool = True  # after start-up, freeze what is alive out of the collector's reach
-    # Gen-0 collections: CPython's 700 collects too often for a busy loop; each pass costs ~0.3 us per young object
-    # (1-2 ms at 5,000 in the gateway). The qwen3tts engine loop keeps more young objects per step: 10,000 there.
+    # "idle": no automatic pass; a full one once nothing is speaking (the request path makes no cycle), or when
+    # `gc_busy_limit` tracked objects were made since the last pass; "auto": CPython's own, at gc_gen0_threshold.
+    gc_collect: str = "idle"
+    gc_busy_limit: int = 500_000
+    # gc_collect = "auto" only: young objects per gen-0 pass (CPython's 700 collects too often for a busy loop; each
+    # pass costs ~0.3 us per young object, 1-2 ms at 5,000 in the gateway).
     gc_gen0_threshold: int = 5_000
     loop_chunk_turns: int = 4  # engine chunks taken in per event-loop iteration (transport/loop_turns.py); 0: no bound
     # Text streaming (docs/protocol.md, "Text streaming"): "auto" feeds a context's text into one engine stream
@@ -137,8 +141,11 @@ class GatewayConfig:
             raise ValueError("first_audio_slo_ms must be within 1..600000 and admission_margin within (0, 10]")
         if not 0 <= self.admission_reserve <= 0.5:
             raise ValueError("admission_reserve must be within 0..0.5")
-        if self.max_sessions <= 0 or self.writer_queue_frames <= 0 or self.gc_gen0_threshold <= 0:
-            raise ValueError("max_sessions, writer_queue_frames and gc_gen0_threshold must be positive")
+        if self.max_sessions <= 0 or self.writer_queue_frames <= 0 or self.gc_gen0_threshold <= 0 \
+                or self.gc_busy_limit <= 0:
+            raise ValueError("max_sessions, writer_queue_frames, gc_gen0_threshold and gc_busy_limit must be positive")
+        if self.gc_collect not in ("idle", "auto"):
+            raise ValueError("gc_collect must be idle or auto")
         if not 0 <= self.loop_chunk_turns <= 100_000:
             raise ValueError("loop_chunk_turns must be within 0..100000 (0: no bound)")
         if self.text_streaming not in ("auto", "off"):

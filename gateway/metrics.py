@@ -80,6 +80,10 @@ class GatewayMetrics:
                          registry=r)
             rows.set_function(lambda: float(free_rows() or 0))
 
+    def contexts_active_now(self) -> float:
+        """The contexts_active gauge's value (the idle garbage collector's question: is anything speaking?)."""
+        return next(iter(self.contexts_active.collect())).samples[0].value
+
     def observe_first_audio(self, endpoint: str, timeline: FirstAudioTimeline) -> None:
         """One request's first-audio timeline, its `write` stamped: every stage it has, once."""
         for stage, seconds in timeline.stages():

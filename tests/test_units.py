@@ -128,7 +128,8 @@ def send(pacer: Pacer, samples: int) -> None:
 
 def test_pacer_client_clock():
     clock = Clock()
-    pacer = Pacer("client_clock", 24000, 150, 1000, 50, Timeline(), clock=clock)
+    timeline = Timeline()  # the pacer holds its track weakly
+    pacer = Pacer("client_clock", 24000, 150, 1000, 50, timeline, clock=clock)
     assert pacer.allowance() == 3600  # a burst of the target at the start
     send(pacer, 3600)
     assert pacer.allowance() == 0
@@ -147,13 +148,14 @@ def test_pacer_client_clock():
 
 def test_pacer_realtime_and_asap():
     clock = Clock()
-    pacer = Pacer("realtime", 24000, 200, 1000, 50, Timeline(), clock=clock)
+    timeline = Timeline()
+    pacer = Pacer("realtime", 24000, 200, 1000, 50, timeline, clock=clock)
     send(pacer, 4800)
     clock.t += 0.1
     assert pacer.estimated_played() == 2400 and pacer.allowance() == 2400
     clock.t += 1.0  # nothing sent for a second: the clock stops at what was sent
     assert pacer.estimated_played() == 4800
-    assert Pacer("asap", 24000, 150, 1000, 50, Timeline()).allowance() is None
+    assert Pacer("asap", 24000, 150, 1000, 50, timeline).allowance() is None
 
 
 def test_simulated_player_counts_stalls_but_not_boundaries():
@@ -240,7 +242,8 @@ async def test_synthesis_stops_when_nobody_sends():
 
 def test_pacer_sleeps_until_the_buffer_drains_instead_of_polling():
     clock = Clock()
-    pacer = Pacer("client_clock", 24000, 150, 1000, 50, Timeline(), clock=clock)
+    timeline = Timeline()  # the pacer holds its track weakly
+    pacer = Pacer("client_clock", 24000, 150, 1000, 50, timeline, clock=clock)
     send(pacer, 4800)  # 200 ms sent, nothing played yet
     pacer.on_report(played_pts=0, buffered_samples=4800)  # playing
     assert pacer.seconds_until_allowed(1) == pytest.approx((4800 - 3600 + 1) / 24000)

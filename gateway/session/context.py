@@ -191,6 +191,11 @@ class Context:
 
     # ---- synthesis (the producer task) ------------------------------------------------------------------------
 
+    def forget_producer(self, task: asyncio.Task) -> None:
+        """The producer ended: dropped, so the context (in its frames) and the task are freed by reference counting."""
+        if self.producer is task:
+            self.producer = None
+
     async def produce(self, engine: Engine, wake: Callable[[], None],
                       report: Callable[[str, str, str], None]) -> None:
         """Synthesize the context's text in order until the end mark; push frames and wake the track's sender.

@@ -133,6 +133,7 @@ async def tts_websocket(websocket: WebSocket) -> None:
         if close_code != -1:
             await _close(websocket, close_code, reason, fatal, stalled)
         state.session_closed()
+        session = None  # on_frame_written's cell -> session -> writer -> on_frame_written: freed without the collector
 
 
 class Watchdog:
@@ -164,7 +165,8 @@ async def _close(websocket: WebSocket, code: int, reason: str, unsent: dict | No
     force = websocket.scope.get("extensions", {}).get(FORCE_CLOSE)
     if not stalled or force is None:
         try:
-            await asyncio.wait_for(websocket.close(code=code, reason=reason), CLOSE_GRACE_S)
+            async with asyncio.timeout(CLOSE_GRACE_S):  # not wait_for: on 3.11 its task and frame make a cycle
+                await websocket.close(code=code, reason=reason)
             return
         except TimeoutError:
             pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any, Protocol
 
 from voxgate.gateway.config import PacingDefaults
@@ -41,7 +42,8 @@ class Pacer:
 
     def __init__(self, mode: str, rate: int, target_ms: float, max_ms: float, feedback_interval_ms: float,
                  timeline: Timeline, clock=time.monotonic) -> None:
-        self.timeline = timeline
+        # Weak: the track owns its pacer, so a strong reference back would leave every ended track to the collector.
+        self.timeline = weakref.proxy(timeline)
         self.mode = mode
         self.rate = rate
         self.target_ms = float(target_ms)

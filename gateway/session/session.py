@@ -95,6 +95,7 @@ class Session:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self.tracks.clear()  # each holds self._finish: freed by reference counting, not left to the collector
 
     def begin_drain(self, grace_s: float) -> None:
         """Shutdown (transport/drain.py): tell the client, and open no new context; live ones go on until the grace
@@ -196,6 +197,8 @@ class Session:
         if self.admission is not None:  # unseen by the engine until its first stream opens, or it ends
             release = context.release_admission = self.admission.admit()
             context.producer.add_done_callback(lambda _task: release())
+        # A stopped producer holds its CancelledError, whose traceback holds the context: let go of it when it ends
+        context.producer.add_done_callback(context.forget_producer)
         self.metrics.contexts_active.inc()
         return context
 

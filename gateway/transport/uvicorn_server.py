@@ -1,4 +1,5 @@
-"""uvicorn wiring: TCP_NODELAY asserted on every accepted socket, and a server runnable in a background thread."""
+"""uvicorn wiring: TCP_NODELAY asserted on every accepted socket, closed connections freed without the collector
+(transport_cycle.py), and a server runnable in a background thread."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from . import log_filters
 from .shutdown import DrainingServer
+from .transport_cycle import release_transport
 from .ws_protocol import VoxgateWebSocketProtocol
 
 log = logging.getLogger("voxgate.server")
@@ -34,7 +36,12 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
         ensure_nodelay(transport)
+        self._voxgate_transport = transport
         super().connection_made(transport)  # type: ignore[arg-type]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        release_transport(self._voxgate_transport)
 
 
 def uvicorn_config(app: Starlette, host: str, port: int, **kwargs: Any) -> uvicorn.Config:

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import socket
 import struct
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import InvalidState
+
+from .transport_cycle import release_transport
 
 FORCE_CLOSE = "voxgate.force_close"
 SEND_NOW = "voxgate.send_now"
@@ -28,8 +32,14 @@ class VoxgateWebSocketProtocol(WebSocketsSansIOProtocol):
         super().handle_connect(event)
         scope = getattr(self, "scope", None)
         if scope is not None:
-            scope["extensions"][FORCE_CLOSE] = self.force_close
-            scope["extensions"][SEND_NOW] = self.send_now
+            # Weakly bound: the scope is the protocol's own, so strong bound methods would make a cycle that keeps
+            # every closed connection for the garbage collector.
+            scope["extensions"][FORCE_CLOSE] = _weakly(self.force_close, None)
+            scope["extensions"][SEND_NOW] = _weakly(self.send_now, False)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        release_transport(getattr(self, "transport", None))
 
     def send_now(self, data: bytes | str) -> bool:
         if not (self.handshake_complete and self.writable.is_set()) or self.close_sent or self.disconnected \
@@ -68,3 +78,13 @@ class VoxgateWebSocketProtocol(WebSocketsSansIOProtocol):
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
+
+
+def _weakly(method: Callable[..., Any], gone: Any) -> Callable[..., Any]:
+    """`method` without a strong reference to its object; `gone` once the object is freed."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> Any:
+        bound = ref()
+        return gone if bound is None else bound(*args)
+    return call
