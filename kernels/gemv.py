@@ -1,7 +1,8 @@
 """y = x @ W^T (+ bias) for a few rows (M <= 16): the code predictor's projections at 1-16 rows, where cuBLAS runs
 ~4x off the memory bandwidth (docs/benchmarks/h200-step-profile). A GEMV of M rows is bound by reading W once, so
 each program loads a [BLOCK_N, BLOCK_K] tile of W once and multiplies it by every row (fp32 FMAs, no tl.dot: M is
-too small for an MMA tile to pay).
+too small for an MMA tile to pay), into per-thread partial sums [BLOCK_M, BLOCK_N, BLOCK_K] that are reduced over K
+once, after the loop (reduced every step, the loop was ~16x the instructions, most of them warp shuffles).
 
 When the output columns alone give too few programs to keep every SM streaming (down_proj: N = 1,024 over K =
 3,072), K is split: each program writes the fp32 partial sum of its K range into a workspace [split, M, N], and a
@@ -26,7 +27,7 @@ MAX_ROWS = 16  # callers take F.linear above this
 # Programs a launch aims for: ~4 resident on each of the H200's 132 SMs, so each has several weight tiles in
 # flight. A constant, not the device's count, so the split (and so the result's bits) is the same on every GPU.
 TARGET_PROGRAMS = 512
-# fp32 products a program forms per K step ([BLOCK_M, BLOCK_N, BLOCK_K]): 64 per thread at the warps below.
+# fp32 partial sums a program holds ([BLOCK_M, BLOCK_N, BLOCK_K]): 64 per thread at the warps below.
 PRODUCTS = 8192
 
 
@@ -48,12 +49,13 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, k_per_split,
     k_end = tl.minimum(k_start + k_per_split, K)
     x_rows = x_ptr + rows[:, None].to(tl.int64) * K
     w_rows = w_ptr + cols[:, None] * K
-    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+    acc3 = tl.full((BLOCK_M, BLOCK_N, BLOCK_K), 0.0, tl.float32)  # reduced over K once, after the loop
     for k0 in range(k_start, k_end, BLOCK_K):
         k_ok = (k0 + ks) < K  # ranges are whole BLOCK_K steps: only the last one ends inside a step
         w = tl.load(w_rows + k0 + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
         a = tl.load(x_rows + k0 + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
-        acc += tl.reduce(a[:, None, :] * w[None, :, :], 2, SUM)  # the one weight tile, times every row
+        acc3 += a[:, None, :] * w[None, :, :]  # the one weight tile, times every row
+    acc = tl.reduce(acc3, 2, SUM)
     offs = rows[:, None].to(tl.int64) * N + cols[None, :]
     mask = row_ok[:, None] & col_ok[None, :]
     if SPLIT:
@@ -93,7 +95,8 @@ def tiles(m: int, n: int, k: int) -> Tiles:
 
     - BLOCK_K = 64: a 128-byte segment of each bf16 weight row per load, so every load is whole cache lines.
     - BLOCK_N = PRODUCTS / (BLOCK_M * BLOCK_K), within 16..128: 128 columns at 1 row, 16 at 8-16 rows, so a
-      program's [BLOCK_M, BLOCK_N, BLOCK_K] products stay ~64 a thread (8 warps at 16 rows).
+      program's [BLOCK_M, BLOCK_N, BLOCK_K] partial sums stay 64 a thread (8 warps at 16 rows; compiled for sm_90,
+      101-155 registers and no spills).
     - split: as many K ranges as bring cdiv(n, BLOCK_N) programs up to TARGET_PROGRAMS, at least one BLOCK_K step
       each, then as few ranges as cover K at that length (none empty). 1.7B predictor at 1 row: q|k|v (N 4,096)
       16 ranges of 64, o_proj (K 2,048, N 1,024) 32, gate|up (N 6,144) 8 of 128, down (K 3,072) 48; at 16 rows

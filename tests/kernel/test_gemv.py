@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("triton")
 
 from kernel_cases import STEP_TOL
-from triton_mode import DEVICE, kernel_module
+from triton_mode import DEVICE, compiled_copy, hopper_compile, kernel_module
 
 pytestmark = pytest.mark.usefixtures("no_tf32")  # fp32 against cuBLAS's true fp32, not TF32
 
@@ -101,6 +101,33 @@ def test_gemv_refuses_bad_shapes(mod: ModuleType) -> None:
     with pytest.raises(AssertionError):
         mod.gemv(x, torch.randn(4, 8, device=DEVICE), torch.randn(3, device=DEVICE))
     assert mod.gemv(torch.randn(0, 8, device=DEVICE), torch.randn(4, 8, device=DEVICE)).shape == (0, 4)
+
+
+def _loop_body(ptx: str) -> str:
+    """The PTX of the kernel's K loop: from its header label to the branch back to it."""
+    lines = ptx.splitlines()
+    start = next(i for i, line in enumerate(lines) if "Inner Loop Header" in line)
+    label = lines[start].split(":")[0].strip()
+    end = next(i for i in range(start + 1, len(lines)) if "bra" in lines[i] and label in lines[i])
+    return "\n".join(lines[start:end])
+
+
+@pytest.mark.parametrize("rows", [1, 16])
+def test_the_k_loop_streams_whole_vectors_and_reduces_after_it(rows: int) -> None:
+    """The compiler's sm_90 output (no GPU needed) at the rule's tiles: the weight arrives in vector loads (16
+    bytes a thread at 1 row, 8 at 16 rows, where a tile is 4 values a thread), and the loop holds FMAs into
+    per-thread partial sums with no warp shuffle (a reduction inside the loop cost 384 shuffles and ~2,100 PTX
+    lines a step; after it, ~130-330). Without the K and k_per_split divisibility Triton sees at run time, the
+    loads would be 2-byte scalars."""
+    g = compiled_copy("gemv")
+    t = g.tiles(rows, 4096, 1024)
+    consts = dict(HAS_BIAS=False, SPLIT=False, BLOCK_M=g.triton.next_power_of_2(rows), BLOCK_N=t.block_n,
+                  BLOCK_K=t.block_k)
+    kernel = hopper_compile(g._gemv_kernel, consts, warps=t.warps, stages=3, divisible_ints=("K", "k_per_split"))
+    loop = _loop_body(kernel.asm["ptx"])
+    assert ("ld.global.v4.b32" if rows == 1 else "ld.global.v2.b32") in loop and "fma.rn.f32" in loop
+    assert "ld.global.b16" not in loop.replace("ld.global.b16", "", 1)  # at most one scalar: x's at 1 row
+    assert "shfl" not in loop
 
 
 # the 1.7B code predictor's projections (K, N): q|k|v, o, gate|up, down, a codebook's head
