@@ -4,6 +4,7 @@ channels), on CUDA.
 
     python -m voxgate.kernels.bench                  # every entry
     python -m voxgate.kernels.bench ring_attention   # some of them
+    python -m voxgate.kernels.bench gemv             # also a line per code-predictor projection, at 1 and 8 rows
 
 Each entry builds its inputs and returns (kernel call, reference call); `run` times both with Triton's do_bench
 (median, after its warm-up). Not run in CI (no GPU); tests/kernel/test_layout.py checks that every kernel module
@@ -86,6 +87,34 @@ def bench_cp_linear(dev: torch.device) -> tuple[Call, Call]:
 
     x, w, norm = _randn(dev, 64, 1024), _randn(dev, 2 * 3072, 1024) / 32, _randn(dev, 1024)
     return (lambda: cp_linear(x, w, norm, swiglu=True)), (lambda: cp_linear_ref(x, w, norm, swiglu=True))
+
+
+# The 1.7B code predictor's projections (K, N): hidden 1,024, intermediate 3,072, 16 q heads and 8 k/v heads of 128
+# (../shared/qwen3-tts/checkpoints/Qwen3-TTS-12Hz-1.7B-CustomVoice/config.json); the heads' N is the 2,048 codes.
+PREDICTOR_GEMMS = {"qkv": (1024, 4096), "o": (2048, 1024), "gate_up": (1024, 6144), "down": (3072, 1024),
+                   "head": (1024, 2048)}
+
+
+def gemv_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call]]:
+    """(label, kernel call, the kernel without its K split, F.linear call) per projection at 1 and 8 rows."""
+    from .gemv import Tiles, gemv, gemv_ref, tiles
+
+    cases = []
+    for rows in (1, 8):
+        for name, (k, n) in PREDICTOR_GEMMS.items():
+            x, w = _randn(dev, rows, k), _randn(dev, n, k) / 32
+            t = tiles(rows, n, k)
+            whole = Tiles(t.block_n, t.block_k, 1, t.warps)
+            cases.append((f"{name}@{rows}", lambda x=x, w=w: gemv(x, w), lambda x=x, w=w, t=whole: gemv(x, w, launch=t),
+                          lambda x=x, w=w: gemv_ref(x, w)))
+    return cases
+
+
+@entry("gemv")
+def bench_gemv(dev: torch.device) -> tuple[Call, Call]:
+    """All ten projections in a row (the `run` line); run_gemv prints each."""
+    cases = gemv_cases(dev)
+    return (lambda: [c[1]() for c in cases]), (lambda: [c[3]() for c in cases])
 
 
 @entry("cp_attend")
@@ -176,6 +205,21 @@ def run(name: str, dev: torch.device) -> str:
     return f"{name:18s} kernel {ms[0]:8.4f} ms   reference {ms[1]:8.4f} ms   x{ms[1] / ms[0]:.1f}"
 
 
+def run_gemv(dev: torch.device) -> str:
+    """gemv's line per projection, replayed from a CUDA graph as the engine runs it (a few-us kernel timed from
+    Python would time its launch): the rule's launch, the same tiles without the K split (one launch, fewer
+    programs), F.linear; with the weight's read rate, which bounds a GEMV."""
+    import triton
+
+    lines = []
+    for (label, *calls), (k, n) in zip(gemv_cases(dev), [*PREDICTOR_GEMMS.values()] * 2, strict=True):
+        us = [triton.testing.do_bench_cudagraph(fn) * 1e3 for fn in calls]
+        tb_s = [2 * k * n / (t * 1e-6) / 1e12 for t in us]
+        lines.append(f"  {label:10s} kernel {us[0]:6.1f} us ({tb_s[0]:4.2f} TB/s)   unsplit {us[1]:6.1f} us "
+                     f"({tb_s[1]:4.2f} TB/s)   F.linear {us[2]:6.1f} us ({tb_s[2]:4.2f} TB/s)   x{us[2] / us[0]:.1f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     names = (sys.argv[1:] if argv is None else argv) or list(ENTRIES)
     unknown = [n for n in names if n not in ENTRIES]
@@ -187,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for name in names:
         print(run(name, torch.device("cuda")), flush=True)
+        if name == "gemv":
+            print(run_gemv(torch.device("cuda")), flush=True)
     return 0
 
 

@@ -106,9 +106,10 @@ def compiled_copy(name: str) -> ModuleType:
 
 
 def hopper_compile(fn: object, consts: dict, desc: dict[str, str] | None = None, warps: int = 4,
-                   stages: int = 4) -> object:
+                   stages: int = 4, divisible_ints: tuple[str, ...] = ()) -> object:
     """Compile a conv kernel for sm_90 here (no GPU needed) with the runtime's alignment facts: 16-byte aligned
-    tensors and the sizes divisible by 16; `desc` gives the tensor descriptors' types."""
+    tensors and the sizes divisible by 16 (the conv's, and `divisible_ints`); `desc` gives the tensor descriptors'
+    types."""
     import inspect
     import warnings
 
@@ -122,7 +123,7 @@ def hopper_compile(fn: object, consts: dict, desc: dict[str, str] | None = None,
            if p in f32 else "*bf16" if p.endswith("_ptr") else "i64" if p == "st_ss" else "i32")
            for p in params}
     divisible = [p for p in params if p.endswith("_ptr")] + [
-        p for p in ("M", "L", "CIN", "N", "st_ss", "st_st") if p in params]
+        p for p in ("M", "L", "CIN", "N", "st_ss", "st_st", *divisible_ints) if p in params]
     attrs = {(params.index(p),): [["tt.divisibility", 16]] for p in divisible}
     with warnings.catch_warnings():  # triton 3.9 announces a future default (FP fusion) on every compile
         warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from .depth_fused import DepthOps, FusedDepth
 from .fused_stack import DecoderOps, FusedStack
@@ -31,6 +32,7 @@ from .model.sampling import (
     sample_rows,
 )
 from .model.talker import Talker
+from .small_gemm import Linear, apply
 
 
 @dataclass
@@ -51,15 +53,19 @@ class SlotState:
 class StepModel:
     """The Talker and its code predictor as the batched step runs them: both stacks fused (fused_stack.py), the
     depth loop's passes 1..14 in five launches a layer when given `depth` kernels (depth_fused.py), the
-    predictor's RoPE tables for its 16 depth positions, and the constant index tensors of each row count."""
+    predictor's RoPE tables for its 16 depth positions, and the constant index tensors of each row count. Each
+    model's projections (its stack's, the predictor's input projection and heads, the Talker's codebook-0 head) run
+    through its `linear` (small_gemm.py: F.linear, or kernels/gemv.py for a few rows)."""
 
-    def __init__(self, talker: Talker, ops: DecoderOps, depth: DepthOps | None = None) -> None:
+    def __init__(self, talker: Talker, ops: DecoderOps, depth: DepthOps | None = None,
+                 predictor_linear: Linear = F.linear, talker_linear: Linear = F.linear) -> None:
         self.talker = talker
+        self.predictor_linear, self.talker_linear = predictor_linear, talker_linear
         # every codebook's draw in one launch (kernels/sample_draw.py) where no row needs top-p; None: PyTorch's ops
         self.draw: Callable[..., torch.Tensor] | None = depth.draw if depth is not None else None
         self.predictor = talker.code_predictor
-        self.talker_stack = FusedStack(talker.model, ops)
-        self.predictor_stack = FusedStack(self.predictor.model, ops)
+        self.talker_stack = FusedStack(talker.model, ops, talker_linear)
+        self.predictor_stack = FusedStack(self.predictor.model, ops, predictor_linear)
         self.fused_depth = FusedDepth(self.predictor, self.predictor_stack, depth) if depth is not None else None
         pc = self.predictor.cfg
         p = next(talker.parameters())
@@ -85,14 +91,14 @@ class StepModel:
         """CodePredictor.predict for R rows at once: codes 1..15 [R, Q-1]. Pass 0 runs proj(h) and proj(C(c0)) at
         positions 0 and 1, pass k the previous code's embedding at position k+1; the keys and values live in a
         small per-step store [R, Hkv, Q, D] per layer (each row is its own "slot")."""
-        pred, cfg = self.predictor, self.predictor.cfg
+        pred, cfg, lin = self.predictor, self.predictor.cfg, self.predictor_linear
         r = hidden.shape[0]
         stack = self.predictor_stack
         store = torch.empty((len(stack.layers), 2, r, cfg.num_key_value_heads, self.num_codes, cfg.head_dim),
                             dtype=hidden.dtype, device=hidden.device)
         ks, vs = list(store[:, 0]), list(store[:, 1])
         rows = self.constant(f"rows{r}", lambda dev: torch.arange(r, device=dev))
-        x = pred.small_to_mtp_projection(torch.cat([hidden, c0_embed]))  # [2R, Hcp]: position 0 rows, then 1
+        x = apply(lin, pred.small_to_mtp_projection, torch.cat([hidden, c0_embed]))  # [2R, Hcp]: position 0, then 1
         out = stack.forward(x, ks, vs, self.constant(f"rows{r}x2", lambda dev: torch.arange(2 * r, device=dev) % r),
                             self.constant(f"pos01-{r}", lambda dev: torch.arange(2 * r, device=dev) // r),
                             self.depth_cos, self.depth_sin)[r:]
@@ -100,13 +106,13 @@ class StepModel:
         fused = self.fused_depth
         for k in range(self.num_codes - 1):
             # after pass 0 of the fused loop, `out` is the residual stream: its head normalizes in its prologue
-            logits = pred.lm_head[k](out).float() if k == 0 or fused is None else fused.head(out, k)
+            logits = lin(out, pred.lm_head[k].weight).float() if k == 0 or fused is None else fused.head(out, k)
             code = pick(logits)
             codes.append(code)
             if k + 1 < self.num_codes - 1:  # E_15 is never fed back: it only enters the Talker's frame sum
                 pos = self.constant(f"pos{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 2, device=dev))
                 if fused is None:
-                    x = pred.small_to_mtp_projection(pred.model.codec_embedding[k](code))
+                    x = apply(lin, pred.small_to_mtp_projection, pred.model.codec_embedding[k](code))
                     out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin)
                 else:  # `out` is now the residual stream, not normalized
                     out = fused.layers(fused.next_input(code, k), ks, vs, rows, pos, self.depth_cos, self.depth_sin)
@@ -167,7 +173,7 @@ def sample_frames(model: StepModel, state: SlotState, hidden: torch.Tensor, rows
     [N, V'] each."""
     talker, slots = model.talker, rows.slots
     p = state.params[slots]  # [N, NUM_PARAMS]
-    logits = talker.codec_head(hidden).float()
+    logits = model.talker_linear(hidden, talker.codec_head.weight).float()
     logits = codebook_zero_rules(logits, state.seen[slots], p[:, PENALTY], rows.frame_index, p[:, MIN_NEW], eos_id,
                                  suppress)
     code_k = 0

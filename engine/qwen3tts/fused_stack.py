@@ -7,7 +7,8 @@ key/value write into the layer's KV store (kernels/qk_norm_rope.py), attention o
 (kernels/slot_attention.py), o_proj, gate|up as one matmul, SiLU * up, down_proj. The modules' own weights become
 views of the fused matrices, so nothing is stored twice and the eager path (layers.py, the reference every piece
 is tested against) keeps working on the same tensors. `DecoderOps` picks the Triton kernels (CUDA) or their
-plain-PyTorch references (CPU, tests).
+plain-PyTorch references (CPU, tests); the projections run through `linear` (F.linear, or kernels/gemv.py for a few
+rows: small_gemm.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .model.layers import DecoderStack
+from .small_gemm import Linear
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,10 @@ def _share(linear: nn.Linear, view: torch.Tensor) -> None:
 class FusedStack:
     """Fused weights of `stack` (its modules rewired to views of them) and the token-major forward."""
 
-    def __init__(self, stack: DecoderStack, ops: DecoderOps) -> None:
+    def __init__(self, stack: DecoderStack, ops: DecoderOps, linear: Linear = F.linear) -> None:
         cfg = stack.cfg
         self.ops = ops
+        self.linear = linear  # the projections' matmul (small_gemm.py)
         self.eps = cfg.rms_norm_eps
         self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.intermediate = cfg.intermediate_size
@@ -82,16 +85,16 @@ class FusedStack:
         """x [N, H] tokens at (slots[i], positions[i]) of the per-layer stores [S, Hkv, P, D]; cos/sin [P', D]
         tables indexed by position -> the stack's post-norm output [N, H]. Each token's key and value are written
         before it attends to positions 0..positions[i] of its slot."""
-        ops, n = self.ops, x.shape[0]
+        ops, lin, n = self.ops, self.linear, x.shape[0]
         lengths = positions + 1
         x, h = ops.add_rms_norm(x.contiguous(), None, self.layers[0][0], self.eps)
         for i, (_, qkv_w, qn, kn, o_w, post_w, gate_up_w, down_w) in enumerate(self.layers):
-            q = ops.qk_norm_rope(F.linear(h, qkv_w), qn, kn, cos, sin, positions, k_store[i], v_store[i], slots,
+            q = ops.qk_norm_rope(lin(h, qkv_w), qn, kn, cos, sin, positions, k_store[i], v_store[i], slots,
                                  self.heads, self.kv_heads, self.eps)
             o = ops.attend(q, k_store[i], v_store[i], slots, lengths)
-            x, h = ops.add_rms_norm(x, F.linear(o.view(n, -1), o_w), post_w, self.eps)
-            gate, up = F.linear(h, gate_up_w).split(self.intermediate, dim=-1)
-            down = F.linear(F.silu(gate) * up, down_w)
+            x, h = ops.add_rms_norm(x, lin(o.view(n, -1), o_w), post_w, self.eps)
+            gate, up = lin(h, gate_up_w).split(self.intermediate, dim=-1)
+            down = lin(F.silu(gate) * up, down_w)
             nxt = self.layers[i + 1][0] if i + 1 < len(self.layers) else self.final_norm
             x, h = ops.add_rms_norm(x, down, nxt, self.eps)
         return h

@@ -41,6 +41,9 @@ class Qwen3TTSOptions(EngineConfig):
                                   "launches a layer; exact, but measured no faster on the H200)")
     draw: str = option("auto", "each codebook's draw: kernel (one launch a codebook, kernels/sample_draw.py; rows "
                                "needing top-p keep PyTorch's ops) | torch | auto (kernel with depth=fused)")
+    small_gemm: str = option("cublas", "projections of <= 16 rows: cublas (F.linear, default) | gemv (the code "
+                                       "predictor's through kernels/gemv.py where the step runs Triton) | gemv_all "
+                                       "(the Talker's too)")
     codec: str = option("auto", "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto")
     text_min_tokens: int = option(4, "a stream whose text is still arriving starts after this many text tokens "
                                      "(default 4)")
@@ -73,7 +76,8 @@ class Qwen3TTSOptions(EngineConfig):
         return dict(row_buckets=self.rows, prefill_buckets=self.prefill_buckets, max_prefills=self.max_prefills,
                     max_slots=self.slots, max_positions=self.max_positions,
                     kv_memory_fraction=self.kv_memory_fraction, enforce_eager=self.enforce_eager,
-                    attention=self.attention, depth=self.depth, draw=self.draw, codec=self.codec,
+                    attention=self.attention, depth=self.depth, draw=self.draw, small_gemm=self.small_gemm,
+                    codec=self.codec,
                     codec_width=self.codec_width, codec_buckets=self.codec_buckets)
 
 

@@ -35,6 +35,7 @@ from .model.prompt import PromptRows
 from .model.sampling import NUM_PARAMS
 from .runner_config import RING, RunnerConfig, text_id
 from .slot_sizing import size_slots
+from .small_gemm import linears
 from .step_buffers import HostCopy, PackedBuffer
 
 # RING and RunnerConfig (runner_config.py) are imported from here too: this module is the runner's public face.
@@ -90,7 +91,7 @@ class ModelRunner:
         self.suppress = suppress.to(self.device)
         self.ops = DecoderOps.for_device(self.device, c.attention)
         depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth == "fused" else None
-        self.model = StepModel(talker, self.ops, depth)
+        self.model = StepModel(talker, self.ops, depth, *linears(c.small_gemm, self.ops.uses_triton))
         if c.draw != "auto":  # auto: the draw kernel comes with depth=fused
             self.model.draw = DepthOps.for_triton(self.ops.uses_triton).draw if c.draw == "kernel" else None
         # Two frame buffers: with the loop pipelined, one step is read while the next is in flight.

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .batch_step import SamplingFeatures
 from .options import DEFAULTS
+from .small_gemm import CHOICES as SMALL_GEMM
 
 RING = 64  # frames a stream may have made and not yet decoded (>= the widest codec piece)
 CODEC_ROWS = (1, 8, 16, 32, 64)  # rows of the captured codec calls (each at the codec width)
@@ -45,6 +46,8 @@ class RunnerConfig:
     # against their references in Triton's interpreter only (docs/gpu-notes.md, issue 15).
     depth: str = DEFAULTS.depth
     draw: str = DEFAULTS.draw  # each codebook's draw: kernel (one launch) | torch | auto (kernel with depth=fused)
+    # projections of <= 16 rows: cublas | gemv (the predictor's, kernels/gemv.py) | gemv_all (the Talker's too)
+    small_gemm: str = DEFAULTS.small_gemm
     codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = DEFAULTS.enforce_eager
     progress: bool = True
@@ -62,6 +65,8 @@ class RunnerConfig:
             raise ValueError("depth must be fused or layers")
         if self.draw not in ("auto", "kernel", "torch"):
             raise ValueError("draw must be auto, kernel or torch")
+        if self.small_gemm not in SMALL_GEMM:
+            raise ValueError(f"small_gemm must be one of {', '.join(SMALL_GEMM)}")
         if self.codec not in ("auto", "fused", "reference"):
             raise ValueError("codec must be auto, fused or reference")
 

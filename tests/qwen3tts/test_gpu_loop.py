@@ -42,10 +42,12 @@ def _streams() -> list[Stream]:
     return streams
 
 
-@pytest.mark.parametrize("graphs,kernels,depth", [(True, "triton", "layers"), (False, "triton", "layers"),
-                                                  (True, "torch", "layers"), (True, "triton", "fused")],
-                         ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-fused"])
-def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str, depth: str) -> None:
+@pytest.mark.parametrize("graphs,kernels,depth,small_gemm", [
+    (True, "triton", "layers", "cublas"), (False, "triton", "layers", "cublas"), (True, "torch", "layers", "cublas"),
+    (True, "triton", "fused", "cublas"), (True, "triton", "layers", "gemv_all")],
+    ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-fused", "graphs-triton-gemv"])
+def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str, depth: str,
+                                                   small_gemm: str) -> None:
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -56,7 +58,7 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
         alone = {id(s): solo_codes(tts, s) for s in streams}
         # the plain codec: this test compares logits, not audio (and spares the fp32 kernels' tuning)
         runner = make_runner(tts, num_slots=8, record_logits=True, codec="reference", attention=kernels,
-                             depth=depth, enforce_eager=not graphs, **REAL)
+                             depth=depth, small_gemm=small_gemm, enforce_eager=not graphs, **REAL)
         assert runner.steps.use_graphs == graphs
         recorder = drive(tts, runner, streams, greedy=False, max_rows=8, forced=lambda s: alone[id(s)])
         worst, per_stream = 0.0, []
@@ -76,7 +78,8 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
             worst = max(worst, stream_worst)
             per_stream.append({"join_step": s.join_step, "cancel_step": s.cancel_step, "frames": len(got),
                                "worst_rel": stream_worst, "first_bad_frame_codebook": first_bad})
-        _record(f"loop_teacher_forced_fp32_{'graphs' if graphs else 'eager'}_{kernels}_{depth}",
+        gemm = "" if small_gemm == "cublas" else f"_{small_gemm}"
+        _record(f"loop_teacher_forced_fp32_{'graphs' if graphs else 'eager'}_{kernels}_{depth}{gemm}",
                 {"worst_rel": worst, "streams": per_stream, "max_rows": max(recorder.rows_per_step),
                  "rows_per_step": recorder.rows_per_step})
         assert worst < 1e-4, worst

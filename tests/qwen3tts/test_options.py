@@ -38,7 +38,7 @@ def test_runner_and_scheduler_defaults_are_the_options_defaults() -> None:
 
     defaults, runner, scheduler = Qwen3TTSOptions(), RunnerConfig(), SchedulerConfig()
     for name in ("row_buckets", "prefill_buckets", "max_prefills", "max_positions", "kv_memory_fraction",
-                 "codec_width", "attention", "depth", "codec", "enforce_eager"):
+                 "codec_width", "attention", "depth", "small_gemm", "codec", "enforce_eager"):
         assert getattr(runner, name) == getattr(defaults, name), name
     assert runner.max_slots is defaults.slots is None  # auto: sized from free memory at start
     assert parse({"max_slots": 300}).slots == 300 and parse({"max_slots": "auto"}).slots is None

@@ -1,0 +1,129 @@
+"""The `small_gemm` option (small_gemm.py): projections of at most 16 rows through kernels/gemv.py, on a tiny
+checkpoint. The kernel runs in Triton's interpreter here; its own tests against F.linear are in
+tests/kernel/test_gemv.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+
+from triton_mode import DEVICE, kernel_module
+
+
+@pytest.fixture(scope="module")
+def gemv() -> ModuleType:
+    return kernel_module("gemv")
+
+
+def test_few_rows_takes_the_kernel_up_to_its_row_limit_only() -> None:
+    from voxgate.engine.qwen3tts.small_gemm import few_rows, linears
+
+    calls: list[int] = []
+
+    def kernel(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        calls.append(x.shape[0])
+        return F.linear(x, w, b)
+
+    linear = few_rows(kernel, 16)
+    w = torch.randn(5, 8)
+    for rows in (1, 16, 17, 64):
+        assert linear(torch.randn(rows, 8), w).shape == (rows, 5)
+    assert calls == [1, 16]
+    assert linears("cublas", True) == (F.linear, F.linear)
+    predictor, talker = linears("gemv", False)
+    assert predictor is not F.linear and talker is F.linear
+    predictor, talker = linears("gemv_all", False)
+    assert predictor is talker is not F.linear
+
+
+@pytest.mark.slow
+def test_depth_loop_and_talker_through_gemv_equal_f_linear(tiny_ckpt: Callable[[str], Path],
+                                                          gemv: ModuleType) -> None:
+    """3 rows (pass 0 at 6 tokens, then 3): every codebook's logits of the predictor's depth loop, with its stack,
+    input projection (1.7B: with bias) and heads through the kernel, against F.linear's; the Talker's stack on 3
+    tokens too. fp32: the sums differ only in order."""
+    from voxgate.engine.qwen3tts.batch_step import StepModel
+    from voxgate.engine.qwen3tts.fused_stack import DecoderOps
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.small_gemm import few_rows
+
+    tts = Qwen3TTS.from_pretrained(tiny_ckpt("cv17"), dtype=torch.float32, device=DEVICE, progress=False)
+    ops = DecoderOps.for_device(torch.device(DEVICE))
+    small = few_rows(gemv.gemv, gemv.MAX_ROWS)
+    models = {"cublas": StepModel(tts.talker, ops), "gemv": StepModel(tts.talker, ops, None, small, small)}
+    rows, hidden = 3, tts.talker.model.codec_embedding.weight.shape[1]
+    h, c0 = torch.randn(rows, hidden, device=DEVICE), torch.randn(rows, hidden, device=DEVICE)
+    forced = torch.randint(0, tts.talker.code_predictor.cfg.vocab_size, (rows, 15), device=DEVICE)
+    logits: dict[str, list[torch.Tensor]] = {}
+    talker_out: dict[str, torch.Tensor] = {}
+    for name, model in models.items():
+        seen: list[torch.Tensor] = []
+
+        def pick(lg: torch.Tensor, seen: list[torch.Tensor] = seen) -> torch.Tensor:
+            seen.append(lg)
+            return forced[:, len(seen) - 1]
+
+        state = _talker_state(tts, rows)
+        with torch.no_grad():
+            assert torch.equal(model.depth_loop(h, c0, pick), forced)
+            talker_out[name] = model.talker_tokens(h, state, torch.arange(rows, device=DEVICE),
+                                                   torch.zeros(rows, dtype=torch.long, device=DEVICE))
+        logits[name] = seen
+    for k, (got, want) in enumerate(zip(logits["gemv"], logits["cublas"], strict=True)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=f"codebook {k + 1}")
+    torch.testing.assert_close(talker_out["gemv"], talker_out["cublas"], rtol=1e-4, atol=1e-4)
+
+
+def _talker_state(tts, rows: int):
+    """A SlotState with just the Talker's KV stores and RoPE tables for `rows` slots of 4 positions."""
+    from types import SimpleNamespace
+
+    from voxgate.engine.qwen3tts.model.layers import rope_tables
+
+    lc = tts.cfg.talker.layers
+    cos, sin = rope_tables(torch.arange(4, device=DEVICE), lc.head_dim, lc.rope_theta, torch.float32)
+    store = [torch.zeros(rows, lc.num_key_value_heads, 4, lc.head_dim, device=DEVICE)
+             for _ in range(2 * lc.num_hidden_layers)]
+    return SimpleNamespace(k_cache=store[::2], v_cache=store[1::2], cos=cos, sin=sin)
+
+
+@pytest.mark.slow
+def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Callable[[str], Path],
+                                                                 gemv: ModuleType) -> None:
+    """The option end to end: with attention=triton (the step's kernels, interpreted: ~30 s for this one stream of
+    5 frames), gemv_all takes kernels/gemv.py for the predictor's projections and the Talker's (decode-only steps
+    and codebook 0's head); the greedy codes are the stream's alone."""
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
+
+    from .loop_support import Stream, drive, make_runner, solo_codes
+
+    for name in ("add_rms_norm", "qk_norm_rope", "slot_attention"):
+        kernel_module(name)
+    tts = Qwen3TTS.from_pretrained(tiny_ckpt("cv17"), dtype=torch.float32, progress=False)
+    calls: list[int] = []
+    kernel = gemv.gemv
+
+    def counted(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        calls.append(x.shape[0])
+        return kernel(x, w, b)
+
+    gemv.gemv = counted  # the runner takes the module's kernel when it is built
+    try:
+        runner = make_runner(tts, small_gemm="gemv_all", attention="triton")
+    finally:
+        gemv.gemv = kernel
+    assert runner.ops.uses_triton and runner.model.talker_linear is runner.model.predictor_linear
+    calls.clear()  # from here on, the steps only
+    stream = Stream("Hello there.", budget=5, join_step=0, speaker="ryan", non_streaming=False, schedule=(2,))
+    recorder = drive(tts, runner, [stream])
+    np.testing.assert_array_equal(np.stack(recorder.codes[stream.codes_id]), solo_codes(tts, stream))
+    # pass 0 at 2 tokens, passes 1..14, the heads and the Talker's decode-only steps at 1 row
+    assert {1, 2} <= set(calls) and max(calls) <= 16, sorted(set(calls))
