@@ -40,10 +40,12 @@ class Qwen3TTSOptions(EngineConfig):
     depth: str = option("layers", "the depth loop's passes 1..14: layers (as the Talker's, default) | fused (five "
                                   "launches a layer; exact, but measured no faster on the H200)")
     draw: str = option("auto", "each codebook's draw: kernel (one launch a codebook, kernels/sample_draw.py; rows "
-                               "needing top-p keep PyTorch's ops) | torch | auto (kernel with depth=fused)")
+                               "needing top-p keep PyTorch's ops) | torch | auto (the kernel where the step runs "
+                               "Triton)")
     small_gemm: str = option("cublas", "projections of <= 16 rows: cublas (F.linear, default) | gemv (the code "
-                                       "predictor's through kernels/gemv.py where the step runs Triton) | gemv_all "
-                                       "(the Talker's too)")
+                                       "predictor's through kernels/gemv.py where the step runs Triton; measured "
+                                       "slower on the H200: 7.6 against 6.3 ms a 1-row step) | gemv_all (the "
+                                       "Talker's too: 8.6 ms)")
     codec: str = option("auto", "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto")
     text_min_tokens: int = option(4, "a stream whose text is still arriving starts after this many text tokens "
                                      "(default 4)")

@@ -92,8 +92,12 @@ class ModelRunner:
         self.ops = DecoderOps.for_device(self.device, c.attention)
         depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth == "fused" else None
         self.model = StepModel(talker, self.ops, depth, *linears(c.small_gemm, self.ops.uses_triton))
-        if c.draw != "auto":  # auto: the draw kernel comes with depth=fused
-            self.model.draw = DepthOps.for_triton(self.ops.uses_triton).draw if c.draw == "kernel" else None
+        # auto: the draw kernel wherever the step runs Triton (on the H200 it took 0.57-0.82 ms off every step:
+        # docs/benchmarks/h200-step-profile), PyTorch's ops elsewhere (unless depth=fused brought the kernel's own)
+        if c.draw == "kernel" or (c.draw == "auto" and self.ops.uses_triton):
+            self.model.draw = DepthOps.for_triton(self.ops.uses_triton).draw
+        elif c.draw == "torch":
+            self.model.draw = None
         # Two frame buffers: with the loop pipelined, one step is read while the next is in flight.
         self._frames_host = [HostCopy((c.max_rows + c.max_prefills, self.num_codes), torch.int64, self.device)
                              for _ in range(2)]

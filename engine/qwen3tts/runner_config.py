@@ -45,7 +45,7 @@ class RunnerConfig:
     # (depth_fused.py). "layers" stays the default until the fused kernels are measured on a GPU: they are tested
     # against their references in Triton's interpreter only (docs/gpu-notes.md, issue 15).
     depth: str = DEFAULTS.depth
-    draw: str = DEFAULTS.draw  # each codebook's draw: kernel (one launch) | torch | auto (kernel with depth=fused)
+    draw: str = DEFAULTS.draw  # each codebook's draw: kernel (one launch) | torch | auto (kernel where Triton runs)
     # projections of <= 16 rows: cublas | gemv (the predictor's, kernels/gemv.py) | gemv_all (the Talker's too)
     small_gemm: str = DEFAULTS.small_gemm
     codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
