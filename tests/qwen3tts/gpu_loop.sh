@@ -16,6 +16,8 @@
 # over WebSocket and HTTP, sentence capacity and 2x overload over the WebSocket, tts-bench's shape and 2x over HTTP).
 # Everything comes back as $OUT/results.tar.gz (rewritten after each stage), and Triton's cache in parts of 15 MB
 # as $OUT/triton.tar.gz.part-* (cat them into .tcache/triton.tar.gz for the next call).
+# ADM_PROCS / ADM_HTTP_PROCS: client processes of the WebSocket / HTTP overload runs (8 / 12: with 4, each client's
+# own event loop lagged enough to double the refusals' measured p99; docs/benchmarks/h200-admission).
 # ADM_SERVER_ENV: environment for the admission stage's server only, e.g. PYTHONPATH with a sitecustomize.py that
 # calls gc.set_debug(gc.DEBUG_STATS) (every collection's generation sizes, unreachable objects and time in its log).
 set -o pipefail
@@ -153,9 +155,9 @@ if has admission; then
   [[ $runs == *" closed "* ]] && bench closed${ADM_TAG:-} --transport ws --frame-ms 1280 --concurrency ${ADM_C:-1,8} \
     --closed-warmup 3 --closed-duration 12
   [[ $runs == *" sentences-ws "* ]] && bench sentences-ws --transport ws --frame-ms 1280 \
-    --rates ${ADM_WS_RATES:-240,280} --duration 15 --overload 2 --client-procs ${ADM_PROCS:-4}
+    --rates ${ADM_WS_RATES:-240,280} --duration 15 --overload 2 --client-procs ${ADM_PROCS:-8}
   [[ $runs == *" ttsbench-http "* ]] && bench ttsbench-http --transport http --no-length-rule \
-    --rates ${ADM_HTTP_RATES:-80,100} --duration 15 --overload 2 --client-procs ${ADM_PROCS:-4}
+    --rates ${ADM_HTTP_RATES:-80,100} --duration 15 --overload 2 --client-procs ${ADM_HTTP_PROCS:-12}
   curl -s http://127.0.0.1:8012/metrics > "$RES/admission-metrics${ADM_TAG:-}.txt" 2>/dev/null \
     || python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" > "$RES/admission-metrics${ADM_TAG:-}.txt"
   kill $SERVER; wait $SERVER 2>/dev/null
