@@ -17,9 +17,10 @@ import torch
 
 from ..words import TextWord, WordTime, text_words
 from .audio_encoder import encoder_frames
+from .batch import hidden_batch
 from .checkpoint import load_aligner
 from .config import AlignerConfig
-from .features import SAMPLE_RATE, log_mel, peak_limited
+from .features import SAMPLE_RATE, log_mel, log_mel_batch, peak_limited
 from .model import Thinker
 from .prompt import AlignerPrompt
 from .timestamps import unit_times
@@ -65,6 +66,53 @@ class Aligner:
         classes = logits[ids == self.cfg.timestamp_token_id].argmax(-1).tolist()
         times = unit_times(classes, self.cfg.timestamp_segment_time)
         return [UnitTime(u, s, e) for u, (s, e) in zip(units, times, strict=True)]
+
+    def _hidden_batch(self, clips_16k: list[np.ndarray], units: list[list[str]]) -> tuple[torch.Tensor, ...]:
+        device = self.thinker.lm_head.weight.device
+        mel, frames = log_mel_batch([torch.as_tensor(peak_limited(c), device=device) for c in clips_16k],
+                                    self.cfg.audio.num_mel_bins)
+        prompts = [self.prompt.ids(u, encoder_frames(t)) for u, t in zip(units, frames, strict=True)]
+        return hidden_batch(self.thinker, prompts, mel, frames, self.prompt.audio_end)
+
+    @torch.inference_mode()
+    def logits_batch(self, clips_16k: list[np.ndarray], units: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """`logits` of B clips in one batch: (input_ids [B, T], logits [B, T, classify_num]), each prompt
+        right-padded with <|audio_end|> to the longest (engine/aligner/batch.py)."""
+        ids, hidden = self._hidden_batch(clips_16k, units)
+        return ids, self.thinker.lm_head(hidden)
+
+    @torch.inference_mode()
+    def unit_times_batch(self, clips_16k: list[np.ndarray], texts: list[str]) -> list[list[UnitTime]]:
+        """`unit_times` of B clips (16 kHz) and their texts in one encoder and one decoder call."""
+        if len(clips_16k) != len(texts):
+            raise ValueError(f"{len(clips_16k)} clips for {len(texts)} texts")
+        units = [split_units(t) for t in texts]
+        rows = [i for i, u in enumerate(units) if u]  # a text without units runs nothing, as alone
+        out: list[list[UnitTime]] = [[] for _ in texts]
+        if not rows:
+            return out
+        ids, hidden = self._hidden_batch([clips_16k[i] for i in rows], [[u.text for u in units[i]] for i in rows])
+        # The head only where it is read: the <timestamp> slots, row after row.
+        classes = self.thinker.lm_head(hidden[ids == self.cfg.timestamp_token_id]).argmax(-1).tolist()
+        for i in rows:
+            mine, classes = classes[: 2 * len(units[i])], classes[2 * len(units[i]):]
+            times = unit_times(mine, self.cfg.timestamp_segment_time)
+            out[i] = [UnitTime(u, s, e) for u, (s, e) in zip(units[i], times, strict=True)]
+        return out
+
+    def align_batch(self, audios_24k: list[np.ndarray], texts: list[str]) -> list[list[WordTime]]:
+        """`align` of B clips (24 kHz) and their texts, the network run once for all of them."""
+        if len(audios_24k) != len(texts):
+            raise ValueError(f"{len(audios_24k)} clips for {len(texts)} texts")
+        audios = [np.asarray(a, dtype=np.float32) for a in audios_24k]
+        words = [text_words(t) for t in texts]
+        rows = [i for i, w in enumerate(words) if w]
+        timed = self.unit_times_batch([soxr.resample(audios[i], INPUT_RATE, SAMPLE_RATE) for i in rows],
+                                      [texts[i] for i in rows])
+        out: list[list[WordTime]] = [[] for _ in texts]
+        for i, t in zip(rows, timed, strict=True):
+            out[i] = word_times(words[i], t, len(audios[i]))
+        return out
 
     def align(self, audio_24k: np.ndarray, text: str) -> list[WordTime]:
         """Word times (samples at 24 kHz from the clip's first sample) of every word of text_words(text)."""

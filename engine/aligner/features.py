@@ -50,3 +50,38 @@ def log_mel(audio: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
     logmel = torch.clamp(basis @ power, min=1e-10).log10()
     logmel = torch.maximum(logmel, logmel.max() - 8.0)
     return (logmel + 4.0) / 4.0
+
+
+def reflect_index(length: int, pad: int) -> np.ndarray:
+    """Indices of a clip of `length` samples reflect-padded by `pad` on both sides (torch.stft's center=True)."""
+    p = np.abs(np.arange(-pad, length + pad))
+    return np.where(p >= length, 2 * (length - 1) - p, p)
+
+
+def log_mel_batch(clips: list[torch.Tensor], n_mels: int = 128) -> tuple[torch.Tensor, list[int]]:
+    """B clips [N_b] at 16 kHz (one device) -> (features [B, n_mels, max frames], N_b // 160 frames per clip).
+
+    Each clip's features are log_mel's (its own reflect padding and its own max), zeros past its frames: the clips
+    are reflect-padded by one gather from their concatenation, right-padded with zeros to the longest, and go
+    through one STFT; a frame never reaches past its clip's padding, and the max is taken over the clip's frames.
+    """
+    pad = N_FFT // 2
+    lengths = [int(c.numel()) for c in clips]
+    if any(c.dim() != 1 or n < pad + 1 for c, n in zip(clips, lengths, strict=True)):
+        shapes = [tuple(c.shape) for c in clips]
+        raise ValueError(f"log_mel_batch takes 1-D clips of at least {pad + 1} samples, got {shapes}")
+    flat = torch.cat([*(c.to(torch.float32) for c in clips), clips[0].new_zeros(1, dtype=torch.float32)])
+    index = np.full((len(clips), max(lengths) + 2 * pad), flat.numel() - 1)  # past a clip: the trailing zero
+    offsets = np.cumsum([0, *lengths])
+    for b, n in enumerate(lengths):
+        index[b, : n + 2 * pad] = offsets[b] + reflect_index(n, pad)
+    padded = flat[torch.from_numpy(index).to(flat.device)]
+    window = torch.hann_window(N_FFT, device=flat.device)
+    frames = [n // HOP for n in lengths]
+    spec = torch.stft(padded, N_FFT, HOP, window=window, center=False, return_complex=True)[..., : max(frames)]
+    basis = torch.from_numpy(mel_filterbank(SAMPLE_RATE, N_FFT, n_mels, 0.0, FMAX)).to(flat.device)
+    logmel = torch.clamp(basis @ (spec.abs() ** 2), min=1e-10).log10()  # [B, n_mels, T]
+    valid = (torch.arange(max(frames)) < torch.tensor(frames)[:, None]).to(flat.device)[:, None, :]
+    peak = logmel.masked_fill(~valid, -torch.inf).amax(dim=(1, 2), keepdim=True)
+    logmel = torch.maximum(logmel, peak - 8.0)
+    return ((logmel + 4.0) / 4.0).masked_fill(~valid, 0.0), frames

@@ -1,0 +1,95 @@
+"""Many clips through the aligner in one encoder call and one decoder call (docs/aligner.md, "Many clips at once").
+
+Every clip gets what it gets alone (Thinker.forward, AudioEncoder.forward: the plain one-clip reference):
+
+- **Convs**: all chunks of all clips go through the three convs as one [chunks, 1, mels, 100] batch. Alone, a clip
+  of more than one chunk zero-pads its short last chunk to 100 frames too, so those chunks are as they are alone.
+  A clip of one short chunk runs alone at its own width: here it is zero-padded to 100 and each conv's output is
+  zeroed past the frames it has alone, which is exactly the zero padding its own convs see at its end.
+- **Encoder layers**: every clip's attention windows (each clip's own size, AudioEncoder.window_size) are rows of
+  one [windows, S, D] batch with a key validity mask, so no frame attends outside its window, let alone its clip.
+- **Decoder**: prompts are right-padded to the longest. With right padding a real position's keys (itself and
+  the positions before it) are all real and its RoPE position is its index, as alone, so the one-clip path's
+  causal mask and positions 0..T-1 already give every real position its one-clip result: no key padding mask and
+  no per-row positions are needed, and the shared DecoderStack is unchanged. The padded positions' outputs are
+  never read. (Left padding would need both; it only pays for generation, which the aligner does not do.)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .audio_encoder import AudioEncoder, conv_frames, encoder_frames, sinusoids
+from .config import CHUNK_FRAMES
+from .model import Thinker
+
+
+def _chunk_lengths(frames: int) -> list[int]:
+    full, rest = divmod(frames, CHUNK_FRAMES)
+    return [CHUNK_FRAMES] * full + ([rest] if rest else [])
+
+
+def embed_chunks_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int]) -> torch.Tensor:
+    """mel [B, n_mels, T] (zeros past each clip's frames) -> every clip's conv frames with positions, clip after
+    clip [sum of encoder_frames, d_model]: AudioEncoder.embed_chunks of each clip, concatenated."""
+    width = -(-mel.shape[2] // CHUNK_FRAMES) * CHUNK_FRAMES
+    mel = F.pad(mel, (0, width - mel.shape[2]))
+    b, n_mels, _ = mel.shape
+    per_clip = [_chunk_lengths(t) for t in frames]
+    exists = torch.zeros(b, width // CHUNK_FRAMES, dtype=torch.bool)
+    for i, lengths in enumerate(per_clip):
+        exists[i, : len(lengths)] = True
+    chunks = mel.view(b, n_mels, -1, CHUNK_FRAMES).transpose(1, 2)[exists.to(mel.device)]  # [chunks, mels, 100]
+    # Frames each chunk keeps after every conv: all 100 (padding included) unless the clip is one short chunk.
+    limit = torch.tensor([n if len(lengths) == 1 else CHUNK_FRAMES for lengths in per_clip for n in lengths],
+                         device=mel.device)
+    x = chunks[:, None]
+    for conv in (tower.conv2d1, tower.conv2d2, tower.conv2d3):
+        x = F.gelu(conv(x))
+        limit = (limit - 1) // 2 + 1
+        x = x * (torch.arange(x.shape[-1], device=x.device) < limit[:, None])[:, None, None, :]
+    n, c, f, tc = x.shape
+    x = tower.conv_out(x.permute(0, 3, 1, 2).reshape(n, tc, c * f))
+    x = x + sinusoids(tc, tower.cfg.d_model).to(x.device, x.dtype)[None]
+    keep = torch.tensor([[t < conv_frames(m) for t in range(tc)] for lengths in per_clip for m in lengths])
+    return x[keep.to(x.device)]
+
+
+def encode_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int]) -> torch.Tensor:
+    """mel [B, n_mels, T] zero-padded, frames[b] real mel frames of clip b -> [sum of encoder_frames, output_dim],
+    clip after clip: AudioEncoder.forward of each clip (windowed), concatenated."""
+    x = embed_chunks_batch(tower, mel, frames)
+    windows: list[int] = []  # valid frames of every attention window, clip after clip
+    for t in frames:
+        total, size = encoder_frames(t), tower.window_size(t)
+        windows += [size] * (total // size) + ([total % size] if total % size else [])
+    s = max(windows)
+    valid = (torch.arange(s) < torch.tensor(windows)[:, None]).to(x.device)  # [W, S]
+    h = x.new_zeros(len(windows) * s, x.shape[1])
+    h[valid.view(-1)] = x  # row-major over windows: the frames' own order
+    h = h.view(len(windows), s, -1)
+    for layer in tower.layers:
+        h = layer(h, valid)
+    h = h.view(-1, h.shape[-1])[valid.view(-1)]
+    return tower.proj2(F.gelu(tower.proj1(tower.ln_post(h))))
+
+
+def hidden_batch(thinker: Thinker, prompts: list[list[int]], mel: torch.Tensor, frames: list[int],
+                 pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """B prompts (Aligner.prompt.ids of each clip) and their clips' features -> (ids [B, T] right-padded with
+    pad_id, the decoder's final hidden states [B, T, H]); positions past a prompt's length are padding."""
+    cfg = thinker.cfg
+    if pad_id in (cfg.audio_token_id, cfg.timestamp_token_id):
+        raise ValueError(f"pad id {pad_id} is a slot token")
+    weight = thinker.lm_head.weight
+    audio = encode_batch(thinker.audio_tower, mel.to(weight.dtype), frames)
+    t = max(map(len, prompts))
+    ids = torch.tensor([p + [pad_id] * (t - len(p)) for p in prompts], device=weight.device)
+    x = thinker.model.embed_tokens(ids)
+    slots = ids == cfg.audio_token_id
+    if int(slots.sum()) != audio.shape[0]:
+        raise ValueError(f"prompts have {int(slots.sum())} audio slots for {audio.shape[0]} encoder frames")
+    x = x.masked_scatter(slots[..., None], audio.to(x.dtype))  # row-major slots: clip after clip, as audio is
+    cache = thinker.model.new_cache(len(prompts), t, x.dtype, x.device)
+    return ids, thinker.model(x, cache)

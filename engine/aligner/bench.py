@@ -1,0 +1,135 @@
+"""`python -m voxgate.engine.aligner.bench`: the batched aligner's time per call and per second of audio.
+
+For each batch size B: B random speech-like clips of `--seconds` each with sentence-like texts (about 2.5 words a
+second), a few untimed calls, then `--runs` timed calls of `Aligner.unit_times_batch` (everything a caller pays:
+features, prompts, encoder, decoder, head, repair), each between two device synchronizations, median reported.
+The features and the encoder are also timed alone, so the decoder's share is the rest. Peak device memory per
+batch size on CUDA. Eager PyTorch, no CUDA graphs. With `--write-synthetic` an empty `--checkpoint` folder first
+gets a random checkpoint of the official shapes (or the tiny one), so no download is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .align import Aligner
+from .audio_encoder import encoder_frames
+from .batch import encode_batch
+from .features import SAMPLE_RATE, log_mel_batch, peak_limited
+from .units import split_units
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "we", "talk", "about",
+         "weather,", "trains", "and", "42", "small", "things;", "it's", "fine.", "really?", "yes!", "今天",
+         "天气", "很好")
+
+
+def make_inputs(batch: int, seconds: float, seed: int = 0) -> tuple[list[np.ndarray], list[str]]:
+    """B clips at 16 kHz (tones under bursts, plus noise) and texts of about 2.5 words per second."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(round(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    clips, texts = [], []
+    for _ in range(batch):
+        tones = sum(np.sin(2 * np.pi * f * t) for f in rng.uniform(120, 2400, 3))
+        bursts = 0.5 + 0.5 * np.sign(np.sin(2 * np.pi * rng.uniform(2, 5) * t))
+        x = tones * bursts + 0.3 * rng.standard_normal(t.size)
+        clips.append((0.5 * x / np.abs(x).max()).astype(np.float32))
+        texts.append(" ".join(rng.choice(WORDS, size=max(1, round(2.5 * seconds)))))
+    return clips, texts
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_ms(fn: Callable[[], Any], device: torch.device, warmup: int, runs: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+def bench_batch(aligner: Aligner, batch: int, seconds: float, warmup: int, runs: int) -> dict[str, Any]:
+    device = aligner.thinker.lm_head.weight.device
+    clips, texts = make_inputs(batch, seconds, seed=batch)
+    tensors = [torch.as_tensor(peak_limited(c), device=device) for c in clips]
+    n_mels = aligner.cfg.audio.num_mel_bins
+    mel, frames = log_mel_batch(tensors, n_mels)
+    tower, dtype = aligner.thinker.audio_tower, aligner.thinker.lm_head.weight.dtype
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    with torch.inference_mode():
+        full = median_ms(lambda: aligner.unit_times_batch(clips, texts), device, warmup, runs)
+        features = median_ms(lambda: log_mel_batch(tensors, n_mels), device, warmup, runs)
+        encoder = median_ms(lambda: encode_batch(tower, mel.to(dtype), frames), device, warmup, runs)
+    units = [[u.text for u in split_units(t)] for t in texts]
+    prompt = [len(aligner.prompt.ids(u, encoder_frames(f))) for u, f in zip(units, frames, strict=True)]
+    return dict(batch=batch, seconds=seconds, ms_per_call=round(full, 3),
+                ms_per_audio_second=round(full / (batch * seconds), 4), features_ms=round(features, 3),
+                encoder_ms=round(encoder, 3), decoder_and_rest_ms=round(full - features - encoder, 3),
+                units_per_clip=round(statistics.mean(map(len, units)), 2), max_prompt_tokens=max(prompt),
+                peak_memory_mib=round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+                if device.type == "cuda" else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m voxgate.engine.aligner.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", required=True, type=Path, help="aligner checkpoint folder")
+    p.add_argument("--write-synthetic", choices=("full", "tiny"),
+                   help="first write a random checkpoint there (official shapes, or tiny) unless it has config.json")
+    p.add_argument("--batches", default="1,8,32,128", help="comma-separated batch sizes")
+    p.add_argument("--seconds", type=float, default=3.0, help="seconds of audio per clip")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls before each timing")
+    p.add_argument("--runs", type=int, default=5, help="timed calls (median)")
+    p.add_argument("--json", type=Path, help="write the results here")
+    args = p.parse_args(argv)
+
+    report: dict[str, Any] = dict(device=args.device, dtype=args.dtype, checkpoint=str(args.checkpoint))
+    if args.write_synthetic and not (args.checkpoint / "config.json").is_file():
+        from .synthetic import write_synthetic_aligner
+
+        t0 = time.perf_counter()
+        write_synthetic_aligner(args.checkpoint, tiny=args.write_synthetic == "tiny")
+        report["write_s"] = round(time.perf_counter() - t0, 2)
+    t0 = time.perf_counter()
+    aligner = Aligner.from_pretrained(args.checkpoint, device=args.device, dtype=DTYPES[args.dtype])
+    report["load_s"] = round(time.perf_counter() - t0, 2)
+    if args.device.startswith("cuda"):
+        report["device_name"] = torch.cuda.get_device_name(torch.device(args.device))
+    cfg = aligner.cfg
+    report["model"] = dict(encoder_layers=cfg.audio.encoder_layers, d_model=cfg.audio.d_model,
+                           decoder_layers=cfg.text.num_hidden_layers, hidden=cfg.text.hidden_size)
+    report["results"] = []
+    print(f"{'batch':>6} {'ms/call':>10} {'ms/audio s':>11} {'features':>9} {'encoder':>9} {'decoder+':>9} "
+          f"{'peak MiB':>9}")
+    for batch in (int(b) for b in args.batches.split(",")):
+        row = bench_batch(aligner, batch, args.seconds, args.warmup, args.runs)
+        report["results"].append(row)
+        print(f"{batch:>6} {row['ms_per_call']:>10.2f} {row['ms_per_audio_second']:>11.3f} {row['features_ms']:>9.2f} "
+              f"{row['encoder_ms']:>9.2f} {row['decoder_and_rest_ms']:>9.2f} {row['peak_memory_mib'] or '-':>9}",
+              flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

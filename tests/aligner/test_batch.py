@@ -1,0 +1,108 @@
+"""The batched aligner (engine/aligner/batch.py) against the one-clip path, clip by clip, on the tiny checkpoint in
+fp32 on the CPU: clips of mixed lengths (one short chunk, an exact chunk, several chunks with a short last one,
+several attention windows) and mixed texts in one call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from voxgate.engine.aligner.align import Aligner
+from voxgate.engine.aligner.audio_encoder import encoder_frames
+from voxgate.engine.aligner.batch import encode_batch
+from voxgate.engine.aligner.features import log_mel, log_mel_batch, peak_limited
+from voxgate.engine.aligner.units import split_units
+
+from .clips import clip
+from .test_parity import TEXTS, assert_close
+
+WORDS = ["Hello,", "world!", "It's", "a", "test.", "你好", "世界！", "天气很好。", "混合", "text", "123", "(really?)",
+         "naïve", "rock'n'roll", "--", "$4.50"]
+
+
+def random_batch(seed: int, rate: int = 16_000) -> tuple[list[np.ndarray], list[str]]:
+    """Clips of random lengths in each regime (0.3-0.9 s: one short chunk; 1.0 s: one full chunk; 1.2-2.9 s:
+    chunks of one window; 4.1-6.5 s: several windows) in a random order, each with a random text of 1-12 words."""
+    rng = np.random.default_rng(seed)
+    seconds = [rng.uniform(0.3, 0.9), rng.uniform(0.3, 0.9), 1.0, rng.uniform(1.2, 2.9), rng.uniform(4.1, 6.5),
+               rng.uniform(4.1, 6.5)]
+    rng.shuffle(seconds)
+    clips = [clip(float(s), rate=rate, seed=seed * 10 + i, peak=float(rng.choice([0.3, 0.9, 1.7])))
+             for i, s in enumerate(seconds)]
+    texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 13)))) for _ in seconds]
+    return clips, texts
+
+
+@pytest.fixture(scope="module")
+def ours(aligner_ckpt):
+    return Aligner.from_pretrained(aligner_ckpt)
+
+
+def test_the_batch_covers_every_regime(ours):
+    frames = [len(c) // 160 for c in random_batch(0)[0]]
+    sizes = [ours.thinker.audio_tower.window_size(t) for t in frames]
+    assert min(frames) < 100 and 100 in frames
+    assert any(encoder_frames(t) > s for t, s in zip(frames, sizes, strict=True))  # several windows
+    assert len({t for t in frames if t < 100}) == 2  # two short chunks of different widths
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_features_match_one_clip_at_a_time(seed):
+    clips = [torch.from_numpy(peak_limited(c)) for c in random_batch(seed)[0]]
+    mel, frames = log_mel_batch(clips)
+    for b, c in enumerate(clips):
+        alone = log_mel(c)
+        assert frames[b] == alone.shape[1]
+        assert_close(mel[b, :, : frames[b]], alone, rtol=1e-5, atol=1e-5)
+        assert not mel[b, :, frames[b]:].any()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_encoder_matches_one_clip_at_a_time(ours, seed):
+    mels = [log_mel(torch.from_numpy(peak_limited(c))) for c in random_batch(seed)[0]]
+    frames = [m.shape[1] for m in mels]
+    padded = torch.stack([torch.nn.functional.pad(m, (0, max(frames) - m.shape[1])) for m in mels])
+    tower = ours.thinker.audio_tower
+    with torch.inference_mode():
+        out = encode_batch(tower, padded, frames).split([encoder_frames(t) for t in frames])
+        for m, got in zip(mels, out, strict=True):
+            assert_close(got, tower(m))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_logits_match_one_clip_at_a_time(ours, seed):
+    clips, texts = random_batch(seed)
+    texts[:3] = TEXTS[0], TEXTS[2], TEXTS[3]  # English with punctuation, Chinese, mixed
+    units = [[u.text for u in split_units(t)] for t in texts]
+    ids, logits = ours.logits_batch(clips, units)
+    assert ids.shape[0] == len(clips) and len({len(u) for u in units}) > 1
+    for b, (c, u) in enumerate(zip(clips, units, strict=True)):
+        alone_ids, alone = ours.logits(c, u)
+        n = len(alone_ids)
+        assert ids[b, :n].tolist() == alone_ids.tolist()
+        assert (ids[b, n:] == ours.prompt.audio_end).all()
+        assert_close(logits[b, :n], alone)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_unit_times_match_one_clip_at_a_time(ours, seed):
+    clips, texts = random_batch(seed)
+    texts[:4] = TEXTS[0], TEXTS[2], TEXTS[3], "— … !"  # the last has no units: [] without a row in the batch
+    got = ours.unit_times_batch(clips, texts)
+    assert got == [ours.unit_times(c, t) for c, t in zip(clips, texts, strict=True)]
+    assert got[3] == [] and all(got[:3])
+
+
+def test_word_times_match_one_clip_at_a_time(ours):
+    clips, texts = random_batch(5, rate=24_000)
+    texts[1] = ""
+    got = ours.align_batch(clips, texts)
+    assert got == [ours.align(c, t) for c, t in zip(clips, texts, strict=True)]
+    assert got[1] == [] and all(got[i] for i in range(len(texts)) if i != 1)
+
+
+def test_empty_and_mismatched_batches(ours):
+    assert ours.unit_times_batch([clip(1.0)], [""]) == [[]]
+    assert ours.unit_times_batch([], []) == []
+    with pytest.raises(ValueError, match="2 clips for 1 texts"):
+        ours.unit_times_batch([clip(1.0), clip(1.0)], ["a"])
