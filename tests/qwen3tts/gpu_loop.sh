@@ -18,6 +18,9 @@
 # as $OUT/triton.tar.gz.part-* (cat them into .tcache/triton.tar.gz for the next call).
 # ADM_PROCS / ADM_HTTP_PROCS: client processes of the WebSocket / HTTP overload runs (8 / 12: with 4, each client's
 # own event loop lagged enough to double the refusals' measured p99; docs/benchmarks/h200-admission).
+# ADM_RUNS picks the admission stage's runs: idle-ws idle-http sentences-ws ttsbench-http (default), closed (closed
+# loop at ADM_C), passages-ws (open loop on passages at ADM_PASSAGE_RATES); ADM_SERVE_ARGS / ADM_TAG: a second
+# server's options and the suffix of its reports.
 # ADM_SERVER_ENV: environment for the admission stage's server only, e.g. PYTHONPATH with a sitecustomize.py that
 # calls gc.set_debug(gc.DEBUG_STATS) (every collection's generation sizes, unreachable objects and time in its log).
 set -o pipefail
@@ -156,6 +159,8 @@ if has admission; then
     --closed-warmup 3 --closed-duration 12
   [[ $runs == *" sentences-ws "* ]] && bench sentences-ws --transport ws --frame-ms 1280 \
     --rates ${ADM_WS_RATES:-240,280} --duration 15 --overload 2 --client-procs ${ADM_PROCS:-8}
+  [[ $runs == *" passages-ws "* ]] && bench passages-ws${ADM_TAG:-} --transport ws --frame-ms 1280 --workload passages \
+    --rates ${ADM_PASSAGE_RATES:-48} --duration ${ADM_PASSAGE_S:-15} --client-procs ${ADM_PROCS:-8}
   [[ $runs == *" ttsbench-http "* ]] && bench ttsbench-http --transport http --no-length-rule \
     --rates ${ADM_HTTP_RATES:-80,100} --duration 15 --overload 2 --client-procs ${ADM_HTTP_PROCS:-12}
   curl -s http://127.0.0.1:8012/metrics > "$RES/admission-metrics${ADM_TAG:-}.txt" 2>/dev/null \

@@ -98,8 +98,8 @@ def _talker_state(tts, rows: int):
 @pytest.mark.slow
 def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Callable[[str], Path],
                                                                  gemv: ModuleType) -> None:
-    """The option end to end: with attention=triton (the step's kernels, interpreted: ~30 s for this one stream of
-    5 frames), gemv_all takes kernels/gemv.py for the predictor's projections and the Talker's (decode-only steps
+    """The option end to end: with attention=triton (the step's kernels, interpreted: ~20 s for this one stream of
+    3 frames), gemv_all takes kernels/gemv.py for the predictor's projections and the Talker's (decode-only steps
     and codebook 0's head); the greedy codes are the stream's alone."""
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
@@ -123,7 +123,7 @@ def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Call
         gemv.gemv = kernel
     assert runner.ops.uses_triton and runner.model.talker_linear is runner.model.predictor_linear
     calls.clear()  # from here on, the steps only
-    stream = Stream("Hello there.", budget=5, join_step=0, speaker="ryan", non_streaming=False, schedule=(2,))
+    stream = Stream("Hello there.", budget=3, join_step=0, speaker="ryan", non_streaming=False, schedule=(2,))
     recorder = drive(tts, runner, [stream])
     np.testing.assert_array_equal(np.stack(recorder.codes[stream.codes_id]), solo_codes(tts, stream))
     # pass 0 at 2 tokens, passes 1..14, the heads and the Talker's decode-only steps at 1 row
