@@ -53,17 +53,18 @@ class SlotState:
 
 def projected_tables(predictor: CodePredictor) -> list[torch.Tensor]:
     """The predictor's input projection folded into the embedding tables its passes 1..14 feed back (E_15 never
-    is): table_k @ W^T + b per codebook, in fp32 and rounded once to the model dtype, so that a pass's input is one
-    row lookup instead of a lookup and a GEMM with bias. The 1.7B (Talker width 2,048 -> 1,024, with bias; 2,048
-    codes a codebook) stores 14 new tables of 2,048 x 1,024: 56 MiB in bf16 (112 MiB in fp32), once per model; the
-    0.6B has no projection, so its tables are the embeddings themselves and cost nothing."""
+    is): table_k @ W^T + b per codebook, summed in fp64 (no TF32 setting can reach it) and rounded once to the model
+    dtype, so that a pass's input is one row lookup instead of a lookup and a GEMM with bias. The 1.7B (Talker
+    width 2,048 -> 1,024, with bias; 2,048 codes a codebook) stores 14 new tables of 2,048 x 1,024: 56 MiB in bf16
+    (112 MiB in fp32), once per model; the 0.6B has no projection, so its tables are the embeddings themselves and
+    cost nothing."""
     tables = [t.weight for t in predictor.model.codec_embedding[: predictor.num_code_groups - 2]]
     proj = predictor.small_to_mtp_projection
     if not isinstance(proj, torch.nn.Linear):
         return tables
     with torch.no_grad():
-        w, b = proj.weight.float(), proj.bias.float()
-        return [torch.addmm(b, t.float(), w.t()).to(t.dtype) for t in tables]
+        w, b = proj.weight.double(), proj.bias.double()
+        return [torch.addmm(b, t.double(), w.t()).to(t.dtype) for t in tables]
 
 
 def joined_tables(talker: Talker) -> tuple[torch.Tensor, torch.Tensor]:

@@ -48,9 +48,9 @@ def test_projected_tables_are_the_projected_embeddings(tiny_ckpt: Callable[[str]
 
 
 def test_projected_tables_round_once_in_bf16(tiny_ckpt: Callable[[str], Path]) -> None:
-    """bf16: each entry is the exact projection (fp64 here) summed in fp32 and rounded once: within half a bf16
-    step of the fp32 sum, which is within fp32's accumulation bound (K * 2^-24 * sum of |terms|) of the exact one
-    (that bound matters only where the terms cancel to near zero)."""
+    """bf16: each entry is the projection summed in fp64 and rounded once: within half a bf16 step of the exact
+    value, give or take fp64's accumulation error (K * 2^-53 * sum of |terms|, which matters only where the terms
+    cancel to near zero). Sums in fp32 miss it where terms cancel (seen here: 3.58e-7 for 3.80e-7)."""
     from voxgate.engine.qwen3tts.batch_step import projected_tables
 
     pred = _load(tiny_ckpt, "cv17", torch.bfloat16).talker.code_predictor
@@ -60,7 +60,7 @@ def test_projected_tables_round_once_in_bf16(tiny_ckpt: Callable[[str], Path]) -
         assert table.dtype == torch.bfloat16
         e = pred.model.codec_embedding[k].weight.detach().double()
         exact = e @ w.T + b
-        accumulation = w.shape[1] * 2.0**-24 * (e.abs() @ w.abs().T + b.abs())
+        accumulation = w.shape[1] * 2.0**-53 * (e.abs() @ w.abs().T + b.abs())
         err = (table.double() - exact).abs()
         assert (err <= (exact.abs() + accumulation) * 2.0**-8 + accumulation).all(), f"codebook {k + 1}"
 
