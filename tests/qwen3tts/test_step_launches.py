@@ -31,6 +31,7 @@ def _load(tiny_ckpt: Callable[[str], Path], kind: str, dtype: torch.dtype = torc
     return Qwen3TTS.from_pretrained(tiny_ckpt(kind), dtype=dtype, device=DEVICE, progress=False)
 
 
+@pytest.mark.usefixtures("no_tf32")  # true fp32 on CUDA too
 def test_projected_tables_are_the_projected_embeddings(tiny_ckpt: Callable[[str], Path]) -> None:
     """fp32: every fed-back codebook's table row is its embedding through the input projection (with bias)."""
     from voxgate.engine.qwen3tts.batch_step import projected_tables
@@ -87,7 +88,7 @@ def _depth_logits(model, h: torch.Tensor, c0: torch.Tensor, forced: torch.Tensor
     return seen
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("no_tf32")  # true fp32 on CUDA too
 @pytest.mark.parametrize("kind", ["cv17", "cv06"])
 def test_depth_loop_on_the_tables_and_the_swiglu_kernel_equals_the_plain_loop(tiny_ckpt: Callable[[str], Path],
                                                                              act: ModuleType, kind: str) -> None:
@@ -159,7 +160,6 @@ def test_the_counter_counts_ops_and_kernels_not_views() -> None:
     assert y.shape == (3, 2)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["cv17", "cv06"])
 def test_each_path_takes_its_launches_off_a_decode_step(tiny_ckpt: Callable[[str], Path], kind: str) -> None:
     """bf16, 1 row: the SwiGLU kernel one launch a layer of the Talker and of each of the depth loop's 15 passes;
