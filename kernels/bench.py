@@ -81,6 +81,14 @@ def bench_slot_attention(dev: torch.device) -> tuple[Call, Call]:
     return lambda: slot_attention(q, k, v, slots, lengths), lambda: slot_attention_ref(q, k, v, slots, lengths)
 
 
+@entry("swiglu")
+def bench_swiglu(dev: torch.device) -> tuple[Call, Call]:
+    from .swiglu import swiglu, swiglu_ref
+
+    x = _randn(dev, 128, 2 * 6144)  # the 1.7B Talker's gate|up output at 128 rows
+    return lambda: swiglu(x), lambda: swiglu_ref(x)
+
+
 @entry("cp_linear")
 def bench_cp_linear(dev: torch.device) -> tuple[Call, Call]:
     from .cp_linear import cp_linear, cp_linear_ref

@@ -7,7 +7,9 @@ The k-th largest logit is found without sorting: logits map to integers of the s
 search over that integer range counts how many are at or above the midpoint, so the threshold is exact. Ids tied
 with the k-th value are all kept (torch.topk would keep some of them). The noise is an input, one Exp(1) value per
 (row, id), so the draw is a pure function and tests compare it with its reference exactly; the engine fills it once
-a step. top-p is not here: rows that need it take the PyTorch path (engine/qwen3tts/model/sampling.py).
+a step. The logits may be the head's 16-bit output, widened to fp32 as they load (exact): the engine's depth loop
+launches no cast of its own for them. top-p is not here: rows that need it take the PyTorch path
+(engine/qwen3tts/model/sampling.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import triton
 import triton.language as tl
 
 from .utils import MAX, MIN, SUM
+
+# 16-bit logits are widened to fp32 in the kernel (exact), so the engine's head need not launch a cast first
+LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
@@ -29,12 +34,12 @@ def _first_argmax(x, i, BLOCK_V: tl.constexpr):
 @triton.jit
 def _sample_draw_kernel(logits_ptr, noise_ptr, params_ptr, out_ptr, V, num_params, col_temperature, col_top_k,
                         col_do_sample, candidates, BLOCK_V: tl.constexpr):
-    # logits/noise [R, V] fp32 contiguous; params [R, num_params] fp32 contiguous (a row's temperature, top_k and
-    # do_sample in the given columns); out [R] int64. grid: R, one row per program.
+    # logits [R, V] fp32 or 16-bit, noise [R, V] fp32, both contiguous; params [R, num_params] fp32 contiguous (a
+    # row's temperature, top_k and do_sample in the given columns); out [R] int64. grid: R, one row per program.
     row = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, BLOCK_V)
     ok = i < V
-    logit = tl.load(logits_ptr + row * V + i, mask=ok, other=float("-inf"))
+    logit = tl.load(logits_ptr + row * V + i, mask=ok, other=float("-inf")).to(tl.float32)
     greedy = _first_argmax(logit, i, BLOCK_V)
     param = params_ptr + row * num_params
     if tl.load(param + col_do_sample) > 0:
@@ -60,7 +65,7 @@ def _sample_draw_kernel(logits_ptr, noise_ptr, params_ptr, out_ptr, V, num_param
 
 
 def _check(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, columns: tuple[int, int, int]) -> None:
-    assert logits.dim() == 2 and logits.dtype == torch.float32 and logits.is_contiguous(), (logits.shape, logits.dtype)
+    assert logits.dim() == 2 and logits.dtype in LOGIT_DTYPES and logits.is_contiguous(), (logits.shape, logits.dtype)
     assert noise.shape == logits.shape and noise.dtype == torch.float32 and noise.is_contiguous(), noise.shape
     assert params.dim() == 2 and params.shape[0] == logits.shape[0] and params.dtype == torch.float32, params.shape
     assert params.is_contiguous() and all(0 <= c < params.shape[1] for c in columns), (params.stride(), columns)
@@ -68,8 +73,9 @@ def _check(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, colu
 
 def sample_draw(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, columns: tuple[int, int, int],
                 candidates: int) -> torch.Tensor:
-    """fp32 logits [R, V] (-inf where masked), Exp(1) noise [R, V], the rows' parameter table [R, P] fp32 with
-    `columns` = (temperature, top_k, do_sample), `candidates` the widest top-k any row may have -> ids [R] int64."""
+    """Logits [R, V] (fp32, or 16-bit: read as fp32, exactly; -inf where masked), Exp(1) noise [R, V] fp32, the
+    rows' parameter table [R, P] fp32 with `columns` = (temperature, top_k, do_sample), `candidates` the widest top-k
+    any row may have -> ids [R] int64."""
     _check(logits, noise, params, columns)
     rows, vocab = logits.shape
     out = torch.empty(rows, dtype=torch.int64, device=logits.device)
@@ -82,8 +88,9 @@ def sample_draw(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor,
 
 def sample_draw_ref(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, columns: tuple[int, int, int],
                     candidates: int) -> torch.Tensor:
-    """The same in plain PyTorch: the k-th largest logit by a sort, the same race."""
+    """The same in plain PyTorch: the k-th largest logit by a sort, the same race (in fp32, as the kernel)."""
     _check(logits, noise, params, columns)
+    logits = logits.float()
     temperature, top_k, do_sample = (params[:, c] for c in columns)
     vocab = logits.shape[1]
     greedy = logits.argmax(dim=-1)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from .depth_fused import DepthOps, FusedDepth
 from .fused_stack import DecoderOps, FusedStack
+from .model.code_predictor import CodePredictor
 from .model.config import GenerationConfig
 from .model.layers import rope_tables
 from .model.prompt import XVEC
@@ -50,15 +51,50 @@ class SlotState:
     ring: torch.Tensor  # [S, RING, Q] int64 frames by index % RING, until the codec has them
 
 
+def projected_tables(predictor: CodePredictor) -> list[torch.Tensor]:
+    """The predictor's input projection folded into the embedding tables its passes 1..14 feed back (E_15 never
+    is): table_k @ W^T + b per codebook, summed in fp64 (no TF32 setting can reach it) and rounded once to the model
+    dtype, so that a pass's input is one row lookup instead of a lookup and a GEMM with bias. The 1.7B (Talker
+    width 2,048 -> 1,024, with bias; 2,048 codes a codebook) stores 14 new tables of 2,048 x 1,024: 56 MiB in bf16
+    (112 MiB in fp32), once per model; the 0.6B has no projection, so its tables are the embeddings themselves and
+    cost nothing."""
+    tables = [t.weight for t in predictor.model.codec_embedding[: predictor.num_code_groups - 2]]
+    proj = predictor.small_to_mtp_projection
+    if not isinstance(proj, torch.nn.Linear):
+        return tables
+    with torch.no_grad():
+        w, b = proj.weight.double(), proj.bias.double()
+        return [torch.addmm(b, t.double(), w.t()).to(t.dtype) for t in tables]
+
+
+def joined_tables(talker: Talker) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every codebook's embedding table (the Talker's codebook 0, the predictor's 1..15) as rows of one tensor,
+    the modules' weights rewired to views of it (nothing stored twice, the eager path reads the same values), and
+    each codebook's first row [Q] int64. The tables are copied once at load (1.7B: 132 MiB in bf16, the old
+    ones freed once rewired)."""
+    tables = [talker.model.codec_embedding, *talker.code_predictor.model.codec_embedding]
+    with torch.no_grad():
+        joined = torch.cat([t.weight for t in tables])
+    starts = [0]
+    for t in tables:
+        rows = t.weight.shape[0]
+        t.weight = torch.nn.Parameter(joined[starts[-1]: starts[-1] + rows], requires_grad=False)
+        starts.append(starts[-1] + rows)
+    return joined, torch.tensor(starts[:-1], device=joined.device)
+
+
 class StepModel:
     """The Talker and its code predictor as the batched step runs them: both stacks fused (fused_stack.py), the
     depth loop's passes 1..14 in five launches a layer when given `depth` kernels (depth_fused.py), the
     predictor's RoPE tables for its 16 depth positions, and the constant index tensors of each row count. Each
     model's projections (its stack's, the predictor's input projection and heads, the Talker's codebook-0 head) run
-    through its `linear` (small_gemm.py: F.linear, or kernels/gemv.py for a few rows)."""
+    through its `linear` (small_gemm.py: F.linear, or kernels/gemv.py for a few rows). With `fold_projection` the
+    depth loop's passes 1..14 read their input from `projected_tables`; without, they look the embedding up and
+    project it (the plain reference). A frame's embedding reads the 16 tables joined into one (`joined_tables`)."""
 
     def __init__(self, talker: Talker, ops: DecoderOps, depth: DepthOps | None = None,
-                 predictor_linear: Linear = F.linear, talker_linear: Linear = F.linear) -> None:
+                 predictor_linear: Linear = F.linear, talker_linear: Linear = F.linear,
+                 fold_projection: bool = True) -> None:
         self.talker = talker
         self.predictor_linear, self.talker_linear = predictor_linear, talker_linear
         # every codebook's draw in one launch (kernels/sample_draw.py) where no row needs top-p; None: PyTorch's ops
@@ -67,6 +103,8 @@ class StepModel:
         self.talker_stack = FusedStack(talker.model, ops, talker_linear)
         self.predictor_stack = FusedStack(self.predictor.model, ops, predictor_linear)
         self.fused_depth = FusedDepth(self.predictor, self.predictor_stack, depth) if depth is not None else None
+        self.depth_tables = projected_tables(self.predictor) if fold_projection else None
+        self.frame_table, self.frame_offsets = joined_tables(talker)
         pc = self.predictor.cfg
         p = next(talker.parameters())
         self.num_codes = self.predictor.num_code_groups
@@ -86,11 +124,25 @@ class StepModel:
         into the slot pool, and each token attends to its own slot's positions 0..positions[i]."""
         return self.talker_stack.forward(x, state.k_cache, state.v_cache, slots, positions, state.cos, state.sin)
 
+    def frame_embed(self, frames: torch.Tensor) -> torch.Tensor:
+        """Talker.frame_embed in one lookup: frames [N, Q] -> F(frame) [N, H], the same rows summed the same way
+        (3 launches instead of 16 lookups, a stack and the sum)."""
+        return F.embedding(frames + self.frame_offsets, self.frame_table).sum(-2)
+
+    def depth_input(self, code: torch.Tensor, k: int) -> torch.Tensor:
+        """Pass k+1's input: codebook k+1's ids [R] -> their projected embeddings [R, Hcp]."""
+        if self.depth_tables is not None:
+            return F.embedding(code, self.depth_tables[k])
+        pred = self.predictor
+        return apply(self.predictor_linear, pred.small_to_mtp_projection, pred.model.codec_embedding[k](code))
+
     def depth_loop(self, hidden: torch.Tensor, c0_embed: torch.Tensor,
-                   pick: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+                   pick: Callable[[torch.Tensor], torch.Tensor], float_logits: bool = True) -> torch.Tensor:
         """CodePredictor.predict for R rows at once: codes 1..15 [R, Q-1]. Pass 0 runs proj(h) and proj(C(c0)) at
         positions 0 and 1, pass k the previous code's embedding at position k+1; the keys and values live in a
-        small per-step store [R, Hkv, Q, D] per layer (each row is its own "slot")."""
+        small per-step store [R, Hkv, Q, D] per layer (each row is its own "slot"). `pick` gets fp32 logits, or
+        with float_logits=False the stack's head output as it is (the model dtype: the draw kernel widens it as it
+        reads, so no cast is launched; the fused loop's heads are fp32 either way)."""
         pred, cfg, lin = self.predictor, self.predictor.cfg, self.predictor_linear
         r = hidden.shape[0]
         stack = self.predictor_stack
@@ -101,21 +153,27 @@ class StepModel:
         x = apply(lin, pred.small_to_mtp_projection, torch.cat([hidden, c0_embed]))  # [2R, Hcp]: position 0, then 1
         out = stack.forward(x, ks, vs, self.constant(f"rows{r}x2", lambda dev: torch.arange(2 * r, device=dev) % r),
                             self.constant(f"pos01-{r}", lambda dev: torch.arange(2 * r, device=dev) // r),
-                            self.depth_cos, self.depth_sin)[r:]
+                            self.depth_cos, self.depth_sin,
+                            self.constant(f"len01-{r}", lambda dev: torch.arange(2 * r, device=dev) // r + 1))[r:]
         codes = []
         fused = self.fused_depth
         for k in range(self.num_codes - 1):
             # after pass 0 of the fused loop, `out` is the residual stream: its head normalizes in its prologue
-            logits = lin(out, pred.lm_head[k].weight).float() if k == 0 or fused is None else fused.head(out, k)
+            if k == 0 or fused is None:
+                logits = lin(out, pred.lm_head[k].weight)
+                logits = logits.float() if float_logits else logits
+            else:
+                logits = fused.head(out, k)
             code = pick(logits)
             codes.append(code)
             if k + 1 < self.num_codes - 1:  # E_15 is never fed back: it only enters the Talker's frame sum
                 pos = self.constant(f"pos{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 2, device=dev))
+                x = self.depth_input(code, k)
                 if fused is None:
-                    x = apply(lin, pred.small_to_mtp_projection, pred.model.codec_embedding[k](code))
-                    out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin)
+                    length = self.constant(f"len{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 3, device=dev))
+                    out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin, length)
                 else:  # `out` is now the residual stream, not normalized
-                    out = fused.layers(fused.next_input(code, k), ks, vs, rows, pos, self.depth_cos, self.depth_sin)
+                    out = fused.layers(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin)
         return torch.stack(codes, dim=-1)
 
 
@@ -200,8 +258,9 @@ def sample_frames(model: StepModel, state: SlotState, hidden: torch.Tensor, rows
 
     c0 = pick(logits)
     state.seen.index_put_((slots, c0), torch.ones_like(c0, dtype=torch.bool))
-    rest = model.depth_loop(hidden, talker.codec_embed(c0), pick)  # [N, Q-1]
+    # the draw kernel reads the heads' model-dtype logits itself; the recording (tests) keeps them fp32
+    rest = model.depth_loop(hidden, talker.codec_embed(c0), pick, float_logits=draw is None or logits_out is not None)
     frames = torch.cat([c0[:, None], rest], dim=1)
     state.ring[slots, rows.frame_index % state.ring.shape[1]] = frames
-    state.next_input.index_copy_(0, slots, talker.frame_embed(frames) + talker.text_embed(rows.text))
+    state.next_input.index_copy_(0, slots, model.frame_embed(frames) + talker.text_embed(rows.text))
     return frames

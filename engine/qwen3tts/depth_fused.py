@@ -1,5 +1,5 @@
 """The code predictor's depth loop with passes 1..14 in five launches a layer (kernels/cp_linear.py,
-kernels/cp_attend.py) instead of the fused stack's ~11:
+kernels/cp_attend.py) instead of the fused stack's 9:
 
     q|k|v   = cp_linear(x, norm=input_layernorm)            RMSNorm in the projection's prologue
     o       = cp_attend(q|k|v)                              q/k-norm + RoPE + KV write + attention
@@ -9,17 +9,17 @@ kernels/cp_attend.py) instead of the fused stack's ~11:
 
 and the head as cp_linear(x, lm_head[k], norm=final norm) in fp32. Every codebook's draw (the Talker's codebook 0
 too) is one launch (kernels/sample_draw.py) where no row needs top-p, on Exp(1) noise made once a step. The next
-pass's input is one row lookup: the input projection (1.7B: 2048 -> 1024 with bias; 0.6B: none) is folded into
-the 14 fed-back embedding tables once at load (14 x 2048 x 1024, 56 MB in bf16). Pass 0 (two tokens a row: the
+pass's input is one row lookup, as in the stack's depth loop: StepModel.depth_input reads the input projection
+folded into the 14 fed-back embedding tables at load (batch_step.projected_tables). Pass 0 (two tokens a row: the
 Talker's hidden state and codebook 0) keeps the fused stack, whose separate KV write lets a token attend to a key
 written in the same launch.
 
-Launches a frame at 1-128 rows, counted from the code: the stack's depth loop ~70 a pass (11 a layer, the
-projection, the head, ~12 for the draw), this one ~28 (5 a layer, the lookup, the head, the draw).
+Launches a pass at 1-128 rows, counted from the code (bench/launch_count.py): the stack's depth loop 49 (9 a
+layer and its first norm, the lookup, the head, the draw kernel; ~12 more with PyTorch's draw), this one 28 (5 a
+layer, the lookup, the head, the draw).
 
 Roundings are the fused stack's at every step (the kernels' references are its ops), so `DepthOps.for_triton(False)`
-reproduces the stack's depth loop on the CPU; the folded tables round a projection of 2,048 rows where the stack
-projects R rows, which can differ in the last bit when cuBLAS picks another reduction order.
+reproduces the stack's depth loop on the CPU.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from .fused_stack import FusedStack
 from .model.code_predictor import CodePredictor
@@ -62,17 +61,10 @@ class FusedDepth:
         self.ops, self.stack = ops, stack
         self.eps = stack.eps
         self.lm_heads = [head.weight for head in predictor.lm_head]
-        with torch.no_grad():  # the projection folded into the tables fed back (E_15 never is)
-            self.tables = [predictor.small_to_mtp_projection(table.weight).contiguous()
-                           for table in predictor.model.codec_embedding[: predictor.num_code_groups - 2]]
 
     def head(self, x: torch.Tensor, k: int) -> torch.Tensor:
         """fp32 logits [R, V] of codebook k+1 from the last layer's residual stream x [R, H]."""
         return self.ops.linear(x, self.lm_heads[k], norm=self.stack.final_norm, eps=self.eps, out_float=True)
-
-    def next_input(self, code: torch.Tensor, k: int) -> torch.Tensor:
-        """The projected embedding of codebook k+1's ids [R] -> [R, H]."""
-        return F.embedding(code, self.tables[k])
 
     def layers(self, x: torch.Tensor, k_store: list[torch.Tensor], v_store: list[torch.Tensor], rows: torch.Tensor,
                positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -1,14 +1,15 @@
 """A decoder stack (the Talker's or the code predictor's) run token-major with fused weights and fused ops, for the
-batched step: about 10 launches a layer instead of ~45 (a captured step is launch-bound: each tiny kernel costs a
-few microseconds of the GPU's time, whatever its work).
+batched step: 9 launches a layer instead of ~45 (a captured step is launch-bound: each tiny kernel costs a few
+microseconds of the GPU's time, whatever its work).
 
-Per layer: [add +] RMSNorm (one kernel, kernels/add_rms_norm.py), q|k|v as one matmul, q/k-norm + RoPE + the
-key/value write into the layer's KV store (kernels/qk_norm_rope.py), attention over each token's own positions
-(kernels/slot_attention.py), o_proj, gate|up as one matmul, SiLU * up, down_proj. The modules' own weights become
-views of the fused matrices, so nothing is stored twice and the eager path (layers.py, the reference every piece
-is tested against) keeps working on the same tensors. `DecoderOps` picks the Triton kernels (CUDA) or their
-plain-PyTorch references (CPU, tests); the projections run through `linear` (F.linear, or kernels/gemv.py for a few
-rows: small_gemm.py).
+Per layer: q|k|v as one matmul, q/k-norm + RoPE + the key/value write into the layer's KV store
+(kernels/qk_norm_rope.py), attention over each token's own positions (kernels/slot_attention.py), o_proj, the
+residual add + RMSNorm (one kernel, kernels/add_rms_norm.py), gate|up as one matmul, SiLU * up (one kernel,
+kernels/swiglu.py), down_proj, the residual add + the next layer's RMSNorm. The modules' own weights become views of
+the fused matrices, so nothing is stored twice and the eager path (layers.py, the reference every piece is tested
+against) keeps working on the same tensors. `DecoderOps` picks the Triton kernels (CUDA) or their plain-PyTorch
+references (CPU, tests); the projections run through `linear` (F.linear, or kernels/gemv.py for a few rows:
+small_gemm.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class DecoderOps:
     add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     qk_norm_rope: Callable[..., torch.Tensor]
     attend: Callable[..., torch.Tensor]
+    swiglu: Callable[[torch.Tensor], torch.Tensor]  # gate|up [N, 2I] -> silu(gate) * up [N, I]
     uses_triton: bool = False
 
     @classmethod
@@ -39,13 +41,15 @@ class DecoderOps:
             from ...kernels.add_rms_norm import add_rms_norm
             from ...kernels.qk_norm_rope import qk_norm_rope
             from ...kernels.slot_attention import slot_attention
+            from ...kernels.swiglu import swiglu
 
-            return cls(add_rms_norm, qk_norm_rope, slot_attention, uses_triton=True)
+            return cls(add_rms_norm, qk_norm_rope, slot_attention, swiglu, uses_triton=True)
         from ...kernels.add_rms_norm import add_rms_norm_ref
         from ...kernels.qk_norm_rope import qk_norm_rope_ref
         from ...kernels.slot_attention import slot_attention_ref
+        from ...kernels.swiglu import swiglu_ref
 
-        return cls(add_rms_norm_ref, qk_norm_rope_ref, slot_attention_ref)
+        return cls(add_rms_norm_ref, qk_norm_rope_ref, slot_attention_ref, swiglu_ref)
 
 
 def _share(linear: nn.Linear, view: torch.Tensor) -> None:
@@ -81,20 +85,21 @@ class FusedStack:
         self.final_norm = stack.norm.weight
 
     def forward(self, x: torch.Tensor, k_store: list[torch.Tensor], v_store: list[torch.Tensor], slots: torch.Tensor,
-                positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+                positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                lengths: torch.Tensor | None = None) -> torch.Tensor:
         """x [N, H] tokens at (slots[i], positions[i]) of the per-layer stores [S, Hkv, P, D]; cos/sin [P', D]
         tables indexed by position -> the stack's post-norm output [N, H]. Each token's key and value are written
-        before it attends to positions 0..positions[i] of its slot."""
+        before it attends to positions 0..positions[i] of its slot. lengths: positions + 1 where the caller holds it
+        as a constant (the depth loop's positions are: one launch fewer a pass)."""
         ops, lin, n = self.ops, self.linear, x.shape[0]
-        lengths = positions + 1
+        lengths = positions + 1 if lengths is None else lengths
         x, h = ops.add_rms_norm(x.contiguous(), None, self.layers[0][0], self.eps)
         for i, (_, qkv_w, qn, kn, o_w, post_w, gate_up_w, down_w) in enumerate(self.layers):
             q = ops.qk_norm_rope(lin(h, qkv_w), qn, kn, cos, sin, positions, k_store[i], v_store[i], slots,
                                  self.heads, self.kv_heads, self.eps)
             o = ops.attend(q, k_store[i], v_store[i], slots, lengths)
             x, h = ops.add_rms_norm(x, lin(o.view(n, -1), o_w), post_w, self.eps)
-            gate, up = lin(h, gate_up_w).split(self.intermediate, dim=-1)
-            down = lin(F.silu(gate) * up, down_w)
+            down = lin(ops.swiglu(lin(h, gate_up_w)), down_w)
             nxt = self.layers[i + 1][0] if i + 1 < len(self.layers) else self.final_norm
             x, h = ops.add_rms_norm(x, down, nxt, self.eps)
         return h

@@ -50,6 +50,19 @@ def test_sample_draw(draw: ModuleType, rows: int, vocab: int, ties: bool) -> Non
     assert torch.isfinite(logits.gather(1, got[:, None])).all()  # never a suppressed id
 
 
+@pytest.mark.parametrize("rows", [1, 3, 17])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sample_draw_of_16_bit_logits_is_the_draw_of_their_fp32_values(draw: ModuleType, rows: int,
+                                                                       dtype: torch.dtype) -> None:
+    """The head's own 16-bit logits (no cast launched before the draw) give the ids their fp32 copy gives, id for
+    id, in the kernel and in the reference."""
+    logits, noise, params, columns = _draw_inputs(rows, 2048, ties=False)
+    low = logits.to(dtype)  # rounding makes ties too: the k-th value among equal logits
+    want = draw.sample_draw_ref(low.float(), noise, params, columns, 40)
+    assert torch.equal(draw.sample_draw(low, noise, params, columns, 40), want)
+    assert torch.equal(draw.sample_draw_ref(low, noise, params, columns, 40), want)
+
+
 def test_sample_draw_matches_the_engines_distribution(draw: ModuleType) -> None:
     """The draw's frequencies against softmax(top-k logits / T), and the engine's PyTorch sampler's, over 4,000 rows
     of one distribution (independent noise per row). Interpreted, 4,000 programs take a minute: the reference

@@ -1,0 +1,167 @@
+"""Kernel launches of a decode step counted from the code, on the CPU: every aten op the step dispatches launches a
+kernel on CUDA, except views and bare allocations; each Triton kernel the step would run on CUDA is stood in for by
+its plain reference and counted as one launch (the reference's own ops are not counted). No GPU and no timing: a
+count that a test can hold exact, and that says what a change takes off a captured step before it is measured.
+
+The step counted is the decode part of batch_step: the Talker over R rows' inputs (`talker_tokens`) and the frame
+drawn from its output (`sample_frames`: codebook 0, the depth loop's 15 passes, the ring and next-input writes),
+with every codebook's draw through kernels/sample_draw.py (draw=auto on CUDA). The runner's input copies, prompt
+rows and the codec call are not in it.
+
+    python -m voxgate.engine.qwen3tts.bench.launch_count ../shared/qwen3-tts/checkpoints/Qwen3-TTS-12Hz-1.7B-CustomVoice
+
+counts a model of that config's layer counts and vocabularies (narrow widths, random weights: a count depends on
+neither) at 1 row, before and after each launch-saving path (kernels/swiglu.py, the folded depth-input tables,
+the heads' logits read by the draw kernel without a cast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_aten = torch.ops.aten
+# ops that allocate or alias without a kernel (a captured graph launches nothing for them)
+NO_LAUNCH = {_aten.empty, _aten.empty_like, _aten.empty_strided, _aten.detach, _aten.lift_fresh, _aten.alias}
+
+
+class LaunchCounter(TorchDispatchMode):
+    """Counts the aten ops dispatched while active, by name; `kernel(name, fn)` wraps a reference so that a call
+    counts once, as `triton:<name>`, whatever it runs inside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+        self._inside = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if not self._inside and not func.is_view and func.overloadpacket not in NO_LAUNCH:
+            self.ops[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+    def kernel(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            if not self._inside:
+                self.ops[f"triton:{name}"] += 1
+            self._inside += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._inside -= 1
+        return launch
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+
+def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_projection: bool = True,
+                  cast_logits: bool = False) -> Counter[str]:
+    """The launches of one decode step at `rows` rows (the module docstring), with the step's other kernels as one
+    launch each: swiglu_kernel False takes PyTorch's SiLU and product, fold_projection False the depth loop's
+    lookup + input projection, cast_logits True the heads' `.float()` before each draw (as a step that records
+    its logits still does)."""
+    from voxgate.engine.qwen3tts.batch_step import SampledRows, SamplingFeatures, StepModel, sample_frames
+    from voxgate.engine.qwen3tts.fused_stack import DecoderOps
+    from voxgate.engine.qwen3tts.model.layers import rope_tables
+    from voxgate.engine.qwen3tts.model.sampling import NUM_PARAMS, TEMPERATURE, TOP_K
+    from voxgate.kernels.sample_draw import sample_draw_ref
+    from voxgate.kernels.swiglu import swiglu_ref
+
+    counter = LaunchCounter()
+    ref = DecoderOps.for_device(torch.device("cpu"))
+    ops = DecoderOps(counter.kernel("add_rms_norm", ref.add_rms_norm), counter.kernel("qk_norm_rope", ref.qk_norm_rope),
+                     counter.kernel("slot_attention", ref.attend),
+                     counter.kernel("swiglu", swiglu_ref) if swiglu_kernel else swiglu_ref, uses_triton=True)
+    model = StepModel(talker, ops, fold_projection=fold_projection)
+    model.draw = counter.kernel("sample_draw", sample_draw_ref)
+    state = _slot_state(talker, rows, rope_tables, NUM_PARAMS)
+    state.params[:, TEMPERATURE], state.params[:, TOP_K] = 0.9, 50.0
+    slots = torch.arange(1, rows + 1)
+    sampled = SampledRows(slots, torch.full((rows,), 3), torch.zeros(rows, dtype=torch.long))
+    x = state.next_input[slots]
+    features = replace(SamplingFeatures(), sampling=True, top_p=False)
+    suppress = torch.zeros(talker.cfg.layers.vocab_size, dtype=torch.bool)
+    positions = torch.full((rows,), 3)
+
+    def step() -> None:
+        hidden = model.talker_tokens(x, state, slots, positions)
+        sample_frames(model, state, hidden, sampled, talker.cfg.codec_eos_token_id, suppress, features,
+                      logits_out=[] if cast_logits else None)
+
+    with torch.no_grad():
+        step()  # the step model's constants are built here, as in the runner's warm-up before a capture
+        counter.ops.clear()
+        with counter:
+            step()
+    return counter.ops
+
+
+def _slot_state(talker: Any, rows: int, rope_tables: Callable[..., Any], num_params: int) -> Any:
+    from voxgate.engine.qwen3tts.batch_step import SlotState
+
+    lc, p = talker.cfg.layers, next(talker.parameters())
+    positions, slots = 8, rows + 1
+    kv = torch.zeros((lc.num_hidden_layers, 2, slots, lc.num_key_value_heads, positions, lc.head_dim), dtype=p.dtype)
+    cos, sin = rope_tables(torch.arange(positions), lc.head_dim, lc.rope_theta, p.dtype)
+    return SlotState(k_cache=list(kv[:, 0]), v_cache=list(kv[:, 1]), cos=cos, sin=sin,
+                     next_input=torch.randn(slots, lc.hidden_size).to(p.dtype),
+                     seen=torch.zeros(slots, lc.vocab_size, dtype=torch.bool),
+                     params=torch.zeros(slots, num_params), x_vector=torch.zeros(slots, lc.hidden_size, dtype=p.dtype),
+                     ring=torch.zeros(slots, 4, talker.cfg.num_code_groups, dtype=torch.long))
+
+
+def narrow_talker(checkpoint: Path, dtype: torch.dtype = torch.bfloat16) -> Any:
+    """A Talker with `checkpoint`'s layer counts, vocabularies and width relations (a projection where the
+    predictor is narrower), tiny widths and random weights."""
+    from voxgate.engine.qwen3tts.model.config import TalkerConfig
+    from voxgate.engine.qwen3tts.model.talker import Talker
+    from voxgate.engine.qwen3tts.tools.synthetic import TINY_PREDICTOR, TINY_TALKER
+
+    talker_cfg = json.loads((checkpoint / "config.json").read_text())["talker_config"]
+    predictor = talker_cfg["code_predictor_config"]
+    equal = predictor["hidden_size"] == talker_cfg["hidden_size"]
+    layers = talker_cfg["num_hidden_layers"], predictor["num_hidden_layers"]
+    talker_cfg.update(TINY_TALKER, num_hidden_layers=layers[0], text_vocab_size=64)
+    predictor.update(TINY_PREDICTOR, num_hidden_layers=layers[1])
+    if equal:
+        predictor["hidden_size"] = talker_cfg["hidden_size"]
+    torch.manual_seed(0)
+    return Talker(TalkerConfig.from_dict(talker_cfg)).to(dtype).eval()
+
+
+VARIANTS = {  # name -> step_launches options: the step as it was, then with each path, then all of them
+    "before": dict(swiglu_kernel=False, fold_projection=False, cast_logits=True),
+    "swiglu kernel": dict(swiglu_kernel=True, fold_projection=False, cast_logits=True),
+    "folded depth input": dict(swiglu_kernel=False, fold_projection=True, cast_logits=True),
+    "no logits cast": dict(swiglu_kernel=False, fold_projection=False, cast_logits=False),
+    "after": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m voxgate.engine.qwen3tts.bench.launch_count")
+    parser.add_argument("checkpoint", type=Path, help="a checkpoint directory (its config.json is read)")
+    parser.add_argument("--rows", type=int, default=1)
+    args = parser.parse_args(argv)
+    talker = narrow_talker(args.checkpoint)
+    base = None
+    for name, options in VARIANTS.items():
+        total = sum(step_launches(talker, args.rows, **options).values())
+        base = total if base is None else base
+        print(f"{name:20s} {total:5d} launches a step at {args.rows} row(s)   {total - base:+d}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,184 @@
+"""The decode step's launch-saving paths against their plain references on tiny checkpoints: SiLU * up in one kernel
+(kernels/swiglu.py) in the fused stack, the depth loop's input from the projected tables (batch_step.projected_tables)
+instead of a lookup and a GEMM, the heads' logits handed to the draw without a cast; and what each takes off a step,
+counted from the code (engine/qwen3tts/bench/launch_count.py). The engine-level check of the tables is
+test_engine_loop.py: its engines take them by default and must make each stream's codes alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+
+from triton_mode import DEVICE, kernel_module
+
+
+@pytest.fixture(scope="module")
+def act() -> ModuleType:
+    return kernel_module("swiglu")
+
+
+def _load(tiny_ckpt: Callable[[str], Path], kind: str, dtype: torch.dtype = torch.float32):
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
+
+    return Qwen3TTS.from_pretrained(tiny_ckpt(kind), dtype=dtype, device=DEVICE, progress=False)
+
+
+@pytest.mark.usefixtures("no_tf32")  # true fp32 on CUDA too
+def test_projected_tables_are_the_projected_embeddings(tiny_ckpt: Callable[[str], Path]) -> None:
+    """fp32: every fed-back codebook's table row is its embedding through the input projection (with bias)."""
+    from voxgate.engine.qwen3tts.batch_step import projected_tables
+
+    pred = _load(tiny_ckpt, "cv17").talker.code_predictor
+    assert isinstance(pred.small_to_mtp_projection, torch.nn.Linear)
+    tables = projected_tables(pred)
+    assert len(tables) == pred.num_code_groups - 2  # E_15 is never fed back
+    codes = torch.randint(0, pred.cfg.vocab_size, (64,), device=DEVICE)
+    with torch.no_grad():
+        for k, table in enumerate(tables):
+            assert table.shape == (pred.cfg.vocab_size, pred.cfg.hidden_size) and table.dtype == torch.float32
+            want = pred.small_to_mtp_projection(pred.model.codec_embedding[k](codes))
+            torch.testing.assert_close(table[codes], want, rtol=1e-5, atol=1e-5, msg=f"codebook {k + 1}")
+
+
+def test_projected_tables_round_once_in_bf16(tiny_ckpt: Callable[[str], Path]) -> None:
+    """bf16: each entry is the projection summed in fp64 and rounded once: within half a bf16 step of the exact
+    value, give or take fp64's accumulation error (K * 2^-53 * sum of |terms|, which matters only where the terms
+    cancel to near zero). Sums in fp32 miss it where terms cancel (seen here: 3.58e-7 for 3.80e-7)."""
+    from voxgate.engine.qwen3tts.batch_step import projected_tables
+
+    pred = _load(tiny_ckpt, "cv17", torch.bfloat16).talker.code_predictor
+    proj = pred.small_to_mtp_projection
+    w, b = proj.weight.detach().double(), proj.bias.detach().double()
+    for k, table in enumerate(projected_tables(pred)):
+        assert table.dtype == torch.bfloat16
+        e = pred.model.codec_embedding[k].weight.detach().double()
+        exact = e @ w.T + b
+        accumulation = w.shape[1] * 2.0**-53 * (e.abs() @ w.abs().T + b.abs())
+        err = (table.double() - exact).abs()
+        assert (err <= (exact.abs() + accumulation) * 2.0**-8 + accumulation).all(), f"codebook {k + 1}"
+
+
+def test_without_a_projection_the_tables_are_the_embeddings(tiny_ckpt: Callable[[str], Path]) -> None:
+    """0.6B: nothing to fold, nothing stored: the tables are the embedding weights themselves."""
+    from voxgate.engine.qwen3tts.batch_step import projected_tables
+
+    pred = _load(tiny_ckpt, "cv06").talker.code_predictor
+    tables = projected_tables(pred)
+    assert all(t is e.weight for t, e in zip(tables, pred.model.codec_embedding, strict=False))
+
+
+def _depth_logits(model, h: torch.Tensor, c0: torch.Tensor, forced: torch.Tensor,
+                  float_logits: bool = True) -> list[torch.Tensor]:
+    seen: list[torch.Tensor] = []
+
+    def pick(lg: torch.Tensor) -> torch.Tensor:
+        seen.append(lg)
+        return forced[:, len(seen) - 1]
+
+    with torch.no_grad():
+        assert torch.equal(model.depth_loop(h, c0, pick, float_logits), forced)
+    return seen
+
+
+@pytest.mark.usefixtures("no_tf32")  # true fp32 on CUDA too
+@pytest.mark.parametrize("kind", ["cv17", "cv06"])
+def test_depth_loop_on_the_tables_and_the_swiglu_kernel_equals_the_plain_loop(tiny_ckpt: Callable[[str], Path],
+                                                                             act: ModuleType, kind: str) -> None:
+    """fp32, 3 rows, forced codes: every codebook's logits with the projected tables, and with SiLU * up through
+    the kernel (interpreted without a GPU) in every layer, against the lookup + projection and PyTorch's SiLU."""
+    from voxgate.engine.qwen3tts.batch_step import StepModel
+    from voxgate.engine.qwen3tts.fused_stack import DecoderOps
+
+    tts = _load(tiny_ckpt, kind)
+    ops = DecoderOps.for_device(torch.device(DEVICE), "torch")
+    assert ops.swiglu is not act.swiglu
+    models = {"plain": StepModel(tts.talker, ops, fold_projection=False), "tables": StepModel(tts.talker, ops),
+              "swiglu": StepModel(tts.talker, replace(ops, swiglu=act.swiglu), fold_projection=False)}
+    rows, hidden = 3, tts.talker.model.codec_embedding.weight.shape[1]
+    h, c0 = torch.randn(rows, hidden, device=DEVICE), torch.randn(rows, hidden, device=DEVICE)
+    forced = torch.randint(0, tts.talker.code_predictor.cfg.vocab_size, (rows, 15), device=DEVICE)
+    logits = {name: _depth_logits(model, h, c0, forced) for name, model in models.items()}
+    for name in ("tables", "swiglu"):
+        for k, (got, want) in enumerate(zip(logits[name], logits["plain"], strict=True)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"{name}: codebook {k + 1}")
+
+
+def test_the_depth_loop_hands_the_heads_logits_over_uncast(tiny_ckpt: Callable[[str], Path]) -> None:
+    """bf16: with float_logits=False the pick gets the heads' bf16 output, whose fp32 values are the cast logits."""
+    from voxgate.engine.qwen3tts.batch_step import StepModel
+    from voxgate.engine.qwen3tts.fused_stack import DecoderOps
+
+    tts = _load(tiny_ckpt, "cv17", torch.bfloat16)
+    model = StepModel(tts.talker, DecoderOps.for_device(torch.device(DEVICE), "torch"))
+    rows, hidden = 2, tts.talker.model.codec_embedding.weight.shape[1]
+    h, c0 = torch.randn(rows, hidden, device=DEVICE).bfloat16(), torch.randn(rows, hidden, device=DEVICE).bfloat16()
+    forced = torch.randint(0, tts.talker.code_predictor.cfg.vocab_size, (rows, 15), device=DEVICE)
+    cast, raw = _depth_logits(model, h, c0, forced), _depth_logits(model, h, c0, forced, float_logits=False)
+    assert all(lg.dtype == torch.float32 for lg in cast) and all(lg.dtype == torch.bfloat16 for lg in raw)
+    for k, (a, b) in enumerate(zip(cast, raw, strict=True)):
+        assert torch.equal(a, b.float()), f"codebook {k + 1}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_frames_embedding_in_one_lookup_is_the_talkers(tiny_ckpt: Callable[[str], Path], dtype: torch.dtype) -> None:
+    """F(frame) from the joined table equals Talker.frame_embed bit for bit, and the Talker's own tables, now views
+    of the joined one, still give it."""
+    from voxgate.engine.qwen3tts.batch_step import StepModel
+    from voxgate.engine.qwen3tts.fused_stack import DecoderOps
+
+    talker = _load(tiny_ckpt, "cv17", dtype).talker
+    v0, v = talker.cfg.layers.vocab_size, talker.code_predictor.cfg.vocab_size
+    frames = torch.cat([torch.randint(0, v0, (5, 1), device=DEVICE), torch.randint(0, v, (5, 15), device=DEVICE)], 1)
+    frames[0, 1:] = v - 1  # each table's last row: an offset one short would read the next table's first
+    with torch.no_grad():
+        want = talker.frame_embed(frames)
+        model = StepModel(talker, DecoderOps.for_device(torch.device(DEVICE), "torch"))
+        assert torch.equal(model.frame_embed(frames), want)
+        assert torch.equal(talker.frame_embed(frames), want)
+    assert talker.model.codec_embedding.weight.data_ptr() == model.frame_table.data_ptr()
+
+
+def test_the_counter_counts_ops_and_kernels_not_views() -> None:
+    from voxgate.engine.qwen3tts.bench.launch_count import LaunchCounter
+
+    counter = LaunchCounter()
+    kernel = counter.kernel("swiglu", lambda x: F.silu(x[:, :2]) * x[:, 2:])
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    with counter:
+        y = F.linear(x, w)  # a view of w (its transpose), then one mm
+        y = kernel(y.view(3, 4).contiguous())  # contiguous: already so, nothing; the kernel: once
+        torch.empty(5)
+    assert counter.ops == {"aten.mm": 1, "triton:swiglu": 1}, counter.ops
+    assert y.shape == (3, 2)
+
+
+@pytest.mark.parametrize("kind", ["cv17", "cv06"])
+def test_each_path_takes_its_launches_off_a_decode_step(tiny_ckpt: Callable[[str], Path], kind: str) -> None:
+    """bf16, 1 row: the SwiGLU kernel one launch a layer of the Talker and of each of the depth loop's 15 passes;
+    the tables one GEMM a pass 1..14 where there is a projection (1.7B), none where there is not (0.6B); the uncast
+    logits one launch a depth pass. The kernels the step runs are counted as one launch each."""
+    from voxgate.engine.qwen3tts.bench.launch_count import VARIANTS, step_launches
+
+    talker = _load(tiny_ckpt, kind, torch.bfloat16).talker.cpu()
+    layers, depth_layers = talker.cfg.layers.num_hidden_layers, talker.cfg.code_predictor.num_hidden_layers
+    projects = isinstance(talker.code_predictor.small_to_mtp_projection, torch.nn.Linear)
+    counts = {name: step_launches(talker, 1, **options) for name, options in VARIANTS.items()}
+    total = {name: sum(c.values()) for name, c in counts.items()}
+    saved = {"swiglu kernel": layers + 15 * depth_layers, "folded depth input": 14 if projects else 0,
+             "no logits cast": 15}
+    for name, n in saved.items():
+        assert total["before"] - total[name] == n, (name, total)
+    assert total["before"] - total["after"] == sum(saved.values()), total
+    after = counts["after"]
+    assert after["triton:swiglu"] == layers + 15 * depth_layers and after["triton:sample_draw"] == 16
+    assert after["aten.silu"] == 1  # the text projection's, outside the stacks
+    # codebook 0's row for the predictor, passes 1..14's inputs, the frame's (one lookup), the text's
+    assert after["aten.embedding"] == 1 + 14 + 1 + 1 and after["aten.stack"] == 1  # the codes' stack only
