@@ -111,6 +111,34 @@ async def test_cancel_stops_the_audio_of_the_turn(gateway, fake_engine):
     assert not [e for e in tts.errors if e["type"] == "error"]
 
 
+def _contexts_active(http_url: str) -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"{http_url}/metrics", timeout=5).read().decode()
+    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith("voxgate_contexts_active ")))
+
+
+async def test_a_cancel_that_crosses_the_turns_end_ends_it_as_done(gateway):
+    """Barge-in as the turn ends: the server has sent all of its audio (its context is no longer active there) but
+    the client has not read the end yet. The server answers the cancel with unknown_context ahead of the audio
+    still queued; the turn ends at its context.done, no error, nothing more yielded, and the session goes on."""
+    server = gateway(writer_queue_frames=100_000)  # the whole turn fits in the writer's queue, not in the socket
+    async with voxgate.client.connect(server.ws_url) as tts:
+        turn = tts.speak("A turn long enough to fill the socket's buffers. " * 60)
+        async for _ in turn:
+            break
+        # Hold this event loop (no await) until the server has finished the context: what it sent stays unread.
+        deadline = time.monotonic() + 60  # a hang guard only
+        while _contexts_active(server.http_url) > 0:
+            assert time.monotonic() < deadline, "the server never finished the turn"
+            time.sleep(0.01)
+        await turn.cancel()
+        assert turn.error is None and turn.done is not None and turn.cancelled is None
+        assert [c async for c in turn] == []  # the chunks queued behind the cancel are dropped
+        assert [e["code"] for e in tts.errors if e["type"] == "error"] == ["unknown_context"]  # seen, not raised
+        assert len(await tts.speak("Still talking.").audio()) > 0
+
+
 async def test_cancel_of_a_turn_that_has_not_started_needs_no_server(gateway):
     server = gateway()
     async with voxgate.client.connect(server.ws_url) as tts:

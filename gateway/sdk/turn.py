@@ -98,6 +98,7 @@ class Turn:
         self._opened = False
         self._ended = False
         self._stopped = False  # cancel asked, or an error: yield nothing more
+        self._cancel_sent = False
         self._last_sent = 0.0
         self._timer: asyncio.Task | None = None
         self._feeder: asyncio.Task | None = None
@@ -225,7 +226,9 @@ class Turn:
 
     async def cancel(self, played_pts: int | None = None) -> None:
         """Barge-in: stop the turn. When this returns the server has acknowledged it, and iterating the turn yields
-        no chunk of it any more (chunks still queued are dropped). `played_pts`: where your player stopped."""
+        no chunk of it any more (chunks still queued are dropped). `played_pts`: where your player stopped.
+        A turn whose audio the server had all sent when the cancel reached it ends as done instead (`done` set,
+        `cancelled` None): its last chunks were already on the way, and they are dropped the same."""
         if self.done is not None or self.cancelled is not None:
             return
         self._stopped = True
@@ -238,6 +241,7 @@ class Turn:
             if played_pts is not None:
                 message["played_pts"] = played_pts
             async with self._lock:
+                self._cancel_sent = True
                 await self._conn.client.send(message)
             await self._conn.wait_for(self._conn.client.context(self.context_id).done, self)
         self._drop_queued()
@@ -286,6 +290,10 @@ class Turn:
         elif kind == "warning":
             self.warnings.append(msg)
         elif kind == "error":
+            if self._cancel_sent and msg["code"] == "unknown_context":
+                # The cancel crossed the context's end: the server had sent all of its audio, and its context.done
+                # (behind that audio; the error jumped the queue) ends the wait. Not the consumer's error.
+                return
             self._fail(VoxgateError.from_message(msg))
 
     def _fail(self, error: VoxgateError) -> None:
