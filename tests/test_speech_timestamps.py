@@ -55,13 +55,14 @@ def test_espeak_words_come_before_their_audio_and_cover_the_text(gateway):
     assert words[0]["start_ms"] == 0.0
     audio = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
     check_contiguous(words, len(audio) / 2 / 24)
-    # A compressed format: the same times (on the source audio; a sentence's end may differ by a few samples
-    # between two espeak runs), the first before any audio.
+    # A compressed format: the same times (on the source audio), the first before any audio. Two espeak runs of a
+    # text may differ a little: a sentence's end by a few samples, a word event's position (whole ms) by one, so a
+    # later word moves by up to ~1.1 ms (seen under load: "sheet" ended at 2745.6 and 2746.7 ms).
     mp3 = _events(_post(server, response_format="mp3", stream_format="sse", timestamps="word"))
     assert mp3[0]["type"] == "speech.audio.timestamps"
     again = [w for e in mp3 if e["type"] == "speech.audio.timestamps" for w in e["words"]]
     assert [w["word"] for w in again] == [w["word"] for w in words]
-    assert all(abs(a[k] - b[k]) <= 1 for a, b in zip(again, words, strict=True) for k in ("start_ms", "end_ms"))
+    assert all(abs(a[k] - b[k]) <= 2 for a, b in zip(again, words, strict=True) for k in ("start_ms", "end_ms"))
 
 
 def test_fake_words_are_exact_on_the_response_timeline(gateway, fake_engine):
