@@ -305,40 +305,60 @@ def test_barge_in_is_silent_within_20ms_and_the_next_context_plays(page, gateway
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("pause_ms", "stalls"), [(100, 0), (300, 1)])
-def test_delivery_pause(page, gateway: str, pause_ms: int, stalls: int) -> None:
-    """Target 150 ms: a 100 ms hole in delivery is absorbed; a 300 ms one is exactly one stall, which the page
-    reports and the server attributes (a `stall` message and the context's `context.done.stalls`)."""
+def test_a_delivery_pause_shorter_than_the_buffer_is_absorbed(page, gateway: str) -> None:
+    """Target 150 ms: a 100 ms hole in delivery is absorbed (no stall over 10 ms the server caused)."""
     port = int(gateway.rsplit(":", 1)[1])
     with PausingProxy(port) as proxy:
         open_demo(page, gateway, codec="pcm_s16le", target=150, ws=f"ws://127.0.0.1:{proxy.port}/v1/tts/ws")
         cid = speak(page, "Greeting", mode="all")
         wait_played(page, cid, 2)
-        paused_at = time.time() * 1000  # epoch ms, the clock of the page's `received_at`
-        proxy.pause(pause_ms)
-        if stalls:
-            page.wait_for_function("window.voxgate.state.serverStalls.length >= 1", timeout=5000)
-            screenshot(page, f"pause-{pause_ms}ms.png")
+        proxy.pause(100)
+        ctx = wait_done(page, cid)
+    assert_no_violation(page, ctx)
+    assert page.errors == []
+
+
+@pytest.mark.slow
+def test_a_delivery_hole_past_the_buffer_is_one_network_stall(page, gateway: str) -> None:
+    """Delivery held until the player runs dry, then 200 ms more: exactly one stall, which the page reports and the
+    server attributes to the network (a `stall` message and the context's `context.done.stalls`).
+
+    The hole is cut by the player's own state, not by a fixed wall-clock length: on loaded cores the audio clock
+    can run slower than the wall clock, and a fixed 300 ms hole was then absorbed by a 150 ms buffer."""
+    port = int(gateway.rsplit(":", 1)[1])
+    with PausingProxy(port) as proxy:
+        open_demo(page, gateway, codec="pcm_s16le", target=150, ws=f"ws://127.0.0.1:{proxy.port}/v1/tts/ws")
+        cid = speak(page, "Greeting", mode="all")
+        wait_played(page, cid, 2)
+        held_from_pts = page.evaluate("window.voxgate.state.report.played_pts")
+        held = time.monotonic()
+        proxy.hold()
+        try:
+            page.wait_for_function("window.voxgate.state.report.state === 'stalled'", timeout=10_000)
+            time.sleep(0.2)
+        finally:
+            proxy.release()
+        held_ms = (time.monotonic() - held) * 1000
+        page.wait_for_function(
+            "(pts) => window.voxgate.state.serverStalls.some((s) => s.pts >= pts)", arg=held_from_pts, timeout=10_000
+        )
+        screenshot(page, "pause-hole.png")
         ctx = wait_done(page, cid)
         st = page.evaluate("window.voxgate.state")
     u = st["report"]["underruns"]
-    if stalls == 0:
-        assert_no_violation(page, ctx)
-    else:
-        # The planned stall is the proxy's hole: the longest one reported after the pause began (its report comes
-        # once delivery resumes). Any other is the machine's (see load_caused), counted but not judged: under load
-        # the hole itself can look load-caused and a 12 ms hiccup not (a loaded CI run).
-        lags, seen = browser_lags(page), server_stalls(page)
-        stall = max((s for s in seen if s["received_at"] >= paused_at), key=lambda s: s["duration_ms"], default=None)
-        assert stall is not None, ("no stall reported after the pause", paused_at, seen)
-        excused = sum(s["events"] for s in seen) - stall["events"]
-        assert u["events"] == 1 + excused, (u, lags)
-        assert pause_ms - 150 - 60 <= stall["duration_ms"] <= pause_ms, stall
-        assert excused or pause_ms - 150 - 60 <= u["max_gap_ms"] <= pause_ms, u
-        assert stall["context_id"] == cid
-        assert excused or abs(stall["duration_ms"] - u["max_gap_ms"]) <= 1
-        # Delivery was held after the server sent in time: the network's fault, not the generator's or client's.
-        assert stall["cause"] in ("network", "pacing"), stall
-        assert ctx["done"]["stalls"]["events"] == 1 + excused
-        assert ctx["done"]["stalls"]["by_cause"][stall["cause"]] >= 1
+    # The planned stall is the longest one that began after the hold did (by pts: no clock to compare). Any other
+    # is the machine's (see load_caused), counted but not judged.
+    lags, seen = browser_lags(page), server_stalls(page)
+    stall = max((s for s in seen if s["pts"] >= held_from_pts), key=lambda s: s["duration_ms"])
+    excused = sum(s["events"] for s in seen) - 1  # a report can carry a load stall and the hole together
+    assert u["events"] == 1 + excused, (u, lags)
+    if stall["events"] == 1:
+        # At least part of the 200 ms after the player ran dry (the audio clock may run slow), at most the hole.
+        assert 30 <= stall["duration_ms"] <= held_ms, (stall, held_ms)
+    assert stall["context_id"] == cid
+    assert excused or abs(stall["duration_ms"] - u["max_gap_ms"]) <= 1
+    # Delivery was held after the server sent in time: the network's fault, not the generator's or client's.
+    assert stall["cause"] in ("network", "pacing"), stall
+    assert ctx["done"]["stalls"]["events"] == 1 + excused
+    assert ctx["done"]["stalls"]["by_cause"][stall["cause"]] >= 1
     assert page.errors == []
