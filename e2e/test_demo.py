@@ -193,8 +193,10 @@ def load_caused(stall: dict, lags: list[dict], server_lag: float = 0.0) -> bool:
     before the stall's report reached it, and either the server sent the audio in time (cause `network` or
     `client`) or it sent late (`pacing`) because its own event loop was held up as long (`server_lag`, ms). A
     `generation` gap, or a late send while the browser ran freely, is the server's."""
-    since = stall["received_at"] - stall["duration_ms"] - 2000
-    blocked = sum(lag["ms"] for lag in lags if since <= lag["t"] <= stall["received_at"])
+    since, until = stall["received_at"] - stall["duration_ms"] - 2000, stall["received_at"]
+    # A lag is the interval [t - ms, t] its timer waited; its part inside the window counts (a 514 ms lag whose
+    # timer fired 2 ms after the report arrived held the browser through the whole stall).
+    blocked = sum(max(0.0, min(lag["t"], until) - max(lag["t"] - lag["ms"], since)) for lag in lags)
     if blocked < stall["duration_ms"] / 2:
         return False
     sent_in_time = stall["cause"] in ("network", "client")

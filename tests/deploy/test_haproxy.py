@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from processes import Balancer, backend, haproxy
-from support import PASSAGE, ServeProcess, free_port
+from support import PASSAGE, ServeProcess, free_port, no_pause_from_the_server
 from voxgate.client.protocol_client import SessionError, VoxgateClient
 
 pytestmark = pytest.mark.slow
@@ -56,11 +56,12 @@ class Listener:
         return listener
 
     async def finish(self) -> None:
-        """The whole passage heard (played out of the player's buffer too) without a pause over 10 ms."""
+        """The whole passage heard (played out of the player's buffer too) without a pause over 10 ms that the
+        server caused (one this loaded client process caused by reading late is attributed and excused)."""
         result = await asyncio.wait_for(self.task, 30)
         assert result.event("context.done") is not None
         await self.client.player.drained()
-        assert not self.client.player.gaps_over(0.010), (self.backend, self.client.player.stalls)
+        await no_pause_from_the_server(self.client)
 
     async def close(self) -> None:
         self.task.cancel()

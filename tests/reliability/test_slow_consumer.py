@@ -107,5 +107,7 @@ async def test_an_expired_session_that_does_not_read_is_closed_on_time(gateway, 
     await wait_until(lambda: httpx.get(server.http_url + "/health").json()["sessions"] == 1, 5)
     await wait_until(lambda: httpx.get(server.http_url + "/health").json()["sessions"] == 0, 10)
     await wait_until(lambda: open_connections(server) == 0, 5)
-    assert time.monotonic() - t0 < 1.5 + CLOSE_GRACE_S + 1.5
+    # Closed by the session limit (1.5 s + the close grace), not by the slow-consumer watchdog (30 s): the bound sits
+    # far below the watchdog and leaves loaded cores their slack (4.5 s was seen under stress-ng and -n 3).
+    assert time.monotonic() - t0 < 1.5 + CLOSE_GRACE_S + 8
     stuck.close()
