@@ -1,0 +1,161 @@
+"""Word times on the Qwen3-TTS engine from the forced aligner (engine option `aligner`; issue 28): a word-times
+stream's words come before its audio and equal `Aligner.align` of that audio run on its own; streams without word
+times are untouched; a cancel leaves no words; the gateway says `timestamps: "word"` and sends each `timestamps`
+event before the frames it describes. Tiny TTS and aligner checkpoints on the CPU, the real loaders."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aligner.checkpoint import write_sharp_aligner
+from support import connect, cpu_loop_config, running_gateway, slots_free, until
+from voxgate.engine.aligner.align import Aligner
+from voxgate.engine.aligner.stream import AlignedStream
+from voxgate.engine.base import AudioStream, SynthesisRequest
+from voxgate.engine.loop import LoopStream
+from voxgate.engine.qwen3tts.engine import create_engine
+from voxgate.engine.words import WordTime, text_words
+from voxgate.gateway.protocol import FrameHeader
+from voxgate.gateway.transport.uvicorn_server import BackgroundServer
+
+# max_frames 20: every stream is 1.6 s (random weights rarely stop early); urgent_s 0: chunks as scheduled.
+SMALL = dict(device="cpu", dtype="fp32", greedy="true", row_buckets="1,2,4,8", prefill_buckets="32,64",
+             max_slots="9", max_positions="400", max_rows="8", chunk_frames="1,2,4", max_frames="20",
+             urgent_s="0")
+TEXTS = ["The birch canoe slid on the planks.", "Glue the sheet to the dark blue background.",
+         "It's easy to tell the depth of a well."]
+
+
+@pytest.fixture(scope="module")
+def aligner_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Times under 20 x 80 ms, so they fall inside these 1.6-s streams instead of at their ends.
+    return write_sharp_aligner(tmp_path_factory.mktemp("timed-aligner"), classes=20)
+
+
+async def _engine(tiny_ckpt: Callable[[str], Path], **kw: Any) -> Any:
+    engine = create_engine(model=str(tiny_ckpt("cv06")), **{**SMALL, **kw})
+    await engine.start()
+    return engine
+
+
+async def _spoken(stream: AudioStream) -> tuple[np.ndarray, list[list[WordTime]]]:
+    """The stream's audio and, after each chunk, the words taken (as the gateway takes them)."""
+    chunks, taken = [], []
+    async for chunk in stream:
+        taken.append(stream.take_words())
+        chunks.append(chunk)
+    return np.concatenate(chunks), taken
+
+
+def _check_words(audio: np.ndarray, taken: list[list[WordTime]], text: str, alone: Aligner) -> None:
+    words = [w for batch in taken for w in batch]
+    assert words and words == taken[0]  # all before the first chunk: a request is one segment
+    assert [w.word for w in words] == [w.text for w in text_words(text)]
+    assert all(a.start <= b.start and a.end == b.start for a, b in itertools.pairwise(words))
+    assert words[-1].end == len(audio)
+    assert words == alone.align(audio.astype(np.float32) / 32768.0, text)  # the one-clip path, run separately
+
+
+@pytest.mark.slow
+async def test_words_before_audio_equal_one_clip_alignment_and_plain_streams_untouched(
+        tiny_ckpt: Callable[[str], Path], aligner_dir: Path) -> None:
+    engine = await _engine(tiny_ckpt, aligner=str(aligner_dir))
+    try:
+        assert engine.supports_word_times and engine.info()["aligner"] == str(aligner_dir)
+        solo = {t: (await _spoken(engine.open_stream(SynthesisRequest(t, "ryan"))))[0] for t in TEXTS}
+        # One at a time, the steps are the same: with word times the very same audio, only later.
+        timed, _ = await _spoken(engine.open_stream(SynthesisRequest(TEXTS[0], "ryan", word_times=True)))
+        np.testing.assert_array_equal(timed, solo[TEXTS[0]])
+        streams = [engine.open_stream(SynthesisRequest(t, "ryan", word_times=i != 1)) for i, t in enumerate(TEXTS)]
+        assert isinstance(streams[0], AlignedStream) and isinstance(streams[2], AlignedStream)
+        assert type(streams[1]) is LoopStream  # without word times: the loop's own stream, no hold
+        results = await asyncio.gather(*(_spoken(s) for s in streams))
+        alone = Aligner.from_pretrained(aligner_dir)
+        for i, (text, (audio, taken)) in enumerate(zip(TEXTS, results, strict=True)):
+            # Batched with others: the same greedy codes; the codec's batched fp32 sums round 1 LSB apart at most.
+            assert len(audio) == len(solo[text]) and np.abs(audio.astype(int) - solo[text]).max() <= 1
+            if i == 1:
+                assert not any(taken)
+            else:
+                _check_words(audio, taken, text, alone)
+        assert len({w.start for w in results[0][1][0]}) > 1  # the times vary inside the clip
+    finally:
+        await engine.stop()
+
+
+@pytest.mark.slow
+async def test_cancel_while_the_segment_is_made_leaves_no_words(tiny_ckpt: Callable[[str], Path],
+                                                                 aligner_dir: Path) -> None:
+    engine = await _engine(tiny_ckpt, aligner=str(aligner_dir), max_frames="400")
+    try:
+        stream = engine.open_stream(SynthesisRequest("word " * 30, "ryan", word_times=True))
+        assert isinstance(stream, AlignedStream)
+        chunks = aiter(stream)
+        first = asyncio.ensure_future(anext(chunks))
+        inner = stream._inner
+        assert isinstance(inner, LoopStream)
+        await until(lambda: inner._handed_at is not None, 60, "a chunk made (and held)")
+        assert not first.done()  # held: its words are not measured yet
+        stream.cancel()
+        with pytest.raises(StopAsyncIteration):
+            await first
+        assert stream.take_words() == [] and engine.word_aligner.batches == 0
+        await slots_free(engine)
+        # The engine goes on: the next word-times stream is measured.
+        _, taken = await _spoken(engine.open_stream(SynthesisRequest("Hello there.", "ryan", word_times=True)))
+        assert [w.word for w in taken[0]] == ["Hello", "there."] and engine.word_aligner.batches == 1
+    finally:
+        await engine.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_ckpt: Callable[[str], Path], aligner_dir: Path) -> Iterator[BackgroundServer]:
+    engine = create_engine(model=str(tiny_ckpt("cv06")), aligner=str(aligner_dir), **SMALL)
+    with running_gateway(engine, cpu_loop_config()) as srv:
+        yield srv
+
+
+@pytest.mark.slow
+async def test_the_gateway_sends_each_words_event_before_its_frames(server: BackgroundServer) -> None:
+    ws, started = await connect(server.ws_url, pacing={"mode": "asap"}, defaults={"voice": "ryan"},
+                                timestamps="word")
+    assert started["timestamps"] == "word" and "timestamps_unavailable" not in started
+    rate = started["audio"]["sample_rate"]
+    text = " ".join(TEXTS[:2])
+    await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": text}))
+    await ws.send(json.dumps({"type": "context.end", "context_id": "a"}))
+    received = start_pts = done = None  # the timeline position up to which audio has arrived
+    words: list[dict[str, Any]] = []
+    while True:
+        raw = await asyncio.wait_for(ws.recv(), 120)
+        if isinstance(raw, bytes):
+            header = FrameHeader.unpack(raw)
+            received = header.pts + header.samples
+            continue
+        msg = json.loads(raw)
+        assert msg["type"] != "error", msg
+        if msg["type"] == "context.started":
+            start_pts = received = msg["start_pts"]
+        elif msg["type"] == "timestamps":
+            assert start_pts is not None and received is not None
+            for word in msg["words"]:  # no frame holding its audio has come yet (start_ms is to 0.1 ms)
+                assert start_pts + word["start_ms"] * rate / 1000 >= received - rate / 10_000, (word, received)
+            words += msg["words"]
+        elif msg["type"] == "context.done":
+            done = msg
+            break
+    await ws.close()
+    assert [w["word"] for w in words] == [w.text for w in text_words(text)]
+    assert all(a["start_ms"] <= b["start_ms"] for a, b in itertools.pairwise(words))
+    # Two sentences, two requests of 20 frames: the first's words end with its audio (1.6 s), the second's are
+    # placed on the context's clock after it.
+    second = len(text_words(TEXTS[0]))
+    assert words[second - 1]["end_ms"] == 1600 <= words[second]["start_ms"] and done["usage"]["audio_ms"] == 3200
+    assert words[-1]["end_ms"] == 3200
