@@ -61,6 +61,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     load.add_argument("--text-wps", type=float, help="WebSocket: send the text one word a message at this many "
                       "words/s (an LLM's output; TTFA counts from the first word); default: all at once")
     load.add_argument("--deflate", action="store_true", help="offer WebSocket permessage-deflate (off by default)")
+    load.add_argument("--timestamps", action="store_true", help="WebSocket: sessions ask for word timestamps "
+                      "(`timestamps: \"word\"`); a server without them is an error; each sample counts its timed words")
     out = p.add_argument_group("report")
     out.add_argument("--name", help="report name (default ENGINE-TRANSPORT-UTCDATE)")
     out.add_argument("--out", help="output folder (default docs/benchmarks/NAME)")
