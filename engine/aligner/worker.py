@@ -43,11 +43,12 @@ class AlignJob:
 class AlignerWorker:
     """Measures submitted jobs on its own thread, in batches; `close()` ends it (pending jobs get an error)."""
 
-    def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.aligner = aligner
         self.max_batch = max_batch
+        self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
         self.batches = 0  # align_batch calls made (tests, /health)
         self._jobs: deque[AlignJob] = deque()
         self._ready = threading.Condition()
@@ -57,8 +58,9 @@ class AlignerWorker:
 
     @classmethod
     def load(cls, path: str, device: torch.device, dtype: torch.dtype) -> AlignerWorker:
-        """The aligner checkpoint at `path` (directory or repo id) on `device` in `dtype`, with a progress bar."""
-        return cls(Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True))
+        """The aligner checkpoint at `path` (directory or repo id) on `device` in `dtype`, with a progress bar, warmed
+        up on its thread (a first CUDA call pays for library handles and kernel loads, not a stream's words)."""
+        return cls(Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True), warmup=True)
 
     def submit(self, job: AlignJob) -> None:
         with self._ready:
@@ -101,6 +103,12 @@ class AlignerWorker:
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the weights, copied on the default stream, are in place
             side = torch.cuda.Stream(device)
+        if self.warmup:
+            try:
+                with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                    self.aligner.align_batch([np.zeros(24_000, np.float32)], ["Warm up."])
+            except Exception:  # the streams' own calls will report it
+                log.exception("aligner warm-up failed")
         while (batch := self._take()) is not None:
             if not batch:
                 continue

@@ -6,12 +6,14 @@ event before the frames it describes. Tiny TTS and aligner checkpoints on the CP
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from aligner.checkpoint import write_sharp_aligner
@@ -159,3 +161,25 @@ async def test_the_gateway_sends_each_words_event_before_its_frames(server: Back
     second = len(text_words(TEXTS[0]))
     assert words[second - 1]["end_ms"] == 1600 <= words[second]["start_ms"] and done["usage"]["audio_ms"] == 3200
     assert words[-1]["end_ms"] == 3200
+
+
+@pytest.mark.slow
+async def test_http_sse_words_come_before_their_deltas_sentence_by_sentence(server: BackgroundServer) -> None:
+    text = " ".join(TEXTS[1:])
+    async with httpx.AsyncClient(timeout=120) as http:  # non_streaming_mode false: ignored with word times
+        response = await http.post(server.http_url + "/v1/audio/speech", json={
+            "input": text, "voice": "ryan", "response_format": "pcm", "stream_format": "sse", "timestamps": "word",
+            "non_streaming_mode": False})
+    assert response.status_code == 200, response.text
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    received = 0  # samples of audio sent so far
+    words: list[dict[str, Any]] = []
+    for event in events:
+        if event["type"] == "speech.audio.delta":
+            received += len(base64.b64decode(event["audio"])) // 2
+        elif event["type"] == "speech.audio.timestamps":
+            assert all(w["start_ms"] * 24 >= received - 2 for w in event["words"]), (event, received)
+            words += event["words"]
+    assert [w["word"] for w in words] == [w.text for w in text_words(text)]
+    # Two sentences, two requests of 20 frames (one stream for the whole input would be 20 frames in all).
+    assert received == 2 * 20 * 1920 and words[-1]["end_ms"] == 3200
