@@ -46,3 +46,15 @@ def test_timestamps_need_the_websocket() -> None:
     args = parser.parse_args(["--url", "http://x", "--transport", "http", "--timestamps"])
     with pytest.raises(SystemExit, match="needs --transport ws"):
         plan_from_args(args)
+
+
+def test_the_gpu_suite_serves_an_aligner_and_asks_for_timestamps() -> None:
+    from voxgate.gateway.bench.command import add_arguments
+    from voxgate.gateway.bench.suite import make_plan
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    base = ["gpu-suite", "--checkpoint", "/ck", "--out", "/out", "--profile", "quick"]
+    args = parser.parse_args([*base, "--aligner", "/al", "--timestamps"])
+    assert args.aligner == "/al" and make_plan("quick", args, 0.0)[0].timestamps
+    assert not make_plan("quick", parser.parse_args(base), 0.0)[0].timestamps
