@@ -177,6 +177,7 @@ class Qwen3TTSEngine(Engine):
 
     # Text may arrive while a stream runs (the streaming-text layout: one text token a frame; text_stream.py).
     supports_text_streaming = True
+    word_times_by_sentence = True  # the aligner times a request's whole audio (engine/aligner/stream.py)
 
     def word_times_unavailable(self) -> str:  # a text token's frame is no word's time: the Talker reads ahead
         return "qwen3tts measures word times with a forced aligner (engine option `aligner`), and none is configured"
