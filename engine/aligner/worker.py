@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from ..words import WordTime
-from .align import Aligner
+from .align import INPUT_RATE, Aligner
 
 log = logging.getLogger("voxgate.engine.aligner")
 
@@ -49,7 +50,9 @@ class AlignerWorker:
         self.aligner = aligner
         self.max_batch = max_batch
         self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
-        self.batches = 0  # align_batch calls made (tests, /health)
+        self.batches = 0  # align_batch calls made
+        # Told of every call made, on the worker thread: (segments, their audio in s, the call's seconds).
+        self.on_batch: Callable[[int, float, float], None] | None = None
         self._jobs: deque[AlignJob] = deque()
         self._ready = threading.Condition()
         self._closed = False
@@ -106,12 +109,13 @@ class AlignerWorker:
         if self.warmup:
             try:
                 with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-                    self.aligner.align_batch([np.zeros(24_000, np.float32)], ["Warm up."])
+                    self.aligner.align_batch([np.zeros(INPUT_RATE, np.float32)], ["Warm up."])
             except Exception:  # the streams' own calls will report it
                 log.exception("aligner warm-up failed")
         while (batch := self._take()) is not None:
             if not batch:
                 continue
+            t0 = time.perf_counter()
             try:
                 # align_batch reads its results to the host (.tolist()), which waits for the side stream's work.
                 with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
@@ -122,5 +126,7 @@ class AlignerWorker:
                     job.deliver(None, exc)
                 continue
             self.batches += 1
+            if self.on_batch is not None:
+                self.on_batch(len(batch), sum(len(j.audio) for j in batch) / INPUT_RATE, time.perf_counter() - t0)
             for job, timed in zip(batch, words, strict=True):
                 job.deliver(timed, None)

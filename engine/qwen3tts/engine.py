@@ -68,7 +68,7 @@ class Qwen3TTSEngine(Engine):
         """Worker thread: load, size the slots, compile and capture, warm up (each with progress output)."""
         import torch
 
-        from ..metrics import EngineMetrics
+        from ..metrics import AlignerMetrics, EngineMetrics
         from .batch_step import SamplingFeatures
         from .model.checkpoint import load_config, resolve
         from .model.generate import Qwen3TTS, Voice
@@ -105,6 +105,8 @@ class Qwen3TTSEngine(Engine):
             audio, sr = read_wav(self.ref_audio)
             self._voice_kwargs[CLONE_VOICE] = Voice(x_vector=tts.speaker_embedding(audio, sr))
         self.metrics = EngineMetrics(self._registry)
+        if self.word_aligner is not None:
+            self.word_aligner.on_batch = AlignerMetrics(self.metrics.registry).observe
         # A stream never runs further ahead of its codec than the frame ring holds (plus the piece in flight).
         self.scheduler_config.max_pending_frames = RING - runner.chunks.max_width
         o = self.options  # the forecaster learns this loop's step times (engine/admission.py)
