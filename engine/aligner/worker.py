@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from prometheus_client import CollectorRegistry
 
+from ..metrics import AlignerMetrics
 from ..words import WordTime
 from .align import INPUT_RATE, Aligner
 
@@ -51,8 +53,8 @@ class AlignerWorker:
         self.max_batch = max_batch
         self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
         self.batches = 0  # align_batch calls made
-        # Told of every call made, on the worker thread: (segments, their audio in s, the call's seconds).
-        self.on_batch: Callable[[int, float, float], None] | None = None
+        self.metrics: AlignerMetrics | None = None  # observed after every call, on the worker thread
+        self._warmed = threading.Event()
         self._jobs: deque[AlignJob] = deque()
         self._ready = threading.Condition()
         self._closed = False
@@ -60,10 +62,15 @@ class AlignerWorker:
         self._thread.start()
 
     @classmethod
-    def load(cls, path: str, device: torch.device, dtype: torch.dtype) -> AlignerWorker:
-        """The aligner checkpoint at `path` (directory or repo id) on `device` in `dtype`, with a progress bar, warmed
-        up on its thread (a first CUDA call pays for library handles and kernel loads, not a stream's words)."""
-        return cls(Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True), warmup=True)
+    def load(cls, path: str, device: torch.device, dtype: torch.dtype,
+             registry: CollectorRegistry | None = None) -> AlignerWorker:
+        """The aligner checkpoint at `path` (directory or repo id) on `device` in `dtype`, with a progress bar, its
+        metrics in `registry`, warmed up on its thread before this returns (a first CUDA call pays for library
+        handles and kernel loads: no stream's words should)."""
+        worker = cls(Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True), warmup=True)
+        worker.metrics = AlignerMetrics(registry)
+        worker._warmed.wait()
+        return worker
 
     def submit(self, job: AlignJob) -> None:
         with self._ready:
@@ -112,6 +119,7 @@ class AlignerWorker:
                     self.aligner.align_batch([np.zeros(INPUT_RATE, np.float32)], ["Warm up."])
             except Exception:  # the streams' own calls will report it
                 log.exception("aligner warm-up failed")
+        self._warmed.set()
         while (batch := self._take()) is not None:
             if not batch:
                 continue
@@ -125,8 +133,9 @@ class AlignerWorker:
                 for job in batch:
                     job.deliver(None, exc)
                 continue
+            seconds = time.perf_counter() - t0
             self.batches += 1
-            if self.on_batch is not None:
-                self.on_batch(len(batch), sum(len(j.audio) for j in batch) / INPUT_RATE, time.perf_counter() - t0)
             for job, timed in zip(batch, words, strict=True):
                 job.deliver(timed, None)
+            if self.metrics is not None:
+                self.metrics.observe(len(batch), sum(len(j.audio) for j in batch) / INPUT_RATE, seconds)

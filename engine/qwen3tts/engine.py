@@ -68,7 +68,7 @@ class Qwen3TTSEngine(Engine):
         """Worker thread: load, size the slots, compile and capture, warm up (each with progress output)."""
         import torch
 
-        from ..metrics import AlignerMetrics, EngineMetrics
+        from ..metrics import EngineMetrics
         from .batch_step import SamplingFeatures
         from .model.checkpoint import load_config, resolve
         from .model.generate import Qwen3TTS, Voice
@@ -91,7 +91,8 @@ class Qwen3TTSEngine(Engine):
         if self.aligner_path:  # on the Talker's device and dtype, its own thread beside the loop
             from ..aligner.worker import AlignerWorker
 
-            self.word_aligner = AlignerWorker.load(self.aligner_path, tts.device, next(tts.talker.parameters()).dtype)
+            self.word_aligner = AlignerWorker.load(self.aligner_path, tts.device, next(tts.talker.parameters()).dtype,
+                                                   self._registry)
         if device == "cpu":
             torch.set_num_threads(1)  # tiny CPU steps: OpenMP threads only fight the event loop for the cores
         t1 = time.perf_counter()
@@ -105,8 +106,6 @@ class Qwen3TTSEngine(Engine):
             audio, sr = read_wav(self.ref_audio)
             self._voice_kwargs[CLONE_VOICE] = Voice(x_vector=tts.speaker_embedding(audio, sr))
         self.metrics = EngineMetrics(self._registry)
-        if self.word_aligner is not None:
-            self.word_aligner.on_batch = AlignerMetrics(self.metrics.registry).observe
         # A stream never runs further ahead of its codec than the frame ring holds (plus the piece in flight).
         self.scheduler_config.max_pending_frames = RING - runner.chunks.max_width
         o = self.options  # the forecaster learns this loop's step times (engine/admission.py)
@@ -336,9 +335,8 @@ class Qwen3TTSEngine(Engine):
     def open_stream(self, request: SynthesisRequest) -> AudioStream:
         if not self._ready or self.loop is None:
             raise EngineError("not_ready", "the Qwen3-TTS engine is still loading")
-        stream: AudioStream
         if request.text_open:
-            stream = StreamedText(self, request, self.text_min_tokens)
+            stream: AudioStream = StreamedText(self, request, self.text_min_tokens)
         else:
             rows = self.prompt_rows(self.prompt_inputs(request))
             budget = self.frame_budget(request, len(rows))

@@ -89,7 +89,7 @@ async def test_words_before_audio_equal_one_clip_alignment_and_plain_streams_unt
                 _check_words(audio, taken, text, alone)
         assert len({w.start for w in results[0][1][0]}) > 1  # the times vary inside the clip
         # /metrics: the aligner's calls and the audio they measured (three segments of 1.6 s, in one or more calls)
-        registry = engine.metrics.registry
+        registry = engine.word_aligner.metrics.registry  # (the gateway's registry when served)
         assert registry.get_sample_value("voxgate_engine_aligner_audio_seconds_total") == pytest.approx(3 * 1.6)
         calls = registry.get_sample_value("voxgate_engine_aligner_call_seconds_count")
         assert calls == engine.word_aligner.batches and 2 <= calls <= 3
