@@ -133,6 +133,9 @@ class Engine(abc.ABC):
     supports_voice_upload: bool = False
     # True: a request with `word_times` gets measured word times through AudioStream.take_words (engine/words.py).
     supports_word_times: bool = False
+    # True: word times are measured on a request's complete audio (a forced aligner), which the stream holds until
+    # then; the gateway sends a word-times turn sentence by sentence (no text streaming), so a request is a sentence.
+    word_times_by_sentence: bool = False
 
     @abc.abstractmethod
     async def start(self) -> None: ...

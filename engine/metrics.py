@@ -4,6 +4,9 @@ wait before a stream's first step, time to its first chunk. Registered into the 
 
 Parts of a step: `gpu` (the captured decode step: waiting for its frames), `codec` (the chunk decode and its
 copy back), `host` (scheduling, filling inputs, postprocess: the Python the GPU waits for), `total`.
+
+`AlignerMetrics`: the forced aligner beside the loop (engine/aligner/worker.py), once per call: its time, the
+segments it measured, their audio; busy seconds over audio seconds is its cost per second of speech.
 """
 
 from __future__ import annotations
@@ -50,3 +53,20 @@ class EngineMetrics:
         for request, _ in [*out.handed_early, *out.chunks]:
             if request.num_chunks == 1 and request.first_audio_at is not None:
                 self.first_chunk.observe(request.first_audio_at - request.arrival)
+
+
+class AlignerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.call_seconds = Histogram("voxgate_engine_aligner_call_seconds", "Forced-aligner call time (a batch of "
+                                      "segments, audio in to words out)", buckets=_WAIT_BUCKETS, registry=r)
+        self.segments = Histogram("voxgate_engine_aligner_segments_per_call", "Segments measured per aligner call",
+                                  buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
+        self.busy = Counter("voxgate_engine_aligner_busy_seconds", "Time spent in aligner calls", registry=r)
+        self.audio = Counter("voxgate_engine_aligner_audio_seconds", "Audio aligned", registry=r)
+
+    def observe(self, segments: int, audio_s: float, seconds: float) -> None:
+        self.call_seconds.observe(seconds)
+        self.segments.observe(segments)
+        self.busy.inc(seconds)
+        self.audio.inc(audio_s)

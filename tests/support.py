@@ -82,6 +82,7 @@ class RecordingEngine(Engine):
         self.supports_instruct = inner.supports_instruct
         self.supports_text_streaming = inner.supports_text_streaming
         self.supports_word_times = inner.supports_word_times
+        self.word_times_by_sentence = inner.word_times_by_sentence
         self.produced: list[tuple[SynthesisRequest, list[np.ndarray]]] = []
         self.streams: list[RecordingStream] = []  # in request order, beside `produced`
 

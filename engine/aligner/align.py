@@ -42,8 +42,8 @@ class Aligner:
 
     @classmethod
     def from_pretrained(cls, path_or_id: str | Path, device: str | torch.device = "cpu",
-                        dtype: torch.dtype = torch.float32) -> Aligner:
-        directory, cfg, thinker = load_aligner(path_or_id, device, dtype)
+                        dtype: torch.dtype = torch.float32, progress: bool = False) -> Aligner:
+        directory, cfg, thinker = load_aligner(path_or_id, device, dtype, progress)
         return cls(thinker, AlignerPrompt(directory, cfg))
 
     @property

@@ -48,6 +48,9 @@ class Qwen3TTSEngine(Engine):
         self.gil_switch_s = o.gil_switch_ms / 1000 or None
         self.pipeline = o.pipeline
         self.text_min_tokens = o.text_min_tokens
+        self.aligner_path = o.aligner or None
+        self.word_aligner: Any = None  # an AlignerWorker (engine/aligner/worker.py) when `aligner` is set
+        self.supports_word_times = self.aligner_path is not None  # measured by it (engine/aligner/stream.py)
         self.tts: Any = None
         self.runner: Any = None
         self.loop: EngineLoop | None = None
@@ -85,6 +88,11 @@ class Qwen3TTSEngine(Engine):
         self.tts = tts = Qwen3TTS.from_pretrained(self.model_path, device=device, dtype=dtype,
                                                   codec_dtype=self.codec_dtype or dtype,
                                                   with_encoder=None if base else False)
+        if self.aligner_path:  # on the Talker's device and dtype, its own thread beside the loop
+            from ..aligner.worker import AlignerWorker
+
+            self.word_aligner = AlignerWorker.load(self.aligner_path, tts.device, next(tts.talker.parameters()).dtype,
+                                                   self._registry)
         if device == "cpu":
             torch.set_num_threads(1)  # tiny CPU steps: OpenMP threads only fight the event loop for the cores
         t1 = time.perf_counter()
@@ -132,6 +140,8 @@ class Qwen3TTSEngine(Engine):
         self._ready = False
         if self.loop is not None:
             await self.loop.stop()
+        if self.word_aligner is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.word_aligner.close)
 
     @property
     def ready(self) -> bool:
@@ -168,9 +178,10 @@ class Qwen3TTSEngine(Engine):
 
     # Text may arrive while a stream runs (the streaming-text layout: one text token a frame; text_stream.py).
     supports_text_streaming = True
+    word_times_by_sentence = True  # the aligner times a request's whole audio (engine/aligner/stream.py)
 
     def word_times_unavailable(self) -> str:  # a text token's frame is no word's time: the Talker reads ahead
-        return "qwen3tts measures no word times without a forced aligner (issue 28), and none is configured"
+        return "qwen3tts measures word times with a forced aligner (engine option `aligner`), and none is configured"
 
     def voices(self) -> list[VoiceInfo]:
         if self.tts is None:
@@ -325,11 +336,17 @@ class Qwen3TTSEngine(Engine):
         if not self._ready or self.loop is None:
             raise EngineError("not_ready", "the Qwen3-TTS engine is still loading")
         if request.text_open:
-            return StreamedText(self, request, self.text_min_tokens)
-        rows = self.prompt_rows(self.prompt_inputs(request))
-        budget = self.frame_budget(request, len(rows))
-        self.check_trailing(len(rows.trailing))
-        return self.submit(request, rows, budget)
+            stream: AudioStream = StreamedText(self, request, self.text_min_tokens)
+        else:
+            rows = self.prompt_rows(self.prompt_inputs(request))
+            budget = self.frame_budget(request, len(rows))
+            self.check_trailing(len(rows.trailing))
+            stream = self.submit(request, rows, budget)
+        if request.word_times and self.word_aligner is not None:
+            from ..aligner.stream import AlignedStream
+
+            return AlignedStream(stream, self.word_aligner)  # audio held until its words are measured
+        return stream
 
 
 def create_engine(**options: Any) -> Qwen3TTSEngine:

@@ -61,6 +61,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     load.add_argument("--text-wps", type=float, help="WebSocket: send the text one word a message at this many "
                       "words/s (an LLM's output; TTFA counts from the first word); default: all at once")
     load.add_argument("--deflate", action="store_true", help="offer WebSocket permessage-deflate (off by default)")
+    load.add_argument("--timestamps", action="store_true", help="WebSocket: sessions ask for word timestamps "
+                      "(`timestamps: \"word\"`); a server without them is an error; each sample counts its timed words")
     out = p.add_argument_group("report")
     out.add_argument("--name", help="report name (default ENGINE-TRANSPORT-UTCDATE)")
     out.add_argument("--out", help="output folder (default docs/benchmarks/NAME)")
@@ -110,6 +112,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--reference-path", help="PYTHONPATH prefix for the baseline (qwen-tts, transformers 4.57.3)")
     s.add_argument("--rate-start", type=float, help="first open-loop rate of the profile's search")
     s.add_argument("--budget-s", type=float, default=540.0, help="stop starting phases after this many seconds")
+    s.add_argument("--aligner", metavar="DIR", help="serve with this forced aligner (engine option aligner); a "
+                   "synthetic one of the official shapes is written there first if DIR has no config.json, and "
+                   "the aligner's own timing (batches 1 and 128, 3-s clips) goes into the report")
+    s.add_argument("--timestamps", action="store_true", help="every session asks for word timestamps")
     from voxgate.engine.qwen3tts.bench.step_bench import add_arguments as add_steps_arguments
 
     add_steps_arguments(sub.add_parser("steps", help="the engine loop's captured steps timed per bucket (GPU)"))

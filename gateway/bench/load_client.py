@@ -46,6 +46,7 @@ class Trace:
     server_stages_ms: dict[str, float] | None = None  # context.done.timing.first_audio_stages_ms (WebSocket only)
     server_stalls: dict[str, Any] | None = None
     refusal_s: float | None = None  # refused (engine_full): seconds from sending to the refusal; not an error
+    timed_words: int | None = None  # words in `timestamps` events (sessions with word timestamps), else None
 
     @property
     def refused(self) -> bool:
@@ -77,12 +78,14 @@ class WsClient:
         self.started = started
         self.rate = int(started["audio"]["sample_rate"])
         self.text_wps = text_wps  # set: the text goes word by word at this rate (an LLM's output), not at once
+        self.timestamps = started.get("timestamps") == "word"  # the session's contexts get word timestamps
 
     @classmethod
     async def connect(cls, url: str, frame_ms: int = 20, voice: str | None = None, deflate: bool = False,
-                      codec: str = "pcm_s16le", text_wps: float | None = None) -> WsClient:
+                      codec: str = "pcm_s16le", text_wps: float | None = None, timestamps: bool = False) -> WsClient:
         """`deflate`: offer permessage-deflate (off by default: compressing PCM costs both sides CPU and no audio
-        client needs it)."""
+        client needs it). `timestamps`: ask for word timestamps; a server that has none is an error (the run would
+        measure something else than asked)."""
         from websockets.asyncio.client import connect
 
         ws = await connect(
@@ -102,6 +105,8 @@ class WsClient:
         }
         if voice:
             start["defaults"] = {"voice": voice}
+        if timestamps:
+            start["timestamps"] = "word"
         from websockets.exceptions import ConnectionClosed
 
         while True:
@@ -118,6 +123,9 @@ class WsClient:
                 continue
             data = json.loads(msg)
             if data.get("type") == "session.started":
+                if timestamps and data.get("timestamps") != "word":
+                    await ws.close()
+                    raise ServerError(f"no word timestamps: {data.get('timestamps_unavailable')}")
                 return cls(ws, data, text_wps)
             if data.get("type") == "error":
                 await ws.close()
@@ -131,6 +139,8 @@ class WsClient:
         if trace.max_audio_ms is not None:
             opening["max_audio_ms"] = trace.max_audio_ms
         writer: asyncio.Task[None] | None = None
+        if self.timestamps:
+            trace.timed_words = 0
         try:
             opened = time.perf_counter()
             await ws.send(json.dumps(opening))
@@ -155,6 +165,9 @@ class WsClient:
                     continue
                 data = json.loads(msg)
                 kind = data.get("type")
+                if kind == "timestamps" and trace.timed_words is not None:
+                    trace.timed_words += len(data["words"])
+                    continue
                 if kind == "context.done" and data.get("context_id") == cid:
                     trace.done = now
                     timing = data.get("timing") or {}

@@ -31,6 +31,7 @@ class Target:
     deflate: bool = False  # WebSocket permessage-deflate
     codec: str = "pcm_s16le"
     text_wps: float | None = None  # WebSocket text word by word at this rate (None: all at once)
+    timestamps: bool = False  # WebSocket sessions with word timestamps (session.start `timestamps: "word"`)
     http: Any = None  # a shared httpx.AsyncClient, opened by `open()`
 
     @property
@@ -52,7 +53,7 @@ class Target:
     async def client(self) -> Client:
         if self.transport == "ws":
             return await WsClient.connect(self.ws_url, self.frame_ms, self.voice, self.deflate, self.codec,
-                                          self.text_wps)
+                                          self.text_wps, self.timestamps)
         if self.transport == "http":
             return HttpClient(self.http, self.voice)
         raise ValueError(f"unknown transport {self.transport!r}")

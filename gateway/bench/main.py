@@ -24,6 +24,8 @@ from .workload import LENGTH_RULE, Workload
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
+    if args.timestamps and args.transport != "ws":
+        raise SystemExit("--timestamps needs --transport ws (HTTP word times come only as SSE events)")
     plan = Plan(
         workloads=args.workload or ["sentences"],
         transport=args.transport,
@@ -42,6 +44,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         deflate=args.deflate,
         codec=args.codec,
         text_wps=args.text_wps,
+        timestamps=args.timestamps,
         overload=args.overload,
         capacity=args.capacity,
         client_procs=args.client_procs,
@@ -59,12 +62,13 @@ async def probe(base_url: str, plan: Plan, warmup_requests: int) -> dict[str, An
         "voices": await asyncio.to_thread(get_json, base_url, "/v1/voices"),
     }
     target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate, plan.codec,
-                    plan.text_wps)
+                    plan.text_wps, plan.timestamps)
     if plan.voice is None and isinstance(info["voices"], dict):
         plan.voice = info["voices"].get("default")
         target.voice = plan.voice
     with contextlib.suppress(Exception):
-        client = await WsClient.connect(target.ws_url, plan.frame_ms, plan.voice, plan.deflate, plan.codec)
+        client = await WsClient.connect(target.ws_url, plan.frame_ms, plan.voice, plan.deflate, plan.codec,
+                                        timestamps=plan.timestamps)
         info["session"] = client.started
         await client.close()
     await target.open()

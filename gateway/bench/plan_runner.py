@@ -41,6 +41,7 @@ class Plan:
     deflate: bool = False
     codec: str = "pcm_s16le"
     text_wps: float | None = None  # WebSocket text word by word at this rate (an LLM agent), not all at once
+    timestamps: bool = False  # WebSocket sessions with word timestamps
     overload: float | None = None  # an open-loop phase at this many times the capacity, after the search
     capacity: float | None = None  # req/s that `overload` multiplies (None: the capacity the search found)
     client_procs: int = 1  # processes that offer an open-loop phase's arrivals (client_procs.py)
@@ -81,7 +82,7 @@ async def _scraped(base_url: str, phase: Callable[[], Any]) -> tuple[PhaseResult
 
 async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any]:
     target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate, plan.codec,
-                    plan.text_wps)
+                    plan.text_wps, plan.timestamps)
     await target.open()
     closed: list[dict[str, Any]] = []
     open_loop: list[dict[str, Any]] = []

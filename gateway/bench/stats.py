@@ -42,6 +42,8 @@ def to_sample(trace: Trace, t0: float, warmup: bool) -> dict[str, Any]:
         sample["server_stages_ms"] = trace.server_stages_ms
     if trace.server_stalls is not None:
         sample["server_stalls"] = trace.server_stalls
+    if trace.timed_words is not None:
+        sample["timed_words"] = trace.timed_words
     if KEEP_TRACES:
         sample["trace"] = [[round(t - t0, 6), d] for t, d in trace.chunks]
     return sample

@@ -128,6 +128,7 @@ def make_plan(profile: str, args: argparse.Namespace, stop_at: float) -> tuple[P
     plan = Plan(drain_s=20.0, stop_at=stop_at, **spec)
     if getattr(args, "rate_start", None):
         plan.rate_start = args.rate_start
+    plan.timestamps = bool(getattr(args, "timestamps", False))
     return plan, baseline_runs
 
 
@@ -199,6 +200,20 @@ def make_checkpoint(args: argparse.Namespace, log: Log) -> float | None:
     return time.monotonic() - t0
 
 
+def time_aligner(args: argparse.Namespace, work: Path, log: Log) -> dict[str, Any] | None:
+    """`--aligner DIR`: the aligner's own timing (engine/aligner/bench.py, its own process, before the gateway's),
+    writing a synthetic checkpoint of the official shapes into DIR first when it has none."""
+    if not args.aligner:
+        return None
+    out = work / "aligner-bench.json"
+    cmd = [sys.executable, "-m", "voxgate.engine.aligner.bench", "--checkpoint", args.aligner,
+           "--write-synthetic", "full", "--batches", "1,128", "--seconds", "3", "--json", str(out)]
+    log("aligner: " + " ".join(cmd))
+    subprocess.run(cmd, check=True)
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
 def collect(work: Path, out: Path, log_path: Path) -> list[Path]:
     """At most 8 plain files, no deeper than out/: report.md, report.json.gz, the plots, the logs."""
     out.mkdir(parents=True, exist_ok=True)
@@ -231,7 +246,9 @@ def suite_main(args: argparse.Namespace) -> int:
     if baseline_runs and not args.skip_baseline:
         baseline = run_baseline_process(args, work, baseline_runs, min(240.0, args.budget_s / 3), log)
         log(f"baseline: {json.dumps(baseline.get('summary') or baseline.get('error'))}")
-    options = {"model": args.checkpoint, **key_values(args.engine_option)}
+    aligner_bench = time_aligner(args, work, log)
+    options = {"model": args.checkpoint, **({"aligner": args.aligner} if args.aligner else {}),
+               **key_values(args.engine_option)}
     gateway = GatewayProcess(
         "qwen3tts",
         {k: str(v) for k, v in options.items()},
@@ -266,6 +283,8 @@ def suite_main(args: argparse.Namespace) -> int:
     report = build_report(name, plan, server, results, setup, command, described)
     report["baseline"] = baseline
     report["profile"] = args.profile
+    if aligner_bench is not None:
+        report["aligner_bench"] = aligner_bench
     write(report, work)
     for line in headline(report):
         log(line)

@@ -195,9 +195,11 @@ def check(body: SpeechBody, state: GatewayState, uploaded: Sequence[str] = ()) -
                 raise _bad(name, "must be positive", "invalid_value")
             budget_ms = min(budget_ms, value)
     mode: Literal["audio", "sse", "whole"] = body.stream_format or ("audio" if body.stream else "whole")
+    word_times = _word_times(body.timestamps, engine, mode)
+    streamed = body.non_streaming_mode is False and engine.supports_text_streaming
+    by_sentence = word_times and engine.word_times_by_sentence  # (engine/base.py)
     return SpeechJob(text, choice.voice, choice.language, instruct or None, fmt, mode, budget_ms * SAMPLE_RATE // 1000,
-                     stream_text=body.non_streaming_mode is False and engine.supports_text_streaming,
-                     word_times=_word_times(body.timestamps, engine, mode))
+                     stream_text=streamed and not by_sentence, word_times=word_times)
 
 
 def _word_times(timestamps: str | None, engine: Engine, mode: str) -> bool:

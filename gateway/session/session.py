@@ -187,7 +187,8 @@ class Session:
         context.max_ahead_samples = int(MAX_AHEAD_S * self.fmt.sample_rate)
         context.turns = self.turns
         context.word_times = self._word_times
-        if self.config.text_streaming == "auto" and self.engine.supports_text_streaming:
+        by_sentence = context.word_times and self.engine.word_times_by_sentence  # (engine/base.py)
+        if self.config.text_streaming == "auto" and self.engine.supports_text_streaming and not by_sentence:
             context.feed = ContextText(self.config.text_stream_min_words, self.config.text_stream_min_wps)
         self.used_ids.add(context_id)
         self.contexts[context_id] = context

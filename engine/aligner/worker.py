@@ -1,0 +1,141 @@
+"""The forced aligner beside the engine loop: one thread owns an `Aligner` and measures segments as they come.
+
+Streams submit `AlignJob`s (a segment's complete audio and its text) from the event loop; the worker takes every
+job waiting (up to MAX_BATCH), drops the cancelled ones and measures the rest with one `Aligner.align_batch` call,
+then hands each job its words (or the error) through its `deliver` callback, on the worker thread. The TTS step
+loop never waits for it: the aligner has its own thread and, on CUDA, its own CUDA stream, so its kernels queue
+beside the steps' instead of behind them on the default stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from prometheus_client import CollectorRegistry
+
+from ..metrics import AlignerMetrics
+from ..words import WordTime
+from .align import INPUT_RATE, Aligner
+
+log = logging.getLogger("voxgate.engine.aligner")
+
+# Segments measured in one call. The H200 bench ran 128 clips of 3 s in one call (0.51 ms of GPU per audio second,
+# docs/aligner.md); a sentence is longer, and one call's activations grow with clips x the longest prompt, so the
+# worker takes fewer and leaves the rest to the next call.
+MAX_BATCH = 64
+
+
+@dataclass(eq=False, slots=True)
+class AlignJob:
+    audio: np.ndarray  # the segment's audio: float32 in [-1, 1] at 24 kHz, complete
+    text: str  # its text: its words are engine.words.text_words(text)
+    # Called once on the worker thread: (words, None) or (None, the error). Not called for a job cancelled before
+    # its batch was taken.
+    deliver: Callable[[list[WordTime] | None, BaseException | None], None]
+    cancelled: bool = False  # set by the stream's owner; a plain write, read when the worker takes its batch
+
+
+class AlignerWorker:
+    """Measures submitted jobs on its own thread, in batches; `close()` ends it (pending jobs get an error)."""
+
+    def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self.aligner = aligner
+        self.max_batch = max_batch
+        self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
+        self.batches = 0  # align_batch calls made
+        self.metrics: AlignerMetrics | None = None  # observed after every call, on the worker thread
+        self._warmed = threading.Event()
+        self._jobs: deque[AlignJob] = deque()
+        self._ready = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="aligner", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def load(cls, path: str, device: torch.device, dtype: torch.dtype,
+             registry: CollectorRegistry | None = None) -> AlignerWorker:
+        """The aligner checkpoint at `path` (directory or repo id) on `device` in `dtype`, with a progress bar, its
+        metrics in `registry`, warmed up on its thread before this returns (a first CUDA call pays for library
+        handles and kernel loads: no stream's words should)."""
+        worker = cls(Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True), warmup=True)
+        worker.metrics = AlignerMetrics(registry)
+        worker._warmed.wait()
+        return worker
+
+    def submit(self, job: AlignJob) -> None:
+        with self._ready:
+            if self._closed:
+                raise RuntimeError("the aligner is stopped")
+            self._jobs.append(job)
+            self._ready.notify()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        with self._ready:
+            self._closed = True
+            self._ready.notify()
+        self._thread.join(timeout_s)
+
+    def _take(self) -> list[AlignJob] | None:
+        """The next batch of live jobs (waits for one); None once closed."""
+        with self._ready:
+            while True:
+                while self._jobs and self._jobs[0].cancelled:
+                    self._jobs.popleft()
+                if self._closed:
+                    stopped = [j for j in self._jobs if not j.cancelled]
+                    self._jobs.clear()
+                    break
+                if self._jobs:
+                    batch: list[AlignJob] = []
+                    while self._jobs and len(batch) < self.max_batch:
+                        job = self._jobs.popleft()
+                        if not job.cancelled:
+                            batch.append(job)
+                    return batch
+                self._ready.wait()
+        for job in stopped:
+            job.deliver(None, RuntimeError("the aligner stopped"))
+        return None
+
+    def _run(self) -> None:
+        device = self.aligner.thinker.lm_head.weight.device
+        side = None
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the weights, copied on the default stream, are in place
+            side = torch.cuda.Stream(device)
+        if self.warmup:
+            try:
+                with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                    self.aligner.align_batch([np.zeros(INPUT_RATE, np.float32)], ["Warm up."])
+            except Exception:  # the streams' own calls will report it
+                log.exception("aligner warm-up failed")
+        self._warmed.set()
+        while (batch := self._take()) is not None:
+            if not batch:
+                continue
+            t0 = time.perf_counter()
+            try:
+                # align_batch reads its results to the host (.tolist()), which waits for the side stream's work.
+                with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                    words = self.aligner.align_batch([j.audio for j in batch], [j.text for j in batch])
+            except Exception as exc:  # the batch's streams end with the error; the worker goes on
+                log.exception("aligner batch of %d failed", len(batch))
+                for job in batch:
+                    job.deliver(None, exc)
+                continue
+            seconds = time.perf_counter() - t0
+            self.batches += 1
+            for job, timed in zip(batch, words, strict=True):
+                job.deliver(timed, None)
+            if self.metrics is not None:
+                self.metrics.observe(len(batch), sum(len(j.audio) for j in batch) / INPUT_RATE, seconds)

@@ -1,0 +1,189 @@
+"""The aligner beside the engine loop (engine/aligner/worker.py, stream.py): batches of waiting segments measured
+as each alone, cancelled ones dropped, errors to their streams only; a held stream gives its words before its audio,
+none after a cancel. Tiny synthetic aligner, CPU, fp32; the order of events is driven by events, never by time."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from voxgate.engine.aligner.align import Aligner
+from voxgate.engine.aligner.stream import AlignedStream
+from voxgate.engine.aligner.worker import AlignerWorker, AlignJob
+from voxgate.engine.base import AudioStream, EngineError, SynthesisRequest
+from voxgate.engine.words import WordTime, text_words
+
+from .checkpoint import write_sharp_aligner
+from .clips import clip
+
+TEXTS = ["Hello there, how are you?", "The birch canoe slid on the smooth planks.", "One.", "它们是你好 world 好的"]
+
+
+class Gated:
+    """An Aligner whose align_batch waits for `release` (set by the test) and records each call's texts."""
+
+    def __init__(self, aligner: Aligner) -> None:
+        self.aligner = aligner
+        self.thinker = aligner.thinker
+        self.calls: list[list[str]] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail: BaseException | None = None
+
+    def align_batch(self, audios: list[np.ndarray], texts: list[str]) -> list[list[WordTime]]:
+        self.calls.append(list(texts))
+        self.entered.set()
+        assert self.release.wait(60), "the test never released the aligner"
+        if self.fail is not None:
+            raise self.fail
+        return self.aligner.align_batch(audios, texts)
+
+
+class Chunks(AudioStream):
+    """An engine stream that yields the given int16 chunks, one per `step` set by the test (None: all at once)."""
+
+    def __init__(self, text: str, chunks: list[np.ndarray], step: asyncio.Event | None = None) -> None:
+        self.request = SynthesisRequest(text, word_times=True)
+        self.chunks, self.step = chunks, step
+        self.cancelled = asyncio.Event()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    async def __aiter__(self) -> AsyncIterator[np.ndarray]:
+        for chunk in self.chunks:
+            if self.step is not None:
+                await self.step.wait()
+                self.step.clear()
+            if self.cancelled.is_set():
+                return
+            yield chunk
+
+
+@pytest.fixture(scope="module")
+def aligner(tmp_path_factory: pytest.TempPathFactory) -> Aligner:
+    # Times under 20 x 80 ms: they fall inside these short clips instead of at their ends.
+    return Aligner.from_pretrained(write_sharp_aligner(tmp_path_factory.mktemp("timed-aligner"), classes=20))
+
+
+@pytest.fixture
+def gated(aligner: Aligner) -> Iterator[tuple[Gated, AlignerWorker]]:
+    gate = Gated(aligner)
+    worker = AlignerWorker(gate)  # type: ignore[arg-type]  (the gate has what the worker uses)
+    yield gate, worker
+    gate.release.set()
+    worker.close()
+
+
+def pcm(seconds: float, seed: int) -> np.ndarray:
+    return np.round(clip(seconds, 24_000, seed) * 32767).astype(np.int16)
+
+
+def as_float(audio: np.ndarray) -> np.ndarray:
+    return audio.astype(np.float32) / 32768.0
+
+
+async def test_waiting_jobs_go_in_one_batch_each_as_alone_cancelled_dropped(
+        gated: tuple[Gated, AlignerWorker], aligner: Aligner) -> None:
+    gate, worker = gated
+    rng = np.random.default_rng(3)
+    results: dict[int, Any] = {}
+    done = threading.Event()
+
+    def deliver_to(i: int) -> Any:
+        def deliver(words: list[WordTime] | None, error: BaseException | None) -> None:
+            results[i] = words if error is None else error
+            if len(results) == 4:
+                done.set()
+        return deliver
+
+    first = AlignJob(as_float(pcm(0.5, 0)), "First.", deliver_to(0))
+    worker.submit(first)
+    assert gate.entered.wait(60)  # the worker is busy with the first: the next ones wait together
+    clips = [as_float(pcm(float(rng.uniform(0.4, 2.5)), s)) for s in range(1, 6)]
+    jobs = [AlignJob(c, TEXTS[i % len(TEXTS)], deliver_to(i + 1)) for i, c in enumerate(clips)]
+    jobs[1].cancelled = True  # cancelled before its batch is taken: never measured, never answered
+    jobs[3].cancelled = True
+    for job in jobs:
+        worker.submit(job)
+    gate.release.set()
+    assert done.wait(120)
+    assert gate.calls == [["First."], [jobs[0].text, jobs[2].text, jobs[4].text]]
+    assert sorted(results) == [0, 1, 3, 5] and worker.batches == 2
+    for i in (0, 2, 4):
+        assert results[i + 1] == aligner.align(clips[i], jobs[i].text)
+        assert [w.word for w in results[i + 1]] == [w.text for w in text_words(jobs[i].text)]
+    assert results[0] == aligner.align(first.audio, "First.")
+
+
+async def test_an_error_reaches_its_batch_and_the_worker_goes_on(gated: tuple[Gated, AlignerWorker]) -> None:
+    gate, worker = gated
+    gate.fail = RuntimeError("boom")
+    stream = AlignedStream(Chunks("Hello there.", [pcm(0.3, 1)]), worker)
+    gate.release.set()
+    with pytest.raises(EngineError, match="word alignment failed: RuntimeError: boom") as caught:
+        _ = [c async for c in stream]
+    assert caught.value.code == "alignment_failed"
+    gate.fail = None
+    again = AlignedStream(Chunks("Hello again.", [pcm(0.3, 2)]), worker)
+    assert len([c async for c in again]) == 1 and [w.word for w in again.take_words()] == ["Hello", "again."]
+
+
+@pytest.mark.parametrize("seconds,seed", [(2.3, 0), (1.0, 1)])
+async def test_words_come_before_the_audio_and_equal_the_one_clip_alignment(
+        gated: tuple[Gated, AlignerWorker], aligner: Aligner, seconds: float, seed: int) -> None:
+    gate, worker = gated
+    gate.release.set()
+    rng = np.random.default_rng(seed)
+    audio = pcm(seconds, seed)
+    cuts = sorted(rng.choice(np.arange(1, len(audio)), size=4, replace=False))
+    chunks = np.split(audio, cuts)
+    text = TEXTS[1]
+    stream = AlignedStream(Chunks(text, chunks), worker)
+    assert stream.take_words() == []
+    taken: list[list[WordTime]] = []
+    got: list[np.ndarray] = []
+    async for chunk in stream:  # as the gateway: the words after each chunk, queued before it
+        taken.append(stream.take_words())
+        got.append(chunk)
+    assert [len(c) for c in got] == [len(c) for c in chunks] and np.array_equal(np.concatenate(got), audio)
+    words = [w for batch in taken for w in batch]
+    assert words == taken[0]  # all of them before the first chunk: the segment is the whole request
+    assert words == aligner.align(as_float(audio), text)
+    assert [w.word for w in words] == [w.text for w in text_words(text)]
+    assert all(a.start <= b.start for a, b in itertools.pairwise(words))
+    assert len({w.start for w in words}) > 1  # the times vary (the checkpoint's attention is sharpened)
+
+
+async def test_a_cancel_while_aligning_gives_no_words_and_no_audio(gated: tuple[Gated, AlignerWorker]) -> None:
+    gate, worker = gated
+    stream = AlignedStream(Chunks("Hello there.", [pcm(0.3, 1), pcm(0.2, 2)]), worker)
+    chunks = aiter(stream)
+    waiting = asyncio.ensure_future(anext(chunks))
+    assert await asyncio.to_thread(gate.entered.wait, 60)  # the audio is complete and its alignment running
+    stream.cancel()
+    gate.release.set()
+    with pytest.raises(StopAsyncIteration):
+        await waiting
+    assert stream.take_words() == []
+
+
+async def test_a_cancel_while_the_audio_is_made_submits_nothing(gated: tuple[Gated, AlignerWorker]) -> None:
+    gate, worker = gated
+    step = asyncio.Event()
+    inner = Chunks("Hello there.", [pcm(0.3, 1), pcm(0.2, 2)], step)
+    stream = AlignedStream(inner, worker)
+    waiting = asyncio.ensure_future(anext(aiter(stream)))
+    step.set()  # the first chunk is made (and held)
+    while step.is_set():
+        await asyncio.sleep(0)
+    stream.cancel()
+    step.set()
+    with pytest.raises(StopAsyncIteration):
+        await waiting
+    assert inner.cancelled.is_set() and stream.take_words() == [] and gate.calls == []

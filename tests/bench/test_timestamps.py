@@ -1,0 +1,60 @@
+"""`voxgate bench run --timestamps`: sessions ask for word timestamps and each sample counts the words timed."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+import pytest
+from support import running_gateway
+from voxgate.engine.fake import FakeEngine
+from voxgate.gateway.bench.command import add_run_arguments
+from voxgate.gateway.bench.main import plan_from_args
+from voxgate.gateway.bench.plan_runner import Plan, run_plan
+
+
+class NoWordTimes(FakeEngine):
+    supports_word_times = False
+
+
+@pytest.mark.parametrize("timestamps", [True, False])
+def test_samples_count_the_timed_words(tmp_path: Path, timestamps: bool) -> None:
+    texts = tmp_path / "four.txt"
+    texts.write_text("one two three four\n")
+    plan = Plan(workloads=[str(texts)], concurrencies=[1], closed_warmup_s=0.0, closed_duration_s=0.3, drain_s=10,
+                timestamps=timestamps)
+    with running_gateway(FakeEngine()) as server:
+        results = asyncio.run(run_plan(server.http_url, plan, log=lambda _: None))
+    samples = results["closed_loop"][0]["samples"]
+    assert samples and all(s["ok"] for s in samples)
+    assert all(s.get("timed_words") == (4 if timestamps else None) for s in samples)
+
+
+def test_a_server_without_word_times_fails_the_requests(tmp_path: Path) -> None:
+    texts = tmp_path / "two.txt"
+    texts.write_text("one two\n")
+    plan = Plan(workloads=[str(texts)], concurrencies=[1], closed_warmup_s=0.0, closed_duration_s=0.3, drain_s=10,
+                timestamps=True)
+    with running_gateway(NoWordTimes()) as server, pytest.raises(Exception, match="no word timestamps"):
+        asyncio.run(run_plan(server.http_url, plan, log=lambda _: None))
+
+
+def test_timestamps_need_the_websocket() -> None:
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    args = parser.parse_args(["--url", "http://x", "--transport", "http", "--timestamps"])
+    with pytest.raises(SystemExit, match="needs --transport ws"):
+        plan_from_args(args)
+
+
+def test_the_gpu_suite_serves_an_aligner_and_asks_for_timestamps() -> None:
+    from voxgate.gateway.bench.command import add_arguments
+    from voxgate.gateway.bench.suite import make_plan
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    base = ["gpu-suite", "--checkpoint", "/ck", "--out", "/out", "--profile", "quick"]
+    args = parser.parse_args([*base, "--aligner", "/al", "--timestamps"])
+    assert args.aligner == "/al" and make_plan("quick", args, 0.0)[0].timestamps
+    assert not make_plan("quick", parser.parse_args(base), 0.0)[0].timestamps

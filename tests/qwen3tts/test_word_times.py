@@ -1,0 +1,191 @@
+"""Word times on the Qwen3-TTS engine from the forced aligner (engine option `aligner`; issue 28): a word-times
+stream's words come before its audio and equal `Aligner.align` of that audio run on its own; streams without word
+times are untouched; a cancel leaves no words; the gateway says `timestamps: "word"` and sends each `timestamps`
+event before the frames it describes. Tiny TTS and aligner checkpoints on the CPU, the real loaders."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from aligner.checkpoint import write_sharp_aligner
+from support import connect, cpu_loop_config, running_gateway, slots_free, until
+from voxgate.engine.aligner.align import Aligner
+from voxgate.engine.aligner.stream import AlignedStream
+from voxgate.engine.base import AudioStream, SynthesisRequest
+from voxgate.engine.loop import LoopStream
+from voxgate.engine.qwen3tts.engine import create_engine
+from voxgate.engine.words import WordTime, text_words
+from voxgate.gateway.protocol import FrameHeader
+from voxgate.gateway.transport.uvicorn_server import BackgroundServer
+
+# max_frames 20: every stream is 1.6 s (random weights rarely stop early); urgent_s 0: chunks as scheduled.
+SMALL = dict(device="cpu", dtype="fp32", greedy="true", row_buckets="1,2,4,8", prefill_buckets="32,64",
+             max_slots="9", max_positions="400", max_rows="8", chunk_frames="1,2,4", max_frames="20",
+             urgent_s="0")
+TEXTS = ["The birch canoe slid on the planks.", "Glue the sheet to the dark blue background.",
+         "It's easy to tell the depth of a well."]
+
+
+@pytest.fixture(scope="module")
+def aligner_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Times under 20 x 80 ms, so they fall inside these 1.6-s streams instead of at their ends.
+    return write_sharp_aligner(tmp_path_factory.mktemp("timed-aligner"), classes=20)
+
+
+async def _engine(tiny_ckpt: Callable[[str], Path], **kw: Any) -> Any:
+    engine = create_engine(model=str(tiny_ckpt("cv06")), **{**SMALL, **kw})
+    await engine.start()
+    return engine
+
+
+async def _spoken(stream: AudioStream) -> tuple[np.ndarray, list[list[WordTime]]]:
+    """The stream's audio and, after each chunk, the words taken (as the gateway takes them)."""
+    chunks, taken = [], []
+    async for chunk in stream:
+        taken.append(stream.take_words())
+        chunks.append(chunk)
+    return np.concatenate(chunks), taken
+
+
+def _check_words(audio: np.ndarray, taken: list[list[WordTime]], text: str, alone: Aligner) -> None:
+    words = [w for batch in taken for w in batch]
+    assert words and words == taken[0]  # all before the first chunk: a request is one segment
+    assert [w.word for w in words] == [w.text for w in text_words(text)]
+    assert all(a.start <= b.start and a.end == b.start for a, b in itertools.pairwise(words))
+    assert words[-1].end == len(audio)
+    assert words == alone.align(audio.astype(np.float32) / 32768.0, text)  # the one-clip path, run separately
+
+
+@pytest.mark.slow
+async def test_words_before_audio_equal_one_clip_alignment_and_plain_streams_untouched(
+        tiny_ckpt: Callable[[str], Path], aligner_dir: Path) -> None:
+    engine = await _engine(tiny_ckpt, aligner=str(aligner_dir))
+    try:
+        assert engine.supports_word_times and engine.info()["aligner"] == str(aligner_dir)
+        solo = {t: (await _spoken(engine.open_stream(SynthesisRequest(t, "ryan"))))[0] for t in TEXTS}
+        # One at a time, the steps are the same: with word times the very same audio, only later.
+        timed, _ = await _spoken(engine.open_stream(SynthesisRequest(TEXTS[0], "ryan", word_times=True)))
+        np.testing.assert_array_equal(timed, solo[TEXTS[0]])
+        streams = [engine.open_stream(SynthesisRequest(t, "ryan", word_times=i != 1)) for i, t in enumerate(TEXTS)]
+        assert isinstance(streams[0], AlignedStream) and isinstance(streams[2], AlignedStream)
+        assert type(streams[1]) is LoopStream  # without word times: the loop's own stream, no hold
+        results = await asyncio.gather(*(_spoken(s) for s in streams))
+        alone = Aligner.from_pretrained(aligner_dir)
+        for i, (text, (audio, taken)) in enumerate(zip(TEXTS, results, strict=True)):
+            # Batched with others: the same greedy codes; the codec's batched fp32 sums round 1 LSB apart at most.
+            assert len(audio) == len(solo[text]) and np.abs(audio.astype(int) - solo[text]).max() <= 1
+            if i == 1:
+                assert not any(taken)
+            else:
+                _check_words(audio, taken, text, alone)
+        assert len({w.start for w in results[0][1][0]}) > 1  # the times vary inside the clip
+        # /metrics: the aligner's calls and the audio they measured (three segments of 1.6 s, in one or more calls)
+        registry = engine.word_aligner.metrics.registry  # (the gateway's registry when served)
+        assert registry.get_sample_value("voxgate_engine_aligner_audio_seconds_total") == pytest.approx(3 * 1.6)
+        calls = registry.get_sample_value("voxgate_engine_aligner_call_seconds_count")
+        assert calls == engine.word_aligner.batches and 2 <= calls <= 3
+        assert registry.get_sample_value("voxgate_engine_aligner_segments_per_call_sum") == 3
+    finally:
+        await engine.stop()
+
+
+@pytest.mark.slow
+async def test_cancel_while_the_segment_is_made_leaves_no_words(tiny_ckpt: Callable[[str], Path],
+                                                                 aligner_dir: Path) -> None:
+    engine = await _engine(tiny_ckpt, aligner=str(aligner_dir), max_frames="400")
+    try:
+        stream = engine.open_stream(SynthesisRequest("word " * 30, "ryan", word_times=True))
+        assert isinstance(stream, AlignedStream)
+        chunks = aiter(stream)
+        first = asyncio.ensure_future(anext(chunks))
+        inner = stream._inner
+        assert isinstance(inner, LoopStream)
+        await until(lambda: inner._handed_at is not None, 60, "a chunk made (and held)")
+        assert not first.done()  # held: its words are not measured yet
+        stream.cancel()
+        with pytest.raises(StopAsyncIteration):
+            await first
+        assert stream.take_words() == [] and engine.word_aligner.batches == 0
+        await slots_free(engine)
+        # The engine goes on: the next word-times stream is measured.
+        _, taken = await _spoken(engine.open_stream(SynthesisRequest("Hello there.", "ryan", word_times=True)))
+        assert [w.word for w in taken[0]] == ["Hello", "there."] and engine.word_aligner.batches == 1
+    finally:
+        await engine.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_ckpt: Callable[[str], Path], aligner_dir: Path) -> Iterator[BackgroundServer]:
+    engine = create_engine(model=str(tiny_ckpt("cv06")), aligner=str(aligner_dir), **SMALL)
+    with running_gateway(engine, cpu_loop_config()) as srv:
+        yield srv
+
+
+@pytest.mark.slow
+async def test_the_gateway_sends_each_words_event_before_its_frames(server: BackgroundServer) -> None:
+    ws, started = await connect(server.ws_url, pacing={"mode": "asap"}, defaults={"voice": "ryan"},
+                                timestamps="word")
+    assert started["timestamps"] == "word" and "timestamps_unavailable" not in started
+    rate = started["audio"]["sample_rate"]
+    text = " ".join(TEXTS[:2])
+    await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": text}))
+    await ws.send(json.dumps({"type": "context.end", "context_id": "a"}))
+    received = start_pts = done = None  # the timeline position up to which audio has arrived
+    words: list[dict[str, Any]] = []
+    while True:
+        raw = await asyncio.wait_for(ws.recv(), 120)
+        if isinstance(raw, bytes):
+            header = FrameHeader.unpack(raw)
+            received = header.pts + header.samples
+            continue
+        msg = json.loads(raw)
+        assert msg["type"] != "error", msg
+        if msg["type"] == "context.started":
+            start_pts = received = msg["start_pts"]
+        elif msg["type"] == "timestamps":
+            assert start_pts is not None and received is not None
+            for word in msg["words"]:  # no frame holding its audio has come yet (start_ms is to 0.1 ms)
+                assert start_pts + word["start_ms"] * rate / 1000 >= received - rate / 10_000, (word, received)
+            words += msg["words"]
+        elif msg["type"] == "context.done":
+            done = msg
+            break
+    await ws.close()
+    assert [w["word"] for w in words] == [w.text for w in text_words(text)]
+    assert all(a["start_ms"] <= b["start_ms"] for a, b in itertools.pairwise(words))
+    # Two sentences, two requests of 20 frames: the first's words end with its audio (1.6 s), the second's are
+    # placed on the context's clock after it.
+    second = len(text_words(TEXTS[0]))
+    assert words[second - 1]["end_ms"] == 1600 <= words[second]["start_ms"] and done["usage"]["audio_ms"] == 3200
+    assert words[-1]["end_ms"] == 3200
+
+
+@pytest.mark.slow
+async def test_http_sse_words_come_before_their_deltas_sentence_by_sentence(server: BackgroundServer) -> None:
+    text = " ".join(TEXTS[1:])
+    async with httpx.AsyncClient(timeout=120) as http:  # non_streaming_mode false: ignored with word times
+        response = await http.post(server.http_url + "/v1/audio/speech", json={
+            "input": text, "voice": "ryan", "response_format": "pcm", "stream_format": "sse", "timestamps": "word",
+            "non_streaming_mode": False})
+    assert response.status_code == 200, response.text
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    received = 0  # samples of audio sent so far
+    words: list[dict[str, Any]] = []
+    for event in events:
+        if event["type"] == "speech.audio.delta":
+            received += len(base64.b64decode(event["audio"])) // 2
+        elif event["type"] == "speech.audio.timestamps":
+            assert all(w["start_ms"] * 24 >= received - 2 for w in event["words"]), (event, received)
+            words += event["words"]
+    assert [w["word"] for w in words] == [w.text for w in text_words(text)]
+    # Two sentences, two requests of 20 frames (one stream for the whole input would be 20 frames in all).
+    assert received == 2 * 20 * 1920 and words[-1]["end_ms"] == 3200
