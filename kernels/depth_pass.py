@@ -218,6 +218,8 @@ _DOT_UPCAST = interpreted(_depth_pass_kernel)
 def barrier(device: torch.device) -> torch.Tensor:
     """The device's barrier counter (int32, zero between launches), made on first use: callers that capture a
     graph call this before capturing."""
+    if device.type == "cuda" and device.index is None:  # "cuda" and the tensors' "cuda:0" share one counter
+        device = torch.device("cuda", torch.cuda.current_device())
     if device not in _BARRIERS:
         _BARRIERS[device] = torch.zeros(1, dtype=torch.int32, device=device)
     return _BARRIERS[device]

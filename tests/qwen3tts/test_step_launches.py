@@ -180,5 +180,10 @@ def test_each_path_takes_its_launches_off_a_decode_step(tiny_ckpt: Callable[[str
     after = counts["after"]
     assert after["triton:swiglu"] == layers + 15 * depth_layers and after["triton:sample_draw"] == 16
     assert after["aten.silu"] == 1  # the text projection's, outside the stacks
+    # depth = persistent: passes 1..14 one launch each and their heads the fused one, instead of the stack's first
+    # norm, 9 launches a layer and the head's GEMM
+    persistent = counts["persistent depth"]
+    assert persistent["triton:depth_pass"] == persistent["triton:cp_linear"] == 14, persistent
+    assert total["after"] - total["persistent depth"] == 14 * 9 * depth_layers, total
     # codebook 0's row for the predictor, passes 1..14's inputs, the frame's (one lookup), the text's
     assert after["aten.embedding"] == 1 + 14 + 1 + 1 and after["aten.stack"] == 1  # the codes' stack only
