@@ -73,10 +73,10 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
     its logits still does), persistent True passes 1..14 as `depth = persistent` runs them (kernels/depth_pass.py
     and the fused head, kernels/cp_linear.py)."""
     from voxgate.engine.qwen3tts.batch_step import SampledRows, SamplingFeatures, StepModel, sample_frames
+    from voxgate.engine.qwen3tts.depth_fused import DepthOps
     from voxgate.engine.qwen3tts.fused_stack import DecoderOps
     from voxgate.engine.qwen3tts.model.layers import rope_tables
     from voxgate.engine.qwen3tts.model.sampling import NUM_PARAMS, TEMPERATURE, TOP_K
-    from voxgate.engine.qwen3tts.depth_fused import DepthOps
     from voxgate.kernels.cp_attend import cp_attend_ref
     from voxgate.kernels.cp_linear import cp_linear_ref
     from voxgate.kernels.depth_pass import depth_pass_ref
