@@ -22,8 +22,9 @@ are the reference here): each projection's fp32 sum rounded to the model dtype; 
 times the weight rounded; the residual added in fp32 and rounded; SiLU of the rounded gate rounded, times the
 rounded up, rounded; attention as cp_attend.py. They differ from the plain path only in fp32 summation orders (the
 MMA's K tiles, the norms' and the softmax's reductions) and the softmax's exp taken as exp2 (as cp_attend.py).
-Expected on the H200 (docs/benchmarks/h200-step-profile): a pass's ~45 launches (~0.25 ms) become one of ~40-80 us
-(the weights' read plus 24 barriers of ~1-2 us), ~2-3 ms off a step at 1-16 rows; measured: not yet.
+Expected on the H200 (docs/benchmarks/h200-step-profile): a pass's ~49 launches (~0.27 ms: the `layers` depth loop
+at 4.1 ms for 15 passes) become 4, the persistent one ~0.1 ms (31.5 MB a layer at ~70 % of 4.8 TB/s, o and down on
+half of the CTAs: 64 tiles, and 24 barriers of ~1-2 us), so ~2 ms off a 1-16 row step of ~4.8 ms; not yet measured.
 """
 
 from __future__ import annotations
