@@ -5,9 +5,11 @@ channels), on CUDA.
     python -m voxgate.kernels.bench                  # every entry
     python -m voxgate.kernels.bench ring_attention   # some of them
     python -m voxgate.kernels.bench gemv             # also a line per code-predictor projection, at 1 and 8 rows
+    python -m voxgate.kernels.bench depth_pass       # also a line per row count (1, 8, 16) against the layers
 
 Each entry builds its inputs and returns (kernel call, reference call); `run` times both with Triton's do_bench
-(median, after its warm-up). Not run in CI (no GPU); tests/kernel/test_layout.py checks that every kernel module
+(median, after its warm-up); depth_pass's reference is the `layers` stack's pass, which it replaces (its plain
+reference is tested against it). Not run in CI (no GPU); tests/kernel/test_layout.py checks that every kernel module
 has an entry here.
 """
 
@@ -133,6 +135,63 @@ def bench_cp_attend(dev: torch.device) -> tuple[Call, Call]:
     return lambda: cp_attend(*args), lambda: cp_attend_ref(*args)
 
 
+DEPTH_PASS_ROWS = (1, 8, 16)
+
+
+def depth_pass_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call]]:
+    """(label, the persistent pass in one launch, the same one phase a launch, the `layers` depth stack's pass)
+    per row count: the 1.7B predictor's 5 layers in bf16, tokens at position 8 of a 16-position store. The stack's
+    pass is FusedStack.forward's op sequence (F.linear, add_rms_norm, qk_norm_rope, slot_attention, swiglu)."""
+    import torch.nn.functional as F
+
+    from .add_rms_norm import add_rms_norm
+    from .depth_pass import barrier, depth_pass
+    from .qk_norm_rope import qk_norm_rope
+    from .slot_attention import slot_attention
+    from .swiglu import swiglu
+
+    layers, h, inner, heads, kv_heads, d, positions, eps = 5, 1024, 3072, 16, 8, 128, 16, 1e-6
+
+    def mat(n: int, k: int) -> torch.Tensor:
+        return (torch.randn(layers, n, k, device=dev) / k**0.5).to(BF16)
+
+    norm = (1 + 0.1 * torch.randn(layers, h, device=dev)).to(BF16)
+    weights = (norm, mat((heads + 2 * kv_heads) * d, h), _randn(dev, layers, d), _randn(dev, layers, d),
+               mat(h, heads * d), norm.flip(0), mat(2 * inner, h), mat(h, inner))
+    angles = torch.rand(positions, d, device=dev) * 6.28
+    cos, sin = angles.cos().to(BF16), angles.sin().to(BF16)
+    barrier(dev)  # made before any capture
+    cases = []
+    for rows in DEPTH_PASS_ROWS:
+        x, store = _randn(dev, rows, h), _randn(dev, layers, 2, rows, kv_heads, positions, d)
+        slots, pos = torch.arange(rows, device=dev), torch.full((rows,), 8, device=dev)
+        args = (x, weights, store, slots, pos, cos, sin, heads, kv_heads, eps)
+
+        def stack(x: torch.Tensor = x, store: torch.Tensor = store, slots: torch.Tensor = slots,
+                  pos: torch.Tensor = pos) -> torch.Tensor:
+            res, hn = add_rms_norm(x, None, weights[0][0], eps)
+            for i in range(layers):
+                _, qkv_w, qn, kn, o_w, post_w, gu_w, down_w = (w[i] for w in weights)
+                q = qk_norm_rope(F.linear(hn, qkv_w), qn, kn, cos, sin, pos, store[i, 0], store[i, 1], slots, heads,
+                                 kv_heads, eps)
+                o = slot_attention(q, store[i, 0], store[i, 1], slots, pos + 1)
+                res, hn = add_rms_norm(res, F.linear(o.view(x.shape[0], -1), o_w), post_w, eps)
+                res, hn = add_rms_norm(res, F.linear(swiglu(F.linear(hn, gu_w)), down_w),
+                                       weights[0][min(i + 1, layers - 1)], eps)
+            return hn
+
+        cases.append((f"{rows} rows", lambda args=args: depth_pass(*args, one_phase=False),
+                      lambda args=args: depth_pass(*args, one_phase=True), stack))
+    return cases
+
+
+@entry("depth_pass")
+def bench_depth_pass(dev: torch.device) -> tuple[Call, Call]:
+    """One pass at 8 rows against the `layers` stack's (the `run` line); run_depth_pass prints each row count."""
+    _, kernel, _, stack = depth_pass_cases(dev)[1]
+    return kernel, stack
+
+
 @entry("sample_draw")
 def bench_sample_draw(dev: torch.device) -> tuple[Call, Call]:
     from .sample_draw import sample_draw, sample_draw_ref
@@ -228,6 +287,20 @@ def run_gemv(dev: torch.device) -> str:
     return "\n".join(lines)
 
 
+def run_depth_pass(dev: torch.device) -> str:
+    """depth_pass's line per row count, replayed from CUDA graphs as the depth loop runs it: one launch a pass, one
+    a phase (the fallback), and the `layers` stack's ~45 launches; with the rate at which the pass reads its
+    ~157 MB of weights."""
+    import triton
+
+    lines = []
+    for label, *calls in depth_pass_cases(dev):
+        us = [triton.testing.do_bench_cudagraph(fn) * 1e3 for fn in calls]
+        lines.append(f"  {label:8s} persistent {us[0]:7.1f} us ({157e6 / (us[0] * 1e-6) / 1e12:4.2f} TB/s)   "
+                     f"one phase a launch {us[1]:7.1f} us   layers {us[2]:7.1f} us   x{us[2] / us[0]:.1f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     names = (sys.argv[1:] if argv is None else argv) or list(ENTRIES)
     unknown = [n for n in names if n not in ENTRIES]
@@ -241,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         print(run(name, torch.device("cuda")), flush=True)
         if name == "gemv":
             print(run_gemv(torch.device("cuda")), flush=True)
+        if name == "depth_pass":
+            print(run_depth_pass(torch.device("cuda")), flush=True)
     return 0
 
 

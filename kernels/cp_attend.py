@@ -20,16 +20,7 @@ import triton.language as tl
 
 from .qk_norm_rope import qk_norm_rope_ref
 from .slot_attention import slot_attention_ref
-from .utils import MAX, SUM
-
-
-@triton.jit
-def _norm_rope(x, xp, w, wp, cos, sin, sign, eps, D: tl.constexpr, dtype: tl.constexpr):
-    # x [G, D] fp32 and its rotate-half partner xp; w/wp the norm weight at d and at the partner's index.
-    r = tl.rsqrt(tl.reduce(x * x, 1, SUM) / D + eps)[:, None]
-    xn = ((x * r).to(dtype).to(tl.float32) * w).to(dtype).to(tl.float32)
-    xpn = ((xp * r).to(dtype).to(tl.float32) * wp).to(dtype).to(tl.float32)
-    return ((xn * cos).to(dtype).to(tl.float32) + (sign * xpn * sin).to(dtype).to(tl.float32)).to(dtype)
+from .utils import MAX, SUM, norm_rope
 
 
 @triton.jit
@@ -56,7 +47,7 @@ def _cp_attend_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slots_
     k_head = row + (HQ + j) * D
     kw = tl.load(kw_ptr + d).to(tl.float32)[None, :]
     kwp = tl.load(kw_ptr + partner).to(tl.float32)[None, :]
-    k = _norm_rope(tl.load(k_head + d).to(tl.float32)[None, :], tl.load(k_head + partner).to(tl.float32)[None, :],
+    k = norm_rope(tl.load(k_head + d).to(tl.float32)[None, :], tl.load(k_head + partner).to(tl.float32)[None, :],
                    kw, kwp, cos, sin, sign, eps, D, dtype)  # [1, D]
     tl.store(k_ptr + slot * k_s0 + j * k_s1 + pos * k_s2 + d[None, :], k)
     v = tl.load(row + (HQ + HKV + j) * D + d)
@@ -69,7 +60,7 @@ def _cp_attend_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slots_
     q_heads = row + (j * GROUP + g)[:, None] * D
     qw = tl.load(qw_ptr + d).to(tl.float32)[None, :]
     qwp = tl.load(qw_ptr + partner).to(tl.float32)[None, :]
-    q = _norm_rope(tl.load(q_heads + d[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32),
+    q = norm_rope(tl.load(q_heads + d[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32),
                    tl.load(q_heads + partner[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32), qw, qwp, cos,
                    sin, sign, eps, D, dtype).to(tl.float32)
 

@@ -1,6 +1,7 @@
 """Triton helpers that more than one kernel calls: reduction combine functions, the interpreter check, the warp
-count of a row-wise kernel, the autotuner's settings, and the conv kernels' shared epilogue (SnakeBeta and its
-fast sine), so that causal_conv.py and conv_tma.py both import it from here instead of from each other.
+count of a row-wise kernel, the autotuner's settings, the depth loop's q/k-norm + RoPE (cp_attend.py and
+depth_pass.py), and the conv kernels' shared epilogue (SnakeBeta and its fast sine), so that causal_conv.py and
+conv_tma.py both import it from here instead of from each other.
 
 Kernels that must also run in Triton's CPU interpreter (the tests, without a GPU) use core ops only: tests switch
 a kernel module to the interpreter by re-importing it, and this module with it (tests/triton_mode.py).
@@ -61,6 +62,18 @@ TUNING_CACHE = {"cache_results": True} if "cache_results" in inspect.signature(t
 def quick_bench(fn: Callable[[], object], quantiles: list[float] | None = None, **kwargs: object) -> object:
     """Shorter than triton's default 25 + 100 ms per config: tuning runs once per shape at start-up."""
     return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
+
+
+# -- the depth loop's attention (cp_attend.py, depth_pass.py) -------------------------------------------------
+
+@triton.jit
+def norm_rope(x, xp, w, wp, cos, sin, sign, eps, D: tl.constexpr, dtype: tl.constexpr):
+    """q/k RMSNorm over head_dim, then rotate-half RoPE: x [G, D] fp32 and its rotate-half partner xp, w/wp the
+    norm weight at d and at the partner's index -> [G, D] in dtype (roundings: kernels/cp_attend.py)."""
+    r = tl.rsqrt(tl.reduce(x * x, 1, SUM) / D + eps)[:, None]
+    xn = ((x * r).to(dtype).to(tl.float32) * w).to(dtype).to(tl.float32)
+    xpn = ((xp * r).to(dtype).to(tl.float32) * wp).to(dtype).to(tl.float32)
+    return ((xn * cos).to(dtype).to(tl.float32) + (sign * xpn * sin).to(dtype).to(tl.float32)).to(dtype)
 
 
 # -- the conv kernels' epilogue (causal_conv.py, conv_tma.py) -----------------------------------------------------

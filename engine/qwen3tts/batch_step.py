@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .depth_fused import DepthOps, FusedDepth
+from .depth_fused import DepthOps, FusedDepth, PersistentDepth
 from .fused_stack import DecoderOps, FusedStack
 from .model.code_predictor import CodePredictor
 from .model.config import GenerationConfig
@@ -84,25 +84,31 @@ def joined_tables(talker: Talker) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class StepModel:
-    """The Talker and its code predictor as the batched step runs them: both stacks fused (fused_stack.py), the
-    depth loop's passes 1..14 in five launches a layer when given `depth` kernels (depth_fused.py), the
-    predictor's RoPE tables for its 16 depth positions, and the constant index tensors of each row count. Each
-    model's projections (its stack's, the predictor's input projection and heads, the Talker's codebook-0 head) run
-    through its `linear` (small_gemm.py: F.linear, or kernels/gemv.py for a few rows). With `fold_projection` the
-    depth loop's passes 1..14 read their input from `projected_tables`; without, they look the embedding up and
-    project it (the plain reference). A frame's embedding reads the 16 tables joined into one (`joined_tables`)."""
+    """The Talker and its code predictor as the batched step runs them: both stacks fused (fused_stack.py, the
+    predictor's weights stacked), the depth loop's passes 1..14 in five launches a layer when given `depth` kernels
+    (depth_fused.py), or with `persistent` in one launch a pass for buckets of <= 16 rows (the stack's layers
+    above), the predictor's RoPE tables for its 16 depth positions, and the constant index tensors of each row
+    count. Each model's projections (its stack's, the predictor's input projection and heads, the Talker's
+    codebook-0 head) run through its `linear` (small_gemm.py: F.linear, or kernels/gemv.py for a few rows). With
+    `fold_projection` the depth loop's passes 1..14 read their input from `projected_tables`; without, they look
+    the embedding up and project it (the plain reference). A frame's embedding reads the 16 tables joined into one
+    (`joined_tables`)."""
 
     def __init__(self, talker: Talker, ops: DecoderOps, depth: DepthOps | None = None,
                  predictor_linear: Linear = F.linear, talker_linear: Linear = F.linear,
-                 fold_projection: bool = True) -> None:
+                 fold_projection: bool = True, persistent: bool = False) -> None:
         self.talker = talker
         self.predictor_linear, self.talker_linear = predictor_linear, talker_linear
         # every codebook's draw in one launch (kernels/sample_draw.py) where no row needs top-p; None: PyTorch's ops
         self.draw: Callable[..., torch.Tensor] | None = depth.draw if depth is not None else None
         self.predictor = talker.code_predictor
         self.talker_stack = FusedStack(talker.model, ops, talker_linear)
-        self.predictor_stack = FusedStack(self.predictor.model, ops, predictor_linear)
-        self.fused_depth = FusedDepth(self.predictor, self.predictor_stack, depth) if depth is not None else None
+        self.predictor_stack = FusedStack(self.predictor.model, ops, predictor_linear, stacked=True)
+        assert depth is not None or not persistent, "the persistent pass takes its kernels from `depth`"
+        self.fused_depth = FusedDepth(self.predictor, self.predictor_stack, depth) \
+            if depth is not None and not persistent else None
+        self.persistent_depth = PersistentDepth(self.predictor, self.predictor_stack, depth) \
+            if depth is not None and persistent else None
         self.depth_tables = projected_tables(self.predictor) if fold_projection else None
         self.frame_table, self.frame_offsets = joined_tables(talker)
         pc = self.predictor.cfg
@@ -136,6 +142,13 @@ class StepModel:
         pred = self.predictor
         return apply(self.predictor_linear, pred.small_to_mtp_projection, pred.model.codec_embedding[k](code))
 
+    def depth_for(self, rows: int) -> FusedDepth | None:
+        """The depth loop's passes 1..14 at this many rows: the persistent pass up to its row limit, the fused
+        kernels, or None (the stack's layers)."""
+        if self.persistent_depth is not None:
+            return self.persistent_depth if rows <= self.persistent_depth.max_rows else None
+        return self.fused_depth
+
     def depth_loop(self, hidden: torch.Tensor, c0_embed: torch.Tensor,
                    pick: Callable[[torch.Tensor], torch.Tensor], float_logits: bool = True) -> torch.Tensor:
         """CodePredictor.predict for R rows at once: codes 1..15 [R, Q-1]. Pass 0 runs proj(h) and proj(C(c0)) at
@@ -149,6 +162,7 @@ class StepModel:
         store = torch.empty((len(stack.layers), 2, r, cfg.num_key_value_heads, self.num_codes, cfg.head_dim),
                             dtype=hidden.dtype, device=hidden.device)
         ks, vs = list(store[:, 0]), list(store[:, 1])
+        deep = self.depth_for(r)  # None: passes 1..14 through the stack's layers
         rows = self.constant(f"rows{r}", lambda dev: torch.arange(r, device=dev))
         x = apply(lin, pred.small_to_mtp_projection, torch.cat([hidden, c0_embed]))  # [2R, Hcp]: position 0, then 1
         out = stack.forward(x, ks, vs, self.constant(f"rows{r}x2", lambda dev: torch.arange(2 * r, device=dev) % r),
@@ -156,24 +170,23 @@ class StepModel:
                             self.depth_cos, self.depth_sin,
                             self.constant(f"len01-{r}", lambda dev: torch.arange(2 * r, device=dev) // r + 1))[r:]
         codes = []
-        fused = self.fused_depth
         for k in range(self.num_codes - 1):
             # after pass 0 of the fused loop, `out` is the residual stream: its head normalizes in its prologue
-            if k == 0 or fused is None:
+            if k == 0 or deep is None:
                 logits = lin(out, pred.lm_head[k].weight)
                 logits = logits.float() if float_logits else logits
             else:
-                logits = fused.head(out, k)
+                logits = deep.head(out, k)
             code = pick(logits)
             codes.append(code)
             if k + 1 < self.num_codes - 1:  # E_15 is never fed back: it only enters the Talker's frame sum
                 pos = self.constant(f"pos{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 2, device=dev))
                 x = self.depth_input(code, k)
-                if fused is None:
+                if deep is None:
                     length = self.constant(f"len{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 3, device=dev))
                     out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin, length)
                 else:  # `out` is now the residual stream, not normalized
-                    out = fused.layers(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin)
+                    out = deep.layers(x, store, rows, pos, self.depth_cos, self.depth_sin)
         return torch.stack(codes, dim=-1)
 
 

@@ -52,14 +52,14 @@ class DecoderOps:
         return cls(add_rms_norm_ref, qk_norm_rope_ref, slot_attention_ref, swiglu_ref)
 
 
-def _share(linear: nn.Linear, view: torch.Tensor) -> None:
-    linear.weight = nn.Parameter(view, requires_grad=False)
+def _share(module: nn.Module, view: torch.Tensor) -> None:
+    module.weight = nn.Parameter(view, requires_grad=False)
 
 
 class FusedStack:
     """Fused weights of `stack` (its modules rewired to views of them) and the token-major forward."""
 
-    def __init__(self, stack: DecoderStack, ops: DecoderOps, linear: Linear = F.linear) -> None:
+    def __init__(self, stack: DecoderStack, ops: DecoderOps, linear: Linear = F.linear, stacked: bool = False) -> None:
         cfg = stack.cfg
         self.ops = ops
         self.linear = linear  # the projections' matmul (small_gemm.py)
@@ -83,6 +83,24 @@ class FusedStack:
                                     a.o_proj.weight, layer.post_attention_layernorm.weight, gate_up,
                                     m.down_proj.weight))
         self.final_norm = stack.norm.weight
+        # stacked: each kind of weight in one tensor [L, ...] (the modules and `layers` rewired to views of it), so
+        # that one kernel can walk the layers (kernels/depth_pass.py); copied once at load (1.7B predictor: 157 MB)
+        self.stacked: tuple[torch.Tensor, ...] | None = self._stack(stack) if stacked else None
+
+    def _stack(self, stack: DecoderStack) -> tuple[torch.Tensor, ...]:
+        with torch.no_grad():
+            kinds = tuple(torch.stack(kind) for kind in zip(*self.layers, strict=True))
+        self.layers = [tuple(kind[i] for kind in kinds) for i in range(len(self.layers))]
+        for layer, (in_w, qkv, qn, kn, o_w, post_w, gate_up, down) in zip(stack.layers, self.layers, strict=True):
+            a, m = layer.self_attn, layer.mlp
+            nq, nk = a.q_proj.weight.shape[0], a.k_proj.weight.shape[0]
+            assert a.q_norm is not None and a.k_norm is not None
+            for module, view in ((layer.input_layernorm, in_w), (a.q_proj, qkv[:nq]), (a.k_proj, qkv[nq: nq + nk]),
+                                 (a.v_proj, qkv[nq + nk:]), (a.q_norm, qn), (a.k_norm, kn), (a.o_proj, o_w),
+                                 (layer.post_attention_layernorm, post_w), (m.gate_proj, gate_up[: self.intermediate]),
+                                 (m.up_proj, gate_up[self.intermediate:]), (m.down_proj, down)):
+                _share(module, view)
+        return kinds
 
     def forward(self, x: torch.Tensor, k_store: list[torch.Tensor], v_store: list[torch.Tensor], slots: torch.Tensor,
                 positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,

@@ -38,7 +38,8 @@ class Qwen3TTSOptions(EngineConfig):
     kv_memory_fraction: float = option(0.6, "share of free GPU memory for stream slots (default 0.6)")
     attention: str = option("auto", "triton | torch | auto")
     depth: str = option("layers", "the depth loop's passes 1..14: layers (as the Talker's, default) | fused (five "
-                                  "launches a layer; exact, but measured no faster on the H200)")
+                                  "launches a layer; exact, but measured no faster on the H200) | persistent (one "
+                                  "launch a pass for buckets of <= 16 rows, layers above; not yet measured)")
     draw: str = option("auto", "each codebook's draw: kernel (one launch a codebook, kernels/sample_draw.py; rows "
                                "needing top-p keep PyTorch's ops) | torch | auto (the kernel where the step runs "
                                "Triton)")

@@ -90,10 +90,12 @@ class ModelRunner:
         suppress[self.eos_id] = False
         self.suppress = suppress.to(self.device)
         self.ops = DecoderOps.for_device(self.device, c.attention)
-        depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth == "fused" else None
-        self.model = StepModel(talker, self.ops, depth, *linears(c.small_gemm, self.ops.uses_triton))
+        depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth in ("fused", "persistent") else None
+        self.model = StepModel(talker, self.ops, depth, *linears(c.small_gemm, self.ops.uses_triton),
+                               persistent=c.depth == "persistent")
         # auto: the draw kernel wherever the step runs Triton (on the H200 it took 0.57-0.82 ms off every step:
-        # docs/benchmarks/h200-step-profile), PyTorch's ops elsewhere (unless depth=fused brought the kernel's own)
+        # docs/benchmarks/h200-step-profile), PyTorch's ops elsewhere (unless depth=fused or persistent brought the
+        # kernel's own)
         if c.draw == "kernel" or (c.draw == "auto" and self.ops.uses_triton):
             self.model.draw = DepthOps.for_triton(self.ops.uses_triton).draw
         elif c.draw == "torch":

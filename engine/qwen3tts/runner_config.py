@@ -41,9 +41,9 @@ class RunnerConfig:
     codec_width: int = DEFAULTS.codec_width
     codec_buckets: tuple[tuple[int, int], ...] | None = DEFAULTS.codec_buckets  # default: codec_buckets(width)
     attention: str = DEFAULTS.attention  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
-    # the depth loop's passes 1..14: "layers" as the Talker's, or "fused" in five launches a layer
-    # (depth_fused.py). "layers" stays the default until the fused kernels are measured on a GPU: they are tested
-    # against their references in Triton's interpreter only (docs/gpu-notes.md, issue 15).
+    # the depth loop's passes 1..14: "layers" as the Talker's, "fused" in five launches a layer (depth_fused.py,
+    # measured no faster on the H200), or "persistent" in one launch a pass at <= 16 rows (kernels/depth_pass.py;
+    # not measured yet). "layers" stays the default until the H200 says otherwise.
     depth: str = DEFAULTS.depth
     draw: str = DEFAULTS.draw  # each codebook's draw: kernel (one launch) | torch | auto (kernel where Triton runs)
     # projections of <= 16 rows: cublas | gemv (the predictor's, kernels/gemv.py) | gemv_all (the Talker's too)
@@ -61,8 +61,8 @@ class RunnerConfig:
             raise ValueError(f"codec pieces are at most {RING // 2} frames wide")
         if self.attention not in ("auto", "triton", "torch"):
             raise ValueError("attention must be auto, triton or torch")
-        if self.depth not in ("fused", "layers"):
-            raise ValueError("depth must be fused or layers")
+        if self.depth not in ("fused", "layers", "persistent"):
+            raise ValueError("depth must be layers, fused or persistent")
         if self.draw not in ("auto", "kernel", "torch"):
             raise ValueError("draw must be auto, kernel or torch")
         if self.small_gemm not in SMALL_GEMM:

@@ -44,8 +44,10 @@ def _streams() -> list[Stream]:
 
 @pytest.mark.parametrize("graphs,kernels,depth,small_gemm", [
     (True, "triton", "layers", "cublas"), (False, "triton", "layers", "cublas"), (True, "torch", "layers", "cublas"),
-    (True, "triton", "fused", "cublas"), (True, "triton", "layers", "gemv_all")],
-    ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-fused", "graphs-triton-gemv"])
+    (True, "triton", "fused", "cublas"), (True, "triton", "layers", "gemv_all"),
+    (True, "triton", "persistent", "cublas")],
+    ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-fused", "graphs-triton-gemv",
+         "graphs-triton-persistent"])
 def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str, depth: str,
                                                    small_gemm: str) -> None:
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS

@@ -146,6 +146,29 @@ def test_a_frames_embedding_in_one_lookup_is_the_talkers(tiny_ckpt: Callable[[st
     assert talker.model.codec_embedding.weight.data_ptr() == model.frame_table.data_ptr()
 
 
+def test_the_predictors_weights_are_stacked_and_the_modules_read_them(tiny_ckpt: Callable[[str], Path]) -> None:
+    """The predictor's stack holds each kind of weight once, [L, ...] (what kernels/depth_pass.py walks): the
+    modules' weights and the stack's per-layer tuples are views of it, and the eager path still reads the values
+    it was loaded with."""
+    from voxgate.engine.qwen3tts.batch_step import StepModel
+    from voxgate.engine.qwen3tts.fused_stack import DecoderOps
+
+    talker = _load(tiny_ckpt, "cv17").talker
+    layers = talker.code_predictor.model.layers
+    before = [(m.input_layernorm.weight.clone(), m.self_attn.k_proj.weight.clone(), m.mlp.up_proj.weight.clone())
+              for m in layers]
+    stack = StepModel(talker, DecoderOps.for_device(torch.device(DEVICE), "torch")).predictor_stack
+    assert stack.stacked is not None and all(kind.shape[0] == len(layers) for kind in stack.stacked)
+    in_w, qkv, *_, gate_up, _ = stack.stacked
+    for i, (m, (norm, k, up)) in enumerate(zip(layers, before, strict=True)):
+        assert m.input_layernorm.weight.data_ptr() == in_w[i].data_ptr() == stack.layers[i][0].data_ptr()
+        nq = m.self_attn.q_proj.weight.shape[0]
+        assert m.self_attn.k_proj.weight.data_ptr() == qkv[i, nq:].data_ptr()
+        assert m.mlp.up_proj.weight.data_ptr() == gate_up[i, stack.intermediate:].data_ptr()
+        assert torch.equal(m.input_layernorm.weight, norm) and torch.equal(m.self_attn.k_proj.weight, k)
+        assert torch.equal(m.mlp.up_proj.weight, up)
+
+
 def test_the_counter_counts_ops_and_kernels_not_views() -> None:
     from voxgate.engine.qwen3tts.bench.launch_count import LaunchCounter
 
@@ -180,5 +203,10 @@ def test_each_path_takes_its_launches_off_a_decode_step(tiny_ckpt: Callable[[str
     after = counts["after"]
     assert after["triton:swiglu"] == layers + 15 * depth_layers and after["triton:sample_draw"] == 16
     assert after["aten.silu"] == 1  # the text projection's, outside the stacks
+    # depth = persistent: passes 1..14 one launch each and their heads the fused one, instead of the stack's first
+    # norm, 9 launches a layer and the head's GEMM
+    persistent = counts["persistent depth"]
+    assert persistent["triton:depth_pass"] == persistent["triton:cp_linear"] == 14, persistent
+    assert total["after"] - total["persistent depth"] == 14 * 9 * depth_layers, total
     # codebook 0's row for the predictor, passes 1..14's inputs, the frame's (one lookup), the text's
     assert after["aten.embedding"] == 1 + 14 + 1 + 1 and after["aten.stack"] == 1  # the codes' stack only

@@ -12,7 +12,7 @@ rows and the codec call are not in it.
 
 counts a model of that config's layer counts and vocabularies (narrow widths, random weights: a count depends on
 neither) at 1 row, before and after each launch-saving path (kernels/swiglu.py, the folded depth-input tables,
-the heads' logits read by the draw kernel without a cast).
+the heads' logits read by the draw kernel without a cast), and with `depth = persistent`.
 """
 
 from __future__ import annotations
@@ -66,15 +66,20 @@ class LaunchCounter(TorchDispatchMode):
 
 
 def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_projection: bool = True,
-                  cast_logits: bool = False) -> Counter[str]:
+                  cast_logits: bool = False, persistent: bool = False) -> Counter[str]:
     """The launches of one decode step at `rows` rows (the module docstring), with the step's other kernels as one
     launch each: swiglu_kernel False takes PyTorch's SiLU and product, fold_projection False the depth loop's
     lookup + input projection, cast_logits True the heads' `.float()` before each draw (as a step that records
-    its logits still does)."""
+    its logits still does), persistent True passes 1..14 as `depth = persistent` runs them (kernels/depth_pass.py
+    and the fused head, kernels/cp_linear.py)."""
     from voxgate.engine.qwen3tts.batch_step import SampledRows, SamplingFeatures, StepModel, sample_frames
+    from voxgate.engine.qwen3tts.depth_fused import DepthOps
     from voxgate.engine.qwen3tts.fused_stack import DecoderOps
     from voxgate.engine.qwen3tts.model.layers import rope_tables
     from voxgate.engine.qwen3tts.model.sampling import NUM_PARAMS, TEMPERATURE, TOP_K
+    from voxgate.kernels.cp_attend import cp_attend_ref
+    from voxgate.kernels.cp_linear import cp_linear_ref
+    from voxgate.kernels.depth_pass import depth_pass_ref
     from voxgate.kernels.sample_draw import sample_draw_ref
     from voxgate.kernels.swiglu import swiglu_ref
 
@@ -83,7 +88,10 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
     ops = DecoderOps(counter.kernel("add_rms_norm", ref.add_rms_norm), counter.kernel("qk_norm_rope", ref.qk_norm_rope),
                      counter.kernel("slot_attention", ref.attend),
                      counter.kernel("swiglu", swiglu_ref) if swiglu_kernel else swiglu_ref, uses_triton=True)
-    model = StepModel(talker, ops, fold_projection=fold_projection)
+    depth = DepthOps(counter.kernel("cp_linear", cp_linear_ref), counter.kernel("cp_attend", cp_attend_ref),
+                     counter.kernel("sample_draw", sample_draw_ref), counter.kernel("depth_pass", depth_pass_ref))
+    model = StepModel(talker, ops, depth if persistent else None, fold_projection=fold_projection,
+                      persistent=persistent)
     model.draw = counter.kernel("sample_draw", sample_draw_ref)
     state = _slot_state(talker, rows, rope_tables, NUM_PARAMS)
     state.params[:, TEMPERATURE], state.params[:, TOP_K] = 0.9, 50.0
@@ -146,6 +154,7 @@ VARIANTS = {  # name -> step_launches options: the step as it was, then with eac
     "folded depth input": dict(swiglu_kernel=False, fold_projection=True, cast_logits=True),
     "no logits cast": dict(swiglu_kernel=False, fold_projection=False, cast_logits=False),
     "after": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False),
+    "persistent depth": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, persistent=True),
 }
 
 

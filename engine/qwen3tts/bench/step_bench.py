@@ -157,14 +157,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 DEPTH_ROWS = (1, 8, 64, 128)
+PERSISTENT_ROWS = (1, 8, 16)  # the persistent pass's buckets (it takes <= 16 rows)
 
 
 def depth_loop_times(runner: Any, param_row: list[float], reps: int) -> list[dict[str, Any]]:
     """The depth loop alone (codebooks 1..15 of one frame, with the engine's sampler) per row count, captured in a
-    CUDA graph and replayed: passes 1..14 through the fused kernels (depth_fused.py) and through the stack's
-    layers, on the same weights."""
+    CUDA graph and replayed: passes 1..14 through the fused kernels (depth_fused.py), through the stack's layers,
+    and through the persistent pass (kernels/depth_pass.py; rows <= 16 only), on the same weights."""
     import torch
-    from voxgate.engine.qwen3tts.depth_fused import DepthOps, FusedDepth
+    from voxgate.engine.qwen3tts.depth_fused import DepthOps, FusedDepth, PersistentDepth
     from voxgate.engine.qwen3tts.model.sampling import (
         SUB_DO_SAMPLE,
         SUB_TEMPERATURE,
@@ -174,16 +175,17 @@ def depth_loop_times(runner: Any, param_row: list[float], reps: int) -> list[dic
     )
 
     model, features = runner.model, runner.config.sampling
-    fused = model.fused_depth  # the runner's choice, restored after
+    fused, persistent = model.fused_depth, model.persistent_depth  # the runner's choice, restored after
+    ops = DepthOps.for_triton(runner.ops.uses_triton)
     weight = model.talker.model.codec_embedding.weight
     out = []
-    variants = {"fused": fused or FusedDepth(model.predictor, model.predictor_stack,
-                                             DepthOps.for_triton(runner.ops.uses_triton)),
-                "layers": None}
+    variants = {"fused": (fused or FusedDepth(model.predictor, model.predictor_stack, ops), None),
+                "layers": (None, None),
+                "persistent": (None, persistent or PersistentDepth(model.predictor, model.predictor_stack, ops))}
     try:
-        for name, depth in variants.items():
-            model.fused_depth = depth
-            for rows in DEPTH_ROWS:
+        for name, (fused_variant, persistent_variant) in variants.items():
+            model.fused_depth, model.persistent_depth = fused_variant, persistent_variant
+            for rows in PERSISTENT_ROWS if name == "persistent" else DEPTH_ROWS:
                 h = torch.randn(rows, weight.shape[1], device=weight.device, dtype=weight.dtype)
                 c0 = torch.randn_like(h)
                 p = torch.tensor(param_row, device=weight.device).expand(rows, -1).contiguous()
@@ -210,7 +212,7 @@ def depth_loop_times(runner: Any, param_row: list[float], reps: int) -> list[dic
                     run = graph.replay
                 out.append({"depth": name, "rows": rows, "gpu_ms": _median_ms(run, reps)})
     finally:
-        model.fused_depth = fused
+        model.fused_depth, model.persistent_depth = fused, persistent
     return out
 
 
@@ -231,7 +233,7 @@ def markdown(res: dict[str, Any]) -> str:
                   "| rows | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
         for rows in sorted({d["rows"] for d in depth}):
             by = {d["depth"]: d["gpu_ms"] for d in depth if d["rows"] == rows}
-            lines.append(f"| {rows} | " + " | ".join(f"{by[n]:.2f}" for n in names) + " |")
+            lines.append(f"| {rows} | " + " | ".join(f"{by[n]:.2f}" if n in by else "" for n in names) + " |")
     lines += ["", "| codec rows | frames | GPU ms | ms per frame |", "|---:|---:|---:|---:|"]
     for c in res["codec"]:
         lines.append(f"| {c['rows']} | {c['frames']} | {c['gpu_ms']:.2f} | {c['ms_per_frame']:.3f} |")
