@@ -39,7 +39,8 @@ class Qwen3TTSOptions(EngineConfig):
     attention: str = option("auto", "triton | torch | auto")
     depth: str = option("layers", "the depth loop's passes 1..14: layers (as the Talker's, default) | fused (five "
                                   "launches a layer; exact, but measured no faster on the H200) | persistent (one "
-                                  "launch a pass for buckets of <= 16 rows, layers above; not yet measured)")
+                                  "launch a pass for buckets of <= 16 rows, layers above; exact, but measured "
+                                  "slower at 8-16 rows on the H200)")
     draw: str = option("auto", "each codebook's draw: kernel (one launch a codebook, kernels/sample_draw.py; rows "
                                "needing top-p keep PyTorch's ops) | torch | auto (the kernel where the step runs "
                                "Triton)")
