@@ -3,6 +3,7 @@ tests/support.py, on sys.path through pytest's `pythonpath` option)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import http.server
 import os
@@ -49,10 +50,27 @@ def browser(chromium: str) -> Iterator[object]:
     with sync_playwright() as pw:
         # Never a Playwright-downloaded browser: the system chromium only.
         b = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        _playwright_loop.append(asyncio.get_running_loop())
         try:
             yield b
         finally:
+            asyncio.events._set_running_loop(_playwright_loop.pop())
             b.close()
+
+
+# Playwright's sync API marks its own event loop as running on this thread between sync calls (its dispatcher
+# greenlet is suspended inside that loop). Left marked while the session-scoped browser lives, every asyncio test
+# this xdist worker takes after a browser test fails ("cannot be called from a running event loop"). The mark is
+# set for each browser test and cleared after it, so it never outlives the test that needs it.
+_playwright_loop: list[asyncio.AbstractEventLoop] = []
+
+
+@pytest.fixture(autouse=True)
+def _playwright_loop_only_in_browser_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    if _playwright_loop and "browser" in request.fixturenames:
+        asyncio.events._set_running_loop(_playwright_loop[-1])
+    yield
+    asyncio.events._set_running_loop(None)
 
 
 @pytest.fixture

@@ -98,7 +98,12 @@ def create_app(engine: Engine, config: GatewayConfig | None = None) -> Starlette
         if engine.ready:
             await engine_ready()
         configure_opus_pool(config.opus_threads)
-        lag_watch = asyncio.get_running_loop().create_task(watch_loop_lag(state.metrics.loop_lag.observe))
+
+        def observe_lag(lag_s: float) -> None:
+            state.metrics.loop_lag.observe(lag_s)
+            state.loop_lags.add(lag_s)
+
+        lag_watch = asyncio.get_running_loop().create_task(watch_loop_lag(observe_lag))
         agent = await serve_agent(state, config.host, config.agent_port) if config.agent_port else None
         try:
             yield

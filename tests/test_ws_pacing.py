@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from support import SERVER_CAUSES, no_pause_from_the_server
+from support import no_pause_from_the_server, server_caused
 from voxgate.client.protocol_client import VoxgateClient
 
 # Harvard sentences (IEEE 1969, public domain), list 1: a ~20 s passage at espeak's default rate.
@@ -39,8 +39,12 @@ async def test_client_clock_keeps_the_buffer_bounded_and_never_gaps(gateway, str
     # that audio waited in the socket and lands at once when the process runs again (the server is cleared above)
     assert player.max_buffered <= client.rate * (0.150 + 0.040 + 0.030) + player.underrun_samples
     assert elapsed > duration - 0.5  # delivered over the playback time, not ahead of it
-    done = result.event("context.done")
-    assert not any(done["stalls"]["by_cause"][cause] for cause in SERVER_CAUSES), done["stalls"]
+    # context.done counts what its stall messages said: none the server caused (a late send while the loaded
+    # machine held the server's loop is excused above, with its message)
+    by_cause = result.event("context.done")["stalls"]["by_cause"]
+    pacing = [m for m in client.messages if m["type"] == "stall" and m["cause"] == "pacing"]
+    excused = sum(m["events"] for m in pacing if m not in server_caused(pacing))
+    assert by_cause["generation"] == 0 and by_cause["pacing"] <= excused, (by_cause, client.messages)
 
 
 @pytest.mark.perf

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
-from support import connect
+from support import connect, no_pause_from_the_server
 from voxgate.client.protocol_client import VoxgateClient
+from voxgate.engine.fake import FakeEngine
 
 
 @pytest.mark.slow
@@ -64,16 +66,49 @@ async def test_a_heard_gap_counts_against_the_server_unless_it_attributes_it_to_
     """support.no_pause_from_the_server: the judgement the bystander and pacing tests make on a loaded machine."""
     from types import SimpleNamespace
 
-    from support import no_pause_from_the_server
     from voxgate.client.player import Stall
 
-    def client(*causes: str) -> SimpleNamespace:
+    def client(*causes: str, loop_held_ms: float | None = None) -> SimpleNamespace:
         player = SimpleNamespace(gaps_over=lambda s: [Stall(pts=480, started_at=0.0, duration_s=0.05)])
         messages = [{"type": "stall", "cause": c, "duration_ms": 50.0} for c in causes]
+        for m in messages:
+            if loop_held_ms is not None and m["cause"] == "pacing":
+                m["loop_held_ms"] = loop_held_ms
         return SimpleNamespace(player=player, messages=messages)
 
     await no_pause_from_the_server(client("network"))  # sent in time, read late by this process: not the server's
     await no_pause_from_the_server(client("client"))
-    for causes in (("generation",), ("network", "pacing"), ()):  # the server's, or never attributed
-        with pytest.raises(AssertionError):
-            await no_pause_from_the_server(client(*causes), wait_s=0.1)
+    await no_pause_from_the_server(client("pacing", loop_held_ms=30.0))  # sent late: the machine held the server
+    for causes, held in ((("generation",), None), (("network", "pacing"), None), (("pacing",), 20.0), ((), None)):
+        with pytest.raises(AssertionError):  # the server's, or never attributed
+            await no_pause_from_the_server(client(*causes, loop_held_ms=held), wait_s=0.1)
+
+
+class LoopOfTheServer(FakeEngine):
+    """A fake engine that keeps the gateway's event loop (it starts on it), for a test to hold that loop."""
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().start()
+
+
+@pytest.mark.slow
+async def test_a_late_send_while_the_gateways_loop_was_held_says_how_long(gateway):
+    """A `pacing` stall carries `loop_held_ms`: here the gateway's loop is held 400 ms (as a starved process is)
+    while all the audio is made and the player holds 150 ms: the audio is sent late, and the report says the loop
+    was held through it."""
+    engine = LoopOfTheServer(device_rtf=100)
+    server = gateway(engine=engine)
+    async with VoxgateClient(server.ws_url, pacing="client_clock", target_buffer_ms=150) as client:
+        speaking = asyncio.get_running_loop().create_task(client.speak("p", "word " * 20))
+        while len(client.context("p").frames) < 20:  # 20 x 20 ms sent: playing, and (at 100x) all audio made
+            await asyncio.sleep(0.01)
+        engine.loop.call_soon_threadsafe(time.sleep, 0.4)
+        await speaking
+        await client.player.drained()
+        await no_pause_from_the_server(client)  # excused: the loop was held
+    pacing = [m for m in client.messages if m["type"] == "stall" and m["cause"] == "pacing"]
+    assert pacing, client.messages
+    assert all(m["loop_held_ms"] >= m["duration_ms"] / 2 for m in pacing), pacing
+    assert not [m for m in client.messages if m["type"] == "stall" and m["cause"] != "pacing"
+                and "loop_held_ms" in m]

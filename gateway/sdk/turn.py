@@ -68,6 +68,7 @@ class StallReport:
     cause: str  # generation | pacing | network | client
     events: int
     track: int
+    loop_held_ms: float | None = None  # pacing: the gateway's own event loop held up meanwhile (a starved process)
 
 
 class _End:
@@ -283,7 +284,8 @@ class Turn:
             if msg["flush_id"] in self._flush_events:
                 self._flush_events[msg["flush_id"]].set()
         elif kind == "stall":
-            report = StallReport(msg["pts"], msg["duration_ms"], msg["cause"], msg.get("events", 1), msg["track"])
+            report = StallReport(msg["pts"], msg["duration_ms"], msg["cause"], msg.get("events", 1), msg["track"],
+                                 msg.get("loop_held_ms"))
             self.stalls.append(report)
             if self._on_stall is not None:
                 self._on_stall(report)

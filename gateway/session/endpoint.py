@@ -97,7 +97,7 @@ async def tts_websocket(websocket: WebSocket) -> None:
                           on_frame_written, websocket.scope.get("extensions", {}).get(SEND_NOW))
     token = token_from_websocket(websocket)
     session = Session(state.engine, state.config, state.metrics, writer, state.turns,
-                      lambda: state.uploaded_ids(token), state.admission)
+                      lambda: state.uploaded_ids(token), state.admission, state.loop_lags)
     writer_task = asyncio.get_running_loop().create_task(writer.run())
     state.session_opened()
     reader = Reader(websocket, session, writer, writer_task)

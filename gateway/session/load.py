@@ -11,14 +11,14 @@ if TYPE_CHECKING:
 LOAD_HEADER = "X-Voxgate-Load"
 
 
-def load_fraction(state: GatewayState) -> float:
-    """0 (idle) .. 1 (refusing new streams): the fullest of the session table, the queue (with max_queued_streams,
-    when no engine row is free), and the engine's forecast (its load with one more stream against the headroom, and
-    its slots in use)."""
+def load_fraction(state: GatewayState, count_sessions: bool = True) -> float:
+    """0 (idle) .. 1 (refusing new streams): the fullest of the session table (unless not `count_sessions`), the
+    queue (with max_queued_streams, when no engine row is free), and the engine's forecast (its load with one more
+    stream against the headroom, and its slots in use)."""
     admission, config = state.admission, state.config
     if admission.refusal() is not None:
         return 1.0
-    fractions = [state.sessions / config.max_sessions]
+    fractions = [state.sessions / config.max_sessions if count_sessions else 0.0]
     if admission.limit and admission.rows_taken:
         fractions.append(admission.queued / admission.limit)
     forecast = admission.forecast()

@@ -34,6 +34,7 @@ from voxgate.gateway.protocol import (
     TextAppend,
     invalid,
 )
+from voxgate.gateway.transport.loop_lag import LagHistory
 from voxgate.gateway.transport.loop_turns import LoopTurns
 from voxgate.gateway.transport.writer import OutFrame, SocketWriter
 from voxgate.gateway.voices.openai_names import voice_aliases
@@ -53,8 +54,9 @@ log = logging.getLogger("voxgate.session")
 class Session:
     def __init__(self, engine: Engine, config: GatewayConfig, metrics: GatewayMetrics, writer: SocketWriter,
                  turns: LoopTurns | None = None, uploaded: Callable[[], list[str]] = list,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None, loop_lags: LagHistory | None = None) -> None:
         self.engine = engine
+        self.loop_lags = loop_lags  # the gateway's recent event-loop lags (for the tracks' `pacing` stalls)
         self.admission = admission  # one decision for every session (admission.py); None: no admission
         self.uploaded = uploaded  # ids of the uploaded voices this session's token may use (POST /v1/voices)
         self.turns = turns
@@ -302,7 +304,8 @@ class Session:
     def _track(self, number: int) -> Track:
         track = self.tracks.get(number)
         if track is None:
-            track = self.tracks[number] = Track(number, self.fmt, self._pacing, self.writer, self._finish)
+            track = self.tracks[number] = Track(number, self.fmt, self._pacing, self.writer, self._finish,
+                                                self.loop_lags)
             self._spawn(track.run())
         return track
 
@@ -347,11 +350,5 @@ class Session:
         while True:
             await asyncio.sleep(self.metrics_interval_ms / 1000)
             for track in self.tracks.values():
-                self.writer.put_urgent({
-                    "type": "metrics", "track": track.number,
-                    "buffer_ms": round(track.pacer.buffered() * 1000 / self.fmt.sample_rate, 1),
-                    "target_ms": track.pacer.target_ms,
-                    "underruns": {"events": track.underruns.events,
-                                  "by_cause": dict(track.stall_causes)},
-                })
+                self.writer.put_urgent(track.metrics_message())
 

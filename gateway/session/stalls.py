@@ -116,10 +116,15 @@ class NewStalls:
     cause: str
     events: int
     total_ms: float
+    needed_at: float  # when the listener ran dry (server clock)
+    loop_held_ms: float | None = None  # `pacing`: the gateway's own event loop held up meanwhile (set by the session)
 
     def to_json(self, track: int) -> dict[str, Any]:
-        return {"type": "stall", "context_id": self.context_id, "track": track, "pts": self.pts,
-                "duration_ms": round(self.total_ms, 3), "cause": self.cause, "events": self.events}
+        msg = {"type": "stall", "context_id": self.context_id, "track": track, "pts": self.pts,
+               "duration_ms": round(self.total_ms, 3), "cause": self.cause, "events": self.events}
+        if self.loop_held_ms is not None:
+            msg["loop_held_ms"] = round(self.loop_held_ms, 3)
+        return msg
 
 
 class PlayHistory:
@@ -180,11 +185,11 @@ class UnderrunLedger:
         self.events, self.samples = events, samples
         if new_events <= 0:
             return None
-        context_id, context, pts, cause = self._locate(msg, before, new_samples, history, current, log)
-        return NewStalls(context_id, context, pts, cause, new_events, new_samples * 1000 / self.rate)
+        context_id, context, pts, cause, needed_at = self._locate(msg, before, new_samples, history, current, log)
+        return NewStalls(context_id, context, pts, cause, new_events, new_samples * 1000 / self.rate, needed_at)
 
     def _locate(self, msg: Playback, before: PlaybackReport | None, new_samples: int, history: PlayHistory,
-                current: Any, log: FrameLog) -> tuple[str | None, Any, int, str]:
+                current: Any, log: FrameLog) -> tuple[str | None, Any, int, str, float]:
         """Where the listener ran dry, the context playing there, and the cause.
 
         A player counts a stall when it ends, so the report that first shows it was taken after playback resumed:
@@ -199,6 +204,6 @@ class UnderrunLedger:
         context_id = history.find(pts)
         context = current if current is not None and context_id == current.context_id else None
         if pts < dry_pts:
-            return context_id, context, pts, "client"  # the player stopped before audio it had already received
+            return context_id, context, pts, "client", needed_at  # it stopped before audio it had received
         audio_ready = context is not None and context.ready_samples > 0
-        return context_id, context, pts, log.attribute(pts, needed_at, audio_ready)
+        return context_id, context, pts, log.attribute(pts, needed_at, audio_ready), needed_at

@@ -9,6 +9,7 @@ from voxgate.engine.base import Engine
 from voxgate.gateway.config import GatewayConfig
 from voxgate.gateway.metrics import GatewayMetrics
 from voxgate.gateway.transport.drain import Drain
+from voxgate.gateway.transport.loop_lag import LagHistory
 from voxgate.gateway.transport.loop_turns import LoopTurns
 from voxgate.gateway.voices.store import VoiceStore, owner_of
 
@@ -25,6 +26,7 @@ class GatewayState:
         self.drain = Drain(config.shutdown_grace_s)
         self.metrics.draining.set_function(lambda: float(self.drain.draining))
         self.turns = LoopTurns(config.loop_chunk_turns)  # shared by every context's producer
+        self.loop_lags = LagHistory()  # the event loop's recent lags (app.py records them), for stall reports
         self.admission = Admission(config, engine, self.metrics.admission_refusals)  # one decision, every door
         # Uploaded voices (POST /v1/voices), loaded into the engine at start; None: uploads off (no voices_dir).
         self.voices = VoiceStore(config.voices_dir, engine, config.max_voices, bool(config.auth_tokens)) \

@@ -14,6 +14,7 @@ from typing import Any
 
 from voxgate.gateway.audio.frames import AudioFormat
 from voxgate.gateway.protocol import FLAG_CODEC_RESET, FLAG_FIRST, FLAG_LAST, Playback
+from voxgate.gateway.transport.loop_lag import LagHistory
 from voxgate.gateway.transport.writer import OutFrame, SocketWriter
 
 from .context import Context, FlushMark, ReadyFrame
@@ -24,8 +25,9 @@ from .words import WordMark, timestamps_event
 
 class Track:
     def __init__(self, number: int, fmt: AudioFormat, pacing: dict[str, Any], writer: SocketWriter,
-                 on_finish: Callable[[Context], None]) -> None:
+                 on_finish: Callable[[Context], None], loop_lags: LagHistory | None = None) -> None:
         self.number = number
+        self.loop_lags = loop_lags  # the gateway's recent event-loop lags, for `pacing` stalls
         self.fmt = fmt
         self.writer = writer
         self.on_finish = on_finish  # a context's last frame (and its flush marks) are queued
@@ -67,12 +69,23 @@ class Track:
                 break
         return ahead
 
+    def metrics_message(self) -> dict[str, Any]:
+        """The `metrics` message of this track (every `metrics_interval_ms`)."""
+        return {"type": "metrics", "track": self.number,
+                "buffer_ms": round(self.pacer.buffered() * 1000 / self.fmt.sample_rate, 1),
+                "target_ms": self.pacer.target_ms,
+                "underruns": {"events": self.underruns.events, "by_cause": dict(self.stall_causes)}}
+
     def on_playback(self, msg: Playback) -> NewStalls | None:
         """A checked playback report: moves the pacer, hints the engine; the new stalls it shows, attributed."""
         self.underruns.check(msg, self.pts, self.frames_sent)
         before = self.pacer.last_report
         self.pacer.on_report(msg.played_pts, msg.buffered_samples)
         stalls = self.underruns.accept(msg, before, self.history, self.current, self.log)
+        if stalls is not None and stalls.cause == "pacing" and self.loop_lags is not None:
+            # the pacer's choice, or a starved process? The loop's lags from when the frame was due to go out
+            since = stalls.needed_at - self.pacer.target_ms / 1000
+            stalls.loop_held_ms = 1000 * self.loop_lags.held_s(since, stalls.needed_at + stalls.total_ms / 1000)
         if stalls is not None:
             self.stall_causes[stalls.cause] += stalls.events
             if stalls.context is not None:

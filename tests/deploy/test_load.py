@@ -88,6 +88,19 @@ async def test_the_haproxy_agent_weighs_by_load_and_drains_a_full_backend(gatewa
     assert await agent_line(full_port) == "drain\n"
 
 
+async def test_the_agent_leaves_counting_sessions_to_the_balancer(gateway):
+    """Open sessions fill /health/load's session table, not the agent's weight: HAProxy's leastconn counts them
+    itself (a weight from the same count would count them twice, a check interval late)."""
+    port = free_port()
+    server = gateway(FakeEngine(), max_sessions=4, agent_port=port)
+    a, _ = await connect(server.ws_url)
+    b, _ = await connect(server.ws_url)
+    assert httpx.get(server.http_url + "/health/load").json()["load"] == 0.5
+    assert await agent_line(port) == "up ready 100%\n"
+    await a.close()
+    await b.close()
+
+
 async def test_admission_is_off_by_default(gateway):
     server = gateway(FullEngine(queued=1000))
     async with websockets.connect(server.ws_url, subprotocols=[PROTOCOL]) as ws:
