@@ -181,7 +181,7 @@ def test_captured_step_replays_the_eager_step(fused: ModuleType, codec) -> None:
     from voxgate.engine.qwen3tts.bench.codec_runner import CodecRunner
     from voxgate.kernels.causal_conv import ConvOptions
 
-    fs = fused.FusedCodecStream(codec, 4, dtype=torch.bfloat16, conv_options=ConvOptions(autotune=False))
+    fs = fused.FusedCodecStream(codec, 5, dtype=torch.bfloat16, conv_options=ConvOptions(autotune=False))
     slots = torch.tensor([1, 3], device=DEVICE)
     warm = torch.randint(0, 2048, (2, 9, 16), device=DEVICE)
     fs.step(slots, warm, torch.tensor([9, 5], device=DEVICE))
