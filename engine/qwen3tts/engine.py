@@ -22,14 +22,10 @@ from ..request import FRAME_S, Request
 from ..scheduler import SchedulerConfig
 from .engine_info import describe
 from .options import Qwen3TTSOptions, parse
+from .speakers import ISO_LANGUAGES, NATIVE, default_speaker, native_speaker
 from .text_stream import StreamedText
 
 FRAME_MS = 80  # 12.5 Hz
-ISO_LANGUAGES = {"zh": "chinese", "en": "english", "de": "german", "it": "italian", "pt": "portuguese",
-                 "es": "spanish", "ja": "japanese", "ko": "korean", "fr": "french", "ru": "russian"}
-NATIVE = {"vivian": "zh", "serena": "zh", "uncle_fu": "zh", "dylan": "zh", "eric": "zh", "ryan": "en",
-          "aiden": "en", "ono_anna": "ja", "sohee": "ko"}
-PREFERRED = {"en": "ryan", "zh": "vivian", "ja": "ono_anna", "ko": "sohee"}  # the default speaker per language
 DESIGN_VOICE = "design"  # VoiceDesign: the request's instruct describes the voice
 CLONE_VOICE = "clone"  # Base: the x-vector of the `ref_audio` option
 
@@ -197,11 +193,7 @@ class Qwen3TTSEngine(Engine):
 
     def default_voice(self) -> str | None:
         """On CustomVoice the English speaker (Ryan, else Aiden): /v1/voices' `default`, what the demo starts on."""
-        ids = [v.id for v in self.voices()]
-        english = [i for i in ids if NATIVE.get(i) == "en"]
-        if PREFERRED["en"] in ids:
-            return PREFERRED["en"]
-        return english[0] if english else (ids[0] if ids else None)
+        return default_speaker([v.id for v in self.voices()])
 
     def language_for(self, tag: str, name: str) -> str | None:
         """Qwen3-TTS names its languages in English (`english`); dialects are reached through their speakers."""
@@ -263,21 +255,9 @@ class Qwen3TTSEngine(Engine):
         """A request's default voice: on CustomVoice, a native speaker of its language (an English text gets Ryan),
         the language read from the script when it is `auto` (kana: Japanese, hangul: Korean, other CJK: Chinese,
         else English); languages without a native speaker get the English one."""
-        ids = [v.id for v in self.voices()]
         if self.tts is None or self.tts.cfg.tts_model_type != "custom_voice":
             return self.default_voice()
-        code = {name: iso for iso, name in ISO_LANGUAGES.items()}.get(language, "en")
-        if language == "auto":
-            if any("\u3040" <= ch <= "\u30ff" for ch in text):
-                code = "ja"
-            elif any("\uac00" <= ch <= "\ud7af" for ch in text):
-                code = "ko"
-            elif any("\u4e00" <= ch <= "\u9fff" for ch in text):
-                code = "zh"
-        if code not in PREFERRED:
-            code = "en"
-        native = [i for i in ids if NATIVE.get(i) == code]
-        return PREFERRED[code] if PREFERRED[code] in ids else (native[0] if native else self.default_voice())
+        return native_speaker([v.id for v in self.voices()], text, language)
 
     def prompt_inputs(self, request: SynthesisRequest, non_streaming: bool | None = None) -> Any:
         """The request's tokenized, validated inputs (voice by language when none is named)."""
