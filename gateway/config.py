@@ -105,6 +105,10 @@ class GatewayConfig:
     text_streaming: str = "auto"
     text_stream_min_words: int = 6
     text_stream_min_wps: float = 10.0
+    # Word times on an engine that times them per sentence (qwen3tts's aligner): > 0 speaks a turn's first clause
+    # (a comma, colon or dash after at least this many words, before its first sentence end) as its own segment,
+    # so its words are timed and its audio released before the rest of the sentence is made. 0: off.
+    word_times_first_clause_words: int = 0
     shutdown_grace_s: float = 10.0  # SIGTERM: live contexts may finish this long; the process is gone 2 s later
     allowed_origins: list[str] = field(default_factory=list)  # browser origins beyond same-origin and localhost
     allowed_hosts: list[str] = field(default_factory=list)  # Host names beyond IP literals and localhost
@@ -152,6 +156,8 @@ class GatewayConfig:
             raise ValueError(f"text_streaming must be auto or off, not {self.text_streaming!r}")
         if not 1 <= self.text_stream_min_words <= 1000 or not 0 <= self.text_stream_min_wps <= 1000:
             raise ValueError("text_stream_min_words must be within 1..1000 and text_stream_min_wps within 0..1000")
+        if not 0 <= self.word_times_first_clause_words <= 100:
+            raise ValueError("word_times_first_clause_words must be within 0..100")
         if not 0 <= self.opus_threads <= 64:
             raise ValueError("opus_threads must be within 0..64")
         if not 0 <= self.shutdown_grace_s <= 3600:

@@ -25,8 +25,9 @@ _REFERENCE_TRAILING = re.compile(r"[.!?;…。！？；]+[\"'”’)\]]*$")
 
 
 class ReferenceSegmenter:
-    def __init__(self, max_segment_chars: int) -> None:
+    def __init__(self, max_segment_chars: int, first_clause_words: int = 0) -> None:
         self.max_segment_chars = max_segment_chars
+        self.first_clause_words = first_clause_words  # until a segment is out: the first may end at a clause
         self.buffer = ""
 
     def append(self, text: str) -> list[str]:
@@ -40,7 +41,10 @@ class ReferenceSegmenter:
         out = []
         while True:
             match = _REFERENCE_END.search(self.buffer)
-            if match is not None and match.end() <= self.max_segment_chars:
+            clause = self.first_clause(match.end() if match is not None else len(self.buffer))
+            if clause is not None:
+                cut = clause
+            elif match is not None and match.end() <= self.max_segment_chars:
                 cut = match.end()
             elif len(self.buffer) > self.max_segment_chars:
                 space = self.buffer.rfind(" ", 0, self.max_segment_chars)
@@ -50,11 +54,23 @@ class ReferenceSegmenter:
             segment, self.buffer = self.buffer[:cut], self.buffer[cut:]
             if segment.strip():
                 out.append(segment.strip())
+                self.first_clause_words = 0
         if final:
             if self.buffer.strip():
                 out.append(self.buffer.strip())
+                self.first_clause_words = 0
             self.buffer = ""
         return out
+
+    def first_clause(self, sentence_end: int) -> int | None:
+        """Every clause mark before the first sentence end and within the segment limit, tried from the start."""
+        if not self.first_clause_words:
+            return None
+        for i in range(min(sentence_end, self.max_segment_chars)):
+            if self.buffer[i] in ",:，、—" and i + 1 < len(self.buffer) and self.buffer[i + 1].isspace() \
+                    and len(self.buffer[:i].split()) >= self.first_clause_words:
+                return i + 1
+        return None
 
 
 def reference_ends_sentence(text: str, following: str = "") -> bool:
@@ -75,6 +91,8 @@ def reference_safe_cut(text: str) -> int:
 
 # Adversarial text: sentence ends, closers, whitespace of several kinds, and a few letters.
 hostile_text = st.text(alphabet=ENDS + "\"'”’)]\n \t\u3000ab3", max_size=80)
+# ... and clause marks (word-times turns' first clause: first_clause_words)
+clause_text = st.text(alphabet=ENDS + ",:，、—\"'\n \tab", max_size=80)
 
 
 def pieces_of(text: str, data: st.DataObject) -> list[str]:
@@ -102,6 +120,36 @@ def test_the_segmenter_cuts_as_its_reference_does(text: str, max_chars: int, dat
     # No loss: every character that is not whitespace comes out, in order.
     assert "".join("".join(got).split()) == "".join(text.split())
     assert fast.cost.chars <= 3 * len(text) + 2 * len(pieces) + 2
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(text=clause_text, max_chars=st.integers(1, 30), words=st.integers(1, 3), data=st.data())
+def test_a_first_clause_is_cut_as_the_reference_cuts_it(text: str, max_chars: int, words: int,
+                                                        data: st.DataObject) -> None:
+    fast, reference = TextSegmenter(max_chars, first_clause_words=words), ReferenceSegmenter(max_chars, words)
+    got, want = [], []
+    pieces = pieces_of(text, data)
+    for piece in pieces:
+        got += fast.append(piece)
+        want += reference.append(piece)
+        if data.draw(st.booleans()):
+            got += fast.flush()
+            want += reference.flush()
+    got += fast.flush()
+    want += reference.flush()
+    assert got == want
+    assert "".join("".join(got).split()) == "".join(text.split())
+    assert fast.cost.chars <= 4 * len(text) + 3 * len(pieces) + 2
+
+
+def test_a_first_clause_of_enough_words_is_its_own_segment() -> None:
+    text = "Well, the birch canoe: it slid on the planks, slowly. Glue the sheet, now."
+    assert TextSegmenter(first_clause_words=3).append(text) == ["Well, the birch canoe:",
+                                                                 "it slid on the planks, slowly."]
+    assert TextSegmenter().append(text) == ["Well, the birch canoe: it slid on the planks, slowly."]
+    assert TextSegmenter(first_clause_words=3).append("One two three four. Five, six seven eight, nine.") == [
+        "One two three four."]  # no clause before the first sentence end: the first segment is the sentence
 
 
 @settings(max_examples=300, deadline=None)

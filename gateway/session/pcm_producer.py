@@ -12,6 +12,7 @@ from voxgate.gateway.transport.loop_turns import LoopTurns
 
 from .context import MAX_AHEAD_S, Context, ReadyFrame
 from .context_text import ContextText
+from .text_split import TextSegmenter
 from .words import WordMark
 
 
@@ -64,15 +65,17 @@ async def spoken_pcm(context: Context, engine: Engine, errors: list[str],
 def synthesize_pcm(engine: Engine, text: str, voice: str | None, language: str | None, instruct: str | None,
                    budget_samples: int, errors: list[str], turns: LoopTurns | None = None,
                    stream_text: bool = False, admitted: Callable[[], None] | None = None,
-                   received_at: float | None = None, on_words: Callable[[WordMark], None] | None = None
-                   ) -> tuple[Context, AsyncIterator[bytes]]:
+                   received_at: float | None = None, on_words: Callable[[WordMark], None] | None = None,
+                   first_clause_words: int = 0) -> tuple[Context, AsyncIterator[bytes]]:
     """One utterance as PCM16 24 kHz byte chunks, through the same producer as a WebSocket context (HTTP speech),
     and its context (whose `timeline` tells the way to its first audio, from `received_at` when given).
 
     Chunks are what the engine made (long frames). Engine errors are appended to `errors`; the rest is spoken.
-    `on_words`: the engine's word times are asked for and given to it, each mark before its audio (spoken_pcm)."""
+    `on_words`: the engine's word times are asked for and given to it, each mark before its audio (spoken_pcm).
+    `first_clause_words`: the first segment ends at a clause (TextSegmenter; config word_times_first_clause_words)."""
     context = pcm_context(voice, language, instruct, budget_samples, turns, stream_text, admitted)
     context.word_times = on_words is not None
+    context.segmenter = TextSegmenter(first_clause_words=first_clause_words)
     context.append_text(text)
     context.end()
     if received_at is not None:  # the request's text was speakable from its arrival on

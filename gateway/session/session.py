@@ -45,6 +45,7 @@ from .context import MAX_AHEAD_S, Context, ContextState
 from .context_text import ContextText
 from .limits import check_buffered, check_flush, check_new_context, check_text
 from .pacer import negotiate_pacing
+from .text_split import TextSegmenter
 from .track import Track
 from .words import negotiate
 
@@ -190,6 +191,8 @@ class Session:
         context.turns = self.turns
         context.word_times = self._word_times
         by_sentence = context.word_times and self.engine.word_times_by_sentence  # (engine/base.py)
+        if by_sentence:  # timed sentence by sentence: a short first segment is timed sooner
+            context.segmenter = TextSegmenter(first_clause_words=self.config.word_times_first_clause_words)
         if self.config.text_streaming == "auto" and self.engine.supports_text_streaming and not by_sentence:
             context.feed = ContextText(self.config.text_stream_min_words, self.config.text_stream_min_wps)
         self.used_ids.add(context_id)
@@ -222,12 +225,9 @@ class Session:
     def _on_TextAppend(self, msg: TextAppend) -> None:
         check_text(self.limits, msg.context_id, msg.text)
         context = self.contexts.get(msg.context_id)
-        if context is None and msg.context_id in self.used_ids:
-            raise ProtocolError("unknown_context", f"context {msg.context_id!r} has ended; open a new one",
-                                context_id=msg.context_id)
-        if context is None:
+        if context is None and msg.context_id not in self.used_ids:
             context = self._open(msg.context_id, None)
-        elif context.state is not ContextState.OPEN:
+        elif context is None or context.state is not ContextState.OPEN:
             raise ProtocolError("unknown_context", f"context {msg.context_id!r} has ended; open a new one",
                                 context_id=msg.context_id)
         check_buffered(self.limits, msg.context_id, msg.text, context.unspoken_chars)

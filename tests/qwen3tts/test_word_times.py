@@ -189,3 +189,37 @@ async def test_http_sse_words_come_before_their_deltas_sentence_by_sentence(serv
     assert [w["word"] for w in words] == [w.text for w in text_words(text)]
     # Two sentences, two requests of 20 frames (one stream for the whole input would be 20 frames in all).
     assert received == 2 * 20 * 1920 and words[-1]["end_ms"] == 3200
+
+
+@pytest.mark.slow
+async def test_a_first_clause_is_timed_and_spoken_on_its_own(tiny_ckpt: Callable[[str], Path],
+                                                             aligner_dir: Path) -> None:
+    """word_times_first_clause_words: a word-times turn's first clause is its own request (timed, released) and the
+    rest of its sentence the next one; the words still come whole, in order, before their audio."""
+    engine = create_engine(model=str(tiny_ckpt("cv06")), aligner=str(aligner_dir), **SMALL)
+    text = "The birch canoe, slid on the smooth planks."
+    with running_gateway(engine, cpu_loop_config(word_times_first_clause_words=3)) as srv:
+        ws, _ = await connect(srv.ws_url, pacing={"mode": "asap"}, defaults={"voice": "ryan"}, timestamps="word")
+        await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": text}))
+        await ws.send(json.dumps({"type": "context.end", "context_id": "a"}))
+        words: list[dict[str, Any]] = []
+        while (msg := json.loads(await _next_text(ws)))["type"] != "context.done":
+            assert msg["type"] != "error", msg
+            words += msg["words"] if msg["type"] == "timestamps" else []
+        await ws.close()
+        async with httpx.AsyncClient(timeout=120) as http:  # the same rule at the HTTP door
+            response = await http.post(srv.http_url + "/v1/audio/speech", json={
+                "input": text, "voice": "ryan", "response_format": "pcm", "stream_format": "sse",
+                "timestamps": "word"})
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    sse_words = [w for e in events if e["type"] == "speech.audio.timestamps" for w in e["words"]]
+    for heard in (words, sse_words):
+        assert [w["word"] for w in heard] == [w.text for w in text_words(text)]
+        # Two requests of 20 frames (1.6 s each): "The birch canoe," then the rest of the sentence.
+        assert heard[2]["end_ms"] == 1600 <= heard[3]["start_ms"] and heard[-1]["end_ms"] == 3200, heard
+
+
+async def _next_text(ws: Any) -> str:
+    while isinstance(raw := await asyncio.wait_for(ws.recv(), 120), bytes):
+        pass
+    return raw
