@@ -45,3 +45,14 @@ def test_it_keeps_the_last_lags_only() -> None:
         now[0] += 1.0
         history.add(0.5)
     assert history.held_s(0.0, 10.0) == pytest.approx(1.0)  # the first lag (0.5 .. 1.0) is forgotten
+
+
+def test_a_query_looks_at_the_newest_lags_only() -> None:
+    """A playback report asks for it: its work is bounded whatever window the report implies."""
+    now = [0.0]
+    history = LagHistory(clock=lambda: now[0])
+    for _ in range(1000):
+        now[0] += 0.02
+        history.add(0.01)
+    assert history.held_s(0.0, now[0]) == pytest.approx(256 * 0.01)
+    assert history.held_s(0.0, now[0], max_scan=10) == pytest.approx(10 * 0.01)

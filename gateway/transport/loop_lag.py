@@ -4,6 +4,7 @@ whatever holds the loop, so this is the server-side number a benchmark checks (p
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -37,10 +38,12 @@ class LagHistory:
             self._ends.append(self.clock())
             self._lags.append(lag_s)
 
-    def held_s(self, since: float, until: float) -> float:
-        """How long within [since, until] (this clock) the loop was held by the lags recorded."""
+    def held_s(self, since: float, until: float, max_scan: int = 256) -> float:
+        """How long within [since, until] (this clock) the loop was held by the lags recorded, looking at the
+        newest `max_scan` of them at most: a client's playback report asks this, and its cost must not grow with
+        what the report claims (a stall long ago, or hours long, costs no more than a recent one)."""
         held = 0.0
-        for end, lag in zip(reversed(self._ends), reversed(self._lags), strict=True):
+        for end, lag in itertools.islice(zip(reversed(self._ends), reversed(self._lags), strict=True), max_scan):
             if end <= since:
                 break  # ends only grow: every older lag ended before the window too
             held += max(0.0, min(end, until) - max(end - lag, since))
