@@ -150,6 +150,8 @@ def test_a_first_clause_of_enough_words_is_its_own_segment() -> None:
     assert TextSegmenter().append(text) == ["Well, the birch canoe: it slid on the planks, slowly."]
     assert TextSegmenter(first_clause_words=3).append("One two three four. Five, six seven eight, nine.") == [
         "One two three four."]  # no clause before the first sentence end: the first segment is the sentence
+    segmenter = TextSegmenter(4, first_clause_words=1)  # a mark just inside the limit, its whitespace just past it
+    assert segmenter.append(":a : ") + segmenter.flush() == [":a :"]
 
 
 @settings(max_examples=300, deadline=None)

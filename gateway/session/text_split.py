@@ -159,7 +159,10 @@ class TextSegmenter:
         or -1), within the first `max_segment_chars`; -1 when none (yet). Each character is searched once."""
         limit = min(len(self._buffer) if end < 0 else end, self.max_segment_chars)
         self.cost.chars += max(0, limit - self._clause_from)
-        for mark in _CLAUSE.finditer(self._buffer, self._clause_from, limit):
+        # (one character past the limit: the whitespace after a mark just inside it)
+        for mark in _CLAUSE.finditer(self._buffer, self._clause_from, limit + 1):
+            if mark.start() >= limit:
+                break
             if count_words(self._buffer[: mark.start()]) >= self.first_clause_words:
                 return mark.end()
         self._clause_from = max(self._clause_from, limit - 1, 0)  # (a mark at the end waits for its whitespace)
