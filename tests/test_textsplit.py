@@ -101,32 +101,8 @@ def pieces_of(text: str, data: st.DataObject) -> list[str]:
     return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-@pytest.mark.slow
-@settings(max_examples=400, deadline=None)
-@given(text=hostile_text, max_chars=st.integers(1, 30), data=st.data())
-def test_the_segmenter_cuts_as_its_reference_does(text: str, max_chars: int, data: st.DataObject) -> None:
-    fast, reference = TextSegmenter(max_chars), ReferenceSegmenter(max_chars)
-    got, want = [], []
-    pieces = pieces_of(text, data)
-    for piece in pieces:
-        got += fast.append(piece)
-        want += reference.append(piece)
-        if data.draw(st.booleans()):
-            got += fast.flush()
-            want += reference.flush()
-    got += fast.flush()
-    want += reference.flush()
-    assert got == want
-    # No loss: every character that is not whitespace comes out, in order.
-    assert "".join("".join(got).split()) == "".join(text.split())
-    assert fast.cost.chars <= 3 * len(text) + 2 * len(pieces) + 2
-
-
-@pytest.mark.slow
-@settings(max_examples=400, deadline=None)
-@given(text=clause_text, max_chars=st.integers(1, 30), words=st.integers(1, 3), data=st.data())
-def test_a_first_clause_is_cut_as_the_reference_cuts_it(text: str, max_chars: int, words: int,
-                                                        data: st.DataObject) -> None:
+def cut_both_ways(text: str, max_chars: int, words: int, data: st.DataObject) -> tuple[list[str], list[str], int, int]:
+    """(TextSegmenter's segments, the reference's, the pieces) for `text` appended in random pieces and flushes."""
     fast, reference = TextSegmenter(max_chars, first_clause_words=words), ReferenceSegmenter(max_chars, words)
     got, want = [], []
     pieces = pieces_of(text, data)
@@ -138,9 +114,28 @@ def test_a_first_clause_is_cut_as_the_reference_cuts_it(text: str, max_chars: in
             want += reference.flush()
     got += fast.flush()
     want += reference.flush()
-    assert got == want
+    # No loss: every character that is not whitespace comes out, in order.
     assert "".join("".join(got).split()) == "".join(text.split())
-    assert fast.cost.chars <= 4 * len(text) + 3 * len(pieces) + 2
+    return got, want, fast.cost.chars, len(pieces)
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(text=hostile_text, max_chars=st.integers(1, 30), data=st.data())
+def test_the_segmenter_cuts_as_its_reference_does(text: str, max_chars: int, data: st.DataObject) -> None:
+    got, want, cost, pieces = cut_both_ways(text, max_chars, 0, data)
+    assert got == want
+    assert cost <= 3 * len(text) + 2 * pieces + 2
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(text=clause_text, max_chars=st.integers(1, 30), words=st.integers(1, 3), data=st.data())
+def test_a_first_clause_is_cut_as_the_reference_cuts_it(text: str, max_chars: int, words: int,
+                                                        data: st.DataObject) -> None:
+    got, want, cost, pieces = cut_both_ways(text, max_chars, words, data)
+    assert got == want
+    assert cost <= 4 * len(text) + 3 * pieces + 2
 
 
 def test_a_first_clause_of_enough_words_is_its_own_segment() -> None:
