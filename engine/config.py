@@ -48,6 +48,9 @@ class EngineConfig:
                                        "stream waits behind no queued step (default 4; 0: every step)")
     early_first_chunk: bool = option(True, "collect a codec call carrying a stream's first chunk as soon as it is "
                                            "decoded, before waiting for the step in flight (default true)")
+    codec_fill: bool = option(True, "a codec call of pieces that could all wait goes only when its bucket is at "
+                                    "least 3/4 full, and one with pieces that cannot wait takes as many more as make "
+                                    "its cost per piece least (default true; false: every due piece every step)")
     gil_switch_ms: float = option(0.5, "CPython's thread switch interval while the loop runs (default 0.5; 0 leaves "
                                        "it)")
 

@@ -54,6 +54,8 @@ class StepOutput:
     num_frames: int = 0  # frames generated
     bucket: str = ""  # the runner's step bucket ("rows+tokens")
     times: dict[str, float] = field(default_factory=dict)  # seconds: schedule, fill, gpu, codec, post
+    started_at: float = 0.0  # perf_counter at the step's start
+    stages: dict[str, float] = field(default_factory=dict)  # seconds in each stage, in order (gpu_timeline.py)
     # Nothing launched, read or handed over: the running streams wait for something outside (text still to come, a
     # listener far behind), so the loop may sleep until it is woken instead of spinning.
     idle: bool = False
@@ -69,7 +71,7 @@ class EngineCore:
 
     def __init__(self, runner: Runner, slots: SlotAllocator, config: SchedulerConfig | None = None,
                  pipeline: bool = _LOOP.pipeline, early_first_chunk: bool = _LOOP.early_first_chunk,
-                 pipeline_min_rows: int = _LOOP.pipeline_min_rows) -> None:
+                 pipeline_min_rows: int = _LOOP.pipeline_min_rows, codec_fill: bool = _LOOP.codec_fill) -> None:
         self.runner = runner
         self.scheduler = Scheduler(config or SchedulerConfig(), slots, first_frames=runner.first_frame_with_prompt)
         self.pipeline = pipeline
@@ -84,7 +86,7 @@ class EngineCore:
         self.hand_over_early: Callable[[list[tuple[Request, np.ndarray]]], None] | None = None
         self._launched: deque[tuple[StepPlan, object]] = deque()  # steps launched, not yet read (oldest first)
         self._first_frame_due: list[Request] = []  # first frame's step launched, the frame not yet counted
-        self.chunks = ChunkAssembler(runner.chunks, self.scheduler)
+        self.chunks = ChunkAssembler(runner.chunks, self.scheduler, codec_fill)
 
     @property
     def has_work(self) -> bool:
@@ -125,6 +127,7 @@ class EngineCore:
         fill = self.runner.last_fill_s if not plan.empty else 0.0
         out.times = {"schedule": clock["schedule"], "fill": fill, "gpu": clock["gpu"], "codec": clock["codec"],
                      "post": clock["post"] + clock["launch"] - fill}
+        out.started_at, out.stages = clock.start, clock.spent
         return out
 
     def _launch(self, plan: StepPlan) -> StepOutput:
@@ -189,13 +192,13 @@ class _Clock:
     """Seconds spent in each stage of a step, by the name of the stage that just ended."""
 
     def __init__(self) -> None:
-        self._last = time.perf_counter()
-        self._spent: dict[str, float] = {}
+        self.start = self._last = time.perf_counter()
+        self.spent: dict[str, float] = {}  # in the order the stages ran
 
     def mark(self, stage: str) -> None:
         now = time.perf_counter()
-        self._spent[stage] = now - self._last
+        self.spent[stage] = now - self._last
         self._last = now
 
     def __getitem__(self, stage: str) -> float:
-        return self._spent[stage]
+        return self.spent[stage]

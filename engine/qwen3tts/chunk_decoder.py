@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..gpu_timeline import GpuTimeline
 from ..graphs import GraphSet
 from ..request import Request
 from .step_buffers import HostCopy, PackedBuffer
@@ -41,6 +42,7 @@ class ChunkDecoder:
         self._io: dict[Bucket, tuple[PackedBuffer, HostCopy]] = {}
         self._in_flight: tuple[Sequence[tuple[Request, int]], np.ndarray, torch.cuda.Event | None] | None = None
         self.after: torch.cuda.Event | None = None  # the last step read (its frames are in the ring); CUDA only
+        self.timeline: GpuTimeline | None = None  # engine option gpu_timeline (engine/gpu_timeline.py)
         # In-context voices: the codec state after the reference frames, by the voice's reference codes (the same
         # tensor for every stream of an uploaded or configured voice; dropped with it). A stream then starts from a
         # copy of one slot row instead of decoding up to 30 s of reference again.
@@ -107,9 +109,14 @@ class ChunkDecoder:
                     self.stream.wait_stream(torch.cuda.current_stream(self.device))
             for r in clones:
                 self._warm(r)
+            timeline = self.timeline if self.timeline is not None and self.timeline.active else None
+            if timeline is not None:
+                timeline.begin("codec", self.stream)
             io.upload()
             pcm = self.graphs(key)
             pcm_host.tensor[:num].copy_(pcm[:num], non_blocking=True)
+            if timeline is not None:
+                timeline.end("codec", "x".join(map(str, key)), self.stream)
             event = None
             if self.stream is not None:
                 event = torch.cuda.Event()

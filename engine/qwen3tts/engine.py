@@ -17,6 +17,7 @@ from typing import Any
 from ..admission import Forecast, LoopForecaster
 from ..base import AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
 from ..core import EngineCore, StepOutput
+from ..gpu_timeline import GpuTimeline
 from ..loop import EngineLoop, LoopStream
 from ..request import FRAME_S, Request
 from ..scheduler import SchedulerConfig
@@ -45,6 +46,7 @@ class Qwen3TTSEngine(Engine):
         self.pipeline = o.pipeline
         self.text_min_tokens = o.text_min_tokens
         self.aligner_path = o.aligner or None
+        self.timeline: GpuTimeline | None = None  # engine option gpu_timeline
         self.word_aligner: Any = None  # an AlignerWorker (engine/aligner/worker.py) when `aligner` is set
         self.supports_word_times = self.aligner_path is not None  # measured by it (engine/aligner/stream.py)
         self.tts: Any = None
@@ -97,6 +99,8 @@ class Qwen3TTSEngine(Engine):
         config = RunnerConfig(sampling=SamplingFeatures.of(gen), **self.loop_options)
         self.runner = runner = ModelRunner(tts, config)
         runner.capture()
+        self.timeline = GpuTimeline.parse(self.options.gpu_timeline)
+        runner.watch(self.timeline)
         t2 = time.perf_counter()
         if tts.cfg.tts_model_type == "base" and self.ref_audio:
             audio, sr = read_wav(self.ref_audio)
@@ -106,13 +110,15 @@ class Qwen3TTSEngine(Engine):
         self.scheduler_config.max_pending_frames = RING - runner.chunks.max_width
         o = self.options  # the forecaster learns this loop's step times (engine/admission.py)
         core = EngineCore(runner, runner.kv, self.scheduler_config, o.pipeline, o.early_first_chunk,
-                          o.pipeline_min_rows)
+                          o.pipeline_min_rows, o.codec_fill)
         forecaster = LoopForecaster(o.rows, o.max_prefills, self.chunk_schedule[0], runner.kv.max_streams, o.pipeline,
                                     pipeline_min_rows=o.pipeline_min_rows)
         self.loop = EngineLoop(core, "qwen3tts", self._on_step, self.gil_switch_s, forecaster)
         self.timings = {"load_s": t1 - t0, "capture_s": t2 - t1}
 
     def _on_step(self, out: StepOutput, seconds: float) -> None:
+        if self.timeline is not None:
+            self.timeline.after_step(out)
         if self.metrics is not None and out.bucket:
             self.metrics.observe(out, out.bucket, seconds)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..gpu_timeline import GpuTimeline
 from ..graphs import GraphSet, smallest_bucket
 from ..request import Request
 from ..scheduler import StepPlan
@@ -109,6 +110,11 @@ class ModelRunner:
                                    c.progress)
         self._io: dict[tuple[int, int], _StepIO] = {}
         self.last_fill_s, self.last_bucket = 0.0, ""
+        self.timeline: GpuTimeline | None = None  # engine option gpu_timeline: set with `watch`
+
+    def watch(self, timeline: GpuTimeline | None) -> None:
+        """Record the steps' and codec calls' GPU spans into `timeline` while it is active (CUDA only)."""
+        self.timeline = self.chunks.timeline = timeline if self.device.type == "cuda" else None
 
     # -- construction -------------------------------------------------------------------------------------------
     def _codec_class(self) -> type:
@@ -231,6 +237,9 @@ class ModelRunner:
             h["dec_pos"][:num_rows] = [r.num_prompt_tokens + r.num_launched - 1 for r in plan.decodes]
         if num_tokens:
             self._fill_prefills(plan, io)
+        timeline = self.timeline if self.timeline is not None and self.timeline.active else None
+        if timeline is not None:
+            timeline.begin("step")
         io.ints.upload()
         if io.floats is not None:
             io.floats.upload()
@@ -243,6 +252,8 @@ class ModelRunner:
         self._launches += 1
         if sampled:
             frames_host.start(frames, at[-1] + 1)
+        if timeline is not None:
+            timeline.end("step", f"{rows}+{tokens}")
         logits = [lg[at].clone() for lg in io.logits] if sampled else []  # empty unless recording
         done = None
         if cuda:

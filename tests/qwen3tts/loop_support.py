@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from voxgate.engine.core import EngineCore
+from voxgate.engine.core import EngineCore, StepOutput
 from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 from voxgate.engine.qwen3tts.model.prompt import prompt_rows
 from voxgate.engine.qwen3tts.model.sampling import param_row
@@ -91,8 +91,10 @@ def make_runner(tts: Qwen3TTS, num_slots: int = 17, record_logits: bool = False,
 
 def drive(tts: Qwen3TTS, runner: ModelRunner, streams: list[Stream], greedy: bool = True, max_rows: int = 16,
           forced: Callable[[Stream], np.ndarray | None] | None = None,
-          config: SchedulerConfig | None = None) -> RecordingRunner:
-    """Run the streams through an EngineCore until all end: each joins at its step, some are cancelled."""
+          config: SchedulerConfig | None = None,
+          on_step: Callable[[StepOutput], None] | None = None) -> RecordingRunner:
+    """Run the streams through an EngineCore until all end: each joins at its step, some are cancelled; `on_step`
+    sees every step's output."""
     recorder = RecordingRunner(runner)
     config = config or SchedulerConfig(max_rows=max_rows, max_prefill_tokens=64, urgent_s=0)
     core = EngineCore(recorder, runner.kv, config)
@@ -113,6 +115,8 @@ def drive(tts: Qwen3TTS, runner: ModelRunner, streams: list[Stream], greedy: boo
         if not core.has_work and all(s.join_step <= step for s in streams):
             break
         out = core.step()
+        if on_step is not None:
+            on_step(out)
         for request, pcm in out.chunks:
             next(s for s in streams if s.request is request).audio.append(pcm)
         step += 1

@@ -6,6 +6,7 @@ The checkpoint is written once (or taken from $VOXGATE_GPU_CKPT); results go to 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -108,3 +109,28 @@ def test_free_running_bf16_against_each_stream_alone(ckpt17: Path) -> None:
         audio = np.concatenate(s.audio)
         assert len(audio) == len(codes) * 1920 and np.abs(audio).max() > 0
     _record("loop_free_running_bf16", {"frames_equal_before_first_difference": agree, "frames": total})
+
+
+def test_the_gpu_timeline_times_a_window_of_real_steps(ckpt17: Path, tmp_path: Path) -> None:
+    """engine option gpu_timeline on real captured steps: the window's spans are the step stream's, in launch order
+    and apart, each codec call on its own stream, and the summary adds up."""
+    from voxgate.engine.gpu_timeline import GpuTimeline
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
+
+    tts = Qwen3TTS.from_pretrained(ckpt17, device="cuda", dtype="bf16", progress=False)
+    runner = make_runner(tts, num_slots=8, **REAL)
+    timeline = GpuTimeline(tmp_path, start=3, count=8)
+    runner.watch(timeline)
+    streams = _streams()
+    streams[4].cancel_step = None
+    drive(tts, runner, streams, greedy=True, max_rows=8, on_step=timeline.after_step)
+    assert timeline.done
+    data = json.loads((tmp_path / "timeline.json").read_text())
+    summary, spans = data["summary"], data["spans"]
+    steps = [(b, e) for kind, _, b, e in spans if kind == "step"]
+    assert summary["steps"] == len(steps) >= 8 and summary["codec_calls"] >= 1
+    assert all(b < e for b, e in steps) and all(e <= b2 + 1e-3 for (_, e), (b2, _) in itertools.pairwise(steps))
+    idle = summary["step_idle_ms"]
+    assert sum(summary["idle_by_host_stage_ms"].values()) == pytest.approx(idle, abs=1e-6)
+    assert summary["step_busy_ms"] + idle == pytest.approx(summary["wall_ms"], rel=1e-6)
+    _record("loop_gpu_timeline", summary)
