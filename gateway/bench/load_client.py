@@ -22,7 +22,12 @@ class ServerError(Exception):
 
 
 class Refused(ServerError):
-    """A new session refused because the engine is full (`engine_full`, or close 1013): no request was served."""
+    """A new session refused because the engine is full (`engine_full`, or close 1013): no request was served.
+    `retry_after_s`: the refusal's `retry_after_ms`, when it said one."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 REFUSAL_CODE = "engine_full"  # the gateway's answer past capacity: HTTP 503, a WebSocket error or close 1013
@@ -46,6 +51,7 @@ class Trace:
     server_stages_ms: dict[str, float] | None = None  # context.done.timing.first_audio_stages_ms (WebSocket only)
     server_stalls: dict[str, Any] | None = None
     refusal_s: float | None = None  # refused (engine_full): seconds from sending to the refusal; not an error
+    retry_after_s: float | None = None  # the refusal's retry_after_ms (Retry-After over HTTP), in seconds
     timed_words: int | None = None  # words in `timestamps` events (sessions with word timestamps), else None
 
     @property
@@ -129,8 +135,10 @@ class WsClient:
                 return cls(ws, data, text_wps)
             if data.get("type") == "error":
                 await ws.close()
-                error = Refused if data.get("code") == REFUSAL_CODE else ServerError
-                raise error(f"session.start refused: {data.get('code')}: {data.get('message')}")
+                message = f"session.start refused: {data.get('code')}: {data.get('message')}"
+                if data.get("code") == REFUSAL_CODE:
+                    raise Refused(message, _seconds(data.get("retry_after_ms"), 1e-3))
+                raise ServerError(message)
 
     async def speak(self, trace: Trace, text: str) -> None:
         ws = self.ws
@@ -183,6 +191,7 @@ class WsClient:
                         raise ServerError(f"fatal {data.get('code')}: {data.get('message')}")
                     if data.get("context_id") == cid and data.get("code") == REFUSAL_CODE:
                         trace.refusal_s = now - opened  # the context was never opened: nothing more comes
+                        trace.retry_after_s = _seconds(data.get("retry_after_ms"), 1e-3)
                         return
                     if data.get("context_id") in (cid, None):
                         trace.error = f"{data.get('code')}: {data.get('message')}"
@@ -241,6 +250,7 @@ class HttpClient:
                     body = await resp.aread()
                     if resp.status_code == 503 and _error_code(body) == REFUSAL_CODE:
                         trace.refusal_s = answered - trace.sent
+                        trace.retry_after_s = _seconds(resp.headers.get("retry-after"), 1.0)
                     else:
                         trace.error = f"HTTP {resp.status_code}: {body[:200]!r}"
                     return
@@ -258,6 +268,14 @@ class HttpClient:
             trace.error = f"{type(exc).__name__}: {exc}"
 
     async def close(self) -> None:  # the shared httpx client is closed by its owner
+        return None
+
+
+def _seconds(value: Any, unit: float) -> float | None:
+    """A retry hint (milliseconds in a WebSocket error, seconds in Retry-After) in seconds; None if absent or bad."""
+    try:
+        return max(0.0, float(value) * unit) if value is not None else None
+    except (TypeError, ValueError):
         return None
 
 

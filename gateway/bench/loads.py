@@ -17,6 +17,11 @@ from .load_client import Client, HttpClient, Refused, ServerError, Trace, WsClie
 from .stats import to_sample
 from .workload import Workload
 
+# A closed-loop client refused (engine_full) waits for the refusal's retry hint before its next request, at most
+# MAX_RETRY_WAIT_S (the phase is short), RETRY_WAIT_S when the refusal said none: asking again at once only adds
+# refusals, and a storm of them measures the clients, not the server.
+RETRY_WAIT_S = 0.1
+MAX_RETRY_WAIT_S = 1.0
 MAX_IDLE_S = 30.0  # the gateway closes a session idle for limits.idle_timeout_s (60 s by default)
 
 
@@ -161,7 +166,12 @@ async def run_closed(
 ) -> PhaseResult:
     """`concurrency` clients, each sending its next request when the previous one finishes."""
     result = PhaseResult(_params("closed", target, workload, warmup_s, duration_s, seed, concurrency=concurrency))
-    clients = await asyncio.gather(*(target.client() for _ in range(concurrency)))
+    # A session refused at the start (engine_full) is asked for again by its worker's first request.
+    opened = await asyncio.gather(*(target.client() for _ in range(concurrency)), return_exceptions=True)
+    for outcome in opened:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, Refused):
+            raise outcome
+    clients: list[Client | None] = [c if not isinstance(c, BaseException) else None for c in opened]
     order = workload.order(seed)
     counter = iter(range(1 << 62))
     traces: list[Trace] = []
@@ -169,7 +179,7 @@ async def run_closed(
     t0 = time.perf_counter()
     stop = t0 + warmup_s + duration_s
 
-    async def worker(client: Client) -> None:
+    async def worker(client: Client | None) -> None:
         try:
             while time.perf_counter() < stop:
                 i = order[next(counter) % len(order)]
@@ -178,12 +188,23 @@ async def run_closed(
                 traces.append(trace)
                 with flight.request():
                     try:
+                        if client is None:  # the last session was lost, or refused: a fresh one
+                            client = await target.client()
                         await client.speak(trace, text)
+                    except Refused as exc:  # a new session refused (engine_full): answered, not an error
+                        trace.sent = trace.sent or trace.scheduled
+                        trace.refusal_s = time.perf_counter() - trace.scheduled
+                        trace.retry_after_s = exc.retry_after_s
                     except ServerError:  # the session is gone: the next request gets a fresh one
-                        await client.close()
-                        client = await target.client()
+                        if client is not None:
+                            await client.close()
+                        client = None
+                if trace.refused:  # as a polite client does: ask again after the refusal's hint
+                    wait = RETRY_WAIT_S if trace.retry_after_s is None else min(trace.retry_after_s, MAX_RETRY_WAIT_S)
+                    await asyncio.sleep(max(0.0, min(wait, stop - time.perf_counter())))
         finally:
-            await client.close()
+            if client is not None:
+                await client.close()
 
     with LagMonitor() as lag:
         tasks = [asyncio.create_task(worker(c)) for c in clients]

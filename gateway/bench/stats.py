@@ -35,6 +35,7 @@ def to_sample(trace: Trace, t0: float, warmup: bool) -> dict[str, Any]:
         "error": trace.error,
         "refused": trace.refused,  # engine_full: neither an error nor in SLO
         "refusal_ms": None if trace.refusal_s is None else trace.refusal_s * 1e3,
+        "retry_after_ms": None if trace.retry_after_s is None else trace.retry_after_s * 1e3,
         "warmup": warmup,
         "server_first_audio_ms": trace.server_first_audio_ms,
     }

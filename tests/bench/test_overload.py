@@ -83,3 +83,27 @@ async def test_a_session_closed_with_1013_before_its_start_is_a_refusal() -> Non
         port = server.sockets[0].getsockname()[1]
         with pytest.raises(Refused, match="1013"):
             await WsClient.connect(f"ws://127.0.0.1:{port}/v1/tts/ws")
+
+
+@pytest.mark.slow
+def test_a_refused_closed_loop_client_waits_for_the_retry_hint(gateway, texts: Path) -> None:
+    """Closed loop past capacity (six clients, one stream queued at most): a refused client waits for the
+    refusal's `retry_after_ms` (at most MAX_RETRY_WAIT_S) before its next request, as a polite client does, instead
+    of asking again at once (a storm of refusals that measures the clients)."""
+    from voxgate.gateway.bench import loads
+
+    server = gateway(FakeEngine(first_chunk_ms=60, device_rtf=200), max_queued_streams=1)
+    plan = Plan(workloads=[str(texts)], transport="ws", concurrencies=[6], rates=[], seeds=[1], closed_warmup_s=0.3,
+                closed_duration_s=1.5, drain_s=5, voice="tone-a")
+    results = asyncio.run(run_plan(server.http_url, plan, log=lambda _: None))
+    (phase,) = results["closed_loop"]
+    samples = phase["seeds"][0]["samples"] if "seeds" in phase else phase["samples"]
+    refused = [x for x in samples if x["refused"]]
+    assert refused and any(x["ok"] for x in samples)
+    assert all(x["retry_after_ms"] and x["retry_after_ms"] >= 1 for x in refused)  # every refusal says when
+    # each refused client waits its hint (capped) before it asks again: at most one refusal per client per wait
+    wait = min(loads.MAX_RETRY_WAIT_S, min(x["retry_after_ms"] for x in refused) / 1e3)
+    phase_s = plan.closed_warmup_s + plan.closed_duration_s
+    assert len(refused) <= 6 * (phase_s / wait + 1), (len(refused), wait)
+    by_start = sorted(x["scheduled_s"] for x in refused)
+    assert by_start[-1] <= phase_s + 0.1  # nothing asked after the phase
