@@ -15,9 +15,10 @@ import numpy as np
 import soxr
 import torch
 
+from ..qwen3tts.fused_stack import DecoderOps, FusedStack
 from ..words import TextWord, WordTime, text_words
 from .audio_encoder import encoder_frames
-from .batch import hidden_batch
+from .batch import hidden_batch, hidden_packed
 from .checkpoint import load_aligner
 from .config import AlignerConfig
 from .features import SAMPLE_RATE, log_mel, log_mel_batch, peak_limited
@@ -37,14 +38,27 @@ class UnitTime:
 
 
 class Aligner:
-    def __init__(self, thinker: Thinker, prompt: AlignerPrompt) -> None:
+    """`decoder`: how a batch's prompts go through the text decoder (engine/aligner/batch.py): packed (the fused
+    stack, 9 launches a layer; the default on CUDA), padded (the plain batched reference; the default elsewhere:
+    the fused stack's CPU attention gathers each token's whole slot) or auto."""
+
+    def __init__(self, thinker: Thinker, prompt: AlignerPrompt, decoder: str = "auto") -> None:
         self.thinker, self.prompt = thinker, prompt
+        device = thinker.lm_head.weight.device
+        if decoder == "auto":
+            decoder = "packed" if device.type == "cuda" else "padded"
+        if decoder not in ("packed", "padded"):
+            raise ValueError(f"aligner decoder must be packed, padded or auto, not {decoder!r}")
+        self.decoder = decoder
+        # The fused weights are views the modules share: the one-clip and padded paths keep working on them.
+        self.stack = FusedStack(thinker.model, DecoderOps.for_device(device)) if decoder == "packed" else None
 
     @classmethod
     def from_pretrained(cls, path_or_id: str | Path, device: str | torch.device = "cpu",
-                        dtype: torch.dtype = torch.float32, progress: bool = False) -> Aligner:
+                        dtype: torch.dtype = torch.float32, progress: bool = False,
+                        decoder: str = "auto") -> Aligner:
         directory, cfg, thinker = load_aligner(path_or_id, device, dtype, progress)
-        return cls(thinker, AlignerPrompt(directory, cfg))
+        return cls(thinker, AlignerPrompt(directory, cfg), decoder)
 
     @property
     def cfg(self) -> AlignerConfig:
@@ -67,18 +81,23 @@ class Aligner:
         times = unit_times(classes, self.cfg.timestamp_segment_time)
         return [UnitTime(u, s, e) for u, (s, e) in zip(units, times, strict=True)]
 
-    def _hidden_batch(self, clips_16k: list[np.ndarray], units: list[list[str]]) -> tuple[torch.Tensor, ...]:
+    def _hidden_batch(self, clips_16k: list[np.ndarray], units: list[list[str]],
+                      padded: bool = False) -> tuple[torch.Tensor, ...]:
+        """(ids, hidden): [B, T] and [B, T, H] right-padded (the padded decoder, or `padded`), else [N] and [N, H]
+        packed; either way a clip's tokens in order, clip after clip, where the padding is left out."""
         device = self.thinker.lm_head.weight.device
         mel, frames = log_mel_batch([torch.as_tensor(peak_limited(c), device=device) for c in clips_16k],
                                     self.cfg.audio.num_mel_bins)
         prompts = [self.prompt.ids(u, encoder_frames(t)) for u, t in zip(units, frames, strict=True)]
+        if self.stack is not None and not padded:
+            return hidden_packed(self.thinker, self.stack, prompts, mel, frames)
         return hidden_batch(self.thinker, prompts, mel, frames, self.prompt.audio_end)
 
     @torch.inference_mode()
     def logits_batch(self, clips_16k: list[np.ndarray], units: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         """`logits` of B clips in one batch: (input_ids [B, T], logits [B, T, classify_num]), each prompt
         right-padded with <|audio_end|> to the longest (engine/aligner/batch.py)."""
-        ids, hidden = self._hidden_batch(clips_16k, units)
+        ids, hidden = self._hidden_batch(clips_16k, units, padded=True)
         return ids, self.thinker.lm_head(hidden)
 
     @torch.inference_mode()

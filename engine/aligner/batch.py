@@ -8,11 +8,16 @@ Every clip gets what it gets alone (Thinker.forward, AudioEncoder.forward: the p
   zeroed past the frames it has alone, which is exactly the zero padding its own convs see at its end.
 - **Encoder layers**: every clip's attention windows (each clip's own size, AudioEncoder.window_size) are rows of
   one [windows, S, D] batch with a key validity mask, so no frame attends outside its window, let alone its clip.
-- **Decoder**: prompts are right-padded to the longest. With right padding a real position's keys (itself and
-  the positions before it) are all real and its RoPE position is its index, as alone, so the one-clip path's
-  causal mask and positions 0..T-1 already give every real position its one-clip result: no key padding mask and
-  no per-row positions are needed, and the shared DecoderStack is unchanged. The padded positions' outputs are
-  never read. (Left padding would need both; it only pays for generation, which the aligner does not do.)
+- **Decoder, packed** (`hidden_packed`, the default on CUDA): every clip's prompt back to back as one token
+  stream through the fused decoder stack of the TTS step (engine/qwen3tts/fused_stack.py: 9 launches a layer,
+  Triton kernels on CUDA), each clip its own KV slot and positions 0..T-1, so a token attends to its own clip's
+  earlier tokens only, as alone. No padding is computed.
+- **Decoder, padded** (`hidden_batch`, the reference): prompts are right-padded to the longest. With right
+  padding a real position's keys (itself and the positions before it) are all real and its RoPE position is its
+  index, as alone, so the one-clip path's causal mask and positions 0..T-1 already give every real position its
+  one-clip result: no key padding mask and no per-row positions are needed, and the shared DecoderStack is
+  unchanged. The padded positions' outputs are never read. (Left padding would need both; it only pays for
+  generation, which the aligner does not do.)
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..qwen3tts.fused_stack import FusedStack
 from .audio_encoder import AudioEncoder, conv_frames, encoder_frames, sinusoids
 from .config import CHUNK_FRAMES
 from .model import Thinker
@@ -75,6 +81,35 @@ def encode_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int]) -> t
     return tower.proj2(F.gelu(tower.proj1(tower.ln_post(h))))
 
 
+def _embedded(thinker: Thinker, ids: torch.Tensor, mel: torch.Tensor, frames: list[int]) -> torch.Tensor:
+    """The decoder's input: ids' embeddings with every <|audio_pad|> slot replaced by its clip's encoder frame, in
+    order (the slots of the clips in order, each clip's frames in order)."""
+    audio = encode_batch(thinker.audio_tower, mel.to(thinker.lm_head.weight.dtype), frames)
+    x = thinker.model.embed_tokens(ids)
+    slots = ids == thinker.cfg.audio_token_id
+    if int(slots.sum()) != audio.shape[0]:
+        raise ValueError(f"prompts have {int(slots.sum())} audio slots for {audio.shape[0]} encoder frames")
+    return x.masked_scatter(slots[..., None], audio.to(x.dtype))
+
+
+def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]], mel: torch.Tensor,
+                  frames: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """B prompts and their clips' features -> (ids [N], the decoder's final hidden states [N, H]) for the N tokens
+    of all prompts back to back; `stack` is FusedStack(thinker.model, ...)."""
+    device = thinker.lm_head.weight.device
+    ids = torch.tensor([i for p in prompts for i in p], device=device)
+    x = _embedded(thinker, ids, mel, frames)
+    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    slots = torch.repeat_interleave(torch.arange(len(prompts), device=device), lengths)
+    starts = torch.cumsum(lengths, 0) - lengths
+    positions = torch.arange(ids.shape[0], device=device) - torch.repeat_interleave(starts, lengths)
+    cfg, longest = thinker.model.cfg, max(map(len, prompts))
+    store = torch.empty((cfg.num_hidden_layers, 2, len(prompts), cfg.num_key_value_heads, longest, cfg.head_dim),
+                        dtype=x.dtype, device=device)
+    cos, sin = thinker.model.rope(0, longest, device, x.dtype)
+    return ids, stack.forward(x, list(store[:, 0]), list(store[:, 1]), slots, positions, cos, sin)
+
+
 def hidden_batch(thinker: Thinker, prompts: list[list[int]], mel: torch.Tensor, frames: list[int],
                  pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """B prompts (Aligner.prompt.ids of each clip) and their clips' features -> (ids [B, T] right-padded with
@@ -82,14 +117,8 @@ def hidden_batch(thinker: Thinker, prompts: list[list[int]], mel: torch.Tensor, 
     cfg = thinker.cfg
     if pad_id in (cfg.audio_token_id, cfg.timestamp_token_id):
         raise ValueError(f"pad id {pad_id} is a slot token")
-    weight = thinker.lm_head.weight
-    audio = encode_batch(thinker.audio_tower, mel.to(weight.dtype), frames)
     t = max(map(len, prompts))
-    ids = torch.tensor([p + [pad_id] * (t - len(p)) for p in prompts], device=weight.device)
-    x = thinker.model.embed_tokens(ids)
-    slots = ids == cfg.audio_token_id
-    if int(slots.sum()) != audio.shape[0]:
-        raise ValueError(f"prompts have {int(slots.sum())} audio slots for {audio.shape[0]} encoder frames")
-    x = x.masked_scatter(slots[..., None], audio.to(x.dtype))  # row-major slots: clip after clip, as audio is
+    ids = torch.tensor([p + [pad_id] * (t - len(p)) for p in prompts], device=thinker.lm_head.weight.device)
+    x = _embedded(thinker, ids, mel, frames)  # row-major slots: clip after clip, as the encoder's frames are
     cache = thinker.model.new_cache(len(prompts), t, x.dtype, x.device)
     return ids, thinker.model(x, cache)

@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=3.0, help="seconds of audio per clip")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--decoder", choices=("auto", "packed", "padded"), default="auto",
+                   help="the text decoder's batch path (engine/aligner/batch.py; auto: packed on CUDA)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls before each timing")
     p.add_argument("--runs", type=int, default=5, help="timed calls (median)")
     p.add_argument("--json", type=Path, help="write the results here")
@@ -110,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         write_synthetic_aligner(args.checkpoint, tiny=args.write_synthetic == "tiny")
         report["write_s"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
-    aligner = Aligner.from_pretrained(args.checkpoint, device=args.device, dtype=DTYPES[args.dtype])
+    aligner = Aligner.from_pretrained(args.checkpoint, device=args.device, dtype=DTYPES[args.dtype],
+                                      decoder=args.decoder)
+    report["decoder"] = aligner.decoder
     report["load_s"] = round(time.perf_counter() - t0, 2)
     if args.device.startswith("cuda"):
         report["device_name"] = torch.cuda.get_device_name(torch.device(args.device))

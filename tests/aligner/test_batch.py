@@ -106,3 +106,56 @@ def test_empty_and_mismatched_batches(ours):
     assert ours.unit_times_batch([], []) == []
     with pytest.raises(ValueError, match="2 clips for 1 texts"):
         ours.unit_times_batch([clip(1.0), clip(1.0)], ["a"])
+
+
+@pytest.fixture(scope="module")
+def packed(aligner_ckpt):
+    return Aligner.from_pretrained(aligner_ckpt, decoder="packed")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_packed_decoder_equals_the_padded_one(packed, seed):
+    """hidden_packed (the fused stack over every prompt back to back, one KV slot a clip; the CUDA default) against
+    hidden_batch (right-padded, the reference): every clip's real tokens' hidden states, and its unit times."""
+    clips, texts = random_batch(seed)
+    texts[:3] = TEXTS[0], TEXTS[2], TEXTS[3]
+    units = [[u.text for u in split_units(t)] for t in texts]
+    with torch.inference_mode():
+        ids, hidden = packed._hidden_batch(clips, units)
+        padded_ids, padded_hidden = packed._hidden_batch(clips, units, padded=True)
+    lengths = [len(packed.prompt.ids(u, encoder_frames(len(c) // 160))) for c, u in zip(clips, units, strict=True)]
+    assert ids.shape == (sum(lengths),) and hidden.shape[0] == sum(lengths)
+    for b, (got_ids, got) in enumerate(zip(ids.split(lengths), hidden.split(lengths), strict=True)):
+        n = lengths[b]
+        assert got_ids.tolist() == padded_ids[b, :n].tolist()
+        assert_close(got, padded_hidden[b, :n])
+    assert packed.unit_times_batch(clips, texts) == [packed.unit_times(c, t) for c, t in zip(clips, texts, strict=True)]
+
+
+def test_the_decoder_is_chosen_by_device_or_named(aligner_ckpt, ours):
+    assert ours.decoder == "padded" and ours.stack is None  # CPU: the fused stack's CPU attention is the slow one
+    with pytest.raises(ValueError, match="packed, padded or auto"):
+        Aligner.from_pretrained(aligner_ckpt, decoder="fused")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("seed", range(2))
+def test_the_packed_decoder_on_cuda_equals_the_padded_one(aligner_ckpt, seed):
+    """The CUDA default: the fused stack with its Triton kernels (fp32, TF32 off), against the padded reference on
+    the same GPU."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    aligner = Aligner.from_pretrained(aligner_ckpt, device="cuda")
+    assert aligner.decoder == "packed"
+    clips, texts = random_batch(seed)
+    units = [[u.text for u in split_units(t)] for t in texts]
+    with torch.inference_mode():
+        ids, hidden = aligner._hidden_batch(clips, units)
+        padded_ids, padded_hidden = aligner._hidden_batch(clips, units, padded=True)
+    real = torch.zeros_like(padded_ids, dtype=torch.bool)  # each clip's own tokens, not the padding
+    for b, u in enumerate(units):
+        real[b, : len(aligner.prompt.ids(u, encoder_frames(len(clips[b]) // 160)))] = True
+    assert ids.tolist() == padded_ids[real].tolist()
+    assert_close(hidden.float().cpu(), padded_hidden[real].float().cpu(), rtol=1e-4, atol=1e-4)
+    assert aligner.unit_times_batch(clips, texts) == [aligner.unit_times(c, t) for c, t in zip(clips, texts,
+                                                                                                 strict=True)]
