@@ -18,9 +18,11 @@ from .request import Request, Status
 from .scheduler import Scheduler
 
 Chunk = tuple[Request, np.ndarray]  # a stream's audio, PCM16
-# ChunkAssembler._filled: a codec call's fixed cost in rows' worth (H200, 4 frames a row: 1 row 0.95 ms, 64 rows
-# 4.90 ms, ~0.063 ms a row), and how full a call of pieces that could all wait must be to go.
+# ChunkAssembler._filled, where the codec's calls were not timed at capture (CPU, eager): a call's fixed cost in rows'
+# worth (H200, 4 frames a row: 1 row 0.95 ms, 64 rows 4.90 ms, ~0.063 ms a row); and how full a call of pieces that
+# could all wait must be to go.
 CALL_ROWS = 14
+ROW_MS = 0.063  # the model's row in ms, should a measured table miss a bucket
 FULL_ENOUGH = 0.75
 
 
@@ -42,6 +44,11 @@ class ChunkCalls(Protocol):
     @property
     def in_flight(self) -> Sequence[tuple[Request, int]]:
         """The pieces of the launched call, not yet collected."""
+        ...
+
+    @property
+    def costs(self) -> dict[tuple[int, int], float]:
+        """GPU ms of each captured call, timed at capture; empty where nothing was timed (CPU, eager)."""
         ...
 
 
@@ -136,13 +143,21 @@ class ChunkAssembler:
             width = max(width, n)
             bucket = self.calls.bucket_for(k, width)
             assert bucket is not None  # _pieces took only what a bucket holds
-            cost = (CALL_ROWS + bucket[0]) / k
+            cost = self._call_cost(bucket) / k
             if k >= must and cost <= best_cost:
                 best, best_cost, best_rows = k, cost, bucket[0]
         everyone = len(order) >= FULL_ENOUGH * len(self.scheduler.running)
         if not must and best < FULL_ENOUGH * best_rows and not everyone:
             return []
         return order[:best]
+
+    def _call_cost(self, bucket: tuple[int, int]) -> float:
+        """A call's cost: as measured at capture where every bucket was (`ChunkCalls.costs`), else the H200's
+        model, a fixed part worth CALL_ROWS rows plus the rows."""
+        measured = self.calls.costs
+        if bucket in measured:
+            return measured[bucket]
+        return (CALL_ROWS + bucket[0]) * (ROW_MS if measured else 1.0)
 
     def _cannot_wait(self, request: Request, now: float) -> bool:
         return request.first_audio_at is None or request.ended or self.scheduler.urgent(request, now)

@@ -19,6 +19,7 @@ functions directly: CPU tests exercise exactly the code the graphs were captured
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
@@ -89,6 +90,28 @@ class GraphSet(Generic[K]):
 
     def keys(self) -> list[K]:
         return list(self.entries)
+
+
+def median_ms(fn: StepFn, reps: int, warmup: int = 3) -> float:
+    """The median time of `fn` over `reps` runs after `warmup`: GPU time between CUDA events on CUDA, wall time on
+    the CPU (a dry run)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    if not torch.cuda.is_available():
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1000)
+        return statistics.median(times)
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
 
 
 def smallest_bucket(buckets: Iterable[int], n: int) -> int:

@@ -35,6 +35,7 @@ class Chunks:
         self.max_width = max(w for _, w in buckets)
         self.calls: list[list[tuple[int, int]]] = []
         self.in_flight: Sequence[tuple[Request, int]] = ()
+        self.costs: dict[tuple[int, int], float] = {}  # untimed: ChunkAssembler's row model
 
     def bucket_for(self, rows: int, width: int) -> tuple[int, int] | None:
         return next((b for b in self.buckets if b[0] >= rows and b[1] >= width), None)

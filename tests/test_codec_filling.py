@@ -61,3 +61,29 @@ def test_filling_the_codec_calls_changes_no_audio_and_costs_fewer_rows(seed: int
     if len(requests) >= 40:  # enough streams for calls of many rows: the filling must show
         assert padded_rows(filled_calls) < 0.9 * padded_rows(plain_calls), (padded_rows(filled_calls),
                                                                              padded_rows(plain_calls))
+
+
+def test_a_measured_cost_table_decides_how_many_pieces_go() -> None:
+    """Ten of forty playing streams due a piece of 4 frames. The row model takes a full 8-row call and leaves two.
+    Where the 16-row call was timed barely dearer than the 8-row one, ten in it is the cheaper call per piece but
+    not 3/4 full, so nothing goes yet; with one first chunk among them (it cannot wait) all ten go."""
+    from voxgate.engine.chunks import ChunkAssembler
+    from voxgate.engine.scheduler import Scheduler
+
+    def taken(costs: dict[tuple[int, int], float], first_chunk: bool = False) -> int:
+        calls = FakeRunner(buckets=BUCKETS).chunks
+        calls.costs = costs
+        scheduler = Scheduler(SchedulerConfig(urgent_s=0), Pool(41))
+        scheduler.running = [_request() for _ in range(40)]
+        for r in scheduler.running:
+            r.first_audio_at = 0.0  # playing
+        if first_chunk:
+            scheduler.running[3].first_audio_at = None
+        pieces = [(r, 4, True) for r in scheduler.running[:10]]
+        return len(ChunkAssembler(calls, scheduler)._filled(pieces))
+
+    h200 = {(1, 4): 0.95, (8, 4): 1.28, (16, 4): 1.79, (32, 4): 2.83, (64, 4): 4.90}
+    assert taken({}) == taken(h200) == 8
+    cheap16 = {**h200, (16, 4): 1.30}
+    assert taken(cheap16) == 0
+    assert taken(cheap16, first_chunk=True) == 10 and taken({}, first_chunk=True) == 8

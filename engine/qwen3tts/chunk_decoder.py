@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..gpu_timeline import GpuTimeline
-from ..graphs import GraphSet
+from ..graphs import GraphSet, median_ms
 from ..request import Request
 from .step_buffers import HostCopy, PackedBuffer
 
@@ -43,6 +43,7 @@ class ChunkDecoder:
         self._in_flight: tuple[Sequence[tuple[Request, int]], np.ndarray, torch.cuda.Event | None] | None = None
         self.after: torch.cuda.Event | None = None  # the last step read (its frames are in the ring); CUDA only
         self.timeline: GpuTimeline | None = None  # engine option gpu_timeline (engine/gpu_timeline.py)
+        self.costs: dict[Bucket, float] = {}  # GPU ms of each captured call, timed at capture (CUDA graphs only)
         # In-context voices: the codec state after the reference frames, by the voice's reference codes (the same
         # tensor for every stream of an uploaded or configured voice; dropped with it). A stream then starts from a
         # copy of one slot row instead of decoding up to 30 s of reference again.
@@ -56,6 +57,11 @@ class ChunkDecoder:
     def capture(self) -> None:
         self.graphs.capture(self.buckets, self._make, size=lambda b: b[0] * b[1],
                             desc="codec graphs (compile, tune, capture)", progress=self.progress)
+        if self.graphs.use_graphs:  # what each call costs, for the engine's choice of pieces (engine/chunks.py)
+            self.costs = {key: median_ms(lambda key=key: self.graphs(key), reps=5, warmup=1) for key in self.buckets}
+            if self.progress:
+                print("codec calls, GPU ms: " + ", ".join(f"{r}x{w} {ms:.2f}" for (r, w), ms in self.costs.items()),
+                      flush=True)
 
     def bucket_for(self, rows: int, width: int) -> Bucket | None:
         """The cheapest bucket holding rows x width (None when none does)."""

@@ -42,30 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "GPU-busy time, idle gaps, the weights' bandwidth floor (step_profile.py)")
 
 
-def _median_ms(fn: Any, reps: int) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    times = []
-    if not torch.cuda.is_available():  # a dry run on the CPU: wall time
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1000)
-        return statistics.median(times)
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import torch
+    from voxgate.engine.graphs import median_ms
     from voxgate.engine.qwen3tts.batch_step import SamplingFeatures
     from voxgate.engine.qwen3tts.engine import create_engine
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
@@ -124,7 +103,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         rows, tokens = key
         plan = plan_of(key)
         runner.run(plan)  # fills this bucket's inputs
-        gpu = _median_ms(lambda key=key: runner.steps(key), args.reps)
+        gpu = median_ms(lambda key=key: runner.steps(key), args.reps)
         walls = []
         for _ in range(args.reps):
             w0 = time.perf_counter()
@@ -141,7 +120,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         io.host["slot"][:] = slots[:rows] if rows <= len(slots) else (slots * rows)[:rows]
         io.host["count"][:] = width
         io.upload()
-        ms = _median_ms(lambda key=key: runner.chunks.graphs(key), args.reps)
+        ms = median_ms(lambda key=key: runner.chunks.graphs(key), args.reps)
         codec.append({"rows": rows, "frames": width, "gpu_ms": ms, "ms_per_frame": ms / (rows * width)})
     depth = depth_loop_times(runner, row, args.reps)
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)"
@@ -165,6 +144,7 @@ def depth_loop_times(runner: Any, param_row: list[float], reps: int) -> list[dic
     CUDA graph and replayed: passes 1..14 through the fused kernels (depth_fused.py), through the stack's layers,
     and through the persistent pass (kernels/depth_pass.py; rows <= 16 only), on the same weights."""
     import torch
+    from voxgate.engine.graphs import median_ms
     from voxgate.engine.qwen3tts.depth_fused import DepthOps, FusedDepth, PersistentDepth
     from voxgate.engine.qwen3tts.model.sampling import (
         SUB_DO_SAMPLE,
@@ -210,7 +190,7 @@ def depth_loop_times(runner: Any, param_row: list[float], reps: int) -> list[dic
                     with torch.cuda.graph(graph, stream=stream):
                         loop()
                     run = graph.replay
-                out.append({"depth": name, "rows": rows, "gpu_ms": _median_ms(run, reps)})
+                out.append({"depth": name, "rows": rows, "gpu_ms": median_ms(run, reps)})
     finally:
         model.fused_depth, model.persistent_depth = fused, persistent
     return out
