@@ -21,6 +21,7 @@ from .audio_encoder import encoder_frames
 from .batch import hidden_batch, hidden_packed
 from .checkpoint import load_aligner
 from .config import AlignerConfig
+from .decoder_graphs import CapturedDecoder
 from .features import SAMPLE_RATE, log_mel, log_mel_batch, peak_limited
 from .model import Thinker
 from .prompt import AlignerPrompt
@@ -52,6 +53,18 @@ class Aligner:
         self.decoder = decoder
         # The fused weights are views the modules share: the one-clip and padded paths keep working on them.
         self.stack = FusedStack(thinker.model, DecoderOps.for_device(device)) if decoder == "packed" else None
+        self.captured: CapturedDecoder | None = None  # `capture()`: the packed decoder from CUDA graphs
+
+    def capture(self, progress: bool = True, enforce_eager: bool = False) -> None:
+        """The packed decoder's CUDA graphs (decoder_graphs.py), on the calling thread's stream; a no-op unless
+        the decoder is packed. With enforce_eager (or off CUDA) the same bucketed path runs without graphs."""
+        if self.stack is None:
+            return
+        weight = self.thinker.lm_head.weight
+        captured = CapturedDecoder(self.stack, self.thinker.model, weight.device, weight.dtype,
+                                   enforce_eager=enforce_eager)
+        captured.capture(progress)
+        self.captured = captured  # only once every bucket is captured: until then calls run eagerly
 
     @classmethod
     def from_pretrained(cls, path_or_id: str | Path, device: str | torch.device = "cpu",
@@ -90,7 +103,7 @@ class Aligner:
                                     self.cfg.audio.num_mel_bins)
         prompts = [self.prompt.ids(u, encoder_frames(t)) for u, t in zip(units, frames, strict=True)]
         if self.stack is not None and not padded:
-            return hidden_packed(self.thinker, self.stack, prompts, mel, frames)
+            return hidden_packed(self.thinker, self.stack, prompts, mel, frames, self.captured)
         return hidden_batch(self.thinker, prompts, mel, frames, self.prompt.audio_end)
 
     @torch.inference_mode()

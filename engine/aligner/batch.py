@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from ..qwen3tts.fused_stack import FusedStack
 from .audio_encoder import AudioEncoder, conv_frames, encoder_frames, sinusoids
 from .config import CHUNK_FRAMES
+from .decoder_graphs import CapturedDecoder
 from .model import Thinker
 
 
@@ -93,9 +94,10 @@ def _embedded(thinker: Thinker, ids: torch.Tensor, mel: torch.Tensor, frames: li
 
 
 def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]], mel: torch.Tensor,
-                  frames: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+                  frames: list[int], captured: CapturedDecoder | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """B prompts and their clips' features -> (ids [N], the decoder's final hidden states [N, H]) for the N tokens
-    of all prompts back to back; `stack` is FusedStack(thinker.model, ...)."""
+    of all prompts back to back; `stack` is FusedStack(thinker.model, ...); `captured` replays it from CUDA graphs
+    where the call fits (decoder_graphs.py)."""
     device = thinker.lm_head.weight.device
     ids = torch.tensor([i for p in prompts for i in p], device=device)
     x = _embedded(thinker, ids, mel, frames)
@@ -104,6 +106,8 @@ def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]],
     starts = torch.cumsum(lengths, 0) - lengths
     positions = torch.arange(ids.shape[0], device=device) - torch.repeat_interleave(starts, lengths)
     cfg, longest = thinker.model.cfg, max(map(len, prompts))
+    if captured is not None and captured.fits(ids.shape[0], len(prompts), longest):
+        return ids, captured(x, slots, positions)
     store = torch.empty((cfg.num_hidden_layers, 2, len(prompts), cfg.num_key_value_heads, longest, cfg.head_dim),
                         dtype=x.dtype, device=device)
     cos, sin = thinker.model.rope(0, longest, device, x.dtype)

@@ -58,6 +58,9 @@ class Qwen3TTSOptions(EngineConfig):
     aligner: str | None = option(None, "Qwen3-ForcedAligner checkpoint directory or Hugging Face repo id: measured "
                                        "word times for sessions that ask (loaded on the engine's device and dtype; "
                                        "default none: no word times)")
+    aligner_graphs: bool = option(False, "true: the aligner's packed decoder replayed from CUDA graphs "
+                                         "(engine/aligner/decoder_graphs.py; tested on the CPU, not yet on the "
+                                         "H200: default false)")
 
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:

@@ -159,3 +159,53 @@ def test_the_packed_decoder_on_cuda_equals_the_padded_one(aligner_ckpt, seed):
     assert_close(hidden.float().cpu(), padded_hidden[real].float().cpu(), rtol=1e-4, atol=1e-4)
     assert aligner.unit_times_batch(clips, texts) == [aligner.unit_times(c, t) for c, t in zip(clips, texts,
                                                                                                  strict=True)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_bucketed_decoder_equals_the_packed_one(aligner_ckpt, seed):
+    """decoder_graphs.CapturedDecoder's bucketed path (eager on the CPU: the padding, the sink slot and the shared
+    store a CUDA graph replays) against the packed decoder: the same hidden states, call after call, and a call
+    that does not fit runs the packed decoder as it is."""
+    from voxgate.engine.aligner.decoder_graphs import CapturedDecoder
+
+    aligner = Aligner.from_pretrained(aligner_ckpt, decoder="packed")
+    clips, texts = random_batch(seed)
+    units = [[u.text for u in split_units(t)] for t in texts]
+    with torch.inference_mode():
+        ids, plain = aligner._hidden_batch(clips, units)
+        aligner.captured = CapturedDecoder(aligner.stack, aligner.thinker.model, torch.device("cpu"), torch.float32,
+                                           buckets=(ids.shape[0] // 2, ids.shape[0] + 7), max_clips=8,
+                                           max_positions=400)
+        aligner.captured.capture(progress=False)
+        for _ in range(2):  # the second call finds the first one's keys and values in the store
+            bucketed_ids, bucketed = aligner._hidden_batch(clips, units)
+            assert bucketed_ids.tolist() == ids.tolist()
+            assert_close(bucketed, plain, rtol=1e-5, atol=1e-5)
+        half = aligner._hidden_batch(clips[:2], units[:2])[1]  # a smaller bucket, the same store
+        assert_close(half, plain[: half.shape[0]], rtol=1e-5, atol=1e-5)
+        assert not aligner.captured.fits(ids.shape[0], 9, 10) and not aligner.captured.fits(ids.shape[0] + 8, 1, 10)
+        aligner.captured.max_clips = 2  # too many clips: the packed decoder, unbucketed
+        assert_close(aligner._hidden_batch(clips, units)[1], plain, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_captured_decoder_on_cuda_equals_the_eager_one(aligner_ckpt):
+    """engine option aligner_graphs: the packed decoder replayed from real CUDA graphs on a side stream, as the
+    worker runs it, against the same decoder eager (fp32, TF32 off): the same hidden states and unit times."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    aligner = Aligner.from_pretrained(aligner_ckpt, device="cuda")
+    clips, texts = random_batch(1)
+    units = [[u.text for u in split_units(t)] for t in texts]
+    with torch.inference_mode():
+        ids, eager = aligner._hidden_batch(clips, units)
+        times = aligner.unit_times_batch(clips, texts)
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            aligner.capture(progress=False)
+            assert aligner.captured is not None and aligner.captured.graphs.use_graphs
+            for _ in range(2):
+                got_ids, got = aligner._hidden_batch(clips, units)
+                assert got_ids.tolist() == ids.tolist()
+                assert_close(got.float().cpu(), eager.float().cpu(), rtol=1e-5, atol=1e-5)
+            assert aligner.unit_times_batch(clips, texts) == times
