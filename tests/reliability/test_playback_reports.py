@@ -31,20 +31,32 @@ async def test_hostile_reports_are_refused_at_once_and_nobody_else_pauses(gatewa
     frames = 0
     while frames < 3:
         frames += isinstance(await asyncio.wait_for(ws.recv(), 5), bytes)
+    seen: list[dict] = []  # every JSON message the hostile session got
+
+    async def next_error_seen() -> dict:
+        while True:
+            seen.append(message := await next_json(ws, timeout=2))
+            if message["type"] in ("error", "warning"):
+                return message
+
     for underruns, reason in HOSTILE:
         t0 = time.monotonic()
         for _ in range(3):
             await ws.send(json.dumps({"type": "playback", "played_pts": 0, "buffered_samples": 0,
                                       "underruns": underruns}))
         for _ in range(3):
-            error = await next_error(ws, timeout=2)
+            error = await next_error_seen()
             assert error["code"] == "invalid_message" and reason in error["message"] and not error["fatal"]
         assert time.monotonic() - t0 < 1.0, underruns
         await asyncio.sleep(0.3)  # spread over the listener's playback
     await ws.send(json.dumps({"type": "ping", "t_ms": 1}))  # the session still works
-    assert (await next_json(ws))["type"] == "pong"
-    await listener  # spoke to the end without a pause over 10 ms
-    assert "voxgate_stall_events_total{" not in httpx.get(server.http_url + "/metrics").text  # nothing counted
+    while (message := await next_json(ws))["type"] != "pong":
+        seen.append(message)
+    await listener  # spoke to the end without a pause over 10 ms (one the server caused)
+    # Nothing the hostile reports claimed was counted: a counted stall is a `stall` message to its session. (The
+    # server-wide counter may hold the bystander's own: on a loaded machine its player can read frames late, and
+    # the server rightly counts that as `network`.)
+    assert not [m for m in seen if m["type"] == "stall"]
     await ws.send(json.dumps({"type": "clear"}))
     while (await next_json(ws))["type"] != "context.cancelled":
         pass
