@@ -24,6 +24,7 @@ Chunk = tuple[Request, np.ndarray]  # a stream's audio, PCM16
 CALL_ROWS = 14
 ROW_MS = 0.063  # the model's row in ms, should a measured table miss a bucket
 FULL_ENOUGH = 0.75
+WAIT_SLACK_S = 0.5  # a playing stream's pieces wait for a fuller call only while its listener has this much left
 
 
 class ChunkCalls(Protocol):
@@ -126,11 +127,11 @@ class ChunkAssembler:
 
     def _filled(self, pieces: list[tuple[Request, int, bool]]) -> list[tuple[Request, int, bool]]:
         """How many of the due pieces this step's call takes. A call costs a fixed part plus its bucket's rows,
-        filled or not (H200, 4 frames a row: 1 row 0.95 ms, 64 rows 4.90 ms), and a stream that is already playing
-        can wait a step or two. So the pieces that cannot wait (a first chunk, a listener about to run dry, a stream
-        that ended) go first, and the call takes as many more as make the cheapest call per piece. With none that
-        cannot wait, the call goes only when its bucket is at least FULL_ENOUGH full or every running stream is in
-        it; else there is no call this step, and the pieces join the next one."""
+        filled or not (H200, 4 frames a row: 1 row 0.95 ms, 64 rows 4.90 ms), and a stream whose listener has
+        audio ahead can wait a step or two. So the pieces that cannot wait (a first chunk, a listener with less than
+        WAIT_SLACK_S left, a stream that ended) go first, and the call takes as many more as make the cheapest call
+        per piece. With none that cannot wait, the call goes only when its bucket is at least FULL_ENOUGH full or
+        every running stream is in it; else there is no call this step, and the pieces join the next one."""
         if not pieces:
             return pieces
         now = self.scheduler.clock()
@@ -160,7 +161,11 @@ class ChunkAssembler:
         return (CALL_ROWS + bucket[0]) * (ROW_MS if measured else 1.0)
 
     def _cannot_wait(self, request: Request, now: float) -> bool:
-        return request.first_audio_at is None or request.ended or self.scheduler.urgent(request, now)
+        """A first chunk, a stream that ended, or a listener with less than WAIT_SLACK_S of audio left (the urgent
+        margin itself is for a chunk closed early; waiting for a fuller call must not bring a listener near it)."""
+        if request.first_audio_at is None or request.ended:
+            return True
+        return request.deadline() - now < max(WAIT_SLACK_S, self.scheduler.config.urgent_s)
 
     @classmethod
     def _close_early(cls, request: Request, now: float) -> Chunk:
