@@ -7,9 +7,9 @@
 # captured bucket timed), suite (`voxgate bench gpu-suite --profile $PROFILE` through the gateway, default loop),
 # gateway (the gateway alone on the fake engine at 1,000x real time, closed loop c=128, long PCM frames),
 # schedules (the chunk schedules of SCHEDULES, each on its own server: closed c=1 and c=32, open 1 req/s),
-# variants (engine-option A/B, VARIANTS="name:option=value[&option=value] ...", each on its own server: closed c=32 and c=128,
-# open 1 req/s), textrate (`voxgate bench textrate` on the model: text streamed at $WPS words/s beside sentence
-# mode), opus (gateway/bench/gateway_run.sh's Opus encoder pool against inline, fake engine), voice (uploaded voices'
+# variants (engine-option A/B, VARIANTS="name:option=value[&option=value] ...", each on its own server: closed
+# c=32 and c=128, open 1 req/s), textrate (`voxgate bench textrate` on the model: text streamed at $WPS words/s
+# beside sentence mode), opus (gateway/bench/gateway_run.sh's Opus encoder pool against inline, fake engine), voice (uploaded voices'
 # first audio on a 1.7B Base checkpoint it writes: tests/qwen3tts/gpu_voice_ttfa.py), ttsbench (tts-bench's five
 # HTTP targets and its WebSocket mode with their defaults: tests/qwen3tts/gpu_ttsbench.py). SKIP_CKPT=1: no CustomVoice
 # checkpoint (stages that do not use it). admission (issue 26 on one --config qwen3tts server: idle first audio
