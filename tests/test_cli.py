@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,13 @@ def test_serve_say_and_curl(served, tmp_path):
     said = subprocess.run([VOXGATE, "say", "Hello from voxgate. The gateway speaks.", "-o", str(out), "--url",
                            f"ws://127.0.0.1:{served}/v1/tts/ws"], capture_output=True, text=True, timeout=60)
     assert said.returncode == 0, said.stderr
-    assert "first audio:" in said.stdout and "stalls: 0 (0 over 10 ms" in said.stdout, said.stdout
+    assert "first audio:" in said.stdout, said.stdout
+    # No pause over 10 ms, or only pauses the server attributes to this process reading late (`network`,
+    # `client`): on a loaded machine `say` shares the cores with the server and the rest of the suite.
+    stalls = re.search(r"stalls: \d+ \((\d+) over 10 ms, .*; server saw (\d+)(?: \((.*)\))?$", said.stdout, re.M)
+    assert stalls is not None, said.stdout
+    causes = dict(part.split(" ") for part in stalls[3].split(", ")) if stalls[3] else {}
+    assert int(stalls[1]) == 0 or (causes and set(causes) <= {"network", "client"}), said.stdout
     with wave.open(str(out)) as w:
         assert w.getframerate() == 24000 and w.getnframes() > 24000
     curl = shutil.which("curl")

@@ -99,6 +99,9 @@ async def _say(args: argparse.Namespace, text: str) -> int:
     first = result.first_audio_ms
     print(f"first audio: {'none' if first is None else f'{first:.1f} ms'} (client), "
           f"{done['timing']['first_audio_ms']} ms (server)")
+    seen = done["stalls"]
+    causes = ", ".join(f"{cause} {n}" for cause, n in seen.get("by_cause", {}).items() if n)
     print(f"stalls: {len(stalls)} ({len(over)} over 10 ms, longest "
-          f"{max((s.duration_s for s in stalls), default=0) * 1000:.1f} ms); server saw {done['stalls']['events']}")
+          f"{max((s.duration_s for s in stalls), default=0) * 1000:.1f} ms); server saw {seen['events']}"
+          + (f" ({causes})" if causes else ""))
     return 1 if failed else 0  # an error cut the text short: what was spoken is written, but it is not a success
