@@ -22,7 +22,7 @@ Chunk = tuple[Request, np.ndarray]  # a stream's audio, PCM16
 # worth (H200, 4 frames a row: 1 row 0.95 ms, 64 rows 4.90 ms, ~0.063 ms a row); and how full a call of pieces that
 # could all wait must be to go.
 CALL_ROWS = 14
-ROW_MS = 0.063  # the model's row in ms, should a measured table miss a bucket
+ROW_MS = 0.063  # the model's row in ms
 FULL_ENOUGH = 0.75
 WAIT_SLACK_S = 0.5  # a playing stream's pieces wait for a fuller call only while its listener has this much left
 
@@ -153,12 +153,9 @@ class ChunkAssembler:
         return order[:best]
 
     def _call_cost(self, bucket: tuple[int, int]) -> float:
-        """A call's cost: as measured at capture where every bucket was (`ChunkCalls.costs`), else the H200's
-        model, a fixed part worth CALL_ROWS rows plus the rows."""
-        measured = self.calls.costs
-        if bucket in measured:
-            return measured[bucket]
-        return (CALL_ROWS + bucket[0]) * (ROW_MS if measured else 1.0)
+        """A call's cost in ms: as timed at capture (`ChunkCalls.costs`), else the H200's model, a fixed part worth
+        CALL_ROWS rows plus the rows."""
+        return self.calls.costs.get(bucket, (CALL_ROWS + bucket[0]) * ROW_MS)
 
     def _cannot_wait(self, request: Request, now: float) -> bool:
         """A first chunk, a stream that ended, or a listener with less than WAIT_SLACK_S of audio left (the urgent

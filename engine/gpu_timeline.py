@@ -122,7 +122,12 @@ class GpuTimeline:
         if not spec:
             return None
         parts = spec.split(":")
-        numbers = [int(p) for p in parts[1:3]]
+        try:
+            numbers = [int(p) for p in parts[1:3]]
+        except ValueError:
+            raise ValueError(f"gpu_timeline is DIR[:START[:COUNT]] with whole numbers, not {spec!r}") from None
+        if len(parts) > 3 or not parts[0]:
+            raise ValueError(f"gpu_timeline is DIR[:START[:COUNT]], not {spec!r}")
         return cls(parts[0], *numbers)
 
     # -- on the worker, inside a step ----------------------------------------------------------------------------
@@ -208,7 +213,7 @@ def summarize(spans: list[tuple[str, str, float, float]], stages: list[tuple[str
     for kind, label, b, e in spans:
         by_bucket[f"{kind} {label}"].append(e - b)
     return {
-        "steps": n, "wall_ms": wall, "period_ms": wall / max(1, n - 1) if n > 1 else wall,
+        "steps": n, "wall_ms": wall, "period_ms": wall / (n - 1) if n > 1 else wall,
         "mean_rows": sum(rows) / len(rows) if rows else 0.0, "frames": frames,
         "gpu_busy_pct": 100 * union_length(steps + clip) / wall if wall else 0.0,
         "step_busy_ms": union_length(steps), "codec_busy_ms": union_length(clip), "codec_calls": len(codec),

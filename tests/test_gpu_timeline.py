@@ -112,3 +112,12 @@ def test_the_window_opens_after_start_steps_and_writes_count_steps(tmp_path: Pat
 def test_a_bad_window_is_refused() -> None:
     with pytest.raises(ValueError, match="START >= 0 and COUNT >= 1"):
         GpuTimeline.parse("/tmp/x:5:0")
+
+
+@pytest.mark.parametrize("spec", ["/tmp/x:abc", "/tmp/x:1:2:3", ":1:2"])
+def test_a_malformed_window_is_refused_with_its_shape_before_anything_loads(spec: str) -> None:
+    from voxgate.engine.qwen3tts.options import parse
+
+    with pytest.raises(ValueError, match=r"gpu_timeline is DIR\[:START\[:COUNT\]\]"):
+        parse({"model": "m", "gpu_timeline": spec})
+    assert parse({"model": "m", "gpu_timeline": "/tmp/x:5:9"}).gpu_timeline == "/tmp/x:5:9"

@@ -55,14 +55,13 @@ class Aligner:
         self.stack = FusedStack(thinker.model, DecoderOps.for_device(device)) if decoder == "packed" else None
         self.captured: CapturedDecoder | None = None  # `capture()`: the packed decoder from CUDA graphs
 
-    def capture(self, progress: bool = True, enforce_eager: bool = False) -> None:
+    def capture(self, progress: bool = True) -> None:
         """The packed decoder's CUDA graphs (decoder_graphs.py), on the calling thread's stream; a no-op unless
-        the decoder is packed. With enforce_eager (or off CUDA) the same bucketed path runs without graphs."""
+        the decoder is packed. Off CUDA the same bucketed path runs without graphs."""
         if self.stack is None:
             return
         weight = self.thinker.lm_head.weight
-        captured = CapturedDecoder(self.stack, self.thinker.model, weight.device, weight.dtype,
-                                   enforce_eager=enforce_eager)
+        captured = CapturedDecoder(self.stack, self.thinker.model, weight.device, weight.dtype)
         captured.capture(progress)
         self.captured = captured  # only once every bucket is captured: until then calls run eagerly
 

@@ -29,7 +29,7 @@ MAX_POSITIONS = 384
 class CapturedDecoder:
     def __init__(self, stack: FusedStack, decoder: DecoderStack, device: torch.device, dtype: torch.dtype,
                  buckets: tuple[int, ...] = TOKEN_BUCKETS, max_clips: int = MAX_CLIPS,
-                 max_positions: int = MAX_POSITIONS, enforce_eager: bool = False) -> None:
+                 max_positions: int = MAX_POSITIONS) -> None:
         cfg = decoder.cfg
         self.stack, self.buckets = stack, tuple(sorted(buckets))
         self.max_clips, self.max_positions = max_clips, max_positions
@@ -38,7 +38,7 @@ class CapturedDecoder:
                                   cfg.head_dim), dtype=dtype, device=device)
         self.cos, self.sin = (t.clone() for t in decoder.rope(0, max_positions, device, dtype))
         self.hidden, self.device, self.dtype = cfg.hidden_size, device, dtype
-        self.graphs: GraphSet[int] = GraphSet(device, enforce_eager)
+        self.graphs: GraphSet[int] = GraphSet(device)
         self._io: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
     def capture(self, progress: bool = True) -> None:

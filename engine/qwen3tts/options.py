@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 from ..config import EngineConfig, option, option_help, parse_options
+from ..gpu_timeline import GpuTimeline
 
 Buckets = tuple[tuple[int, int], ...]  # (rows, frames per row) of captured codec calls
 
@@ -52,9 +53,9 @@ class Qwen3TTSOptions(EngineConfig):
     text_min_tokens: int = option(4, "a stream whose text is still arriving starts after this many text tokens "
                                      "(default 4)")
     gpu_timeline: str | None = option(None, "DIR:START:COUNT: CUDA events around COUNT steps after the first START "
-                                            "and their codec calls, with the worker's stages, into DIR/timeline.md "
-                                            "and .json: how busy the GPU is in the loop (engine/gpu_timeline.py; "
-                                            "default off)")
+                                            "and their codec calls, with the worker's stages, into timeline.md and "
+                                            "timeline.json in DIR: how busy the GPU is in the loop "
+                                            "(engine/gpu_timeline.py; default off)")
     aligner: str | None = option(None, "Qwen3-ForcedAligner checkpoint directory or Hugging Face repo id: measured "
                                        "word times for sessions that ask (loaded on the engine's device and dtype; "
                                        "default none: no word times)")
@@ -71,6 +72,7 @@ class Qwen3TTSOptions(EngineConfig):
             raise ValueError("max_rows must be at least the smallest row bucket")
         if self.text_min_tokens < 1:
             raise ValueError("text_min_tokens must be at least 1")
+        GpuTimeline.parse(self.gpu_timeline)  # a bad window is refused here, not after the model has loaded
         if self.max_slots != "auto" and not (self.max_slots.isdigit() and int(self.max_slots) >= 2):
             raise ValueError(f"max_slots must be auto or a number >= 2 (one slot is the padding sink), not "
                              f"{self.max_slots!r}")

@@ -5,7 +5,7 @@ engine/qwen3tts/codec/codec_stream.CodecStream, plain PyTorch; `fused`: codec_fu
     voxgate bench codec --out DIR --device cpu --tiny --paths reference --shapes 3x1,2x2   # dry run
 
 Self-contained: it writes a synthetic checkpoint (random weights at the real shapes, through synthetic.py) into a
-temporary directory, loads only the codec, and writes DIR/codec_bench.json and DIR/codec_bench.md:
+temporary directory, loads only the codec, and writes codec_bench.json and codec_bench.md in DIR:
 1. exactness: a > 300-frame utterance streamed in chunks vs one whole decode, fp32, TF32 off (PCM16 LSBs);
 2. bf16 (SnakeBeta and the clamp in fp32) vs the fp32 whole decode: SNR over random utterances (median, worst);
 3. speed of one step, rows x new frames in (128 x 1, 32 x 4, 8 x 16; `--shapes`), bf16 and fp32, eager and (CUDA)
