@@ -138,8 +138,9 @@ def bench_cp_attend(dev: torch.device) -> tuple[Call, Call]:
 DEPTH_PASS_ROWS = (1, 8, 16)
 
 
-def depth_pass_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call]]:
-    """(label, the persistent pass in one launch, the same one phase a launch, the `layers` depth stack's pass)
+def depth_pass_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call, Call]]:
+    """(label, the persistent pass in one launch, the same without its L2 prefetch, the same one phase a launch,
+    the `layers` depth stack's pass)
     per row count: the 1.7B predictor's 5 layers in bf16, tokens at position 8 of a 16-position store. The stack's
     pass is FusedStack.forward's op sequence (F.linear, add_rms_norm, qk_norm_rope, slot_attention, swiglu)."""
     import torch.nn.functional as F
@@ -181,6 +182,7 @@ def depth_pass_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call]]:
             return hn
 
         cases.append((f"{rows} rows", lambda args=args: depth_pass(*args, one_phase=False),
+                      lambda args=args: depth_pass(*args, one_phase=False, prefetch=False),
                       lambda args=args: depth_pass(*args, one_phase=True), stack))
     return cases
 
@@ -188,7 +190,7 @@ def depth_pass_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call]]:
 @entry("depth_pass")
 def bench_depth_pass(dev: torch.device) -> tuple[Call, Call]:
     """One pass at 8 rows against the `layers` stack's (the `run` line); run_depth_pass prints each row count."""
-    _, kernel, _, stack = depth_pass_cases(dev)[1]
+    _, kernel, _, _, stack = depth_pass_cases(dev)[1]
     return kernel, stack
 
 
@@ -288,16 +290,17 @@ def run_gemv(dev: torch.device) -> str:
 
 
 def run_depth_pass(dev: torch.device) -> str:
-    """depth_pass's line per row count, replayed from CUDA graphs as the depth loop runs it: one launch a pass, one
-    a phase (the fallback), and the `layers` stack's ~45 launches; with the rate at which the pass reads its
-    ~157 MB of weights."""
+    """depth_pass's line per row count, replayed from CUDA graphs as the depth loop runs it: one launch a pass (with
+    and without the L2 prefetch), one a phase (the fallback), and the `layers` stack's ~45 launches; with the rate
+    at which the pass reads its ~157 MB of weights."""
     import triton
 
     lines = []
     for label, *calls in depth_pass_cases(dev):
         us = [triton.testing.do_bench_cudagraph(fn) * 1e3 for fn in calls]
         lines.append(f"  {label:8s} persistent {us[0]:7.1f} us ({157e6 / (us[0] * 1e-6) / 1e12:4.2f} TB/s)   "
-                     f"one phase a launch {us[1]:7.1f} us   layers {us[2]:7.1f} us   x{us[2] / us[0]:.1f}")
+                     f"no prefetch {us[1]:7.1f} us   one phase a launch {us[2]:7.1f} us   layers {us[3]:7.1f} us   "
+                     f"x{us[3] / us[0]:.1f}")
     return "\n".join(lines)
 
 

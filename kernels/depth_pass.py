@@ -27,6 +27,11 @@ at 4.1 ms for 15 passes) become 4, the persistent one ~0.1 ms (31.5 MB a layer a
 half of the CTAs: 64 tiles, and 24 barriers of ~1-2 us), so ~2 ms off a 1-16 row step of ~4.8 ms. Measured: exact,
 but a pass takes 217 / 239 / 242 us at 1 / 8 / 16 rows against the `layers` loop's 232 / 198 / 203 us (0.65-0.72
 TB/s): each phase runs ~9 us, as long as a separate launch, so the launches were not the cost.
+
+Each phase first sends the next weighted phase's weights toward L2 (`prefetch.global.L2`, one address per 128-byte
+line of the program's own tiles), so they are on their way while the barrier is closed. Measured: a pass 202 / 223
+/ 225 us at 1 / 8 / 16 rows against 219 / 242 / 245 without, still slower than the `layers` loop at 8 and 16 rows;
+the 24 barriers take 29 us of it, the rest is the tiles' chained K steps (docs/benchmarks/h200-step-profile).
 """
 
 from __future__ import annotations
@@ -56,6 +61,24 @@ def _grid_sync(bar_ptr, target):
         seen = tl.load(bar_ptr, volatile=True)
     tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
     tl.debug_barrier()
+
+
+@triton.jit
+def _prefetch_l2(addresses):
+    # a hint with no result: the 128-byte line of each address is fetched into L2 (the zeros returned are dropped)
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [addresses], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
+def _prefetch_tiles(w_ptr, n_tiles, K: tl.constexpr, BN: tl.constexpr, LINE: tl.constexpr, LINES: tl.constexpr,
+                    pid, nprog):
+    # this program's share of w [n_tiles * BN, K] into L2, one address per line of LINE elements (LINES: a power of
+    # two >= K / LINE; the extra addresses repeat the row's last line)
+    r = tl.arange(0, BN)
+    k = tl.minimum(tl.arange(0, LINES) * LINE, K - LINE)
+    for t in range(pid, n_tiles, nprog):
+        _prefetch_l2(w_ptr + (t * BN + r)[:, None] * K + k[None, :])
 
 
 @triton.jit
@@ -139,11 +162,16 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
                        H: tl.constexpr, INNER: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
                        BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_M: tl.constexpr, BN_QKV: tl.constexpr,
                        BN_H: tl.constexpr, BN_I: tl.constexpr, BK: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                       PRECISION: tl.constexpr, SYNC: tl.constexpr):
+                       PRECISION: tl.constexpr, SYNC: tl.constexpr, LAYERS: tl.constexpr, PREFETCH: tl.constexpr,
+                       LINE: tl.constexpr, LINES_H: tl.constexpr, LINES_HO: tl.constexpr, LINES_I: tl.constexpr):
     # x/out [R, H] (the pass's input; the residual stream out), workspaces qkv [R, NQKV], o [R, HQ D], act [R, INNER];
-    # weights stacked [L, ...] (fused_stack.py's order); store [L, 2, S, HKV, P, D] strides (st_l, st_kv, st_s,
+    # weights stacked [LAYERS, ...] (fused_stack.py's order); store [L, 2, S, HKV, P, D] strides (st_l, st_kv, st_s,
     # st_h, st_p, 1). Runs layers first..last-1, the phases whose bit is set in `phases`; SYNC: a barrier after
-    # each phase (one launch for all). Any grid: each phase loops its tiles over the programs.
+    # each phase (one launch for all). Any grid: each phase loops its tiles over the programs. PREFETCH: each phase
+    # first sends the next weighted phase's weights toward L2 (qkv: o's; attention: gate|up; o: down; gate|up: the
+    # next layer's q|k|v, layer 0's after the last, which the next pass reads), so that phase reads them from L2
+    # while the barrier before it is still closed. LINE: weight elements a 128-byte line; LINES_*: lines a row of
+    # K = H / HQ D / INNER, rounded up to a power of two.
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     dtype = x_ptr.dtype.element_ty
@@ -156,6 +184,8 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
         src = tl.where(layer == 0, x_ptr, out_ptr)  # the residual stream: the input until layer 0 writes out
         syncs = (layer - first) * _PHASES
         if (phases & 1) != 0:  # RMSNorm + q|k|v
+            if PREFETCH:
+                _prefetch_tiles(o_w + layer * (H * HO), H // BN_H, HO, BN_H, LINE, LINES_HO, pid, nprog)
             rstd = _rows_rstd(src, R, H, eps, BLOCK_M, BK)
             for t in range(pid, NQKV // BN_QKV, nprog):
                 cols = t * BN_QKV + tl.arange(0, BN_QKV)
@@ -165,6 +195,10 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
         if SYNC:
             _grid_sync(bar_ptr, (syncs + 1) * nprog)
         if (phases & 2) != 0:  # q/k-norm + RoPE + KV write + attention, one (token, KV head) a unit
+            if PREFETCH:
+                gu = gu_w + layer * (2 * INNER * H)
+                _prefetch_tiles(gu, INNER // BN_I, H, BN_I, LINE, LINES_H, pid, nprog)
+                _prefetch_tiles(gu + INNER * H, INNER // BN_I, H, BN_I, LINE, LINES_H, pid, nprog)
             for u in range(pid, R * HKV, nprog):
                 t = u // HKV
                 j = u % HKV
@@ -176,6 +210,8 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
         if SYNC:
             _grid_sync(bar_ptr, (syncs + 2) * nprog)
         if (phases & 4) != 0:  # o + residual
+            if PREFETCH:
+                _prefetch_tiles(down_w + layer * (H * INNER), H // BN_H, INNER, BN_H, LINE, LINES_I, pid, nprog)
             for t in range(pid, H // BN_H, nprog):
                 cols = t * BN_H + tl.arange(0, BN_H)
                 y = _tile(o_ptr, R, HO, ones, in_w, o_w + layer * (H * HO), cols, False, dtype, BLOCK_M, BN_H, BK,
@@ -186,6 +222,9 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
         if SYNC:
             _grid_sync(bar_ptr, (syncs + 3) * nprog)
         if (phases & 8) != 0:  # RMSNorm + gate|up + SwiGLU
+            if PREFETCH:
+                _prefetch_tiles(qkv_w + ((layer + 1) % LAYERS) * (NQKV * H), NQKV // BN_QKV, H, BN_QKV, LINE,
+                                LINES_H, pid, nprog)
             rstd = _rows_rstd(out_ptr, R, H, eps, BLOCK_M, BK)
             for t in range(pid, INNER // BN_I, nprog):
                 cols = t * BN_I + tl.arange(0, BN_I)
@@ -245,6 +284,16 @@ def _shapes(x: torch.Tensor, weights: tuple[torch.Tensor, ...], store: torch.Ten
     return layers, h, inner, d
 
 
+def _lines(element_size: int, h: int, head_out: int, inner: int) -> dict[str, int]:
+    """The prefetch's constants: LINE, weight elements a 128-byte line (at most the narrowest row, so no address
+    falls before a tile), and LINES_H / LINES_HO / LINES_I, lines a weight row of K = h / head_out / inner, rounded
+    up to a power of two for tl.arange."""
+    line = min(128 // element_size, h, head_out, inner)
+    def lines(k: int) -> int:
+        return triton.next_power_of_2(-(-k // line))
+    return dict(LINE=line, LINES_H=lines(h), LINES_HO=lines(head_out), LINES_I=lines(inner))
+
+
 def tiles(h: int, inner: int, nqkv: int, head_out: int) -> tuple[int, int, int, int]:
     """(BN_QKV, BN_H, BN_I, BK): 32 columns a tile where the phase has >= 64 of them (1.7B: q|k|v 128 tiles,
     gate|up 96), else 16 (o and down: 64); K tiles of 128 (or the narrowest K)."""
@@ -257,16 +306,20 @@ def tiles(h: int, inner: int, nqkv: int, head_out: int) -> tuple[int, int, int, 
 
 def depth_pass(x: torch.Tensor, weights: tuple[torch.Tensor, ...], store: torch.Tensor, slots: torch.Tensor,
                positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, kv_heads: int, eps: float,
-               one_phase: bool | None = None) -> torch.Tensor:
+               one_phase: bool | None = None, prefetch: bool | None = None) -> torch.Tensor:
     """x [R, H] (R <= 16: each row one token, the only new one of store row slots[r], at positions[r]); weights
     the stack's layers stacked [L, ...] (in_norm, q|k|v, q_norm, k_norm, o, post_norm, gate|up, down: FusedStack's
     order); store [L, 2 (k, v), S, kv_heads, P, D]; cos/sin [P, D] -> the residual stream after the last layer
     [R, H] (not normalized). Keys and values are written into the store. one_phase: one launch per phase (default
-    where the kernel is interpreted), else one launch for the pass."""
+    where the kernel is interpreted), else one launch for the pass. prefetch: each phase sends the next one's
+    weights to L2 (default where the kernel is compiled; the interpreter has no inline PTX). Only a hint: the
+    result is the same either way."""
     layers, h, inner, d = _shapes(x, weights, store, heads, kv_heads)
     r = x.shape[0]
     one_phase = _DOT_UPCAST if one_phase is None else one_phase
     assert one_phase or not _DOT_UPCAST, "the interpreter runs programs one by one: no grid barrier"
+    prefetch = not _DOT_UPCAST if prefetch is None else prefetch
+    assert not (prefetch and _DOT_UPCAST), "the interpreter runs no inline PTX: no prefetch"
     out = torch.empty_like(x)
     if r == 0:
         return out
@@ -283,7 +336,8 @@ def depth_pass(x: torch.Tensor, weights: tuple[torch.Tensor, ...], store: torch.
     consts = dict(H=h, INNER=inner, HQ=heads, HKV=kv_heads, D=d, BLOCK_G=triton.next_power_of_2(heads // kv_heads),
                   BLOCK_P=triton.next_power_of_2(store.shape[4]), BLOCK_M=MAX_ROWS, BN_QKV=bn_qkv, BN_H=bn_h,
                   BN_I=bn_i, BK=bk, DOT_DTYPE=tl.float32 if f32_dots else tl.bfloat16,
-                  PRECISION="ieee" if f32_dots else None, num_warps=4)
+                  PRECISION="ieee" if f32_dots else None, num_warps=4, LAYERS=layers, PREFETCH=prefetch,
+                  **_lines(x.element_size(), h, heads * d, inner))
     if one_phase:
         for layer in range(layers):
             for p, n in enumerate(units):

@@ -83,7 +83,8 @@ def test_depth_pass_refuses_bad_shapes(depth: ModuleType) -> None:
 def test_the_single_launch_compiles_for_hopper_with_its_barriers() -> None:
     """Without a GPU: the one-launch form at the 1.7B's shapes compiles for sm_90 (bf16), and its PTX holds the
     barrier as meant: per barrier one release add by one thread, a volatile spin, one acquire load; 4 a layer and
-    one between layers (5 in the loop's body), and the exit's add and compare-and-swap. The CPU's stand-in for
+    one between layers (5 in the loop's body), and the exit's add and compare-and-swap; and the L2 prefetch of
+    the next phase's weights. The CPU's stand-in for
     running the barrier: the PTX spelling is Triton's (3.9 here; the H200's 3.6 spells it otherwise), and where CUDA
     exists the gpu test runs the barrier for real instead."""
     import inspect
@@ -98,7 +99,8 @@ def test_the_single_launch_compiles_for_hopper_with_its_barriers() -> None:
 
     fn = compiled_copy("depth_pass")._depth_pass_kernel
     consts = dict(H=1024, INNER=3072, HQ=16, HKV=8, D=128, BLOCK_G=2, BLOCK_P=16, BLOCK_M=16, BN_QKV=32, BN_H=16,
-                  BN_I=32, BK=128, DOT_DTYPE=tl.bfloat16, PRECISION=None, SYNC=True)
+                  BN_I=32, BK=128, DOT_DTYPE=tl.bfloat16, PRECISION=None, SYNC=True, LAYERS=5, PREFETCH=True,
+                  LINE=64, LINES_H=16, LINES_HO=32, LINES_I=64)
     params = list(inspect.signature(fn.fn).parameters)
     types = {"pos_ptr": "*i64", "slots_ptr": "*i64", "bar_ptr": "*i32", "eps": "fp32", "qk_scale": "fp32"}
     sig = {p: "constexpr" if p in consts else types.get(p) or ("*bf16" if p.endswith(("_ptr", "_w")) else "i32")
@@ -114,6 +116,10 @@ def test_the_single_launch_compiles_for_hopper_with_its_barriers() -> None:
     assert len(re.findall(r"ld\.volatile\.global\.b32", ptx)) == 10  # before each spin loop, and in it
     assert len(re.findall(r"atom\.global\.relaxed\.gpu\.cas\.b32", ptx)) == 1
     assert "mma.sync" in ptx
+    # the L2 prefetch, not dropped as dead code: each of a CTA's 128 threads takes its share of the lines of a tile
+    # of o (16 x 32 lines), gate and up (32 x 16 each), down (16 x 64) and the next q|k|v (32 x 16)
+    prefetches = re.findall(r"prefetch\.global\.L2 \[%rd\d+\]", ptx)
+    assert len(prefetches) == (16 * 32 + 2 * 32 * 16 + 16 * 64 + 32 * 16) // 128, len(prefetches)
 
 
 @pytest.mark.gpu
@@ -122,8 +128,9 @@ def test_the_single_launch_compiles_for_hopper_with_its_barriers() -> None:
 @pytest.mark.parametrize("rows", [1, 8, 16])
 def test_single_launch_at_the_real_shapes(depth: ModuleType, dtype: torch.dtype, rows: int) -> None:
     """One launch for the pass against the reference and against one phase a launch (the same tiles: a barrier
-    that let a CTA read stale data would show as far more than a rounding); and replayed from a CUDA graph three
-    times, bit for bit (the counter is back at zero after each launch, or a replay would not wait)."""
+    that let a CTA read stale data would show as far more than a rounding); without the L2 prefetch, bit for bit;
+    and replayed from a CUDA graph three times, bit for bit (the counter is back at zero after each launch, or a
+    replay would not wait)."""
     args = _pass_inputs(rows, dtype, **REAL)
     x, weights, store, *rest = args
     store_before = store.clone()
@@ -133,6 +140,9 @@ def test_single_launch_at_the_real_shapes(depth: ModuleType, dtype: torch.dtype,
     torch.testing.assert_close(got.float(), split.float(), **PASS_TOL[dtype])
     torch.testing.assert_close(store.float(), split_store.float(), **PASS_TOL[dtype])
     assert int(depth.barrier(x.device).item()) == 0
+    plain_store = store_before.clone()  # the prefetch is only a hint: without it, the same bits
+    plain = depth.depth_pass(x, weights, plain_store, *rest, one_phase=False, prefetch=False)
+    assert torch.equal(plain, got) and torch.equal(plain_store, store)
     graph_store = store_before.clone()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
