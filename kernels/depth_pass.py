@@ -31,7 +31,7 @@ TB/s): each phase runs ~9 us, as long as a separate launch, so the launches were
 Each phase first sends the next weighted phase's weights toward L2 (`prefetch.global.L2`, one address per 128-byte
 line of the program's own tiles), so they are on their way while the barrier is closed. Measured: a pass 202 / 223
 / 225 us at 1 / 8 / 16 rows against 219 / 242 / 245 without, still slower than the `layers` loop at 8 and 16 rows;
-the 24 barriers take 29 us of it, the rest is the tiles' chained K steps (docs/benchmarks/h200-step-profile).
+the 24 barriers take 29 us of it; no launch shape closes the gap (docs/benchmarks/h200-step-profile).
 """
 
 from __future__ import annotations
