@@ -197,10 +197,14 @@ async def test_stalls_reach_the_caller(gateway, fake_engine):
         await turn.audio()
         await tts.client.player.drained()  # the stalls it had are reported by then
     assert reports and reports == turn.stalls
-    # The engine's starvation is named; a client late on loaded cores may add its own (the audio was sent in time)
-    causes = {r.cause for r in reports}
-    assert "generation" in causes and causes <= {"generation", "network", "client"}, causes
+    assert {r.cause for r in reports} <= {"generation", "pacing", "network", "client"}, reports
     assert all(r.duration_ms > 0 for r in reports)
+    # Most of the silence is named as the engine's starvation. On loaded cores a stall at the edge of a chunk's
+    # arrival can be named otherwise: a client late to play adds `client`; and when the chunk was made just before
+    # the server's estimate of the moment the listener ran dry (an estimate from the reports' timing) but sent just
+    # after it, that stall reads `pacing`.
+    generation_ms = sum(r.duration_ms for r in reports if r.cause == "generation")
+    assert generation_ms >= 0.5 * sum(r.duration_ms for r in reports), reports
 
 
 def test_speak_sync_returns_the_whole_audio(gateway):
