@@ -161,8 +161,7 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
                        R, eps, qk_scale, first, last, phases,
                        H: tl.constexpr, INNER: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
                        BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_M: tl.constexpr, BN_QKV: tl.constexpr,
-                       BN_H: tl.constexpr, BN_I: tl.constexpr, BK: tl.constexpr, NORM_BK: tl.constexpr,
-                       DOT_DTYPE: tl.constexpr,
+                       BN_H: tl.constexpr, BN_I: tl.constexpr, BK: tl.constexpr, DOT_DTYPE: tl.constexpr,
                        PRECISION: tl.constexpr, SYNC: tl.constexpr, LAYERS: tl.constexpr, PREFETCH: tl.constexpr,
                        LINE: tl.constexpr, LINES_H: tl.constexpr, LINES_HO: tl.constexpr, LINES_I: tl.constexpr):
     # x/out [R, H] (the pass's input; the residual stream out), workspaces qkv [R, NQKV], o [R, HQ D], act [R, INNER];
@@ -172,8 +171,7 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
     # first sends the next weighted phase's weights toward L2 (qkv: o's; attention: gate|up; o: down; gate|up: the
     # next layer's q|k|v, layer 0's after the last, which the next pass reads), so that phase reads them from L2
     # while the barrier before it is still closed. LINE: weight elements a 128-byte line; LINES_*: lines a row of
-    # K = H / HQ D / INNER, rounded up to a power of two. NORM_BK: the rows' RMS pre-pass reads its rows in pieces of
-    # this many columns, one dependent round trip each (the projections' BK by default; H: one).
+    # K = H / HQ D / INNER, rounded up to a power of two.
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     dtype = x_ptr.dtype.element_ty
@@ -188,7 +186,7 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
         if (phases & 1) != 0:  # RMSNorm + q|k|v
             if PREFETCH:
                 _prefetch_tiles(o_w + layer * (H * HO), H // BN_H, HO, BN_H, LINE, LINES_HO, pid, nprog)
-            rstd = _rows_rstd(src, R, H, eps, BLOCK_M, NORM_BK)
+            rstd = _rows_rstd(src, R, H, eps, BLOCK_M, BK)
             for t in range(pid, NQKV // BN_QKV, nprog):
                 cols = t * BN_QKV + tl.arange(0, BN_QKV)
                 acc = _tile(src, R, H, rstd, in_w + layer * H, qkv_w + layer * (NQKV * H), cols, True, dtype,
@@ -227,7 +225,7 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
             if PREFETCH:
                 _prefetch_tiles(qkv_w + ((layer + 1) % LAYERS) * (NQKV * H), NQKV // BN_QKV, H, BN_QKV, LINE,
                                 LINES_H, pid, nprog)
-            rstd = _rows_rstd(out_ptr, R, H, eps, BLOCK_M, NORM_BK)
+            rstd = _rows_rstd(out_ptr, R, H, eps, BLOCK_M, BK)
             for t in range(pid, INNER // BN_I, nprog):
                 cols = t * BN_I + tl.arange(0, BN_I)
                 w = gu_w + layer * (2 * INNER * H)
@@ -308,17 +306,14 @@ def tiles(h: int, inner: int, nqkv: int, head_out: int) -> tuple[int, int, int, 
 
 def depth_pass(x: torch.Tensor, weights: tuple[torch.Tensor, ...], store: torch.Tensor, slots: torch.Tensor,
                positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, kv_heads: int, eps: float,
-               one_phase: bool | None = None, prefetch: bool | None = None,
-               norm_k_tile: int | None = None) -> torch.Tensor:
+               one_phase: bool | None = None, prefetch: bool | None = None) -> torch.Tensor:
     """x [R, H] (R <= 16: each row one token, the only new one of store row slots[r], at positions[r]); weights
     the stack's layers stacked [L, ...] (in_norm, q|k|v, q_norm, k_norm, o, post_norm, gate|up, down: FusedStack's
     order); store [L, 2 (k, v), S, kv_heads, P, D]; cos/sin [P, D] -> the residual stream after the last layer
     [R, H] (not normalized). Keys and values are written into the store. one_phase: one launch per phase (default
     where the kernel is interpreted), else one launch for the pass. prefetch: each phase sends the next one's
     weights to L2 (default where the kernel is compiled; the interpreter has no inline PTX). Only a hint: the
-    result is the same either way. norm_k_tile: columns a piece of the RMSNorm's pre-pass over each row (a power of
-    two dividing H; default the projections' K tile, 128), a launch-shape knob for the benchmarks: fewer, larger
-    pieces are fewer dependent loads, and a different fp32 order of the sum of squares."""
+    result is the same either way."""
     layers, h, inner, d = _shapes(x, weights, store, heads, kv_heads)
     r = x.shape[0]
     one_phase = _DOT_UPCAST if one_phase is None else one_phase
@@ -333,8 +328,6 @@ def depth_pass(x: torch.Tensor, weights: tuple[torch.Tensor, ...], store: torch.
     o_ws = torch.empty((r, heads * d), dtype=x.dtype, device=x.device)
     act_ws = torch.empty((r, inner), dtype=x.dtype, device=x.device)
     bn_qkv, bn_h, bn_i, bk = tiles(h, inner, nqkv, heads * d)
-    norm_bk = bk if norm_k_tile is None else norm_k_tile
-    assert norm_bk & (norm_bk - 1) == 0 and h % norm_bk == 0, f"norm_k_tile {norm_bk}: a power of two dividing {h}"
     units = [nqkv // bn_qkv, r * kv_heads, h // bn_h, inner // bn_i, h // bn_h]
     f32_dots = x.dtype == torch.float32 or _DOT_UPCAST
     bar = barrier(x.device)
@@ -342,7 +335,7 @@ def depth_pass(x: torch.Tensor, weights: tuple[torch.Tensor, ...], store: torch.
             *(store.stride(i) for i in range(5)), r, eps, math.log2(math.e) / math.sqrt(d))
     consts = dict(H=h, INNER=inner, HQ=heads, HKV=kv_heads, D=d, BLOCK_G=triton.next_power_of_2(heads // kv_heads),
                   BLOCK_P=triton.next_power_of_2(store.shape[4]), BLOCK_M=MAX_ROWS, BN_QKV=bn_qkv, BN_H=bn_h,
-                  BN_I=bn_i, BK=bk, NORM_BK=norm_bk, DOT_DTYPE=tl.float32 if f32_dots else tl.bfloat16,
+                  BN_I=bn_i, BK=bk, DOT_DTYPE=tl.float32 if f32_dots else tl.bfloat16,
                   PRECISION="ieee" if f32_dots else None, num_warps=4, LAYERS=layers, PREFETCH=prefetch,
                   **_lines(x.element_size(), h, heads * d, inner))
     if one_phase:

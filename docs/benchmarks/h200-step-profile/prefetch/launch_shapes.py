@@ -44,7 +44,6 @@ BAR = dp.barrier(DEV)
 
 def launch(x: torch.Tensor, store: torch.Tensor, slots: torch.Tensor, pos: torch.Tensor, shape: tuple) -> torch.Tensor:
     warps, per_sm, bn_qkv, bn_h, bn_i, bk, prefetch, stages, phases = shape
-    norm_bk = bk  # the RMS pre-pass in pieces of the projections' K tile, as the kernel did then
     r = x.shape[0]
     out = torch.empty_like(x)
     work = [torch.empty((r, n), dtype=x.dtype, device=DEV) for n in (NQKV, HEADS * D, INNER)]
@@ -52,8 +51,7 @@ def launch(x: torch.Tensor, store: torch.Tensor, slots: torch.Tensor, pos: torch
     args = (x, out, *work, *WEIGHTS, COS, SIN, pos, slots, store, BAR, *(store.stride(i) for i in range(5)), r, EPS,
             math.log2(math.e) / math.sqrt(D), 0, LAYERS, phases)
     consts = dict(H=H, INNER=INNER, HQ=HEADS, HKV=KV_HEADS, D=D, BLOCK_G=2, BLOCK_P=POSITIONS, BLOCK_M=16,
-                  BN_QKV=bn_qkv, BN_H=bn_h, BN_I=bn_i, BK=bk, NORM_BK=norm_bk, DOT_DTYPE=tl.bfloat16, PRECISION=None,
-                  SYNC=True,
+                  BN_QKV=bn_qkv, BN_H=bn_h, BN_I=bn_i, BK=bk, DOT_DTYPE=tl.bfloat16, PRECISION=None, SYNC=True,
                   num_warps=warps, num_stages=stages, LAYERS=LAYERS, PREFETCH=prefetch,
                   **dp._lines(2, H, HEADS * D, INNER))
     grid = (min(SMS * per_sm, max(units)) if phases else SMS * per_sm,)
