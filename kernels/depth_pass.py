@@ -44,7 +44,7 @@ import triton.language as tl
 
 from .cp_attend import cp_attend_ref
 from .cp_linear import cp_linear_ref
-from .utils import MAX, SUM, interpreted, norm_rope
+from .utils import MAX, SUM, interpreted, norm_rope, prefetch_tiles
 
 MAX_ROWS = 16  # one MMA row block; the depth loop takes its other paths above this
 PHASES = 5  # a layer's phases, one barrier after each (but the pass's last)
@@ -61,24 +61,6 @@ def _grid_sync(bar_ptr, target):
         seen = tl.load(bar_ptr, volatile=True)
     tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
     tl.debug_barrier()
-
-
-@triton.jit
-def _prefetch_l2(addresses):
-    # a hint with no result: the 128-byte line of each address is fetched into L2 (the zeros returned are dropped)
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [addresses], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
-def _prefetch_tiles(w_ptr, n_tiles, K: tl.constexpr, BN: tl.constexpr, LINE: tl.constexpr, LINES: tl.constexpr,
-                    pid, nprog):
-    # this program's share of w [n_tiles * BN, K] into L2, one address per line of LINE elements (LINES: a power of
-    # two >= K / LINE; the extra addresses repeat the row's last line)
-    r = tl.arange(0, BN)
-    k = tl.minimum(tl.arange(0, LINES) * LINE, K - LINE)
-    for t in range(pid, n_tiles, nprog):
-        _prefetch_l2(w_ptr + (t * BN + r)[:, None] * K + k[None, :])
 
 
 @triton.jit
@@ -185,7 +167,7 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
         syncs = (layer - first) * _PHASES
         if (phases & 1) != 0:  # RMSNorm + q|k|v
             if PREFETCH:
-                _prefetch_tiles(o_w + layer * (H * HO), H // BN_H, HO, BN_H, LINE, LINES_HO, pid, nprog)
+                prefetch_tiles(o_w + layer * (H * HO), H // BN_H, HO, BN_H, LINE, LINES_HO, pid, nprog)
             rstd = _rows_rstd(src, R, H, eps, BLOCK_M, BK)
             for t in range(pid, NQKV // BN_QKV, nprog):
                 cols = t * BN_QKV + tl.arange(0, BN_QKV)
@@ -197,8 +179,8 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
         if (phases & 2) != 0:  # q/k-norm + RoPE + KV write + attention, one (token, KV head) a unit
             if PREFETCH:
                 gu = gu_w + layer * (2 * INNER * H)
-                _prefetch_tiles(gu, INNER // BN_I, H, BN_I, LINE, LINES_H, pid, nprog)
-                _prefetch_tiles(gu + INNER * H, INNER // BN_I, H, BN_I, LINE, LINES_H, pid, nprog)
+                prefetch_tiles(gu, INNER // BN_I, H, BN_I, LINE, LINES_H, pid, nprog)
+                prefetch_tiles(gu + INNER * H, INNER // BN_I, H, BN_I, LINE, LINES_H, pid, nprog)
             for u in range(pid, R * HKV, nprog):
                 t = u // HKV
                 j = u % HKV
@@ -211,7 +193,7 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
             _grid_sync(bar_ptr, (syncs + 2) * nprog)
         if (phases & 4) != 0:  # o + residual
             if PREFETCH:
-                _prefetch_tiles(down_w + layer * (H * INNER), H // BN_H, INNER, BN_H, LINE, LINES_I, pid, nprog)
+                prefetch_tiles(down_w + layer * (H * INNER), H // BN_H, INNER, BN_H, LINE, LINES_I, pid, nprog)
             for t in range(pid, H // BN_H, nprog):
                 cols = t * BN_H + tl.arange(0, BN_H)
                 y = _tile(o_ptr, R, HO, ones, in_w, o_w + layer * (H * HO), cols, False, dtype, BLOCK_M, BN_H, BK,
@@ -223,7 +205,7 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
             _grid_sync(bar_ptr, (syncs + 3) * nprog)
         if (phases & 8) != 0:  # RMSNorm + gate|up + SwiGLU
             if PREFETCH:
-                _prefetch_tiles(qkv_w + ((layer + 1) % LAYERS) * (NQKV * H), NQKV // BN_QKV, H, BN_QKV, LINE,
+                prefetch_tiles(qkv_w + ((layer + 1) % LAYERS) * (NQKV * H), NQKV // BN_QKV, H, BN_QKV, LINE,
                                 LINES_H, pid, nprog)
             rstd = _rows_rstd(out_ptr, R, H, eps, BLOCK_M, BK)
             for t in range(pid, INNER // BN_I, nprog):

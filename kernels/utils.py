@@ -1,7 +1,8 @@
 """Triton helpers that more than one kernel calls: reduction combine functions, the interpreter check, the warp
 count of a row-wise kernel, the autotuner's settings, the depth loop's q/k-norm + RoPE (cp_attend.py and
-depth_pass.py), and the conv kernels' shared epilogue (SnakeBeta and its fast sine), so that causal_conv.py and
-conv_tma.py both import it from here instead of from each other.
+depth_pass.py), an L2 prefetch of row-major weight tiles (inline PTX, compiled kernels only: depth_pass.py's,
+for any kernel that knows which weights it reads next), and the conv kernels' shared epilogue (SnakeBeta and its
+fast sine), so that causal_conv.py and conv_tma.py both import it from here instead of from each other.
 
 Kernels that must also run in Triton's CPU interpreter (the tests, without a GPU) use core ops only: tests switch
 a kernel module to the interpreter by re-importing it, and this module with it (tests/triton_mode.py).
@@ -141,3 +142,21 @@ def conv_epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_pt
         tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
     if HAS_OUT2:
         tl.store(out2_ptr + offs, snake(y, a2_ptr, ib2_ptr, rn % SNAKE_CH, col_ok, FAST_SIN).to(dtype), mask=mask)
+
+
+@triton.jit
+def prefetch_l2(addresses):
+    # a hint with no result: the 128-byte line of each address is fetched into L2 (the zeros returned are dropped)
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [addresses], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
+def prefetch_tiles(w_ptr, n_tiles, K: tl.constexpr, BN: tl.constexpr, LINE: tl.constexpr, LINES: tl.constexpr,
+                   pid, nprog):
+    # program pid's share (of nprog) of the tiles of a row-major w [n_tiles * BN, K] into L2, one address per line
+    # of LINE elements (LINES: a power of two >= K / LINE; the extra addresses repeat the row's last line)
+    r = tl.arange(0, BN)
+    k = tl.minimum(tl.arange(0, LINES) * LINE, K - LINE)
+    for t in range(pid, n_tiles, nprog):
+        prefetch_l2(w_ptr + (t * BN + r)[:, None] * K + k[None, :])
