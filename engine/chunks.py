@@ -131,7 +131,8 @@ class ChunkAssembler:
         audio ahead can wait a step or two. So the pieces that cannot wait (a first chunk, a listener with less than
         WAIT_SLACK_S left, a stream that ended) go first, and the call takes as many more as make the cheapest call
         per piece. With none that cannot wait, the call goes only when its bucket is at least FULL_ENOUGH full or
-        every running stream is in it; else there is no call this step, and the pieces join the next one."""
+        it holds at least FULL_ENOUGH of the running streams (few streams never fill a bucket); else there is no
+        call this step, and the pieces join the next one."""
         if not pieces:
             return pieces
         now = self.scheduler.clock()
@@ -147,8 +148,8 @@ class ChunkAssembler:
             cost = self._call_cost(bucket) / k
             if k >= must and cost <= best_cost:
                 best, best_cost, best_rows = k, cost, bucket[0]
-        everyone = len(order) >= FULL_ENOUGH * len(self.scheduler.running)
-        if not must and best < FULL_ENOUGH * best_rows and not everyone:
+        most_streams = len(order) >= FULL_ENOUGH * len(self.scheduler.running)
+        if not must and best < FULL_ENOUGH * best_rows and not most_streams:
             return []
         return order[:best]
 
