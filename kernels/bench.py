@@ -138,20 +138,16 @@ def bench_cp_attend(dev: torch.device) -> tuple[Call, Call]:
 DEPTH_PASS_ROWS = (1, 8, 16)
 
 
-def depth_pass_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call, Call]]:
-    """(label, the persistent pass in one launch, the same without its L2 prefetch, the same one phase a launch,
-    the `layers` depth stack's pass)
-    per row count: the 1.7B predictor's 5 layers in bf16, tokens at position 8 of a 16-position store. The stack's
-    pass is FusedStack.forward's op sequence (F.linear, add_rms_norm, qk_norm_rope, slot_attention, swiglu)."""
-    import torch.nn.functional as F
+DEPTH_PASS = dict(layers=5, h=1024, inner=3072, heads=16, kv_heads=8, d=128, positions=16, eps=1e-6)  # the 1.7B's
 
-    from .add_rms_norm import add_rms_norm
-    from .depth_pass import barrier, depth_pass
-    from .qk_norm_rope import qk_norm_rope
-    from .slot_attention import slot_attention
-    from .swiglu import swiglu
 
-    layers, h, inner, heads, kv_heads, d, positions, eps = 5, 1024, 3072, 16, 8, 128, 16, 1e-6
+def depth_pass_inputs(dev: torch.device) -> list[tuple[int, tuple]]:
+    """(rows, depth_pass's arguments) per row count: the 1.7B predictor's 5 layers in bf16 (random weights, shared
+    by the row counts), tokens at position 8 of a 16-position store."""
+    from .depth_pass import barrier
+
+    c = DEPTH_PASS
+    layers, h, inner, heads, kv_heads, d = c["layers"], c["h"], c["inner"], c["heads"], c["kv_heads"], c["d"]
 
     def mat(n: int, k: int) -> torch.Tensor:
         return (torch.randn(layers, n, k, device=dev) / k**0.5).to(BF16)
@@ -159,17 +155,35 @@ def depth_pass_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call, Cal
     norm = (1 + 0.1 * torch.randn(layers, h, device=dev)).to(BF16)
     weights = (norm, mat((heads + 2 * kv_heads) * d, h), _randn(dev, layers, d), _randn(dev, layers, d),
                mat(h, heads * d), norm.flip(0), mat(2 * inner, h), mat(h, inner))
-    angles = torch.rand(positions, d, device=dev) * 6.28
+    angles = torch.rand(c["positions"], d, device=dev) * 6.28
     cos, sin = angles.cos().to(BF16), angles.sin().to(BF16)
     barrier(dev)  # made before any capture
-    cases = []
+    inputs = []
     for rows in DEPTH_PASS_ROWS:
-        x, store = _randn(dev, rows, h), _randn(dev, layers, 2, rows, kv_heads, positions, d)
+        x, store = _randn(dev, rows, h), _randn(dev, layers, 2, rows, kv_heads, c["positions"], d)
         slots, pos = torch.arange(rows, device=dev), torch.full((rows,), 8, device=dev)
-        args = (x, weights, store, slots, pos, cos, sin, heads, kv_heads, eps)
+        inputs.append((rows, (x, weights, store, slots, pos, cos, sin, heads, kv_heads, c["eps"])))
+    return inputs
 
-        def stack(x: torch.Tensor = x, store: torch.Tensor = store, slots: torch.Tensor = slots,
-                  pos: torch.Tensor = pos) -> torch.Tensor:
+
+def depth_pass_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call, Call]]:
+    """(label, the persistent pass in one launch, the same without its L2 prefetch, the same one phase a launch,
+    the `layers` depth stack's pass) per row count of depth_pass_inputs. The stack's pass is FusedStack.forward's
+    op sequence (F.linear, add_rms_norm, qk_norm_rope, slot_attention, swiglu)."""
+    import torch.nn.functional as F
+
+    from .add_rms_norm import add_rms_norm
+    from .depth_pass import depth_pass
+    from .qk_norm_rope import qk_norm_rope
+    from .slot_attention import slot_attention
+    from .swiglu import swiglu
+
+    cases = []
+    for rows, args in depth_pass_inputs(dev):
+
+        def stack(args: tuple = args) -> torch.Tensor:
+            x, weights, store, slots, pos, cos, sin, heads, kv_heads, eps = args
+            layers = weights[0].shape[0]
             res, hn = add_rms_norm(x, None, weights[0][0], eps)
             for i in range(layers):
                 _, qkv_w, qn, kn, o_w, post_w, gu_w, down_w = (w[i] for w in weights)
@@ -301,7 +315,30 @@ def run_depth_pass(dev: torch.device) -> str:
         lines.append(f"  {label:8s} persistent {us[0]:7.1f} us ({157e6 / (us[0] * 1e-6) / 1e12:4.2f} TB/s)   "
                      f"no prefetch {us[1]:7.1f} us   one phase a launch {us[2]:7.1f} us   layers {us[3]:7.1f} us   "
                      f"x{us[3] / us[0]:.1f}")
-    return "\n".join(lines)
+    return "\n".join(lines + run_depth_pass_clock(dev))
+
+
+def run_depth_pass_clock(dev: torch.device, launches: int = 21) -> list[str]:
+    """Per row count, where the one-launch pass's time goes (depth_pass_clock.py's table), with and without the L2
+    prefetch: of `launches` stamped launches after a warm-up, the one with the median total."""
+    from .depth_pass import depth_pass, phase_units, programs
+    from .depth_pass_clock import markdown, phase_clock
+
+    lines = []
+    for rows, args in depth_pass_inputs(dev):
+        x, weights, _, _, _, _, _, heads, kv_heads, _ = args
+        units = phase_units(rows, x.shape[1], weights[-1].shape[2], weights[2].shape[1], heads, kv_heads)
+        for prefetch in (True, False):
+            tables = []
+            for _ in range(launches + 3):
+                times = torch.zeros(programs(x, weights, heads, kv_heads), weights[0].shape[0], len(units), 3, 2,
+                                    dtype=torch.int64, device=dev)
+                depth_pass(*args, one_phase=False, prefetch=prefetch, times=times)
+                torch.cuda.synchronize(dev)
+                tables.append(phase_clock(times.cpu(), units))
+            tables = sorted(tables[3:], key=lambda t: sum(c.span_us + c.release_us for c in t))
+            lines += ["", *markdown(tables[len(tables) // 2], f"{rows} rows, prefetch {prefetch:d}")]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

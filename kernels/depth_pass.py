@@ -44,7 +44,7 @@ import triton.language as tl
 
 from .cp_attend import cp_attend_ref
 from .cp_linear import cp_linear_ref
-from .utils import MAX, SUM, interpreted, norm_rope, prefetch_tiles
+from .utils import MAX, SUM, clocks, interpreted, norm_rope, prefetch_tiles
 
 MAX_ROWS = 16  # one MMA row block; the depth loop takes its other paths above this
 PHASES = 5  # a layer's phases, one barrier after each (but the pass's last)
@@ -61,6 +61,15 @@ def _grid_sync(bar_ptr, target):
         seen = tl.load(bar_ptr, volatile=True)
     tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
     tl.debug_barrier()
+
+
+@triton.jit
+def _stamp(times_ptr, pid, layer, phase: tl.constexpr, point: tl.constexpr, anchor, LAYERS: tl.constexpr):
+    # times [programs, LAYERS, PHASES, 3 points, 2 clocks] int64: both clocks where program pid reaches this point
+    ns, cycles = clocks(anchor)
+    at = times_ptr + (((pid * LAYERS + layer) * _PHASES + phase) * 3 + point) * 2
+    tl.store(at, ns)
+    tl.store(at + 1, cycles)
 
 
 @triton.jit
@@ -145,7 +154,8 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
                        BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_M: tl.constexpr, BN_QKV: tl.constexpr,
                        BN_H: tl.constexpr, BN_I: tl.constexpr, BK: tl.constexpr, DOT_DTYPE: tl.constexpr,
                        PRECISION: tl.constexpr, SYNC: tl.constexpr, LAYERS: tl.constexpr, PREFETCH: tl.constexpr,
-                       LINE: tl.constexpr, LINES_H: tl.constexpr, LINES_HO: tl.constexpr, LINES_I: tl.constexpr):
+                       LINE: tl.constexpr, LINES_H: tl.constexpr, LINES_HO: tl.constexpr, LINES_I: tl.constexpr,
+                       times_ptr=None, TIMES: tl.constexpr = False):
     # x/out [R, H] (the pass's input; the residual stream out), workspaces qkv [R, NQKV], o [R, HQ D], act [R, INNER];
     # weights stacked [LAYERS, ...] (fused_stack.py's order); store [L, 2, S, HKV, P, D] strides (st_l, st_kv, st_s,
     # st_h, st_p, 1). Runs layers first..last-1, the phases whose bit is set in `phases`; SYNC: a barrier after
@@ -153,7 +163,9 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
     # first sends the next weighted phase's weights toward L2 (qkv: o's; attention: gate|up; o: down; gate|up: the
     # next layer's q|k|v, layer 0's after the last, which the next pass reads), so that phase reads them from L2
     # while the barrier before it is still closed. LINE: weight elements a 128-byte line; LINES_*: lines a row of
-    # K = H / HQ D / INNER, rounded up to a power of two.
+    # K = H / HQ D / INNER, rounded up to a power of two. TIMES: each program stamps each phase's start (after
+    # the barrier before it), the end of its prologue (prefetch, rows' RMS) and the end of its tiles into times
+    # (_stamp; depth_pass_clock.py reads them).
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     dtype = x_ptr.dtype.element_ty
@@ -166,21 +178,31 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
         src = tl.where(layer == 0, x_ptr, out_ptr)  # the residual stream: the input until layer 0 writes out
         syncs = (layer - first) * _PHASES
         if (phases & 1) != 0:  # RMSNorm + q|k|v
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 0, 0, pid, LAYERS)
             if PREFETCH:
                 prefetch_tiles(o_w + layer * (H * HO), H // BN_H, HO, BN_H, LINE, LINES_HO, pid, nprog)
             rstd = _rows_rstd(src, R, H, eps, BLOCK_M, BK)
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 0, 1, (tl.reduce(rstd, 0, SUM) > 0).to(tl.int32), LAYERS)
             for t in range(pid, NQKV // BN_QKV, nprog):
                 cols = t * BN_QKV + tl.arange(0, BN_QKV)
                 acc = _tile(src, R, H, rstd, in_w + layer * H, qkv_w + layer * (NQKV * H), cols, True, dtype,
                             BLOCK_M, BN_QKV, BK, DOT_DTYPE, PRECISION)
                 tl.store(qkv_ptr + rows[:, None] * NQKV + cols[None, :], acc.to(dtype), mask=row_ok)
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 0, 2, pid, LAYERS)
         if SYNC:
             _grid_sync(bar_ptr, (syncs + 1) * nprog)
         if (phases & 2) != 0:  # q/k-norm + RoPE + KV write + attention, one (token, KV head) a unit
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 1, 0, pid, LAYERS)
             if PREFETCH:
                 gu = gu_w + layer * (2 * INNER * H)
                 prefetch_tiles(gu, INNER // BN_I, H, BN_I, LINE, LINES_H, pid, nprog)
                 prefetch_tiles(gu + INNER * H, INNER // BN_I, H, BN_I, LINE, LINES_H, pid, nprog)
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 1, 1, pid, LAYERS)
             for u in range(pid, R * HKV, nprog):
                 t = u // HKV
                 j = u % HKV
@@ -189,11 +211,17 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
                 _attend(qkv_ptr + t * NQKV, o_ptr + t * HO, qn_w + layer * D, kn_w + layer * D, cos_ptr, sin_ptr,
                         tl.load(pos_ptr + t), head, head + st_kv, st_p, j, eps, qk_scale, HQ, HKV, D, BLOCK_G,
                         BLOCK_P, dtype)
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 1, 2, pid, LAYERS)
         if SYNC:
             _grid_sync(bar_ptr, (syncs + 2) * nprog)
         if (phases & 4) != 0:  # o + residual
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 2, 0, pid, LAYERS)
             if PREFETCH:
                 prefetch_tiles(down_w + layer * (H * INNER), H // BN_H, INNER, BN_H, LINE, LINES_I, pid, nprog)
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 2, 1, pid, LAYERS)
             for t in range(pid, H // BN_H, nprog):
                 cols = t * BN_H + tl.arange(0, BN_H)
                 y = _tile(o_ptr, R, HO, ones, in_w, o_w + layer * (H * HO), cols, False, dtype, BLOCK_M, BN_H, BK,
@@ -201,13 +229,19 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
                 at = rows[:, None] * H + cols[None, :]
                 res = tl.load(src + at, mask=row_ok, other=0.0, cache_modifier=".cg").to(tl.float32)
                 tl.store(out_ptr + at, (res + y).to(dtype), mask=row_ok)
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 2, 2, pid, LAYERS)
         if SYNC:
             _grid_sync(bar_ptr, (syncs + 3) * nprog)
         if (phases & 8) != 0:  # RMSNorm + gate|up + SwiGLU
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 3, 0, pid, LAYERS)
             if PREFETCH:
                 prefetch_tiles(qkv_w + ((layer + 1) % LAYERS) * (NQKV * H), NQKV // BN_QKV, H, BN_QKV, LINE,
                                 LINES_H, pid, nprog)
             rstd = _rows_rstd(out_ptr, R, H, eps, BLOCK_M, BK)
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 3, 1, (tl.reduce(rstd, 0, SUM) > 0).to(tl.int32), LAYERS)
             for t in range(pid, INNER // BN_I, nprog):
                 cols = t * BN_I + tl.arange(0, BN_I)
                 w = gu_w + layer * (2 * INNER * H)
@@ -217,9 +251,14 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
                            BK, DOT_DTYPE, PRECISION).to(dtype).to(tl.float32)
                 silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
                 tl.store(act_ptr + rows[:, None] * INNER + cols[None, :], (silu * up).to(dtype), mask=row_ok)
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 3, 2, pid, LAYERS)
         if SYNC:
             _grid_sync(bar_ptr, (syncs + 4) * nprog)
         if (phases & 16) != 0:  # down + residual
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 4, 0, pid, LAYERS)
+                _stamp(times_ptr, pid, layer, 4, 1, pid, LAYERS)
             for t in range(pid, H // BN_H, nprog):
                 cols = t * BN_H + tl.arange(0, BN_H)
                 y = _tile(act_ptr, R, INNER, ones, in_w, down_w + layer * (H * INNER), cols, False, dtype, BLOCK_M,
@@ -227,6 +266,8 @@ def _depth_pass_kernel(x_ptr, out_ptr, qkv_ptr, o_ptr, act_ptr, in_w, qkv_w, qn_
                 at = rows[:, None] * H + cols[None, :]
                 res = tl.load(out_ptr + at, mask=row_ok, other=0.0, cache_modifier=".cg").to(tl.float32)
                 tl.store(out_ptr + at, (res + y).to(dtype), mask=row_ok)
+            if TIMES:
+                _stamp(times_ptr, pid, layer, 4, 2, pid, LAYERS)
         if SYNC and layer + 1 < last:
             _grid_sync(bar_ptr, (syncs + 5) * nprog)
     if SYNC:  # leave; the last CTA out hands the counter back at zero for the next launch
@@ -288,18 +329,21 @@ def tiles(h: int, inner: int, nqkv: int, head_out: int) -> tuple[int, int, int, 
 
 def depth_pass(x: torch.Tensor, weights: tuple[torch.Tensor, ...], store: torch.Tensor, slots: torch.Tensor,
                positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, kv_heads: int, eps: float,
-               one_phase: bool | None = None, prefetch: bool | None = None) -> torch.Tensor:
+               one_phase: bool | None = None, prefetch: bool | None = None,
+               times: torch.Tensor | None = None) -> torch.Tensor:
     """x [R, H] (R <= 16: each row one token, the only new one of store row slots[r], at positions[r]); weights
     the stack's layers stacked [L, ...] (in_norm, q|k|v, q_norm, k_norm, o, post_norm, gate|up, down: FusedStack's
     order); store [L, 2 (k, v), S, kv_heads, P, D]; cos/sin [P, D] -> the residual stream after the last layer
     [R, H] (not normalized). Keys and values are written into the store. one_phase: one launch per phase (default
     where the kernel is interpreted), else one launch for the pass. prefetch: each phase sends the next one's
     weights to L2 (default where the kernel is compiled; the interpreter has no inline PTX). Only a hint: the
-    result is the same either way."""
+    result is the same either way. times: int64 [programs(...), L, 5, 3, 2], filled with each program's clock
+    stamps (the kernel's TIMES; one launch, compiled, only; depth_pass_clock.py reads them)."""
     layers, h, inner, d = _shapes(x, weights, store, heads, kv_heads)
     r = x.shape[0]
     one_phase = _DOT_UPCAST if one_phase is None else one_phase
     assert one_phase or not _DOT_UPCAST, "the interpreter runs programs one by one: no grid barrier"
+    assert times is None or not one_phase, "clock stamps: one launch only"
     prefetch = not _DOT_UPCAST if prefetch is None else prefetch
     assert not (prefetch and _DOT_UPCAST), "the interpreter runs no inline PTX: no prefetch"
     out = torch.empty_like(x)
@@ -310,7 +354,7 @@ def depth_pass(x: torch.Tensor, weights: tuple[torch.Tensor, ...], store: torch.
     o_ws = torch.empty((r, heads * d), dtype=x.dtype, device=x.device)
     act_ws = torch.empty((r, inner), dtype=x.dtype, device=x.device)
     bn_qkv, bn_h, bn_i, bk = tiles(h, inner, nqkv, heads * d)
-    units = [nqkv // bn_qkv, r * kv_heads, h // bn_h, inner // bn_i, h // bn_h]
+    units = phase_units(r, h, inner, d, heads, kv_heads)
     f32_dots = x.dtype == torch.float32 or _DOT_UPCAST
     bar = barrier(x.device)
     args = (x, out, qkv_ws, o_ws, act_ws, *weights, cos, sin, positions, slots, store, bar,
@@ -325,9 +369,26 @@ def depth_pass(x: torch.Tensor, weights: tuple[torch.Tensor, ...], store: torch.
             for p, n in enumerate(units):
                 _depth_pass_kernel[(n,)](*args, layer, layer + 1, 1 << p, SYNC=False, **consts)
         return out
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    _depth_pass_kernel[(min(sms, max(units)),)](*args, 0, layers, (1 << PHASES) - 1, SYNC=True, **consts)
+    grid = programs(x, weights, heads, kv_heads)
+    timed = {} if times is None else dict(times_ptr=times, TIMES=True)
+    assert times is None or (times.shape == (grid, layers, PHASES, 3, 2) and times.dtype == torch.int64), times
+    _depth_pass_kernel[(grid,)](*args, 0, layers, (1 << PHASES) - 1, SYNC=True, **consts, **timed)
     return out
+
+
+def programs(x: torch.Tensor, weights: tuple[torch.Tensor, ...], heads: int, kv_heads: int) -> int:
+    """The one-launch pass's programs: one per SM, at most the widest phase's tiles (or units of attention)."""
+    in_w, _, qn, *_, down_w = weights
+    units = phase_units(x.shape[0], in_w.shape[1], down_w.shape[2], qn.shape[1], heads, kv_heads)
+    return min(torch.cuda.get_device_properties(x.device).multi_processor_count, max(units))
+
+
+def phase_units(r: int, h: int, inner: int, d: int, heads: int, kv_heads: int) -> list[int]:
+    """Each phase's units of work at r rows: q|k|v's column tiles, attention's (token, KV head) pairs, o's,
+    gate|up's and down's column tiles (programs pid < units take one)."""
+    nqkv = (heads + 2 * kv_heads) * d
+    bn_qkv, bn_h, bn_i, _ = tiles(h, inner, nqkv, heads * d)
+    return [nqkv // bn_qkv, r * kv_heads, h // bn_h, inner // bn_i, h // bn_h]
 
 
 def depth_pass_ref(x: torch.Tensor, weights: tuple[torch.Tensor, ...], store: torch.Tensor, slots: torch.Tensor,

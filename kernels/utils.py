@@ -1,8 +1,9 @@
 """Triton helpers that more than one kernel calls: reduction combine functions, the interpreter check, the warp
 count of a row-wise kernel, the autotuner's settings, the depth loop's q/k-norm + RoPE (cp_attend.py and
-depth_pass.py), an L2 prefetch of row-major weight tiles (inline PTX, compiled kernels only: depth_pass.py's,
-for any kernel that knows which weights it reads next), and the conv kernels' shared epilogue (SnakeBeta and its
-fast sine), so that causal_conv.py and conv_tma.py both import it from here instead of from each other.
+depth_pass.py), an L2 prefetch of row-major weight tiles and a clock read (inline PTX, compiled kernels only:
+depth_pass.py's, for any kernel that knows which weights it reads next or wants its phases timed), and the conv
+kernels' shared epilogue (SnakeBeta and its fast sine), so that causal_conv.py and conv_tma.py both
+import it from here instead of from each other.
 
 Kernels that must also run in Triton's CPU interpreter (the tests, without a GPU) use core ops only: tests switch
 a kernel module to the interpreter by re-importing it, and this module with it (tests/triton_mode.py).
@@ -142,6 +143,14 @@ def conv_epilogue(acc, rm, rn, M, N, bias_ptr, res_ptr, out_ptr, out2_ptr, a1_pt
         tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
     if HAS_OUT2:
         tl.store(out2_ptr + offs, snake(y, a2_ptr, ib2_ptr, rn % SNAKE_CH, col_ok, FAST_SIN).to(dtype), mask=mask)
+
+
+@triton.jit
+def clocks(anchor):
+    # (the GPU's global nanosecond clock %globaltimer, the SM's cycle counter %clock64), read once the program has
+    # `anchor` (any int32 value: a result the reading must wait for)
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;\n\tmov.u64 $1, %clock64;", "=l,=l,r", [anchor],
+                                     dtype=(tl.int64, tl.int64), is_pure=False, pack=1)
 
 
 @triton.jit

@@ -80,13 +80,14 @@ def test_depth_pass_refuses_bad_shapes(depth: ModuleType) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the barrier itself runs (the gpu test below)")
-def test_the_single_launch_compiles_for_hopper_with_its_barriers() -> None:
+@pytest.mark.parametrize("timed", [False, True])
+def test_the_single_launch_compiles_for_hopper_with_its_barriers(timed: bool) -> None:
     """Without a GPU: the one-launch form at the 1.7B's shapes compiles for sm_90 (bf16), and its PTX holds the
     barrier as meant: per barrier one release add by one thread, a volatile spin, one acquire load; 4 a layer and
     one between layers (5 in the loop's body), and the exit's add and compare-and-swap; and the L2 prefetch of
-    the next phase's weights. The CPU's stand-in for
-    running the barrier: the PTX spelling is Triton's (3.9 here; the H200's 3.6 spells it otherwise), and where CUDA
-    exists the gpu test runs the barrier for real instead."""
+    the next phase's weights; timed (TIMES), both clocks read at each of a phase's 3 stamps, and none otherwise.
+    The CPU's stand-in for running the barrier: the PTX spelling is Triton's (3.9 here; the H200's 3.6 spells it
+    otherwise), and where CUDA exists the gpu test runs the barrier for real instead."""
     import inspect
     import re
     import warnings
@@ -100,9 +101,10 @@ def test_the_single_launch_compiles_for_hopper_with_its_barriers() -> None:
     fn = compiled_copy("depth_pass")._depth_pass_kernel
     consts = dict(H=1024, INNER=3072, HQ=16, HKV=8, D=128, BLOCK_G=2, BLOCK_P=16, BLOCK_M=16, BN_QKV=32, BN_H=16,
                   BN_I=32, BK=128, DOT_DTYPE=tl.bfloat16, PRECISION=None, SYNC=True, LAYERS=5, PREFETCH=True,
-                  LINE=64, LINES_H=16, LINES_HO=32, LINES_I=64)
+                  LINE=64, LINES_H=16, LINES_HO=32, LINES_I=64, TIMES=timed, **({} if timed else {"times_ptr": None}))
     params = list(inspect.signature(fn.fn).parameters)
-    types = {"pos_ptr": "*i64", "slots_ptr": "*i64", "bar_ptr": "*i32", "eps": "fp32", "qk_scale": "fp32"}
+    types = {"pos_ptr": "*i64", "slots_ptr": "*i64", "bar_ptr": "*i32", "times_ptr": "*i64", "eps": "fp32",
+             "qk_scale": "fp32"}
     sig = {p: "constexpr" if p in consts else types.get(p) or ("*bf16" if p.endswith(("_ptr", "_w")) else "i32")
            for p in params}
     attrs = {(params.index(p),): [["tt.divisibility", 16]] for p in params if sig[p].startswith("*")}
@@ -120,6 +122,9 @@ def test_the_single_launch_compiles_for_hopper_with_its_barriers() -> None:
     # of o (16 x 32 lines), gate and up (32 x 16 each), down (16 x 64) and the next q|k|v (32 x 16)
     prefetches = re.findall(r"prefetch\.global\.L2 \[%rd\d+\]", ptx)
     assert len(prefetches) == (16 * 32 + 2 * 32 * 16 + 16 * 64 + 32 * 16) // 128, len(prefetches)
+    stamps = 5 * 3 if timed else 0  # in the layer loop's body
+    assert len(re.findall(r"mov\.u64 \S+, %globaltimer", ptx)) == stamps
+    assert len(re.findall(r"mov\.u64 \S+, %clock64", ptx)) == stamps
 
 
 @pytest.mark.gpu
@@ -157,3 +162,25 @@ def test_single_launch_at_the_real_shapes(depth: ModuleType, dtype: torch.dtype,
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(replayed, got) and torch.equal(graph_store, store)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU: the grid barrier cannot run interpreted")
+def test_clock_stamps_change_nothing_and_are_in_order(depth: ModuleType) -> None:
+    """The timed launch (TIMES) gives the untimed one's bits; each program's stamps run forward (a phase's start,
+    its prologue's end, its tiles' end, the next phase's start), and every program's start of a phase comes after
+    every program's end of the one before (the barrier between them)."""
+    args = _pass_inputs(8, torch.bfloat16, **REAL)
+    x, weights, store, *rest = args
+    store_before = store.clone()
+    plain = depth.depth_pass(x, weights, store, *rest, one_phase=False)
+    times = torch.zeros(depth.programs(x, weights, REAL["heads"], REAL["kv_heads"]), REAL["layers"], depth.PHASES,
+                        3, 2, dtype=torch.int64, device=DEVICE)
+    timed_store = store_before.clone()
+    timed = depth.depth_pass(x, weights, timed_store, *rest, one_phase=False, times=times)
+    assert torch.equal(timed, plain) and torch.equal(timed_store, store)
+    for clock in range(2):
+        stamps = times[..., clock].flatten(1)  # [programs, layers * phases * 3], in program order
+        assert bool((stamps.diff(dim=1) >= 0).all()), f"clock {clock}: a program's stamps go back"
+    ns = times[..., 0].flatten(1, 2)  # [programs, layers * phases, 3]
+    assert bool((ns[:, 1:, 0].amin(0) >= ns[:, :-1, 2].amax(0)).all()), "a phase started before the last one ended"

@@ -16,7 +16,7 @@ TESTS = Path(__file__).resolve().parent
 BACKEND_OF = {"conv_tma": "causal_conv"}
 # The helpers kernels/utils.py holds once: no kernel module may define its own.
 SHARED_HELPERS = {"_add", "_max", "_min", "_sum_combine", "_quick_bench", "_sin_squared", "_snake", "_epilogue",
-                  "prefetch_l2", "prefetch_tiles", "_prefetch_l2", "_prefetch_tiles"}
+                  "prefetch_l2", "prefetch_tiles", "_prefetch_l2", "_prefetch_tiles", "clocks", "_clocks"}
 
 
 def _tree(name: str) -> ast.Module:
