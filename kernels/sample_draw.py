@@ -6,12 +6,12 @@ topk, divide, mask, exponential, log, argmax, gather, where, ...) 16 times a fra
 The k-th largest logit is found without sorting: logits map to int32 keys of the same order, and a search over
 that integer range counts how many keys are at or above each probe, so the threshold is exact. Each step tries
 `ways` - 1 evenly spaced probes at once (one reduction for all of them), narrowing the range `ways`-fold: 8 steps
-of 15 probes instead of a binary search's 32 steps of one, each step a chain of CTA-wide reductions. Ids tied
-with the k-th value are all kept (torch.topk would keep some of them; -0 and +0 are two values here). The noise is an input, one Exp(1) value per
-(row, id), so the draw is a pure function and tests compare it with its reference exactly; the engine fills it once
-a step. The logits may be the head's 16-bit output, widened to fp32 as they load (exact): the engine's depth loop
-launches no cast of its own for them. top-p is not here: rows that need it take the PyTorch path
-(engine/qwen3tts/model/sampling.py).
+of 15 probes instead of a binary search's 32 steps of one, each step a chain of CTA-wide reductions. Ids tied with
+the k-th value are all kept (torch.topk would keep some of them; -0 and +0 are two values here). The noise is an
+input, one Exp(1) value per (row, id), so the draw is a pure function and tests compare it with its reference
+exactly; the engine fills it once a step. The logits may be the head's 16-bit output, widened to fp32 as they load
+(exact): the engine's depth loop launches no cast of its own for them. top-p is not here: rows that need it take
+the PyTorch path (engine/qwen3tts/model/sampling.py).
 """
 
 from __future__ import annotations
