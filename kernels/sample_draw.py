@@ -5,8 +5,9 @@ topk, divide, mask, exponential, log, argmax, gather, where, ...) 16 times a fra
 
 The k-th largest logit is found without sorting: logits map to int32 keys of the same order, and a search over
 that integer range counts how many keys are at or above each probe, so the threshold is exact. Each step tries
-`ways` - 1 evenly spaced probes at once (one reduction for all of them), narrowing the range `ways`-fold: 8 steps
-of 15 probes instead of a binary search's 32 steps of one, each step a chain of CTA-wide reductions. Ids tied with
+`ways` - 1 evenly spaced probes at once (one reduction for all of them), narrowing the range `ways`-fold. The
+default, 2, is a binary search (32 steps of one probe, each a chain of CTA-wide reductions); 16 ways take 8 steps
+of 15 probes. Which is faster on the H200 is not measured yet, so the default stays the binary search. Ids tied with
 the k-th value are all kept (torch.topk would keep some of them; -0 and +0 are two values here). The noise is an
 input, one Exp(1) value per (row, id), so the draw is a pure function and tests compare it with its reference
 exactly; the engine fills it once a step. The logits may be the head's 16-bit output, widened to fp32 as they load
@@ -83,7 +84,7 @@ def _check(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, colu
 
 
 def sample_draw(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, columns: tuple[int, int, int],
-                candidates: int, ways: int = 16) -> torch.Tensor:
+                candidates: int, ways: int = 2) -> torch.Tensor:
     """Logits [R, V] (fp32, or 16-bit: read as fp32, exactly; -inf where masked), Exp(1) noise [R, V] fp32, the
     rows' parameter table [R, P] fp32 with `columns` = (temperature, top_k, do_sample), `candidates` the widest top-k
     any row may have -> ids [R] int64. ways: the threshold search's fan-out a step (a power of two >= 2; 2 is a
