@@ -129,3 +129,28 @@ def hopper_compile(fn: object, consts: dict, desc: dict[str, str] | None = None,
         warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
         return triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": warps, "num_stages": stages})
+
+
+def cubin_resources(compiled: object) -> dict[str, int] | None:
+    """A kernel compiled here for a GPU target (hopper_compile, triton.compile): its registers a thread, stack
+    bytes a thread (spills) and static shared memory, as cuobjdump reads them from the cubin, plus the dynamic
+    shared memory Triton asks for at launch (`shared`); None where Triton carries no cuobjdump."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton.backends.nvidia as nvidia
+
+    tool = os.path.join(os.path.dirname(nvidia.__file__), "bin", "cuobjdump")
+    if not os.access(tool, os.X_OK):
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        out = subprocess.run([tool, "--dump-resource-usage", cubin.name], capture_output=True, text=True,
+                             check=True).stdout
+    line = next(line for line in out.splitlines() if "REG:" in line)
+    fields = dict(item.split(":", 1) for item in line.split() if ":" in item)
+    return {"registers": int(fields["REG"]), "stack": int(fields["STACK"]), "static_shared": int(fields["SHARED"]),
+            "shared": int(compiled.metadata.shared)}
+

@@ -85,7 +85,8 @@ def test_the_single_launch_compiles_for_hopper_with_its_barriers(timed: bool) ->
     """Without a GPU: the one-launch form at the 1.7B's shapes compiles for sm_90 (bf16), and its PTX holds the
     barrier as meant: per barrier one release add by one thread, a volatile spin, one acquire load; 4 a layer and
     one between layers (5 in the loop's body), and the exit's add and compare-and-swap; and the L2 prefetch of
-    the next phase's weights; timed (TIMES), both clocks read at each of a phase's 3 stamps, and none otherwise.
+    the next phase's weights; timed (TIMES), both clocks read at each of a phase's 3 stamps, and none otherwise;
+    and (cuobjdump on the cubin, where Triton carries it) a CTA that fits an SM with no register spills.
     The CPU's stand-in for running the barrier: the PTX spelling is Triton's (3.9 here; the H200's 3.6 spells it
     otherwise), and where CUDA exists the gpu test runs the barrier for real instead."""
     import inspect
@@ -96,7 +97,7 @@ def test_the_single_launch_compiles_for_hopper_with_its_barriers(timed: bool) ->
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from triton_mode import compiled_copy
+    from triton_mode import compiled_copy, cubin_resources
 
     fn = compiled_copy("depth_pass")._depth_pass_kernel
     consts = dict(H=1024, INNER=3072, HQ=16, HKV=8, D=128, BLOCK_G=2, BLOCK_P=16, BLOCK_M=16, BN_QKV=32, BN_H=16,
@@ -110,8 +111,15 @@ def test_the_single_launch_compiles_for_hopper_with_its_barriers(timed: bool) ->
     attrs = {(params.index(p),): [["tt.divisibility", 16]] for p in params if sig[p].startswith("*")}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
-        ptx = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                             options={"num_warps": 4}).asm["ptx"]
+        compiled = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                                  options={"num_warps": 4})
+    ptx = compiled.asm["ptx"]
+    # the grid barrier needs every CTA resident at once, one an SM: its registers and shared memory must fit an
+    # SM's (64 K registers, 227 KB), and a spill (stack) would slow every phase
+    used = cubin_resources(compiled)
+    if used is not None:
+        assert used["registers"] * 32 * 4 <= 65536 and used["static_shared"] + used["shared"] <= 227 * 1024, used
+        assert used["stack"] == 0, used
     release = re.findall(r"@%p\d+ red\.global\.gpu\.release\.add\.u32", ptx)
     acquire = re.findall(r"@%p\d+ ld\.global\.gpu\.acquire\.b32", ptx)
     assert len(release) == len(acquire) == 5, (len(release), len(acquire))
