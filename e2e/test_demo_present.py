@@ -8,8 +8,8 @@ import base64
 import re
 
 import pytest
+from demo_page import open_demo, speak, wait_played
 from pausing_proxy import PausingProxy
-from test_demo import open_demo, speak, wait_played
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ import bisect
 from collections.abc import Iterator
 
 import pytest
-from test_demo import open_demo, speak, wait_done
+from demo_page import open_demo, speak, wait_done
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from browser_paths import ROOT
-from test_demo import wait_done
+from demo_page import wait_done
 
 pytestmark = pytest.mark.e2e
 
