@@ -134,6 +134,11 @@ def test_a_delivery_hole_past_the_buffer_is_one_network_stall(page, gateway: str
         open_demo(page, gateway, codec="pcm_s16le", target=150, ws=f"ws://127.0.0.1:{proxy.port}/v1/tts/ws")
         cid = speak(page, "Greeting", mode="all")
         wait_played(page, cid, 2)
+        # the hole starts with a buffer to drain (100 of the 150 ms): held from an already dry player, the stall
+        # would also hold the refill after the release, longer than the hole as measured here (a quiet CI run)
+        page.wait_for_function("() => { const st = window.voxgate.state;"
+                               " return st.report.buffered_samples >= 0.1 * st.session.audio.sample_rate; }",
+                               timeout=10_000)
         held_from_pts = page.evaluate("window.voxgate.state.report.played_pts")
         held = time.monotonic()
         proxy.hold()
