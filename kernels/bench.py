@@ -318,27 +318,13 @@ def run_depth_pass(dev: torch.device) -> str:
     return "\n".join(lines + run_depth_pass_clock(dev))
 
 
-def run_depth_pass_clock(dev: torch.device, launches: int = 21) -> list[str]:
+def run_depth_pass_clock(dev: torch.device) -> list[str]:
     """Per row count, where the one-launch pass's time goes (depth_pass_clock.py's table), with and without the L2
-    prefetch: of `launches` stamped launches after a warm-up, the one with the median total."""
-    from .depth_pass import depth_pass, phase_units, programs
-    from .depth_pass_clock import markdown, phase_clock
+    prefetch."""
+    from .depth_pass_clock import markdown, median_clock
 
-    lines = []
-    for rows, args in depth_pass_inputs(dev):
-        x, weights, _, _, _, _, _, heads, kv_heads, _ = args
-        units = phase_units(rows, x.shape[1], weights[-1].shape[2], weights[2].shape[1], heads, kv_heads)
-        for prefetch in (True, False):
-            tables = []
-            for _ in range(launches + 3):
-                times = torch.zeros(programs(x, weights, heads, kv_heads), weights[0].shape[0], len(units), 3, 2,
-                                    dtype=torch.int64, device=dev)
-                depth_pass(*args, one_phase=False, prefetch=prefetch, times=times)
-                torch.cuda.synchronize(dev)
-                tables.append(phase_clock(times.cpu(), units))
-            tables = sorted(tables[3:], key=lambda t: sum(c.span_us + c.release_us for c in t))
-            lines += ["", *markdown(tables[len(tables) // 2], f"{rows} rows, prefetch {prefetch:d}")]
-    return lines
+    return [line for rows, args in depth_pass_inputs(dev) for prefetch in (True, False)
+            for line in ("", *markdown(median_clock(args, prefetch=prefetch), f"{rows} rows, prefetch {prefetch:d}"))]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,16 +22,12 @@ are the reference here): each projection's fp32 sum rounded to the model dtype; 
 times the weight rounded; the residual added in fp32 and rounded; SiLU of the rounded gate rounded, times the
 rounded up, rounded; attention as cp_attend.py. They differ from the plain path only in fp32 summation orders (the
 MMA's K tiles, the norms' and the softmax's reductions) and the softmax's exp taken as exp2 (as cp_attend.py).
-Expected on the H200 (docs/benchmarks/h200-step-profile): a pass's ~49 launches (~0.27 ms: the `layers` depth loop
-at 4.1 ms for 15 passes) become 4, the persistent one ~0.1 ms (31.5 MB a layer at ~70 % of 4.8 TB/s, o and down on
-half of the CTAs: 64 tiles, and 24 barriers of ~1-2 us), so ~2 ms off a 1-16 row step of ~4.8 ms. Measured: exact,
-but a pass takes 217 / 239 / 242 us at 1 / 8 / 16 rows against the `layers` loop's 232 / 198 / 203 us (0.65-0.72
-TB/s): each phase runs ~9 us, as long as a separate launch, so the launches were not the cost.
 
 Each phase first sends the next weighted phase's weights toward L2 (`prefetch.global.L2`, one address per 128-byte
-line of the program's own tiles), so they are on their way while the barrier is closed. Measured: a pass 202 / 223
-/ 225 us at 1 / 8 / 16 rows against 219 / 242 / 245 without, still slower than the `layers` loop at 8 and 16 rows;
-the 24 barriers take 29 us of it; no launch shape closes the gap (docs/benchmarks/h200-step-profile).
+line of the program's own tiles), so they are on their way while the barrier is closed. With `times`, each program
+stamps every phase on both GPU clocks (depth_pass_clock.py reads them). What a pass costs against the `layers`
+loop, with and without the prefetch, phase by phase: docs/benchmarks/h200-step-profile (slower at 8-16 rows, so
+`layers` is the engine's default).
 """
 
 from __future__ import annotations

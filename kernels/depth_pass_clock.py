@@ -9,7 +9,7 @@ Per phase, summed over the layers:
     tiles      the same for the tiles (median, and the slowest program: the one the barrier waits for)
     span       the first program's start to the last one's end: the phase as the barrier sees it
     release    the last program's end to the first start of the next phase: the barrier's own latency
-The spans and releases add up to the pass.
+The spans and releases add up to the pass. median_clock runs the stamped launches (CUDA) and keeps the median one.
 """
 
 from __future__ import annotations
@@ -65,6 +65,23 @@ def phase_clock(times: torch.Tensor, units: list[int]) -> list[PhaseClock]:
                                 working[..., 1].amax(0).sum().item() / 1e3,
                                 (ends[:, p] - starts[:, p]).sum().item() / 1e3, releases[:, p].sum().item() / 1e3))
     return table
+
+
+def median_clock(args: tuple, launches: int = 21, **options: object) -> list[PhaseClock]:
+    """The table of one-launch passes on depth_pass's arguments `args` (CUDA): of `launches` stamped launches after
+    3 to warm up, the one whose pass took the median time. options: depth_pass's (prefetch, ...)."""
+    from .depth_pass import depth_pass, phase_units, programs
+
+    x, weights, _, _, _, _, _, heads, kv_heads, _ = args
+    units = phase_units(x.shape[0], x.shape[1], weights[-1].shape[2], weights[2].shape[1], heads, kv_heads)
+    tables = []
+    for _ in range(launches + 3):
+        times = torch.zeros(programs(x, weights, heads, kv_heads), weights[0].shape[0], len(units), 3, 2,
+                            dtype=torch.int64, device=x.device)
+        depth_pass(*args, one_phase=False, times=times, **options)
+        tables.append(phase_clock(times.cpu(), units))  # .cpu() waits for the launch
+    tables = sorted(tables[3:], key=lambda t: sum(c.span_us + c.release_us for c in t))
+    return tables[len(tables) // 2]
 
 
 def markdown(table: list[PhaseClock], label: str) -> list[str]:
