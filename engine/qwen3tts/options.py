@@ -53,8 +53,8 @@ class Qwen3TTSOptions(EngineConfig):
     text_min_tokens: int = option(4, "a stream whose text is still arriving starts after this many text tokens "
                                      "(default 4)")
     gpu_timeline: str | None = option(None, "DIR:START:COUNT: CUDA events around COUNT steps after the first START "
-                                            "and their codec calls, with the worker's stages, into DIR/timeline.md "
-                                            "and DIR/timeline.json: how busy the GPU is in the loop "
+                                            "and their codec calls, with the worker's stages, into timeline.md and "
+                                            "timeline.json in the folder DIR: how busy the GPU is in the loop "
                                             "(engine/gpu_timeline.py; default off)")
     aligner: str | None = option(None, "Qwen3-ForcedAligner checkpoint directory or Hugging Face repo id: measured "
                                        "word times for sessions that ask (loaded on the engine's device and dtype; "
