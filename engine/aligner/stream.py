@@ -1,39 +1,64 @@
 """A stream with measured word times: an engine stream's audio held until the forced aligner has timed its words.
 
-The aligner's decoder reads all of a clip's audio before the text (causal), so a word's time is known only once its
-segment's audio is complete. Here a segment is the whole request: the gateway speaks a word-times context sentence
-by sentence (one request per sentence, gateway/session/session.py), so each request is one sentence. The stream
-collects every chunk of its request, submits the audio and the text to the `AlignerWorker`, and when the words come
-back makes them available (`take_words`) and only then yields the held chunks: every word is out before any of its
-audio. Times are samples from the stream's first sample (the segment starts there).
+The gateway speaks a word-times context sentence by sentence (one request per sentence, gateway/session/session.py),
+so a stream is one sentence. Its audio is released in pieces, each once every word that starts in it is timed:
 
-The cost: a request's first audio waits for all of its audio and one aligner pass. Requests after the first are
-made and aligned while the earlier ones play (the gateway holds made audio anyway).
+- **Progressive** (`group_samples` > 0, the engine option `aligner_group_ms`): once `group_samples` of audio are
+  held and the text is complete, the held audio (from the first untimed word's start on) goes to the aligner with
+  the words not yet timed. The aligner's decoder is causal with the audio before the text, so a word's times depend
+  on the audio and on the words before it, never on the words after it; but the clip's end cuts speech short, and
+  the aligner places the words not yet spoken at or near that end. So only the words that end at least
+  `margin_samples` before the clip's end are taken (a word ends where the next starts), and the audio up to the
+  last one's end is released. The next clip starts there, at the first untimed word, once another group has been
+  made. When the inner stream ends, the rest is aligned whole and released. An aligner that places no word inside
+  the margin just leaves everything to that last call.
+- **Whole** (`group_samples` 0): one call on the whole request's audio, then all of it, chunks unchanged.
+
+Either way every word goes out (`take_words`) before any of its audio. Times are samples from the stream's first
+sample: a clip's times are offset by where it starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 
 import numpy as np
 
-from ..base import AudioStream, EngineError
-from ..words import WordTime, text_words
+from ..base import SAMPLE_RATE, AudioStream, EngineError
+from ..words import TextWord, WordTime, text_words
 from .worker import AlignerWorker, AlignJob
+
+# A clip's words beyond this rate are never spoken in it (speech runs ~2-4 words a second): a partial clip's prompt
+# carries only these, the rest are left for later clips. The decoder is causal, so the words it carries are timed
+# exactly as with the whole text after them.
+MAX_WORDS_PER_SECOND = 8
 
 
 class AlignedStream(AudioStream):
-    """`inner`'s chunks, unchanged and in order, released after its words are measured."""
+    """`inner`'s audio, in order, released once the words that start in it are measured."""
 
-    def __init__(self, inner: AudioStream, worker: AlignerWorker) -> None:
+    def __init__(self, inner: AudioStream, worker: AlignerWorker, group_samples: int = 0,
+                 margin_samples: int = 0) -> None:
+        if group_samples < 0 or margin_samples < 0:
+            raise ValueError("group_samples and margin_samples must be >= 0")
         self.request = inner.request
         self._inner = inner
         self._worker = worker
-        self._text = inner.request.text  # grows with append_text (a text_open request's whole text is its segment)
-        self._words: list[WordTime] = []
+        self._group, self._margin = group_samples, margin_samples
+        self._text = inner.request.text  # grows with append_text until end_text
+        self._text_closed = not inner.request.text_open
+        self._words: list[WordTime] = []  # measured, not yet taken
+        self._held: deque[np.ndarray] = deque()  # made, not yet released: the audio from `_timed` on
+        self._held_samples = 0
+        self._made = 0  # samples the inner stream has yielded
+        self._timed = 0  # samples released: every word that starts before this is measured
+        self._next_word = 0  # the first word of the text not yet measured
         self._job: AlignJob | None = None
+        self._wake = asyncio.Event()
         self._released_at: float | None = None
         self._cancelled = False
 
@@ -44,6 +69,8 @@ class AlignedStream(AudioStream):
 
     def end_text(self) -> None:
         self._inner.end_text()
+        self._text_closed = True
+        self._wake.set()
 
     def can_append_text(self, text: str) -> bool:
         return self._inner.can_append_text(text)
@@ -52,7 +79,7 @@ class AlignedStream(AudioStream):
         self._inner.report_playback(buffered_s)
 
     def first_audio_stamps(self) -> dict[str, float]:
-        """The inner stream's stages; `hand_over` is when the held audio was released (its whole segment made and
+        """The inner stream's stages; `hand_over` is when the first held audio was released (its words made and
         aligned), so the hold is counted in the engine's stages, not in the gateway's write."""
         stamps = self._inner.first_audio_stamps()
         if self._released_at is not None:
@@ -69,49 +96,116 @@ class AlignedStream(AudioStream):
         self._words = []
         if self._job is not None:
             self._job.cancelled = True  # not measured if its batch is not taken yet
+        self._wake.set()
         self._inner.cancel()
 
     async def __aiter__(self) -> AsyncIterator[np.ndarray]:
-        held = [chunk async for chunk in self._inner]  # the segment: complete before its words can be timed
-        if self._cancelled:
-            return
-        audio = np.concatenate(held) if held else np.zeros(0, np.int16)
-        if text_words(self._text) and len(audio):
-            words = await self._measure(audio.astype(np.float32) / 32768.0)
-            if self._cancelled:
-                return
-            self._words = words
-        self._released_at = time.monotonic()
-        for chunk in held:
-            if self._cancelled:
-                return
-            yield chunk
+        reader = asyncio.ensure_future(self._read())
+        answer: asyncio.Future[list[WordTime]] | None = None
+        submit_at = self._group  # the next partial clip waits until this much audio is made
+        clip, final = 0, False
+        try:
+            while not self._cancelled:
+                self._wake.clear()  # anything from here on (a chunk, an answer, a cancel) wakes the wait below
+                if answer is not None and answer.done():
+                    cut = self._accept(answer.result(), clip, final)  # raises the batch's EngineError
+                    answer = self._job = None
+                    for piece in self._release(cut):
+                        yield piece
+                        if self._cancelled:
+                            return
+                    if final:
+                        return
+                    continue
+                if reader.done():
+                    reader.result()  # the inner stream's error, if it ended with one
+                if answer is None:
+                    words = text_words(self._text)[self._next_word:]
+                    ended = reader.done()
+                    if not words and self._text_closed:  # nothing (more) to time: the audio goes out as it comes
+                        for piece in self._release(self._held_samples):
+                            yield piece
+                            if self._cancelled:
+                                return
+                        if ended:
+                            return
+                    elif ended and not self._held_samples:
+                        return  # words never spoken: a budget cut after the last one measured
+                    elif ended or (self._group and self._text_closed and self._made >= submit_at):
+                        final, clip, submit_at = ended, self._held_samples, self._made + self._group
+                        answer = self._submit(words, clip, final)
+                        continue
+                await self._wake.wait()
+        finally:
+            reader.cancel()
+            if self._job is not None:
+                self._job.cancelled = True  # answered or abandoned: never measured again
 
-    async def _measure(self, audio: np.ndarray) -> list[WordTime]:
+    async def _read(self) -> None:
+        try:
+            async for chunk in self._inner:
+                self._held.append(chunk)
+                self._held_samples += len(chunk)
+                self._made += len(chunk)
+                self._wake.set()
+        finally:
+            self._wake.set()
+
+    def _submit(self, words: list[TextWord], samples: int, final: bool) -> asyncio.Future[list[WordTime]]:
+        """The held audio (`samples` of it) and the untimed words, to the worker; the future gets its words."""
+        if not final:  # words this clip cannot hold stay out of its prompt (MAX_WORDS_PER_SECOND)
+            words = words[: 2 + samples * MAX_WORDS_PER_SECOND // SAMPLE_RATE]
+        text = self._text[words[0].start: words[-1].end if not final else len(self._text)]
+        audio = np.concatenate(list(self._held))[:samples].astype(np.float32) / 32768.0
         loop = asyncio.get_running_loop()
         done: asyncio.Future[list[WordTime]] = loop.create_future()
 
-        def settle(words: list[WordTime] | None, error: BaseException | None) -> None:  # on the event loop
-            if done.done():
-                return
-            if error is not None:
-                done.set_exception(EngineError("alignment_failed",
-                                               f"word alignment failed: {type(error).__name__}: {error}"))
-            else:
-                done.set_result(words or [])
+        def settle(timed: list[WordTime] | None, error: BaseException | None) -> None:  # on the event loop
+            if not done.done():
+                if error is not None:
+                    done.set_exception(EngineError("alignment_failed",
+                                                   f"word alignment failed: {type(error).__name__}: {error}"))
+                else:
+                    done.set_result(timed or [])
+            self._wake.set()
 
-        def deliver(words: list[WordTime] | None, error: BaseException | None) -> None:  # on the worker thread
+        def deliver(timed: list[WordTime] | None, error: BaseException | None) -> None:  # on the worker thread
             try:
-                loop.call_soon_threadsafe(settle, words, error)
+                loop.call_soon_threadsafe(settle, timed, error)
             except RuntimeError:  # the event loop is gone: nobody waits
                 pass
 
-        self._job = job = AlignJob(audio, self._text, deliver)
+        self._job = AlignJob(audio, text, deliver)
         try:
-            self._worker.submit(job)
+            self._worker.submit(self._job)
         except RuntimeError as exc:
             raise EngineError("alignment_failed", f"word alignment failed: {exc}") from None
-        try:
-            return await done
-        finally:
-            job.cancelled = True  # answered or abandoned: never measured again
+        return done
+
+    def _accept(self, timed: list[WordTime], samples: int, final: bool) -> int:
+        """A clip's words (times from its start, `samples` long) -> the samples to release: a final clip's all, a
+        partial clip's up to the end of the last word that ends `margin` before its end."""
+        if not final:
+            timed = list(itertools.takewhile(lambda w: w.end <= samples - self._margin, timed))
+        offset = self._timed
+        self._words += [WordTime(w.word, offset + w.start, offset + w.end) for w in timed]
+        self._next_word += len(timed)
+        if final:
+            return self._held_samples
+        return timed[-1].end if timed else 0
+
+    def _release(self, samples: int) -> list[np.ndarray]:
+        """The first `samples` of the held audio, as the chunks they were made in (the last one split)."""
+        pieces: list[np.ndarray] = []
+        while samples > 0:
+            chunk = self._held.popleft()
+            if len(chunk) > samples:
+                self._held.appendleft(chunk[samples:])
+                chunk = chunk[:samples]
+            pieces.append(chunk)
+            samples -= len(chunk)
+            self._held_samples -= len(chunk)
+            self._timed += len(chunk)
+        if pieces and self._released_at is None:
+            self._released_at = time.monotonic()
+        return pieces

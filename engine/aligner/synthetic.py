@@ -99,8 +99,11 @@ def _tensor(key: str, shape: tuple[int, ...], gen: torch.Generator, residual_sca
 
 
 def write_synthetic_aligner(out: str | Path, tiny: bool = True, seed: int = 0, dtype: torch.dtype = torch.bfloat16,
-                            shared: Path | None = None) -> Path:
-    """A checkpoint directory at `out` (created); the tokenizer files come from shared/qwen3-tts/text-tokenizer."""
+                            shared: Path | None = None, head_classes: int | None = None) -> Path:
+    """A checkpoint directory at `out` (created); the tokenizer files come from shared/qwen3-tts/text-tokenizer.
+    `head_classes`: the head's rows from this class on are zeroed, so (with a positive logit among the others, as
+    random weights give) every time is under `head_classes` x 80 ms. Random weights otherwise put most times far past
+    a clip's end, clamped there: no word lands inside a clip, which a trained aligner's words do."""
     out = Path(out)
     tok = (shared or default_shared()) / "qwen3-tts" / "text-tokenizer"
     if not (tok / "vocab.json").is_file():
@@ -118,5 +121,7 @@ def write_synthetic_aligner(out: str | Path, tiny: bool = True, seed: int = 0, d
     layers = max(cfg.audio.encoder_layers, cfg.text.num_hidden_layers)
     state = {k: _tensor(k, s, gen, 1 / math.sqrt(2 * layers)).to(dtype).contiguous()
              for k, s in sorted(expected_shapes(cfg).items())}
+    if head_classes is not None:
+        state["thinker.lm_head.weight"][head_classes:] = 0
     save_file(state, str(out / WEIGHTS), metadata={"format": "pt"})
     return out

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from ..admission import Forecast, LoopForecaster
-from ..base import AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
+from ..base import SAMPLE_RATE, AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
 from ..core import EngineCore, StepOutput
 from ..gpu_timeline import GpuTimeline
 from ..loop import EngineLoop, LoopStream
@@ -180,7 +180,7 @@ class Qwen3TTSEngine(Engine):
 
     # Text may arrive while a stream runs (the streaming-text layout: one text token a frame; text_stream.py).
     supports_text_streaming = True
-    word_times_by_sentence = True  # the aligner times a request's whole audio (engine/aligner/stream.py)
+    word_times_by_sentence = True  # the aligner times a sentence, whole or in pieces of it (engine/aligner/stream.py)
 
     def word_times_unavailable(self) -> str:  # a text token's frame is no word's time: the Talker reads ahead
         return "qwen3tts measures word times with a forced aligner (engine option `aligner`), and none is configured"
@@ -331,7 +331,9 @@ class Qwen3TTSEngine(Engine):
         if request.word_times and self.word_aligner is not None:
             from ..aligner.stream import AlignedStream
 
-            return AlignedStream(stream, self.word_aligner)  # audio held until its words are measured
+            o = self.options  # audio released as its words are measured, in pieces of the sentence
+            return AlignedStream(stream, self.word_aligner, group_samples=o.aligner_group_ms * SAMPLE_RATE // 1000,
+                                 margin_samples=o.aligner_margin_ms * SAMPLE_RATE // 1000)
         return stream
 
 

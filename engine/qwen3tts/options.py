@@ -59,6 +59,13 @@ class Qwen3TTSOptions(EngineConfig):
     aligner: str | None = option(None, "Qwen3-ForcedAligner checkpoint directory or Hugging Face repo id: measured "
                                        "word times for sessions that ask (loaded on the engine's device and dtype; "
                                        "default none: no word times)")
+    aligner_group_ms: int = option(1000, "word times: a sentence's audio is aligned in pieces while it is made, "
+                                         "one more call each time this much more audio is made, and released up "
+                                         "to the last word measured (engine/aligner/stream.py; default 1000; 0: "
+                                         "aligned whole once the sentence is made, its audio held until then)")
+    aligner_margin_ms: int = option(240, "word times: a word timed in a piece is kept only if it ends this long "
+                                         "before the piece's end, where the cut may blur the aligner's times "
+                                         "(default 240; the rest wait for the next piece)")
     aligner_graphs: bool = option(True, "the aligner's packed decoder replayed from CUDA graphs "
                                         "(engine/aligner/decoder_graphs.py; default true, measured faster on the "
                                         "H200; false: eager; off CUDA the decoder runs eagerly either way)")
@@ -70,6 +77,8 @@ class Qwen3TTSOptions(EngineConfig):
             raise ValueError("codec_width must be 1 to 32 frames")
         if not self.rows:
             raise ValueError("max_rows must be at least the smallest row bucket")
+        if self.aligner_group_ms < 0 or self.aligner_margin_ms < 0:
+            raise ValueError("aligner_group_ms and aligner_margin_ms must be >= 0")
         if self.text_min_tokens < 1:
             raise ValueError("text_min_tokens must be at least 1")
         GpuTimeline.parse(self.gpu_timeline)  # a bad window is refused here, not after the model has loaded

@@ -10,13 +10,13 @@ from safetensors.torch import load_file, save_file
 
 def write_sharp_aligner(out: Path, seed: int = 7, classes: int | None = None) -> Path:
     """A tiny aligner checkpoint in `out` whose predicted times vary along the prompt (skips without shared data).
-    `classes`: the head's rows from this class on are zeroed, so (with a positive logit among the others, as random
-    weights give) every time is under `classes` x 80 ms: times inside short clips, not clamped to their ends."""
+    `classes`: every time under `classes` x 80 ms (write_synthetic_aligner's `head_classes`): times inside short clips,
+    not clamped to their ends."""
     from voxgate.engine.aligner.synthetic import write_synthetic_aligner
 
     shared = require_shared()
     require_shared("qwen3-tts", "text-tokenizer")
-    ckpt = write_synthetic_aligner(out, tiny=True, seed=seed, shared=shared)
+    ckpt = write_synthetic_aligner(out, tiny=True, seed=seed, shared=shared, head_classes=classes)
     # With plain random weights every <timestamp> slot predicts the same class: near-uniform attention averages the
     # same clip for every slot. Sharper attention (q/k-norm gains x4) with a stronger say in the residual stream
     # (o_proj x8) makes the classes vary along the prompt, out of order, so the repair has work to do.
@@ -27,7 +27,5 @@ def write_sharp_aligner(out: Path, seed: int = 7, classes: int | None = None) ->
                 state[key] *= 4
             elif key.endswith("o_proj.weight"):
                 state[key] *= 8
-    if classes is not None:
-        state["thinker.lm_head.weight"][classes:] = 0
     save_file(state, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
     return ckpt

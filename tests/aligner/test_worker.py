@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -15,11 +15,11 @@ import pytest
 from voxgate.engine.aligner.align import Aligner
 from voxgate.engine.aligner.stream import AlignedStream
 from voxgate.engine.aligner.worker import AlignerWorker, AlignJob
-from voxgate.engine.base import AudioStream, EngineError, SynthesisRequest
+from voxgate.engine.base import EngineError
 from voxgate.engine.words import WordTime, text_words
 
 from .checkpoint import write_sharp_aligner
-from .clips import clip
+from .sources import Chunks, pcm
 
 TEXTS = ["Hello there, how are you?", "The birch canoe slid on the smooth planks.", "One.", "它们是你好 world 好的"]
 
@@ -44,27 +44,6 @@ class Gated:
         return self.aligner.align_batch(audios, texts)
 
 
-class Chunks(AudioStream):
-    """An engine stream that yields the given int16 chunks, one per `step` set by the test (None: all at once)."""
-
-    def __init__(self, text: str, chunks: list[np.ndarray], step: asyncio.Event | None = None) -> None:
-        self.request = SynthesisRequest(text, word_times=True)
-        self.chunks, self.step = chunks, step
-        self.cancelled = asyncio.Event()
-
-    def cancel(self) -> None:
-        self.cancelled.set()
-
-    async def __aiter__(self) -> AsyncIterator[np.ndarray]:
-        for chunk in self.chunks:
-            if self.step is not None:
-                await self.step.wait()
-                self.step.clear()
-            if self.cancelled.is_set():
-                return
-            yield chunk
-
-
 @pytest.fixture(scope="module")
 def aligner(tmp_path_factory: pytest.TempPathFactory) -> Aligner:
     # Times under 20 x 80 ms: they fall inside these short clips instead of at their ends.
@@ -78,10 +57,6 @@ def gated(aligner: Aligner) -> Iterator[tuple[Gated, AlignerWorker]]:
     yield gate, worker
     gate.release.set()
     worker.close()
-
-
-def pcm(seconds: float, seed: int) -> np.ndarray:
-    return np.round(clip(seconds, 24_000, seed) * 32767).astype(np.int16)
 
 
 def as_float(audio: np.ndarray) -> np.ndarray:

@@ -1,5 +1,6 @@
 """Word times on the Qwen3-TTS engine from the forced aligner (engine option `aligner`; issue 28): a word-times
-stream's words come before its audio and equal `Aligner.align` of that audio run on its own; streams without word
+stream's words come before its audio and, aligned whole (`aligner_group_ms` 0), equal `Aligner.align` of that audio
+run on its own; aligned in pieces (the default), they still come before their audio, in order; streams without word
 times are untouched; a cancel leaves no words; the gateway says `timestamps: "word"` and sends each `timestamps`
 event before the frames it describes. Tiny TTS and aligner checkpoints on the CPU, the real loaders."""
 
@@ -68,7 +69,7 @@ def _check_words(audio: np.ndarray, taken: list[list[WordTime]], text: str, alon
 @pytest.mark.slow
 async def test_words_before_audio_equal_one_clip_alignment_and_plain_streams_untouched(
         tiny_ckpt: Callable[[str], Path], aligner_dir: Path) -> None:
-    engine = await _engine(tiny_ckpt, aligner=str(aligner_dir))
+    engine = await _engine(tiny_ckpt, aligner=str(aligner_dir), aligner_group_ms="0")
     try:
         assert engine.supports_word_times and engine.info()["aligner"] == str(aligner_dir)
         solo = {t: (await _spoken(engine.open_stream(SynthesisRequest(t, "ryan"))))[0] for t in TEXTS}
@@ -99,9 +100,37 @@ async def test_words_before_audio_equal_one_clip_alignment_and_plain_streams_unt
 
 
 @pytest.mark.slow
+async def test_aligned_in_pieces_every_word_still_comes_before_its_audio(tiny_ckpt: Callable[[str], Path],
+                                                                        aligner_dir: Path) -> None:
+    """The default: a sentence aligned in pieces while it is made (engine/aligner/stream.py; which words a piece
+    keeps, and their offsets, are tested against known times in tests/aligner/test_progressive.py)."""
+    engine = await _engine(tiny_ckpt, aligner=str(aligner_dir), aligner_group_ms="400", aligner_margin_ms="160")
+    try:
+        solo = (await _spoken(engine.open_stream(SynthesisRequest(TEXTS[1], "ryan"))))[0]
+        stream = engine.open_stream(SynthesisRequest(TEXTS[1], "ryan", word_times=True))
+        assert isinstance(stream, AlignedStream)
+        pieces, taken = [], []
+        async for piece in stream:
+            taken.append(stream.take_words())
+            pieces.append(piece)
+        audio = np.concatenate(pieces)
+        np.testing.assert_array_equal(audio, solo)  # the same audio, every sample once, in order
+        words = [w for batch in taken for w in batch]
+        assert [w.word for w in words] == [w.text for w in text_words(TEXTS[1])]
+        assert all(a.end <= b.start for a, b in itertools.pairwise(words)) and words[-1].end == len(audio)
+        ends = list(itertools.accumulate(len(p) for p in pieces))
+        for i, batch in enumerate(taken):  # taken before the piece that holds its start, or with it
+            assert all(w.start < ends[-1] and i <= next(j for j, e in enumerate(ends) if w.start < e) for w in batch)
+        # 1.6 s of audio: partial clips at 0.4, 0.8 and 1.2 s or so while it is made, then the rest
+        assert engine.word_aligner.batches >= 2
+    finally:
+        await engine.stop()
+
+
+@pytest.mark.slow
 async def test_cancel_while_the_segment_is_made_leaves_no_words(tiny_ckpt: Callable[[str], Path],
                                                                  aligner_dir: Path) -> None:
-    engine = await _engine(tiny_ckpt, aligner=str(aligner_dir), max_frames="400")
+    engine = await _engine(tiny_ckpt, aligner=str(aligner_dir), max_frames="400", aligner_group_ms="0")
     try:
         stream = engine.open_stream(SynthesisRequest("word " * 30, "ryan", word_times=True))
         assert isinstance(stream, AlignedStream)
