@@ -9,9 +9,9 @@ so a stream is one sentence. Its audio is released in pieces, each once every wo
   on the audio and on the words before it, never on the words after it; but the clip's end cuts speech short, and
   the aligner places the words not yet spoken at or near that end. So only the words that end at least
   `margin_samples` before the clip's end are taken (a word ends where the next starts), and the audio up to the
-  last one's end is released. The next clip starts there, at the first untimed word, once another group has been
-  made. When the inner stream ends, the rest is aligned whole and released. An aligner that places no word inside
-  the margin just leaves everything to that last call.
+  last one's end is released (a stream's first piece only with FIRST_PIECE_SAMPLES or more). The next clip starts
+  there, at the first untimed word, once another group has been made. When the inner stream ends, the rest is
+  aligned whole and released. An aligner that places no word inside the margin leaves everything to that last call.
 - **Whole** (`group_samples` 0): one call on the whole request's audio, then all of it, chunks unchanged.
 
 Either way every word goes out (`take_words`) before any of its audio. Times are samples from the stream's first
@@ -36,6 +36,10 @@ from .worker import AlignerWorker, AlignJob
 # carries only these, the rest are left for later clips. The decoder is causal, so the words it carries are timed
 # exactly as with the whole text after them.
 MAX_WORDS_PER_SECOND = 8
+# A stream's first piece is released only with at least this much audio, else it waits for the next piece: once
+# the listener plays it, the next piece must come before it runs out (a group made and one aligner call, a few
+# hundred ms when calls queue under load), and a stall mid-sentence is worse than a later start.
+FIRST_PIECE_SAMPLES = SAMPLE_RATE * 4 // 10
 
 
 class AlignedStream(AudioStream):
@@ -187,6 +191,8 @@ class AlignedStream(AudioStream):
         partial clip's up to the end of the last word that ends `margin` before its end."""
         if not final:
             timed = list(itertools.takewhile(lambda w: w.end <= samples - self._margin, timed))
+            if self._timed == 0 and timed and timed[-1].end < FIRST_PIECE_SAMPLES:
+                timed = []  # too short a first piece: the next one starts from here again
         offset = self._timed
         self._words += [WordTime(w.word, offset + w.start, offset + w.end) for w in timed]
         self._next_word += len(timed)

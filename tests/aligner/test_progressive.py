@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from voxgate.engine.aligner.align import Aligner
-from voxgate.engine.aligner.stream import MAX_WORDS_PER_SECOND, AlignedStream
+from voxgate.engine.aligner.stream import FIRST_PIECE_SAMPLES, MAX_WORDS_PER_SECOND, AlignedStream
 from voxgate.engine.aligner.worker import AlignerWorker, AlignJob
 from voxgate.engine.base import EngineError
 from voxgate.engine.words import WordTime, text_words
@@ -148,6 +148,7 @@ async def test_pieces_go_out_while_the_rest_is_made_with_the_true_times(seed: in
     ends = [*starts[1:], len(audio)]
     assert taken == [WordTime(w, s, e) for w, s, e in zip(words, starts, ends, strict=True)]  # no blurred time
     assert got[0][2] < len(inner.chunks) // 2  # the first piece went out before half the audio was made
+    assert got[0][0][-1].end >= FIRST_PIECE_SAMPLES  # and holds enough to cover the next one's making
     assert len(truth.calls) > 2 and truth.calls[-1][2] == words[len(words) - len(truth.calls[-1][2]):]
     for offset, n, given in truth.calls[:-1]:  # a partial clip carries only the words it could hold
         assert len(given) <= 2 + n * MAX_WORDS_PER_SECOND // RATE
