@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
@@ -101,9 +101,10 @@ async def ticks(n: int = 50) -> None:
 Got = list[tuple[list[WordTime], np.ndarray, int]]
 
 
-async def run(stream: AlignedStream, inner: Chunks, step: asyncio.Event) -> Got:
+async def run(stream: AlignedStream, inner: Chunks, step: asyncio.Event,
+              settle: Callable[[], Awaitable[None]] = ticks) -> Got:
     """Each piece with the words taken before it (as the gateway takes them) and the inner chunks made by then,
-    stepping the inner stream one chunk at a time with the event loop settled in between."""
+    stepping the inner stream one chunk at a time with `settle` awaited in between (the event loop's ready work)."""
     got: Got = []
 
     async def consume() -> None:
@@ -113,8 +114,8 @@ async def run(stream: AlignedStream, inner: Chunks, step: asyncio.Event) -> Got:
     task = asyncio.ensure_future(consume())
     for _ in inner.chunks:
         step.set()
-        await ticks()
-    await asyncio.wait_for(task, 60)
+        await settle()
+    await asyncio.wait_for(task, 120)
     return got
 
 
@@ -245,18 +246,12 @@ async def test_the_real_worker_and_aligner_keep_every_word_before_its_audio(alig
         step = asyncio.Event()
         inner = Chunks(TEXT, cut(audio, np.random.default_rng(11)), step)
         stream = AlignedStream(inner, worker, group_samples=12_000, margin_samples=2 * 1_920)
-        got: Got = []
 
-        async def consume() -> None:
-            async for piece in stream:
-                got.append((stream.take_words(), piece, inner.yielded))
-
-        task = asyncio.ensure_future(consume())
-        for _ in inner.chunks:
-            step.set()
+        async def made() -> None:  # the chunk is taken (the worker thread answers in its own time)
             while step.is_set():
                 await asyncio.sleep(0)
-        await asyncio.wait_for(task, 120)
+
+        got = await run(stream, inner, step, made)
     finally:
         worker.close()
     assert np.array_equal(np.concatenate([p for _, p, _ in got]), audio)
