@@ -22,6 +22,7 @@ from .batch import hidden_batch, hidden_packed
 from .checkpoint import load_aligner
 from .config import AlignerConfig
 from .decoder_graphs import CapturedDecoder
+from .encoder_graphs import CapturedEncoder
 from .features import SAMPLE_RATE, log_mel, log_mel_batch, peak_limited
 from .model import Thinker
 from .prompt import AlignerPrompt
@@ -54,13 +55,19 @@ class Aligner:
         # The fused weights are views the modules share: the one-clip and padded paths keep working on them.
         self.stack = FusedStack(thinker.model, DecoderOps.for_device(device)) if decoder == "packed" else None
         self.captured: CapturedDecoder | None = None  # `capture()`: the packed decoder from CUDA graphs
+        self.encoder: CapturedEncoder | None = None  # `capture(encoder_graphs=True)`: the encoder from CUDA graphs
 
-    def capture(self, progress: bool = True) -> None:
-        """The packed decoder's CUDA graphs (decoder_graphs.py), on the calling thread's stream; a no-op unless
-        the decoder is packed. Off CUDA the same bucketed path runs without graphs."""
-        if self.stack is None:
-            return
+    def capture(self, progress: bool = True, decoder_graphs: bool = True, encoder_graphs: bool = False) -> None:
+        """CUDA graphs on the calling thread's stream: the packed decoder's (decoder_graphs.py; none unless the
+        decoder is packed) and, if asked, the audio encoder's (encoder_graphs.py). Off CUDA the same bucketed paths
+        run without graphs."""
         weight = self.thinker.lm_head.weight
+        if encoder_graphs:
+            encoder = CapturedEncoder(self.thinker.audio_tower, weight.device, weight.dtype)
+            encoder.capture(progress)
+            self.encoder = encoder  # as for the decoder: only once every bucket is captured
+        if self.stack is None or not decoder_graphs:
+            return
         captured = CapturedDecoder(self.stack, self.thinker.model, weight.device, weight.dtype)
         captured.capture(progress)
         self.captured = captured  # only once every bucket is captured: until then calls run eagerly
@@ -102,8 +109,8 @@ class Aligner:
                                     self.cfg.audio.num_mel_bins)
         prompts = [self.prompt.ids(u, encoder_frames(t)) for u, t in zip(units, frames, strict=True)]
         if self.stack is not None and not padded:
-            return hidden_packed(self.thinker, self.stack, prompts, mel, frames, self.captured)
-        return hidden_batch(self.thinker, prompts, mel, frames, self.prompt.audio_end)
+            return hidden_packed(self.thinker, self.stack, prompts, mel, frames, self.captured, self.encoder)
+        return hidden_batch(self.thinker, prompts, mel, frames, self.prompt.audio_end, self.encoder)
 
     @torch.inference_mode()
     def logits_batch(self, clips_16k: list[np.ndarray], units: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:

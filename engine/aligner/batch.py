@@ -8,6 +8,8 @@ Every clip gets what it gets alone (Thinker.forward, AudioEncoder.forward: the p
   zeroed past the frames it has alone, which is exactly the zero padding its own convs see at its end.
 - **Encoder layers**: every clip's attention windows (each clip's own size, AudioEncoder.window_size) are rows of
   one [windows, S, D] batch with a key validity mask, so no frame attends outside its window, let alone its clip.
+  encoder_graphs.CapturedEncoder replays the same convs, layers and head from CUDA graphs (engine option
+  `aligner_encoder_graphs`).
 - **Decoder, packed** (`hidden_packed`, the default on CUDA): every clip's prompt back to back as one token
   stream through the fused decoder stack of the TTS step (engine/qwen3tts/fused_stack.py: 9 launches a layer,
   Triton kernels on CUDA), each clip its own KV slot and positions 0..T-1, so a token attends to its own clip's
@@ -22,6 +24,8 @@ Every clip gets what it gets alone (Thinker.forward, AudioEncoder.forward: the p
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
@@ -31,10 +35,47 @@ from .config import CHUNK_FRAMES
 from .decoder_graphs import CapturedDecoder
 from .model import Thinker
 
+if TYPE_CHECKING:
+    from .encoder_graphs import CapturedEncoder  # which imports this module
 
-def _chunk_lengths(frames: int) -> list[int]:
+
+def chunk_lengths(frames: int) -> list[int]:
+    """Mel frames of every chunk of a clip of `frames` frames: 100 each, the last one fewer."""
     full, rest = divmod(frames, CHUNK_FRAMES)
     return [CHUNK_FRAMES] * full + ([rest] if rest else [])
+
+
+def conv_chunks(tower: AudioEncoder, chunks: torch.Tensor, limit: torch.Tensor,
+                positions: torch.Tensor) -> torch.Tensor:
+    """chunks [n, 1, mels, 100], limit [n] mel frames each chunk has alone, positions [13, d_model] (sinusoids) ->
+    [n, 13, d_model]: the three convs, each output zeroed past the frames its chunk has alone, conv_out, positions."""
+    x = chunks
+    for conv in (tower.conv2d1, tower.conv2d2, tower.conv2d3):
+        x = F.gelu(conv(x))
+        limit = (limit - 1) // 2 + 1
+        x = x * (torch.arange(x.shape[-1], device=x.device) < limit[:, None])[:, None, None, :]
+    n, c, f, tc = x.shape
+    return tower.conv_out(x.permute(0, 3, 1, 2).reshape(n, tc, c * f)) + positions[None]
+
+
+def chunk_limits(frames: list[int]) -> list[int]:
+    """Mel frames every chunk keeps through the convs, clip after clip: all 100 (padding included) unless its clip
+    is one short chunk."""
+    return [n if len(lengths) == 1 else CHUNK_FRAMES for lengths in map(chunk_lengths, frames) for n in lengths]
+
+
+def window_lengths(tower: AudioEncoder, frames: list[int]) -> list[int]:
+    """Encoder frames in every attention window, clip after clip (each clip's windows of its own size)."""
+    windows: list[int] = []
+    for t in frames:
+        total, size = encoder_frames(t), tower.window_size(t)
+        windows += [size] * (total // size) + ([total % size] if total % size else [])
+    return windows
+
+
+def head(tower: AudioEncoder, h: torch.Tensor) -> torch.Tensor:
+    """The encoder's last LayerNorm and its two projections: [..., d_model] -> [..., output_dim]."""
+    return tower.proj2(F.gelu(tower.proj1(tower.ln_post(h))))
 
 
 def embed_chunks_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int]) -> torch.Tensor:
@@ -43,22 +84,14 @@ def embed_chunks_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int]
     width = -(-mel.shape[2] // CHUNK_FRAMES) * CHUNK_FRAMES
     mel = F.pad(mel, (0, width - mel.shape[2]))
     b, n_mels, _ = mel.shape
-    per_clip = [_chunk_lengths(t) for t in frames]
+    per_clip = [chunk_lengths(t) for t in frames]
     exists = torch.zeros(b, width // CHUNK_FRAMES, dtype=torch.bool)
     for i, lengths in enumerate(per_clip):
         exists[i, : len(lengths)] = True
     chunks = mel.view(b, n_mels, -1, CHUNK_FRAMES).transpose(1, 2)[exists.to(mel.device)]  # [chunks, mels, 100]
-    # Frames each chunk keeps after every conv: all 100 (padding included) unless the clip is one short chunk.
-    limit = torch.tensor([n if len(lengths) == 1 else CHUNK_FRAMES for lengths in per_clip for n in lengths],
-                         device=mel.device)
-    x = chunks[:, None]
-    for conv in (tower.conv2d1, tower.conv2d2, tower.conv2d3):
-        x = F.gelu(conv(x))
-        limit = (limit - 1) // 2 + 1
-        x = x * (torch.arange(x.shape[-1], device=x.device) < limit[:, None])[:, None, None, :]
-    n, c, f, tc = x.shape
-    x = tower.conv_out(x.permute(0, 3, 1, 2).reshape(n, tc, c * f))
-    x = x + sinusoids(tc, tower.cfg.d_model).to(x.device, x.dtype)[None]
+    tc = conv_frames(CHUNK_FRAMES)
+    positions = sinusoids(tc, tower.cfg.d_model).to(mel.device, mel.dtype)
+    x = conv_chunks(tower, chunks[:, None], torch.tensor(chunk_limits(frames), device=mel.device), positions)
     keep = torch.tensor([[t < conv_frames(m) for t in range(tc)] for lengths in per_clip for m in lengths])
     return x[keep.to(x.device)]
 
@@ -67,10 +100,7 @@ def encode_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int]) -> t
     """mel [B, n_mels, T] zero-padded, frames[b] real mel frames of clip b -> [sum of encoder_frames, output_dim],
     clip after clip: AudioEncoder.forward of each clip (windowed), concatenated."""
     x = embed_chunks_batch(tower, mel, frames)
-    windows: list[int] = []  # valid frames of every attention window, clip after clip
-    for t in frames:
-        total, size = encoder_frames(t), tower.window_size(t)
-        windows += [size] * (total // size) + ([total % size] if total % size else [])
+    windows = window_lengths(tower, frames)
     s = max(windows)
     valid = (torch.arange(s) < torch.tensor(windows)[:, None]).to(x.device)  # [W, S]
     h = x.new_zeros(len(windows) * s, x.shape[1])
@@ -78,14 +108,16 @@ def encode_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int]) -> t
     h = h.view(len(windows), s, -1)
     for layer in tower.layers:
         h = layer(h, valid)
-    h = h.view(-1, h.shape[-1])[valid.view(-1)]
-    return tower.proj2(F.gelu(tower.proj1(tower.ln_post(h))))
+    return head(tower, h.view(-1, h.shape[-1])[valid.view(-1)])
 
 
-def _embedded(thinker: Thinker, ids: torch.Tensor, mel: torch.Tensor, frames: list[int]) -> torch.Tensor:
+def _embedded(thinker: Thinker, ids: torch.Tensor, mel: torch.Tensor, frames: list[int],
+              encoder: CapturedEncoder | None = None) -> torch.Tensor:
     """The decoder's input: ids' embeddings with every <|audio_pad|> slot replaced by its clip's encoder frame, in
-    order (the slots of the clips in order, each clip's frames in order)."""
-    audio = encode_batch(thinker.audio_tower, mel.to(thinker.lm_head.weight.dtype), frames)
+    order (the slots of the clips in order, each clip's frames in order). `encoder` replays encode_batch from CUDA
+    graphs where the call fits (encoder_graphs.py)."""
+    mel = mel.to(thinker.lm_head.weight.dtype)
+    audio = encode_batch(thinker.audio_tower, mel, frames) if encoder is None else encoder(mel, frames)
     x = thinker.model.embed_tokens(ids)
     slots = ids == thinker.cfg.audio_token_id
     if int(slots.sum()) != audio.shape[0]:
@@ -94,13 +126,14 @@ def _embedded(thinker: Thinker, ids: torch.Tensor, mel: torch.Tensor, frames: li
 
 
 def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]], mel: torch.Tensor,
-                  frames: list[int], captured: CapturedDecoder | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  frames: list[int], captured: CapturedDecoder | None = None,
+                  encoder: CapturedEncoder | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """B prompts and their clips' features -> (ids [N], the decoder's final hidden states [N, H]) for the N tokens
     of all prompts back to back; `stack` is FusedStack(thinker.model, ...); `captured` replays it from CUDA graphs
-    where the call fits (decoder_graphs.py)."""
+    where the call fits (decoder_graphs.py), `encoder` the audio encoder (encoder_graphs.py)."""
     device = thinker.lm_head.weight.device
     ids = torch.tensor([i for p in prompts for i in p], device=device)
-    x = _embedded(thinker, ids, mel, frames)
+    x = _embedded(thinker, ids, mel, frames, encoder)
     lengths = torch.tensor([len(p) for p in prompts], device=device)
     slots = torch.repeat_interleave(torch.arange(len(prompts), device=device), lengths)
     starts = torch.cumsum(lengths, 0) - lengths
@@ -115,14 +148,15 @@ def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]],
 
 
 def hidden_batch(thinker: Thinker, prompts: list[list[int]], mel: torch.Tensor, frames: list[int],
-                 pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+                 pad_id: int, encoder: CapturedEncoder | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """B prompts (Aligner.prompt.ids of each clip) and their clips' features -> (ids [B, T] right-padded with
-    pad_id, the decoder's final hidden states [B, T, H]); positions past a prompt's length are padding."""
+    pad_id, the decoder's final hidden states [B, T, H]); positions past a prompt's length are padding. `encoder`:
+    as in hidden_packed."""
     cfg = thinker.cfg
     if pad_id in (cfg.audio_token_id, cfg.timestamp_token_id):
         raise ValueError(f"pad id {pad_id} is a slot token")
     t = max(map(len, prompts))
     ids = torch.tensor([p + [pad_id] * (t - len(p)) for p in prompts], device=thinker.lm_head.weight.device)
-    x = _embedded(thinker, ids, mel, frames)  # row-major slots: clip after clip, as the encoder's frames are
+    x = _embedded(thinker, ids, mel, frames, encoder)  # row-major slots: clip after clip, as the encoder's frames are
     cache = thinker.model.new_cache(len(prompts), t, x.dtype, x.device)
     return ids, thinker.model(x, cache)

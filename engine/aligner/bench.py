@@ -4,8 +4,10 @@ For each batch size B: B random speech-like clips of `--seconds` each with sente
 second), a few untimed calls, then `--runs` timed calls of `Aligner.unit_times_batch` (everything a caller pays:
 features, prompts, encoder, decoder, head, repair), each between two device synchronizations, median reported.
 The features and the encoder are also timed alone, so the decoder's share is the rest. Peak device memory per
-batch size on CUDA. Eager PyTorch, no CUDA graphs. With `--write-synthetic` an empty `--checkpoint` folder first
-gets a random checkpoint of the official shapes (or the tiny one), so no download is needed.
+batch size on CUDA. Eager PyTorch, no CUDA graphs, unless `--encoder captured`: the encoder from CUDA graphs where a
+call fits its buckets (encoder_graphs.py; without CUDA the same bucketed path without graphs). With
+`--write-synthetic` an empty `--checkpoint` folder first gets a random checkpoint of the official shapes (or the
+tiny one), so no download is needed.
 """
 
 from __future__ import annotations
@@ -72,17 +74,20 @@ def bench_batch(aligner: Aligner, batch: int, seconds: float, warmup: int, runs:
     n_mels = aligner.cfg.audio.num_mel_bins
     mel, frames = log_mel_batch(tensors, n_mels)
     tower, dtype = aligner.thinker.audio_tower, aligner.thinker.lm_head.weight.dtype
+    encode = aligner.encoder or (lambda mel, frames: encode_batch(tower, mel, frames))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with torch.inference_mode():
         full = median_ms(lambda: aligner.unit_times_batch(clips, texts), device, warmup, runs)
         features = median_ms(lambda: log_mel_batch(tensors, n_mels), device, warmup, runs)
-        encoder = median_ms(lambda: encode_batch(tower, mel.to(dtype), frames), device, warmup, runs)
+        encoder = median_ms(lambda: encode(mel.to(dtype), frames), device, warmup, runs)
     units = [[u.text for u in split_units(t)] for t in texts]
     prompt = [len(aligner.prompt.ids(u, encoder_frames(f))) for u, f in zip(units, frames, strict=True)]
+    captured = aligner.encoder is not None and aligner.encoder.fits(frames)  # else the encoder ran eagerly
     return dict(batch=batch, seconds=seconds, ms_per_call=round(full, 3),
                 ms_per_audio_second=round(full / (batch * seconds), 4), features_ms=round(features, 3),
-                encoder_ms=round(encoder, 3), decoder_and_rest_ms=round(full - features - encoder, 3),
+                encoder_ms=round(encoder, 3), encoder_captured=captured,
+                decoder_and_rest_ms=round(full - features - encoder, 3),
                 units_per_clip=round(statistics.mean(map(len, units)), 2), max_prompt_tokens=max(prompt),
                 peak_memory_mib=round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
                 if device.type == "cuda" else None)
@@ -99,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--decoder", choices=("auto", "packed", "padded"), default="auto",
                    help="the text decoder's batch path (engine/aligner/batch.py; auto: packed on CUDA)")
+    p.add_argument("--encoder", choices=("eager", "captured"), default="eager",
+                   help="the audio encoder eager (batch.encode_batch) or captured (encoder_graphs.py: CUDA graphs "
+                        "where a call fits, eager where not; off CUDA its bucketed path without graphs)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls before each timing")
     p.add_argument("--runs", type=int, default=5, help="timed calls (median)")
     p.add_argument("--json", type=Path, help="write the results here")
@@ -116,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
                                       decoder=args.decoder)
     report["decoder"] = aligner.decoder
     report["load_s"] = round(time.perf_counter() - t0, 2)
+    report["encoder"] = args.encoder
+    if args.encoder == "captured":
+        t0 = time.perf_counter()
+        aligner.capture(progress=False, decoder_graphs=False, encoder_graphs=True)
+        report["encoder_capture_s"] = round(time.perf_counter() - t0, 2)
     if args.device.startswith("cuda"):
         report["device_name"] = torch.cuda.get_device_name(torch.device(args.device))
     cfg = aligner.cfg

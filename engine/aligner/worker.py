@@ -47,11 +47,12 @@ class AlignerWorker:
     """Measures submitted jobs on its own thread, in batches; `close()` ends it (pending jobs get an error)."""
 
     def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False,
-                 graphs: bool = False) -> None:
+                 graphs: bool = False, encoder_graphs: bool = False) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.aligner = aligner
-        self.graphs = graphs  # capture the packed decoder's CUDA graphs on this thread before the warm-up (CUDA)
+        # CUDA graphs captured on this thread before the warm-up (CUDA only): the packed decoder's, the encoder's
+        self.graphs, self.encoder_graphs = graphs, encoder_graphs
         self.max_batch = max_batch
         self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
         self.batches = 0  # align_batch calls made
@@ -65,12 +66,13 @@ class AlignerWorker:
 
     @classmethod
     def load(cls, path: str, device: torch.device, dtype: torch.dtype,
-             registry: CollectorRegistry | None = None, graphs: bool = False) -> AlignerWorker:
+             registry: CollectorRegistry | None = None, graphs: bool = False,
+             encoder_graphs: bool = False) -> AlignerWorker:
         """The aligner checkpoint at `path` (directory or repo id) on `device` in `dtype`, with a progress bar, its
         metrics in `registry`, warmed up on its thread before this returns (a first CUDA call pays for library
         handles and kernel loads: no stream's words should)."""
         worker = cls(Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True), warmup=True,
-                     graphs=graphs)
+                     graphs=graphs, encoder_graphs=encoder_graphs)
         worker.metrics = AlignerMetrics(registry)
         worker._warmed.wait()
         return worker
@@ -119,8 +121,8 @@ class AlignerWorker:
         if self.warmup:
             try:
                 with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-                    if self.graphs and device.type == "cuda":
-                        self.aligner.capture()
+                    if (self.graphs or self.encoder_graphs) and device.type == "cuda":
+                        self.aligner.capture(decoder_graphs=self.graphs, encoder_graphs=self.encoder_graphs)
                     self.aligner.align_batch([np.zeros(INPUT_RATE, np.float32)], ["Warm up."])
             except Exception:  # the streams' own calls will report it
                 log.exception("aligner warm-up failed")

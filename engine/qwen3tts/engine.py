@@ -90,7 +90,8 @@ class Qwen3TTSEngine(Engine):
             from ..aligner.worker import AlignerWorker
 
             self.word_aligner = AlignerWorker.load(self.aligner_path, tts.device, next(tts.talker.parameters()).dtype,
-                                                   self._registry, graphs=self.options.aligner_graphs)
+                                                   self._registry, graphs=self.options.aligner_graphs,
+                                                   encoder_graphs=self.options.aligner_encoder_graphs)
         if device == "cpu":
             torch.set_num_threads(1)  # tiny CPU steps: OpenMP threads only fight the event loop for the cores
         t1 = time.perf_counter()

@@ -1,0 +1,165 @@
+"""The aligner's audio encoder (batch.encode_batch) replayed from CUDA graphs: one per chunk bucket for the convs,
+one per (windows, rows) bucket for the transformer.
+
+Eager, a call is the convs and ~12 launches a layer issued from the aligner's thread; captured, it is two replays
+and a few copies. A graph replays fixed shapes and cannot sync with the host, so the boolean selections of
+encode_batch become index tensors built on the host from `frames` alone and copied into static buffers:
+
+- **Convs** (key `("convs", C)`): a call's n <= C chunks are gathered into the first rows of one [C, 1, mels, 100]
+  buffer, each with the mel frames it keeps through the convs (batch.conv_chunks, as eager); the rest keep none.
+  The graph writes every chunk's 13 frames, positions added, into a frame table of [largest bucket x 13 + 1,
+  d_model] whose last row is never written: it stays zero.
+- **Layers** (key `("layers", W, S)`): row s of window w reads the table at src[w, s], its window's frames in
+  order and then the zero row, under a key mask that marks only its window's frames valid. That is how
+  encode_batch lays out its windows (each padded to the batch's longest with invalid keys), so every real frame
+  attends to exactly the same keys; the mask is what makes padding exact, the zero row keeps it finite. A clip of
+  one short chunk (fewer than 13 frames, a window smaller than the others) is padded to S likewise. Windows past
+  the call's are zero rows with one valid key (a row with none would be NaN), never read. ln_post and the
+  projections run on every row; the real rows are then taken by index.
+
+Buckets: 1 to 64 chunks (64 s of audio: about 20 three-second sentences), 1 to 64 windows, and rows of 13 x 1, 2,
+4 ... chunks up to a full window (13 x chunks_per_window): 7 conv graphs and 28 layers graphs for the official
+aligner (S = 13, 26, 52, 104). A call with more chunks or more windows runs encode_batch eagerly (the same
+result). Memory, for the official aligner in bf16, all graphs in one pool: the buffers (~3.5 MB), the layers
+graphs' outputs (one [W x S, 1024] each, ~50 MB in all) and the largest graph's activations, the 64-chunk convs'
+(about two [64, 480, 64, 50] tensors at their peak, ~0.4 GB; the largest layers graph needs ~0.1 GB). Estimated
+from the shapes, not measured.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..graphs import GraphSet, smallest_bucket
+from .audio_encoder import AudioEncoder, conv_frames, sinusoids
+from .batch import chunk_lengths, chunk_limits, conv_chunks, encode_batch, head, window_lengths
+from .config import CHUNK_FRAMES
+
+CHUNK_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+WINDOW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+FRAMES = conv_frames(CHUNK_FRAMES)  # encoder frames of a full chunk: 13
+
+
+def row_buckets(chunks_per_window: int) -> tuple[int, ...]:
+    """Window rows S: 13 x 1, 2, 4 ... chunks below a full window, then the full window."""
+    counts = [c for c in (1 << i for i in range(chunks_per_window.bit_length())) if c < chunks_per_window]
+    return tuple(FRAMES * c for c in [*counts, chunks_per_window])
+
+
+class CapturedEncoder:
+    def __init__(self, tower: AudioEncoder, device: torch.device, dtype: torch.dtype,
+                 chunk_buckets: tuple[int, ...] = CHUNK_BUCKETS, window_buckets: tuple[int, ...] = WINDOW_BUCKETS,
+                 rows: tuple[int, ...] | None = None) -> None:
+        cfg = tower.cfg
+        self.tower = tower
+        self.chunk_buckets, self.window_buckets = tuple(sorted(chunk_buckets)), tuple(sorted(window_buckets))
+        self.rows = tuple(sorted(rows or row_buckets(cfg.chunks_per_window)))
+        most_chunks, most_rows = self.chunk_buckets[-1], self.window_buckets[-1] * self.rows[-1]
+        self.chunks = torch.zeros((most_chunks, 1, cfg.num_mel_bins, CHUNK_FRAMES), dtype=dtype, device=device)
+        self.limit = torch.zeros(most_chunks, dtype=torch.int64, device=device)
+        self.table = torch.zeros((most_chunks * FRAMES + 1, cfg.d_model), dtype=dtype, device=device)
+        self.zero_row = most_chunks * FRAMES
+        self.src = torch.full((most_rows,), self.zero_row, dtype=torch.int64, device=device)
+        self.valid = torch.ones(most_rows, dtype=torch.bool, device=device)  # the warm-ups: no row all masked
+        self.positions = sinusoids(FRAMES, cfg.d_model).to(device, dtype)
+        self.graphs: GraphSet[tuple[str, int] | tuple[str, int, int]] = GraphSet(device)
+
+    def capture(self, progress: bool = True) -> None:
+        keys = [("convs", c) for c in self.chunk_buckets]
+        keys += [("layers", w, s) for w in self.window_buckets for s in self.rows]
+        self.graphs.capture(keys, self._make, size=self._activations, desc="aligner encoder graphs",
+                            progress=progress)
+
+    def _activations(self, key: tuple[str, int] | tuple[str, int, int]) -> int:
+        """A graph's largest activation, in elements (largest first: the smaller ones reuse its memory)."""
+        cfg = self.tower.cfg
+        if key[0] == "convs":  # the first conv's output
+            return key[1] * cfg.downsample_hidden_size * ((cfg.num_mel_bins + 1) // 2) * (CHUNK_FRAMES // 2)
+        return key[1] * key[2] * cfg.encoder_ffn_dim  # fc1's output
+
+    def _make(self, key):  # type: ignore[no-untyped-def]
+        if key[0] == "convs":
+            c = key[1]
+            chunks, limit, table = self.chunks[:c], self.limit[:c], self.table[: c * FRAMES].view(c, FRAMES, -1)
+
+            @torch.inference_mode()
+            def convs() -> None:
+                table.copy_(conv_chunks(self.tower, chunks, limit, self.positions))
+
+            return convs
+        _, w, s = key
+        src, valid = self.src[: w * s], self.valid[: w * s].view(w, s)
+
+        @torch.inference_mode()
+        def layers() -> torch.Tensor:
+            h = self.table.index_select(0, src).view(w, s, -1)
+            for layer in self.tower.layers:
+                h = layer(h, valid)
+            return head(self.tower, h.reshape(w * s, -1))
+
+        return layers
+
+    def fits(self, frames: list[int]) -> bool:
+        windows = window_lengths(self.tower, frames)
+        chunks = sum(len(chunk_lengths(t)) for t in frames)
+        return chunks <= self.chunk_buckets[-1] and len(windows) <= self.window_buckets[-1] and \
+            max(windows) <= self.rows[-1]
+
+    def __call__(self, mel: torch.Tensor, frames: list[int]) -> torch.Tensor:
+        """encode_batch(tower, mel, frames): [sum of encoder_frames, output_dim], from the graphs where it fits."""
+        if not self.fits(frames):
+            return encode_batch(self.tower, mel, frames)
+        chunks, table_rows = self._load_chunks(mel, frames)
+        windows, rows = self._load_windows(frames, table_rows)
+        self.graphs(("convs", chunks))
+        out = self.graphs(("layers", *windows))
+        return out.index_select(0, rows)
+
+    def _load_chunks(self, mel: torch.Tensor, frames: list[int]) -> tuple[int, list[int]]:
+        """Every clip's chunks and what they keep into the buffers -> (the chunk bucket, the table rows of every
+        encoder frame of the call, in order)."""
+        lengths = [chunk_lengths(t) for t in frames]
+        flat = [m for clip in lengths for m in clip]
+        n = len(flat)
+        bucket = smallest_bucket(self.chunk_buckets, n)
+        # Chunk j of clip b is row b * per_clip + j of the mel cut into chunks.
+        per_clip = -(-mel.shape[2] // CHUNK_FRAMES)
+        ids = self._device(torch.tensor([b * per_clip + j for b, clip in enumerate(lengths) for j in range(len(clip))]))
+        limit = torch.zeros(bucket, dtype=torch.int64)  # padding chunks (whatever an earlier call left) keep none
+        limit[:n] = torch.tensor(chunk_limits(frames))
+        mel = F.pad(mel, (0, per_clip * CHUNK_FRAMES - mel.shape[2]))
+        cut = mel.view(mel.shape[0], mel.shape[1], per_clip, CHUNK_FRAMES).transpose(1, 2).flatten(0, 1)
+        self.chunks[:n, 0].copy_(cut.index_select(0, ids))
+        self._upload(self.limit[:bucket], limit)
+        # The g-th chunk's frames are rows g * 13 + t of the table, t below what it keeps.
+        return bucket, [g * FRAMES + t for g, m in enumerate(flat) for t in range(conv_frames(m))]
+
+    def _load_windows(self, frames: list[int], table_rows: list[int]) -> tuple[tuple[int, int], torch.Tensor]:
+        """Every attention window's table rows and key mask into the buffers -> ((W, S) bucket, the real rows of
+        the layers graph's output, in order)."""
+        windows = window_lengths(self.tower, frames)
+        w, s = smallest_bucket(self.window_buckets, len(windows)), smallest_bucket(self.rows, max(windows))
+        src = torch.full((w, s), self.zero_row, dtype=torch.int64)
+        valid = torch.zeros((w, s), dtype=torch.bool)
+        valid[len(windows):, 0] = True  # padding windows: one valid (zero) key, so no row is all masked
+        rows: list[int] = []
+        start = 0
+        for i, size in enumerate(windows):
+            src[i, :size] = torch.tensor(table_rows[start: start + size])
+            valid[i, :size] = True
+            rows += range(i * s, i * s + size)
+            start += size
+        self._upload(self.src[: w * s], src.view(-1))
+        self._upload(self.valid[: w * s], valid.view(-1))
+        return (w, s), self._device(torch.tensor(rows))
+
+    # A blocking host-to-device copy waits for everything queued on the stream (the features, the convs): pinned
+    # and non-blocking on CUDA, the host goes on queueing.
+    def _upload(self, buffer: torch.Tensor, host: torch.Tensor) -> None:
+        buffer.copy_(host.pin_memory() if buffer.is_cuda else host, non_blocking=True)
+
+    def _device(self, host: torch.Tensor) -> torch.Tensor:
+        if self.table.is_cuda:
+            return host.pin_memory().to(self.table.device, non_blocking=True)
+        return host.to(self.table.device)
