@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Prepared device call (issue 28): a sentence's words aligned in pieces while it is made (aligner_group_ms, the
-# default) against aligned whole (aligner_group_ms=0), idle first audio and closed loop, with the aligner's counters.
+# default) against aligned whole (aligner_group_ms=0), idle first audio and closed loop, with the aligner's counters;
+# and the captured encoder (aligner_encoder_graphs, off until measured): its gpu test and its time against eager.
 # The full-size synthetic aligner's head keeps its first 16 classes (write_synthetic_aligner's head_classes): every
 # time under 1.28 s of a clip, so a 1-s piece keeps words as a trained aligner's would (plain random weights put the
 # times past a clip's end, where no piece keeps a word). Its times mean nothing; the calls, holds and releases are
-# the real ones. Run from the repository root on the H200 with the usual carry (.whl, .gpu_shared, .tcache).
+# the real ones. Run from the repository root on the H200 with the usual carry (.whl, .gpu_shared, .tcache);
+# ~7 minutes.
 T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 STAGES=none bash tests/qwen3tts/gpu_loop.sh > /dev/null 2>&1
 export PYTHONPATH=/tmp/site-gw:/tmp/vx TRITON_CACHE_DIR=/tmp/tcache VOXGATE_SHARED=$PWD/.gpu_shared VOXGATE_WORKLOADS=$PWD/.gpu_shared/workloads
 python3 -c "from voxgate.engine.aligner.synthetic import write_synthetic_aligner as w; w('/tmp/aligner-near', tiny=False, head_classes=16)"
-for s in 1 3; do
-  timeout 90 python3 -m voxgate.engine.aligner.bench --checkpoint /tmp/aligner-near --batches 1,8,32 --seconds $s --dtype bf16 --json $OUT/aligner-bench-${s}s.json 2>&1 | tail -4
+timeout 200 python3 -m pytest tests/aligner/test_encoder_graphs.py tests/aligner/test_batch.py -k "cuda" -c /dev/null --confcutdir=tests -p no:cacheprovider -q -W ignore::pytest.PytestUnknownMarkWarning 2>&1 | tail -3
+for enc in eager captured; do
+  timeout 120 python3 -m voxgate.engine.aligner.bench --checkpoint /tmp/aligner-near --batches 1,8,32 --seconds 1 --dtype bf16 --encoder $enc --json $OUT/aligner-bench-1s-$enc.json 2>&1 | tail -4
 done
 VX="python3 -m voxgate.gateway.cli"
 serve() { name=$1; shift; t "serve $name ($*)"
@@ -25,8 +28,8 @@ bench() { name=$1; shift
     --no-plots --out $OUT/$name --name h200-$name "$@" 2>&1 | grep -E "closed s|open s" | sed "s/^/$name: /"; }
 idle() { bench $1-idle --concurrency "" --rates 1 --duration 12 "${@:2}"; }
 closed() { bench $1-closed --concurrency 1,8,32 --closed-warmup 3 --closed-duration 10 --rates "" "${@:2}"; }
-serve pieces
-idle off; idle pieces --timestamps; closed pieces --timestamps; stop pieces
-serve whole --engine-option aligner_group_ms=0
-idle whole --timestamps; closed whole --timestamps; stop whole
+serve pieces --engine-option aligner_encoder_graphs=true
+idle pieces --timestamps; closed pieces --timestamps; stop pieces
+serve whole --engine-option aligner_encoder_graphs=true --engine-option aligner_group_ms=0
+idle whole --timestamps; stop whole
 t end; cd $OUT && tar czf reports.tgz *-idle *-closed server-*.log && rm -rf *-idle *-closed server-*.log; ls $OUT
