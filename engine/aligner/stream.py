@@ -10,8 +10,10 @@ so a stream is one sentence. Its audio is released in pieces, each once every wo
   the aligner places the words not yet spoken at or near that end. So only the words that end at least
   `margin_samples` before the clip's end are taken (a word ends where the next starts), and the audio up to the
   last one's end is released (a stream's first piece only with FIRST_PIECE_SAMPLES or more). The next clip starts
-  there, at the first untimed word, once another group has been made. When the inner stream ends, the rest is
-  aligned whole and released. An aligner that places no word inside the margin leaves everything to that last call.
+  there, at the first untimed word, once another group has been made and the listener's lead (`ahead_samples`,
+  2 groups by default) is running short: while it is ahead, the audio gathers into fewer, longer clips. When the
+  inner stream ends, the rest is aligned whole and released. An aligner that places no word inside the margin
+  leaves everything to that last call.
 - **Whole** (`group_samples` 0): one call on the whole request's audio, then all of it, chunks unchanged.
 
 Either way every word goes out (`take_words`) before any of its audio. Times are samples from the stream's first
@@ -21,10 +23,11 @@ sample: a clip's times are offset by where it starts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 
@@ -46,9 +49,15 @@ class AlignedStream(AudioStream):
     """`inner`'s audio, in order, released once the words that start in it are measured."""
 
     def __init__(self, inner: AudioStream, worker: AlignerWorker, group_samples: int = 0,
-                 margin_samples: int = 0) -> None:
+                 margin_samples: int = 0, ahead_samples: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if group_samples < 0 or margin_samples < 0:
             raise ValueError("group_samples and margin_samples must be >= 0")
+        # After the first piece, the next one is aligned only once the listener's lead falls below this (2 groups
+        # by default): while it is ahead, the audio gathers into fewer, longer clips (fewer aligner calls).
+        self._ahead = 2 * group_samples if ahead_samples is None else ahead_samples
+        self._clock = clock
+        self._first_out: float | None = None  # clock() at the first release
         self.request = inner.request
         self._inner = inner
         self._worker = worker
@@ -136,14 +145,27 @@ class AlignedStream(AudioStream):
                     elif ended and not self._held_samples:
                         return  # words never spoken: a budget cut after the last one measured
                     elif ended or (self._group and self._text_closed and self._made >= submit_at):
-                        final, clip, submit_at = ended, self._held_samples, self._made + self._group
-                        answer = self._submit(words, clip, final)
+                        wait = 0.0 if ended else self._time_ahead()
+                        if wait <= 0:
+                            final, clip, submit_at = ended, self._held_samples, self._made + self._group
+                            answer = self._submit(words, clip, final)
+                            continue
+                        with contextlib.suppress(TimeoutError):  # or sooner, on a chunk, an end, a cancel
+                            await asyncio.wait_for(self._wake.wait(), wait)
                         continue
                 await self._wake.wait()
         finally:
             reader.cancel()
             if self._job is not None:
                 self._job.cancelled = True  # answered or abandoned: never measured again
+
+    def _time_ahead(self) -> float:
+        """Seconds until the listener's lead, the audio released less the time since the first release (as if
+        playback began then: the real lead is longer), falls below `ahead` (<= 0: now)."""
+        if self._first_out is None:
+            return 0.0
+        lead = self._timed / SAMPLE_RATE - (self._clock() - self._first_out)
+        return lead - self._ahead / SAMPLE_RATE
 
     async def _read(self) -> None:
         try:
@@ -213,5 +235,5 @@ class AlignedStream(AudioStream):
             self._held_samples -= len(chunk)
             self._timed += len(chunk)
         if pieces and self._released_at is None:
-            self._released_at = time.monotonic()
+            self._released_at, self._first_out = time.monotonic(), self._clock()
         return pieces

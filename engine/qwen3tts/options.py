@@ -60,9 +60,10 @@ class Qwen3TTSOptions(EngineConfig):
                                        "word times for sessions that ask (loaded on the engine's device and dtype; "
                                        "default none: no word times)")
     aligner_group_ms: int = option(1000, "word times: a sentence's audio is aligned in pieces while it is made, "
-                                         "one more call each time this much more audio is made, and released up "
-                                         "to the last word measured (engine/aligner/stream.py; default 1000; 0: "
-                                         "aligned whole once the sentence is made, its audio held until then)")
+                                         "one more call each time this much more audio is made (while the "
+                                         "listener is less than two groups ahead), and released up to the last "
+                                         "word measured (engine/aligner/stream.py; default 1000; 0: aligned whole "
+                                         "once the sentence is made, its audio held until then)")
     aligner_margin_ms: int = option(240, "word times: a word timed in a piece is kept only if it ends this long "
                                          "before the piece's end, where the cut may blur the aligner's times "
                                          "(default 240; the rest wait for the next piece)")

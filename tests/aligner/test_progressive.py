@@ -140,7 +140,8 @@ async def test_pieces_go_out_while_the_rest_is_made_with_the_true_times(seed: in
     truth = Truth(audio, starts, blur=margin)
     step = asyncio.Event()
     inner = Chunks(TEXT, cut(audio, rng), step)
-    stream = AlignedStream(inner, InlineWorker(truth.align), group_samples=12_000, margin_samples=margin)  # type: ignore[arg-type]
+    stream = AlignedStream(inner, InlineWorker(truth.align), group_samples=12_000,  # type: ignore[arg-type]
+                           margin_samples=margin, ahead_samples=len(audio))  # a piece every group
     got = await run(stream, inner, step)
 
     assert np.array_equal(np.concatenate([p for _, p, _ in got]), audio)  # every sample once, in order
@@ -154,6 +155,57 @@ async def test_pieces_go_out_while_the_rest_is_made_with_the_true_times(seed: in
     for offset, n, given in truth.calls[:-1]:  # a partial clip carries only the words it could hold
         assert len(given) <= 2 + n * MAX_WORDS_PER_SECOND // RATE
         assert offset in (0, *starts)
+
+
+async def test_while_the_listener_is_ahead_the_audio_gathers_for_the_last_call() -> None:
+    """After the first piece, a piece is aligned only while the listener's lead (the audio released, less the time
+    since the first release: here a frozen clock) is under `ahead`; the rest waits for the stream's end."""
+    audio, starts = truth_of(12)
+    truth = Truth(audio, starts, blur=2_400)
+    step = asyncio.Event()
+    inner = Chunks(TEXT, cut(audio, np.random.default_rng(12)), step)
+    stream = AlignedStream(inner, InlineWorker(truth.align), group_samples=6_000,  # type: ignore[arg-type]
+                           margin_samples=2_400, ahead_samples=18_000, clock=lambda: 0.0)
+    got = await run(stream, inner, step)
+    assert np.array_equal(np.concatenate([p for _, p, _ in got]), audio)
+    offsets = [offset for offset, _, _ in truth.calls]  # a clip starts where the audio released so far ends
+    assert offsets[-1] >= 18_000 and all(o < 18_000 for o in offsets[:-1]), offsets  # then only the last call
+    assert len(offsets) >= 3  # pieces before it
+
+
+async def test_a_listener_running_short_gets_the_next_piece_without_new_audio() -> None:
+    """The lead shrinks with time: a piece deferred while the listener was ahead is aligned once it runs short,
+    even when no more audio comes (the inner stream is stalled)."""
+    audio, starts = truth_of(13)
+    truth = Truth(audio, starts, blur=1_920)
+    step = asyncio.Event()
+    inner = Chunks(TEXT, cut(audio, np.random.default_rng(13)), step)
+    now = [0.0]
+    stream = AlignedStream(inner, InlineWorker(truth.align), group_samples=6_000,  # type: ignore[arg-type]
+                           margin_samples=1_920, ahead_samples=12_000, clock=lambda: now[0])
+    got: Got = []
+
+    async def consume() -> None:
+        async for piece in stream:
+            got.append((stream.take_words(), piece, inner.yielded))
+
+    task = asyncio.ensure_future(consume())
+    while not got or inner.yielded < len(inner.chunks) * 2 // 3:  # a first piece out, two thirds of the audio made
+        step.set()
+        await ticks()
+    calls = len(truth.calls)
+    await ticks()
+    assert len(truth.calls) == calls  # the listener is ahead: nothing aligned without news
+    now[0] = 100.0  # long after the first release: the lead is gone; the deferred wait ends on its own
+    for _ in range(200):
+        if len(truth.calls) > calls:
+            break
+        await asyncio.sleep(0.05)
+    assert len(truth.calls) > calls and not inner.cancelled.is_set()
+    while not task.done():
+        step.set()
+        await ticks()
+    check_order(got)
 
 
 async def test_whole_mode_and_a_blind_aligner_release_everything_at_the_end() -> None:
