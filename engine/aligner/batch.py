@@ -24,7 +24,7 @@ Every clip gets what it gets alone (Thinker.forward, AudioEncoder.forward: the p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -35,8 +35,9 @@ from .config import CHUNK_FRAMES
 from .decoder_graphs import CapturedDecoder
 from .model import Thinker
 
-if TYPE_CHECKING:
-    from .encoder_graphs import CapturedEncoder  # which imports this module
+# encoder_graphs.CapturedEncoder: (mel, frames) -> encode_batch's result (named by its call, not imported: that
+# module builds on this one)
+Encoder = Callable[[torch.Tensor, list[int]], torch.Tensor]
 
 
 def chunk_lengths(frames: int) -> list[int]:
@@ -112,7 +113,7 @@ def encode_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int]) -> t
 
 
 def _embedded(thinker: Thinker, ids: torch.Tensor, mel: torch.Tensor, frames: list[int],
-              encoder: CapturedEncoder | None = None) -> torch.Tensor:
+              encoder: Encoder | None = None) -> torch.Tensor:
     """The decoder's input: ids' embeddings with every <|audio_pad|> slot replaced by its clip's encoder frame, in
     order (the slots of the clips in order, each clip's frames in order). `encoder` replays encode_batch from CUDA
     graphs where the call fits (encoder_graphs.py)."""
@@ -127,7 +128,7 @@ def _embedded(thinker: Thinker, ids: torch.Tensor, mel: torch.Tensor, frames: li
 
 def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]], mel: torch.Tensor,
                   frames: list[int], captured: CapturedDecoder | None = None,
-                  encoder: CapturedEncoder | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  encoder: Encoder | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """B prompts and their clips' features -> (ids [N], the decoder's final hidden states [N, H]) for the N tokens
     of all prompts back to back; `stack` is FusedStack(thinker.model, ...); `captured` replays it from CUDA graphs
     where the call fits (decoder_graphs.py), `encoder` the audio encoder (encoder_graphs.py)."""
@@ -148,7 +149,7 @@ def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]],
 
 
 def hidden_batch(thinker: Thinker, prompts: list[list[int]], mel: torch.Tensor, frames: list[int],
-                 pad_id: int, encoder: CapturedEncoder | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 pad_id: int, encoder: Encoder | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """B prompts (Aligner.prompt.ids of each clip) and their clips' features -> (ids [B, T] right-padded with
     pad_id, the decoder's final hidden states [B, T, H]); positions past a prompt's length are padding. `encoder`:
     as in hidden_packed."""
