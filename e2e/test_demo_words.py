@@ -53,6 +53,28 @@ def test_the_highlighted_word_follows_playback(page, gateway: str) -> None:
     assert page.errors == []
 
 
+def test_a_word_is_marked_once_its_first_sample_has_played(page, gateway: str) -> None:
+    """web/words.js on made-up reports: a word that starts where the player stands (before playback begins, or where
+    it stalls) is not marked yet; one sample on, it is."""
+    open_demo(page, gateway, codec="pcm_s16le")
+    marks = page.evaluate("""async () => {
+        const { WordHighlighter } = await import("./words.js");
+        const h = new WordHighlighter(document.createElement("div"), () => 1000);
+        h.reset("c");
+        h.started({ context_id: "c", start_pts: 480 }, 24000);
+        h.add({ context_id: "c", words: [{ word: "one", start_ms: 0, end_ms: 100 },
+                                         { word: "two", start_ms: 100, end_ms: 200 }] });
+        h.running = false;  // no animation frames: each tick is this test's
+        const at = (state, played_pts) => {
+            h.onReport({ state, played_pts, frame: 1000, buffered_samples: 0 });
+            h.tick();
+            return h.index;
+        };
+        return [at("idle", 480), at("playing", 481), at("stalled", 480 + 2400), at("playing", 480 + 2401)];
+    }""")
+    assert marks == [-1, 0, 0, 1]
+
+
 @pytest.fixture(scope="module")
 def no_word_times_gateway() -> Iterator[str]:
     """A gateway in this process around the test-tone engine, told it measures no word times."""

@@ -87,7 +87,7 @@ export class WordHighlighter {
     const pts = this.position(frame);
     if (pts === null) return;
     let i = this.index;
-    while (i + 1 < this.words.length && this.words[i + 1].start <= pts) i++;
+    while (i + 1 < this.words.length && this.words[i + 1].start < pts) i++; // its first sample played
     if (i === this.index) return;
     if (this.index >= 0) this.spans[this.index].className = "said";
     for (let k = this.index + 1; k < i; k++) this.spans[k].className = "said";
