@@ -99,11 +99,16 @@ def _tensor(key: str, shape: tuple[int, ...], gen: torch.Generator, residual_sca
 
 
 def write_synthetic_aligner(out: str | Path, tiny: bool = True, seed: int = 0, dtype: torch.dtype = torch.bfloat16,
-                            shared: Path | None = None, head_classes: int | None = None) -> Path:
+                            shared: Path | None = None, head_classes: int | None = None,
+                            sharpen: bool = False) -> Path:
     """A checkpoint directory at `out` (created); the tokenizer files come from shared/qwen3-tts/text-tokenizer.
     `head_classes`: the head's rows from this class on are zeroed, so (with a positive logit among the others, as
     random weights give) every time is under `head_classes` x 80 ms. Random weights otherwise put most times far past
-    a clip's end, clamped there: no word lands inside a clip, which a trained aligner's words do."""
+    a clip's end, clamped there: no word lands inside a clip, which a trained aligner's words do.
+    `sharpen`: with plain random weights every `<timestamp>` slot predicts the same class (near-uniform attention
+    averages the same clip for every slot); sharper attention (the decoder's q/k-norm gains x4) with a stronger say
+    in the residual stream (its o_proj x8, exact powers of two) makes the classes vary along the prompt, out of
+    order, so the repair has work to do and words land apart."""
     out = Path(out)
     tok = (shared or default_shared()) / "qwen3-tts" / "text-tokenizer"
     if not (tok / "vocab.json").is_file():
@@ -123,5 +128,10 @@ def write_synthetic_aligner(out: str | Path, tiny: bool = True, seed: int = 0, d
              for k, s in sorted(expected_shapes(cfg).items())}
     if head_classes is not None:
         state["thinker.lm_head.weight"][head_classes:] = 0
+    for key in state if sharpen else ():
+        if key.startswith("thinker.model.layers.") and key.endswith(("q_norm.weight", "k_norm.weight")):
+            state[key] *= 4
+        elif key.startswith("thinker.model.layers.") and key.endswith("o_proj.weight"):
+            state[key] *= 8
     save_file(state, str(out / WEIGHTS), metadata={"format": "pt"})
     return out
