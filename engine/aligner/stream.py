@@ -9,7 +9,7 @@ so a stream is one sentence. Its audio is released in pieces, each once every wo
   on the audio and on the words before it, never on the words after it; but the clip's end cuts speech short, and
   the aligner places the words not yet spoken at or near that end. So only the words that end at least
   `margin_samples` before the clip's end are taken (a word ends where the next starts), and the audio up to the
-  last one's end is released (a stream's first piece only with FIRST_PIECE_SAMPLES or more). The next clip starts
+  last one's end is released (a stream's first piece only once it covers the next: `_first_piece`). The next clip starts
   there, at the first untimed word, once another group has been made and the listener's lead (`ahead_samples`,
   2 groups by default) is running short: while it is ahead, the audio gathers into fewer, longer clips. When the
   inner stream ends, the rest is aligned whole and released. An aligner that places no word inside the margin
@@ -39,10 +39,12 @@ from .worker import AlignerWorker, AlignJob
 # carries only these, the rest are left for later clips. The decoder is causal, so the words it carries are timed
 # exactly as with the whole text after them.
 MAX_WORDS_PER_SECOND = 8
-# A stream's first piece is released only with at least this much audio, else it waits for the next piece: once
-# the listener plays it, the next piece must come before it runs out (a group made and one aligner call, a few
-# hundred ms when calls queue under load), and a stall mid-sentence is worse than a later start.
+# A stream's first piece is released only with at least this much audio, and at least FIRST_PIECE_COVER times what
+# the next piece takes (a group made at the stream's own pace so far, and an aligner call as long as its last), else
+# it waits for the next piece: once the listener plays it, the next piece must come before it runs out, even if
+# that piece keeps no word and the one after it is needed. A stall mid-sentence is worse than a later start.
 FIRST_PIECE_SAMPLES = SAMPLE_RATE * 4 // 10
+FIRST_PIECE_COVER = 2
 
 
 class AlignedStream(AudioStream):
@@ -58,6 +60,8 @@ class AlignedStream(AudioStream):
         self._ahead = 2 * group_samples if ahead_samples is None else ahead_samples
         self._clock = clock
         self._first_out: float | None = None  # clock() at the first release
+        self._first_in: float | None = None  # clock() when the first chunk came
+        self._call_s = 0.0  # the last aligner call, submitted to answered (clock seconds)
         self.request = inner.request
         self._inner = inner
         self._worker = worker
@@ -170,6 +174,8 @@ class AlignedStream(AudioStream):
     async def _read(self) -> None:
         try:
             async for chunk in self._inner:
+                if self._first_in is None:
+                    self._first_in = self._clock()
                 self._held.append(chunk)
                 self._held_samples += len(chunk)
                 self._made += len(chunk)
@@ -186,7 +192,10 @@ class AlignedStream(AudioStream):
         loop = asyncio.get_running_loop()
         done: asyncio.Future[list[WordTime]] = loop.create_future()
 
+        sent = self._clock()
+
         def settle(timed: list[WordTime] | None, error: BaseException | None) -> None:  # on the event loop
+            self._call_s = self._clock() - sent
             if not done.done():
                 if error is not None:
                     done.set_exception(EngineError("alignment_failed",
@@ -213,7 +222,7 @@ class AlignedStream(AudioStream):
         partial clip's up to the end of the last word that ends `margin` before its end."""
         if not final:
             timed = list(itertools.takewhile(lambda w: w.end <= samples - self._margin, timed))
-            if self._timed == 0 and timed and timed[-1].end < FIRST_PIECE_SAMPLES:
+            if self._timed == 0 and timed and timed[-1].end < self._first_piece():
                 timed = []  # too short a first piece: the next one starts from here again
         offset = self._timed
         self._words += [WordTime(w.word, offset + w.start, offset + w.end) for w in timed]
@@ -221,6 +230,14 @@ class AlignedStream(AudioStream):
         if final:
             return self._held_samples
         return timed[-1].end if timed else 0
+
+    def _first_piece(self) -> int:
+        """Samples the first piece needs: FIRST_PIECE_SAMPLES, or FIRST_PIECE_COVER x (a group at the pace the
+        audio has come so far + the last call's time), whichever is more."""
+        made_s = self._made / SAMPLE_RATE
+        pace = (self._clock() - self._first_in) / made_s if self._first_in is not None and made_s else 0.0
+        next_piece_s = self._group / SAMPLE_RATE * pace + self._call_s
+        return max(FIRST_PIECE_SAMPLES, round(FIRST_PIECE_COVER * next_piece_s * SAMPLE_RATE))
 
     def _release(self, samples: int) -> list[np.ndarray]:
         """The first `samples` of the held audio, as the chunks they were made in (the last one split)."""

@@ -157,6 +157,35 @@ async def test_pieces_go_out_while_the_rest_is_made_with_the_true_times(seed: in
         assert offset in (0, *starts)
 
 
+@pytest.mark.parametrize("pace,bound_s", [(0.5, 0.7), (0.1, 0.4)])  # 2x real time: 2 x (0.25 + 0.1); 10x: the floor
+async def test_a_slowly_made_stream_waits_for_a_first_piece_that_covers_the_next(pace: float, bound_s: float) -> None:
+    """The first piece holds FIRST_PIECE_COVER x what the next takes (a group at the stream's pace so far, plus the
+    last call's time), at least FIRST_PIECE_SAMPLES: made at 2x real time with 0.1-s calls, 0.7 s of audio."""
+    audio, starts = truth_of(14)
+    truth = Truth(audio, starts, blur=1_920)
+    now = [0.0]
+
+    def slow_call(clip: np.ndarray, text: str) -> list[WordTime]:
+        now[0] += 0.1
+        return truth.align(clip, text)
+
+    step = asyncio.Event()
+    inner = Chunks(TEXT, cut(audio, np.random.default_rng(14)), step)
+    stream = AlignedStream(inner, InlineWorker(slow_call), group_samples=12_000,  # type: ignore[arg-type]
+                           margin_samples=1_920, ahead_samples=len(audio), clock=lambda: now[0])
+    sizes = iter([len(c) for c in inner.chunks])
+
+    async def made() -> None:  # the clock runs at the stream's pace as each chunk is made
+        now[0] += next(sizes, 0) / RATE * pace
+        await ticks()
+
+    got = await run(stream, inner, step, made)
+    assert np.array_equal(np.concatenate([p for _, p, _ in got]), audio)
+    first = got[0][0]
+    assert got[0][2] < len(inner.chunks) and first[-1].end >= bound_s * RATE, (first[-1].end / RATE, got[0][2])
+    check_order(got)
+
+
 async def test_while_the_listener_is_ahead_the_audio_gathers_for_the_last_call() -> None:
     """After the first piece, a piece is aligned only while the listener's lead (the audio released, less the time
     since the first release: here a frozen clock) is under `ahead`; the rest waits for the stream's end."""

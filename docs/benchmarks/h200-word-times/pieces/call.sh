@@ -6,8 +6,7 @@
 # (write_synthetic_aligner's head_classes, sharpen): every time under 1.28 s of a clip and the times varying along
 # the prompt, so a 1-s piece keeps some words as a trained aligner's would (plain random weights put every word at
 # one time, mostly past a clip's end, where no piece keeps a word). Its times mean nothing; the calls, holds and
-# releases are the real ones. On the CPU (tiny checkpoints, 2 cores, 0.5 req/s, 9 sentences) the same comparison
-# gave first audio p50 398 ms in pieces against 566 ms whole, 0 pauses either way. Run from the repository root on the H200 with the usual carry (.whl, .gpu_shared, .tcache);
+# releases are the real ones. The same comparison on the CPU is in docs/aligner.md ("The cost, plainly"). Run from the repository root on the H200 with the usual carry (.whl, .gpu_shared, .tcache);
 # ~7 minutes.
 T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 STAGES=none bash tests/qwen3tts/gpu_loop.sh > /dev/null 2>&1
