@@ -300,6 +300,11 @@ class FakeEngine(Engine):
         first = self.first_chunk_ms / 1000 + backlog + self.chunk_schedule_ms[0] / 1000 / self.device_rtf
         return Forecast(first, load, n, end_interval_s=self._end_interval_s)
 
+    @property
+    def open_streams(self) -> int:
+        """Streams still making or handing over audio (a stream ends once its last chunk is taken)."""
+        return self._streams
+
     def _stream_ended(self) -> None:
         self._streams -= 1
         now = time.monotonic()
