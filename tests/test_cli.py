@@ -74,3 +74,16 @@ def test_generic_package_names_are_not_shadowed(tmp_path):
     import importlib.util
 
     assert importlib.util.find_spec("kernels") is None, "the test run itself must not put the repo root on sys.path"
+
+
+def test_say_counts_the_stalls_the_server_reported_after_the_context_was_done():
+    """A listener that runs dry near the end reports it once the server has sent everything: `say` adds those
+    `stall` messages to what context.done counted (the ones before it are in that count already)."""
+    from voxgate.gateway.cli.say import _server_stalls
+
+    done = {"type": "context.done", "context_id": "say", "stalls": {"events": 1, "by_cause": {"generation": 1}}}
+    messages = [{"type": "stall", "context_id": "say", "cause": "generation", "events": 1}, done,
+                {"type": "stall", "context_id": "other", "cause": "network", "events": 1},
+                {"type": "stall", "context_id": "say", "cause": "client", "events": 2}]
+    assert _server_stalls(done, messages) == (3, {"generation": 1, "client": 2})
+    assert _server_stalls(done, messages[:2]) == (1, {"generation": 1})

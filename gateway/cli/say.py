@@ -8,6 +8,7 @@ import os
 import sys
 import wave
 from pathlib import Path
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,10 +74,11 @@ async def _say(args: argparse.Namespace, text: str) -> int:
         fields = {"instruct": args.instruct} if args.instruct else {}
         result = await client.speak("say", text, words_per_message=args.stream_words or None, **fields)
         if args.pacing != "asap":
-            # Let the simulated player finish what is buffered (it keeps reporting, so the session stays alive).
-            # An asap client holds everything at once: nothing is left to hear, and waiting out a long text
-            # without a message would run into the server's idle timeout.
-            await asyncio.sleep(client.player.buffered() / client.rate + 0.1)
+            # Let the simulated player finish what is buffered (it keeps reporting, so the session stays alive),
+            # and the server answer its last reports (a stall they reveal comes as a `stall` message). An asap
+            # client holds everything at once: nothing is left to hear, and waiting out a long text without a
+            # message would run into the server's idle timeout.
+            await asyncio.sleep(client.player.buffered() / client.rate + 0.3)
         errors = list(client.errors)
     for err in errors:
         print(f"voxgate say: {err['type']}: {err['code']}: {err['message']}", file=sys.stderr)
@@ -99,9 +101,24 @@ async def _say(args: argparse.Namespace, text: str) -> int:
     first = result.first_audio_ms
     print(f"first audio: {'none' if first is None else f'{first:.1f} ms'} (client), "
           f"{done['timing']['first_audio_ms']} ms (server)")
-    seen = done["stalls"]
-    causes = ", ".join(f"{cause} {n}" for cause, n in seen.get("by_cause", {}).items() if n)
+    events, by_cause = _server_stalls(done, client.messages)
+    causes = ", ".join(f"{cause} {n}" for cause, n in by_cause.items() if n)
     print(f"stalls: {len(stalls)} ({len(over)} over 10 ms, longest "
-          f"{max((s.duration_s for s in stalls), default=0) * 1000:.1f} ms); server saw {seen['events']}"
+          f"{max((s.duration_s for s in stalls), default=0) * 1000:.1f} ms); server saw {events}"
           + (f" ({causes})" if causes else ""))
     return 1 if failed else 0  # an error cut the text short: what was spoken is written, but it is not a success
+
+
+def _server_stalls(done: dict[str, Any], messages: list[dict[str, Any]]) -> tuple[int, dict[str, int]]:
+    """The stalls the server attributed to the context: those its context.done counts, plus those a playback report
+    revealed after it (`stall` messages that came after the done: the listener ran dry near the end, and the report
+    saying so reached the server once it had sent everything)."""
+    end = next((i for i, m in enumerate(messages) if m is done or (m.get("type") == "context.done"
+                                                                and m.get("context_id") == done.get("context_id"))),
+               len(messages))
+    after = messages[end + 1:]
+    late = [m for m in after if m.get("type") == "stall" and m.get("context_id") == done.get("context_id")]
+    by_cause = dict(done["stalls"].get("by_cause", {}))
+    for m in late:
+        by_cause[m["cause"]] = by_cause.get(m["cause"], 0) + m["events"]
+    return done["stalls"]["events"] + sum(m["events"] for m in late), by_cause
