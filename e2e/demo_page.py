@@ -53,6 +53,16 @@ def wait_played(page, context_id: str, seconds: float, timeout_s: float = 30) ->
     )
 
 
+def wait_buffered(page, ms: float, timeout_s: float = 10) -> None:
+    """Until the player's latest report holds at least `ms` of audio not yet played."""
+    page.wait_for_function(
+        "(ms) => { const st = window.voxgate.state;"
+        " return st.report && st.report.buffered_samples >= ms / 1000 * st.session.audio.sample_rate; }",
+        arg=ms,
+        timeout=timeout_s * 1000,
+    )
+
+
 def wait_done(page, context_id: str, timeout_s: float = 60) -> dict:
     page.wait_for_function(
         """(id) => { const st = window.voxgate.state;
