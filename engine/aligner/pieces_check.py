@@ -33,9 +33,9 @@ CHUNK = SAMPLE_RATE * 80 // 1000  # one codec frame
 
 
 class _Recording(AudioStream):
-    def __init__(self, audio: np.ndarray, text: str) -> None:
+    def __init__(self, pcm: np.ndarray, text: str) -> None:
         self.request = SynthesisRequest(text, word_times=True)
-        self.pcm = np.round(np.clip(audio, -1, 1) * 32768).clip(-32768, 32767).astype(np.int16)
+        self.pcm = pcm
 
     def cancel(self) -> None:
         pass
@@ -58,13 +58,13 @@ class _AtOnce:
         job.deliver(self.aligner.align(job.audio, job.text), None)
 
 
-async def in_pieces(aligner: Aligner, audio: np.ndarray, text: str, group_ms: int,
+async def in_pieces(aligner: Aligner, pcm: np.ndarray, text: str, group_ms: int,
                     margin_ms: int) -> tuple[list[WordTime], list[tuple[int, str]]]:
-    """`audio` (24 kHz float32) as a word-times stream aligned in pieces -> its words and each call's clip (samples,
-    text)."""
+    """`pcm` (24 kHz int16, as an engine stream yields it) as a word-times stream aligned in pieces -> its words and
+    each call's clip (samples, text)."""
     worker = _AtOnce(aligner, [])
-    stream = AlignedStream(_Recording(audio, text), worker, group_samples=group_ms * SAMPLE_RATE // 1000,  # type: ignore[arg-type]
-                           margin_samples=margin_ms * SAMPLE_RATE // 1000, ahead_samples=len(audio) + 1,
+    stream = AlignedStream(_Recording(pcm, text), worker, group_samples=group_ms * SAMPLE_RATE // 1000,  # type: ignore[arg-type]
+                           margin_samples=margin_ms * SAMPLE_RATE // 1000, ahead_samples=len(pcm) + 1,
                            clock=lambda: 0.0)
     words: list[WordTime] = []
     async for _ in stream:
@@ -97,14 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--margin-ms", type=int, default=240, help="the engine option aligner_margin_ms (default 240)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = p.parse_args(argv)
-    from ..qwen3tts.tools.wav import read_wav
+    from ..qwen3tts.tools.wav import read_wav, to_int16
 
     audio, rate = read_wav(args.wav)
-    audio = soxr.resample(audio, rate, SAMPLE_RATE).astype(np.float32) if rate != SAMPLE_RATE else audio
-    audio = np.round(np.clip(audio, -1, 1) * 32767).astype(np.int16).astype(np.float32) / 32768.0  # as streamed
+    pcm = to_int16(soxr.resample(audio, rate, SAMPLE_RATE) if rate != SAMPLE_RATE else audio)
     aligner = Aligner.from_pretrained(args.checkpoint, device=args.device, progress=True)
-    whole = aligner.align(audio, args.text)
-    pieces, clips = asyncio.run(in_pieces(aligner, audio, args.text, args.group_ms, args.margin_ms))
+    whole = aligner.align(pcm.astype(np.float32) / 32768.0, args.text)  # what the stream hands the aligner
+    pieces, clips = asyncio.run(in_pieces(aligner, pcm, args.text, args.group_ms, args.margin_ms))
     print("\n".join(report(whole, pieces, clips)))
     return 0
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from voxgate.engine.aligner.align import Aligner
 from voxgate.engine.aligner.pieces_check import in_pieces, main
-from voxgate.engine.qwen3tts.tools.wav import write_wav
+from voxgate.engine.qwen3tts.tools.wav import to_int16, write_wav
 from voxgate.engine.words import text_words
 
 from .checkpoint import write_sharp_aligner
@@ -38,7 +38,6 @@ def test_the_check_prints_both_columns_and_every_call(checkpoint: Path, tmp_path
 
 async def test_aligned_whole_the_pieces_column_is_the_whole_one(checkpoint: Path) -> None:
     aligner = Aligner.from_pretrained(checkpoint)
-    audio = np.round(clip(2.0, 24_000, seed=4) * 32768).clip(-32768, 32767).astype(np.int16) / 32768.0
-    audio = audio.astype(np.float32)
-    words, clips = await in_pieces(aligner, audio, TEXT, group_ms=0, margin_ms=240)
-    assert words == aligner.align(audio, TEXT) and len(clips) == 1
+    pcm = to_int16(clip(2.0, 24_000, seed=4))
+    words, clips = await in_pieces(aligner, pcm, TEXT, group_ms=0, margin_ms=240)
+    assert words == aligner.align(pcm.astype(np.float32) / 32768.0, TEXT) and len(clips) == 1
