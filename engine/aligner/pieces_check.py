@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
+import wave
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -99,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from ..qwen3tts.tools.wav import read_wav, to_int16
 
-    audio, rate = read_wav(args.wav)
+    try:
+        audio, rate = read_wav(args.wav)
+    except (OSError, ValueError, EOFError, wave.Error) as exc:
+        print(f"pieces_check: cannot read {args.wav}: {exc}", file=sys.stderr)
+        return 2
     pcm = to_int16(soxr.resample(audio, rate, SAMPLE_RATE) if rate != SAMPLE_RATE else audio)
     aligner = Aligner.from_pretrained(args.checkpoint, device=args.device, progress=True)
     whole = aligner.align(pcm.astype(np.float32) / 32768.0, args.text)  # what the stream hands the aligner

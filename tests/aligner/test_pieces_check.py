@@ -41,3 +41,11 @@ async def test_aligned_whole_the_pieces_column_is_the_whole_one(checkpoint: Path
     pcm = to_int16(clip(2.0, 24_000, seed=4))
     words, clips = await in_pieces(aligner, pcm, TEXT, group_ms=0, margin_ms=240)
     assert words == aligner.align(pcm.astype(np.float32) / 32768.0, TEXT) and len(clips) == 1
+
+
+def test_a_file_that_is_no_wav_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "not.wav").write_text("text")
+    assert main(["--checkpoint", "unused", "--wav", str(tmp_path / "not.wav"), "--text", "Hi."]) == 2
+    assert main(["--checkpoint", "unused", "--wav", str(tmp_path / "missing.wav"), "--text", "Hi."]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("pieces_check: cannot read ") for line in err), err
