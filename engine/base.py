@@ -44,6 +44,9 @@ class SynthesisRequest:
     text_open: bool = False
     # Word times wanted (engines with supports_word_times): AudioStream.take_words gives them, before their audio.
     word_times: bool = False
+    # False: no audio is held for word times (engines that measure them on the audio, word_times_by_sentence): the
+    # audio goes out as it is made, and each word as soon as it is measured, perhaps after its audio (engine/words.py).
+    word_times_hold: bool = True
     request_id: int = field(default_factory=lambda: next(_request_ids))
 
     def __post_init__(self) -> None:

@@ -5,6 +5,11 @@ the words not yet taken, in text order, each once, and by the time the stream yi
 whose audio starts in that chunk (or before it). So a consumer that reads `take_words()` after each chunk has every
 word before the audio it describes. Times are measured, never estimated: an engine that cannot measure them does
 not declare the capability.
+
+A request with `word_times_hold` False (engines that measure times on the audio, `word_times_by_sentence`) trades
+that order for first audio: no audio waits for its words, and a word is taken as soon as it is measured, which can
+be after the chunk that holds its start. Such a stream yields an empty chunk to hand over words measured while no
+audio was due, and its last words before it ends; a consumer still reads `take_words()` after each chunk.
 """
 
 from __future__ import annotations

@@ -159,6 +159,8 @@ class SessionStart(Message, tag="session.start"):
     feedback_interval_ms: JsonInt = 50
     metrics_interval_ms: JsonInt = 0
     timestamps: str = "none"  # "word": word times of each context's audio (docs/protocol.md, Word timestamps)
+    # False: no audio waits for its word times; an event may follow its words' frames (docs/protocol.md)
+    timestamps_hold: bool = True
 
     def validate(self) -> None:
         if self.timestamps not in ("none", "word"):

@@ -107,3 +107,16 @@ def test_an_engine_without_word_times_says_why(gateway):
     error = response.json()["error"]
     assert response.status_code == 400 and (error["code"], error["param"]) == ("unsupported", "timestamps")
     assert "does not measure word times" in error["message"]
+
+
+def test_timestamps_hold_takes_a_boolean_and_changes_nothing_where_times_come_first(gateway):
+    server = gateway()  # espeak knows each word's time before its audio: `timestamps_hold: false` keeps the order
+    events = _events(_post(server, response_format="pcm", stream_format="sse", timestamps="word",
+                           timestamps_hold=False))
+    words = _words_before_their_audio(events)
+    audio = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
+    assert " ".join(w["word"] for w in words) == TEXT
+    check_contiguous(words, len(audio) / 2 / 24)
+    response = _post(server, stream_format="sse", timestamps="word", timestamps_hold="no")
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == "timestamps_hold", error

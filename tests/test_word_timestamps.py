@@ -62,6 +62,11 @@ async def test_session_started_says_whether_words_come(gateway, fake_engine):
     server = gateway(engine=fake_engine())
     ws, started = await connect(server.ws_url, timestamps="word")
     assert started["timestamps"] == "word" and "timestamps_unavailable" not in started
+    assert started["timestamps_hold"] is True
+    # The fake engine knows a word's time before its audio: asking not to hold changes nothing, and says so.
+    ws3, started = await connect(server.ws_url, timestamps="word", timestamps_hold=False)
+    assert started["timestamps"] == "word" and started["timestamps_hold"] is True
+    await ws3.close()
     ws2, started = await connect(server.ws_url)
     assert started["timestamps"] == "none" and "timestamps_unavailable" not in started
     log = await speak(ws2, "a", "Hello there.")  # not asked: none sent
@@ -70,6 +75,10 @@ async def test_session_started_says_whether_words_come(gateway, fake_engine):
         await raw.send(json.dumps({"type": "session.start", "timestamps": "chars"}))
         error = json.loads(await raw.recv())
         assert (error["code"], error["param"]) == ("invalid_message", "timestamps")
+    async with websockets.connect(server.ws_url, subprotocols=[PROTOCOL]) as raw:
+        await raw.send(json.dumps({"type": "session.start", "timestamps": "word", "timestamps_hold": "no"}))
+        error = json.loads(await raw.recv())
+        assert (error["code"], error["param"]) == ("invalid_message", "timestamps_hold")
     other = gateway(engine=NoWordTimes())
     _, started = await connect(other.ws_url, timestamps="word")
     assert started["timestamps"] == "none"

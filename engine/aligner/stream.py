@@ -18,6 +18,12 @@ so a stream is one sentence. Its audio is released in pieces, each once every wo
 
 Either way every word goes out (`take_words`) before any of its audio. Times are samples from the stream's first
 sample: a clip's times are offset by where it starts.
+
+**Not held** (`hold` False, the request's `word_times_hold`): the same clips and calls, but no audio waits for
+them: each chunk goes out as it is made, and the words of each answer as soon as it comes (an empty chunk hands
+them over: engine/words.py), often after their audio has left but, since the audio is made faster than it plays,
+before the listener hears them. The first piece then keeps whatever words it times (no cover rule: no listener
+waits on it), and the listener's lead that spaces the calls is counted from the first chunk's release.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from .worker import AlignerWorker, AlignJob
 # carries only these, the rest are left for later clips. The decoder is causal, so the words it carries are timed
 # exactly as with the whole text after them.
 MAX_WORDS_PER_SECOND = 8
+_NO_AUDIO = np.zeros(0, dtype=np.int16)  # yielded (not held) to hand over words measured while no audio is due
 # A stream's first piece is released only with at least this much audio, and at least FIRST_PIECE_COVER times what
 # the next piece takes (a group made at the stream's own pace so far, and an aligner call as long as its last), else
 # it waits for the next piece: once the listener plays it, the next piece must come before it runs out, even if
@@ -52,9 +59,11 @@ class AlignedStream(AudioStream):
 
     def __init__(self, inner: AudioStream, worker: AlignerWorker, group_samples: int = 0,
                  margin_samples: int = 0, ahead_samples: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, hold: bool = True) -> None:
         if group_samples < 0 or margin_samples < 0:
             raise ValueError("group_samples and margin_samples must be >= 0")
+        self._hold = hold  # False: the audio goes out as it is made, the words when measured (module docstring)
+        self._fresh: deque[np.ndarray] = deque()  # not held: made, not yet yielded
         # After the first piece, the next one is aligned only once the listener's lead falls below this (2 groups
         # by default): while it is ahead, the audio gathers into fewer, longer clips (fewer aligner calls).
         self._ahead = 2 * group_samples if ahead_samples is None else ahead_samples
@@ -69,10 +78,10 @@ class AlignedStream(AudioStream):
         self._text = inner.request.text  # grows with append_text until end_text
         self._text_closed = not inner.request.text_open
         self._words: list[WordTime] = []  # measured, not yet taken
-        self._held: deque[np.ndarray] = deque()  # made, not yet released: the audio from `_timed` on
+        self._held: deque[np.ndarray] = deque()  # made, not yet timed: the audio from `_timed` on
         self._held_samples = 0
         self._made = 0  # samples the inner stream has yielded
-        self._timed = 0  # samples released: every word that starts before this is measured
+        self._timed = 0  # every word that starts before this is measured (held: the samples released)
         self._next_word = 0  # the first word of the text not yet measured
         self._job: AlignJob | None = None
         self._wake = asyncio.Event()
@@ -124,11 +133,21 @@ class AlignedStream(AudioStream):
         try:
             while not self._cancelled:
                 self._wake.clear()  # anything from here on (a chunk, an answer, a cancel) wakes the wait below
+                if self._fresh:  # not held: the audio goes out as it comes
+                    chunk = self._fresh.popleft()
+                    if self._first_out is None:
+                        self._first_out = self._clock()
+                    yield chunk
+                    continue
                 if answer is not None and answer.done():
                     cut = self._accept(answer.result(), clip, final)  # raises the batch's EngineError
                     answer = self._job = None
                     for piece in self._release(cut):
                         yield piece
+                        if self._cancelled:
+                            return
+                    if self._words and not self._hold:
+                        yield _NO_AUDIO  # the words, now (their audio may be out already)
                         if self._cancelled:
                             return
                     if final:
@@ -164,8 +183,8 @@ class AlignedStream(AudioStream):
                 self._job.cancelled = True  # answered or abandoned: never measured again
 
     def _time_ahead(self) -> float:
-        """Seconds until the listener's lead, the audio released less the time since the first release (as if
-        playback began then: the real lead is longer), falls below `ahead` (<= 0: now)."""
+        """Seconds until the listener's lead, the audio timed (held: released) less the time since the first
+        release (as if playback began then: the real lead is longer), falls below `ahead` (<= 0: now)."""
         if self._first_out is None:
             return 0.0
         lead = self._timed / SAMPLE_RATE - (self._clock() - self._first_out)
@@ -179,6 +198,8 @@ class AlignedStream(AudioStream):
                 self._held.append(chunk)
                 self._held_samples += len(chunk)
                 self._made += len(chunk)
+                if not self._hold:
+                    self._fresh.append(chunk)
                 self._wake.set()
         finally:
             self._wake.set()
@@ -222,7 +243,7 @@ class AlignedStream(AudioStream):
         partial clip's up to the end of the last word that ends `margin` before its end."""
         if not final:
             timed = list(itertools.takewhile(lambda w: w.end <= samples - self._margin, timed))
-            if self._timed == 0 and timed and timed[-1].end < self._first_piece():
+            if self._hold and self._timed == 0 and timed and timed[-1].end < self._first_piece():
                 timed = []  # too short a first piece: the next one starts from here again
         offset = self._timed
         self._words += [WordTime(w.word, offset + w.start, offset + w.end) for w in timed]
@@ -240,7 +261,8 @@ class AlignedStream(AudioStream):
         return max(FIRST_PIECE_SAMPLES, round(FIRST_PIECE_COVER * next_piece_s * SAMPLE_RATE))
 
     def _release(self, samples: int) -> list[np.ndarray]:
-        """The first `samples` of the held audio, as the chunks they were made in (the last one split)."""
+        """The first `samples` of the held audio, as the chunks they were made in (the last one split); not held:
+        none (they went out as they came), the timed audio only dropped."""
         pieces: list[np.ndarray] = []
         while samples > 0:
             chunk = self._held.popleft()
@@ -251,6 +273,8 @@ class AlignedStream(AudioStream):
             samples -= len(chunk)
             self._held_samples -= len(chunk)
             self._timed += len(chunk)
+        if not self._hold:
+            return []
         if pieces and self._released_at is None:
             self._released_at, self._first_out = time.monotonic(), self._clock()
         return pieces

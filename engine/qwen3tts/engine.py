@@ -334,7 +334,8 @@ class Qwen3TTSEngine(Engine):
 
             o = self.options  # audio released as its words are measured, in pieces of the sentence
             return AlignedStream(stream, self.word_aligner, group_samples=o.aligner_group_ms * SAMPLE_RATE // 1000,
-                                 margin_samples=o.aligner_margin_ms * SAMPLE_RATE // 1000)
+                                 margin_samples=o.aligner_margin_ms * SAMPLE_RATE // 1000,
+                                 hold=request.word_times_hold)
         return stream
 
 

@@ -70,6 +70,7 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float,
     context, pcm = synthesize_pcm(state.engine, job.text, job.voice, job.language, job.instruct, job.budget_samples,
                                   errors, state.turns, job.stream_text, admitted, t_request,
                                   words.append if job.word_times else None, first_clause)
+    context.word_times_hold = job.word_times_hold
     state.drain.http_streams += 1  # a shutdown lets it finish within the grace
     # The encoder: the one made ahead, else made (codec opened, header written) while the engine makes the first
     # audio. The next one is made ahead off the loop once this one's first bytes are out: made earlier, it would
@@ -206,6 +207,9 @@ async def _events(pieces: AsyncIterator[bytes], encoder: SpeechEncoder, job: Spe
                 yield _sse({"type": "speech.audio.timestamps", "words": mark.words})
             words.clear()
             yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(piece).decode()})
+    for mark in words:  # measured after the last audio (timestamps_hold false)
+        yield _sse({"type": "speech.audio.timestamps", "words": mark.words})
+    words.clear()
     if errors:
         log.warning("speech stream incomplete: %s", "; ".join(errors))
         code = errors[0].partition(":")[0]

@@ -56,6 +56,7 @@ class SpeechBody(msgspec.Struct, forbid_unknown_fields=True):
     initial_codec_chunk_frames: JsonInt | None = None
     non_streaming_mode: bool | None = None
     timestamps: str | None = None  # voxgate's: "word" sends speech.audio.timestamps events (SSE only)
+    timestamps_hold: bool | None = None  # voxgate's: false, no audio waits for its word times (docs/http-api.md)
 
 
 _decoder = msgspec.json.Decoder(SpeechBody)
@@ -82,6 +83,7 @@ class SpeechJob:
     # (Qwen3-TTS: one text token a frame, as the reference's non_streaming_mode=False); elsewhere it changes nothing
     stream_text: bool = False
     word_times: bool = False  # `timestamps: "word"`: speech.audio.timestamps events before their audio (SSE)
+    word_times_hold: bool = True  # `timestamps_hold: false`: no audio waits for its word times
 
     def usage(self, samples: int) -> dict[str, int]:
         """OpenAI's `usage`: input in characters (the gateway has no tokenizer), output in 80 ms codec frames."""
@@ -199,7 +201,8 @@ def check(body: SpeechBody, state: GatewayState, uploaded: Sequence[str] = ()) -
     streamed = body.non_streaming_mode is False and engine.supports_text_streaming
     by_sentence = word_times and engine.word_times_by_sentence  # (engine/base.py)
     return SpeechJob(text, choice.voice, choice.language, instruct or None, fmt, mode, budget_ms * SAMPLE_RATE // 1000,
-                     stream_text=streamed and not by_sentence, word_times=word_times)
+                     stream_text=streamed and not by_sentence, word_times=word_times,
+                     word_times_hold=body.timestamps_hold is not False)
 
 
 def _word_times(timestamps: str | None, engine: Engine, mode: str) -> bool:

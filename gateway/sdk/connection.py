@@ -63,7 +63,8 @@ class Connection:
                  instruct: str | None = None, codec: str = "pcm_s16le", sample_rate: int | None = None,
                  pacing: str = "asap", target_buffer_ms: int = 150, max_buffer_ms: int = 1000,
                  frame_ms: int | None = None, report_playback: bool = True, token: str | None = None,
-                 on_stall: Callable[[StallReport], None] | None = None, timestamps: str | None = None) -> None:
+                 on_stall: Callable[[StallReport], None] | None = None, timestamps: str | None = None,
+                 timestamps_hold: bool | None = None) -> None:
         self.client = _Client(url, codec=codec, sample_rate=sample_rate, pacing=pacing,
                               target_buffer_ms=target_buffer_ms, max_buffer_ms=max_buffer_ms, voice=voice,
                               language=language, report=report_playback, token=token, frame_ms=frame_ms)
@@ -71,6 +72,8 @@ class Connection:
             self.client.start_msg["defaults"]["instruct"] = instruct
         if timestamps:  # "word": each turn's `words` (session.started says whether the engine gives them)
             self.client.start_msg["timestamps"] = timestamps
+        if timestamps_hold is not None:  # False: no audio waits for its word times (docs/protocol.md)
+            self.client.start_msg["timestamps_hold"] = timestamps_hold
         self.on_stall = on_stall
         self._ids = itertools.count(1)
         self._background: set[asyncio.Task] = set()

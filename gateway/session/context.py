@@ -95,6 +95,7 @@ class Context:
     turns: LoopTurns | None = None  # the bound on chunks taken in per event-loop iteration (transport/loop_turns.py)
     feed: ContextText | None = None  # text streaming (context_text.py); None: sentence mode (`segmenter`)
     word_times: bool = False  # the session asked for word timestamps and the engine measures them (words.py)
+    word_times_hold: bool = True  # False: no audio waits for its word times (SynthesisRequest.word_times_hold)
     _drained: asyncio.Event = field(default_factory=asyncio.Event)
     _segments: asyncio.Queue = field(default_factory=asyncio.Queue)
     producer: asyncio.Task | None = None
@@ -273,6 +274,7 @@ class Context:
             return  # budget spent: the rest is dropped (reported once, when it ran out)
         request.max_audio_ms = max(1, remaining * 1000 // SAMPLE_RATE)
         request.word_times = self.word_times
+        request.word_times_hold = self.word_times_hold
         offset = self.produced_samples  # where this stream's audio starts on the context's timeline
         if self.release_admission is not None:
             self.release_admission()  # the engine's queue counts this stream from here
@@ -297,6 +299,9 @@ class Context:
                                                                            **stream.first_audio_stamps()})
                 if self.word_times and (mark := word_mark(stream.take_words(), offset, self.budget_samples)):
                     self.frames.append(mark)  # before the frames of the chunk that holds their start
+                if not len(chunk):  # words handed over with no audio (a stream that does not hold its audio)
+                    wake()
+                    continue
                 chunk = chunk[: self.budget_samples - self.produced_samples]
                 self.produced_samples += len(chunk)
                 self._push(await self.encoder.encode(np.ascontiguousarray(chunk, dtype=np.int16)))

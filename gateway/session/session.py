@@ -81,6 +81,7 @@ class Session:
         self._audio_seconds = metrics.audio_seconds.labels("ws")
         self.draining = False  # shutdown: no new context (transport/drain.py)
         self._word_times = False  # session.start asked for word timestamps and the engine has them (words.py)
+        self._word_times_hold = True  # session.start `timestamps_hold`: audio waits for its word times
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
 
@@ -139,7 +140,8 @@ class Session:
         self._defaults = {"voice": voice, "language": choice.language, "instruct": msg.defaults.get("instruct")}
         self._pacing = pacing
         self.metrics_interval_ms = msg.metrics_interval_ms
-        self._word_times, timestamps = negotiate(msg.timestamps, self.engine)
+        self._word_times, timestamps = negotiate(msg.timestamps, self.engine, msg.timestamps_hold)
+        self._word_times_hold = timestamps.get("timestamps_hold", True)
         self.started = True
         self.writer.put_urgent({
             "type": "session.started", "session_id": self.session_id, "protocol": PROTOCOL,
@@ -190,6 +192,7 @@ class Session:
         context.max_ahead_samples = int(MAX_AHEAD_S * self.fmt.sample_rate)
         context.turns = self.turns
         context.word_times = self._word_times
+        context.word_times_hold = self._word_times_hold
         by_sentence = context.word_times and self.engine.word_times_by_sentence  # (engine/base.py)
         if by_sentence:  # timed sentence by sentence: a short first segment is timed sooner
             context.segmenter = TextSegmenter(first_clause_words=self.config.word_times_first_clause_words)

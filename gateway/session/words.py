@@ -17,13 +17,15 @@ class WordMark:
     words: list[dict[str, Any]]
 
 
-def negotiate(requested: str, engine: Engine) -> tuple[bool, dict[str, Any]]:
-    """Whether the session's contexts carry word times, and what session.started says about it."""
+def negotiate(requested: str, engine: Engine, hold: bool = True) -> tuple[bool, dict[str, Any]]:
+    """Whether the session's contexts carry word times, and what session.started says about it (`hold`: whether
+    audio waits for its word times, session.start `timestamps_hold`; it matters only to an engine that measures
+    them on the audio, `word_times_by_sentence`: the others know a word's time before its audio)."""
     if requested != "word":
         return False, {"timestamps": "none"}
     if not engine.supports_word_times:
         return False, {"timestamps": "none", "timestamps_unavailable": engine.word_times_unavailable()}
-    return True, {"timestamps": "word"}
+    return True, {"timestamps": "word", "timestamps_hold": hold or not engine.word_times_by_sentence}
 
 
 def _ms(samples: int) -> float:

@@ -339,3 +339,46 @@ async def test_the_real_worker_and_aligner_keep_every_word_before_its_audio(alig
     taken = check_order(got)
     assert [w.word for w in taken] == [w.text for w in text_words(TEXT)]
     assert taken[-1].end == len(audio) and worker.batches >= 1
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+async def test_not_held_the_audio_goes_out_as_made_and_each_word_once_measured(seed: int) -> None:
+    """`hold=False`: every chunk is yielded as soon as it is made, unchanged; the words come with the same true times
+    as held, each handed over (an empty chunk) when its clip is answered, the last ones before the stream ends."""
+    audio, starts = truth_of(seed)
+    rng = np.random.default_rng(seed + 20)
+    truth = Truth(audio, starts, blur=4 * 1_920)
+    step = asyncio.Event()
+    inner = Chunks(TEXT, cut(audio, rng), step)
+    stream = AlignedStream(inner, InlineWorker(truth.align), group_samples=12_000,  # type: ignore[arg-type]
+                           margin_samples=4 * 1_920, ahead_samples=len(audio), hold=False)
+    got = await run(stream, inner, step)
+
+    sounding = [(p, made) for _, p, made in got if len(p)]
+    assert [len(p) for p, _ in sounding] == [len(c) for c in inner.chunks]  # the chunks as made, none held
+    assert [made for _, made in sounding] == list(range(1, len(inner.chunks) + 1))  # each out as it came
+    assert all(words for words, p, _ in got if not len(p))  # an empty chunk only hands words over
+    taken = [w for words, _, _ in got for w in words]
+    ends = [*starts[1:], len(audio)]
+    assert taken == [WordTime(w.text, s, e) for w, s, e in zip(text_words(TEXT), starts, ends, strict=True)]
+    first_words_at = next(made for words, _, made in got if words)
+    assert first_words_at < len(inner.chunks)  # the first words before the audio's end: measured in pieces
+    assert not len(got[-1][1]) and got[-1][0][-1].end == len(audio)  # the last words, then the end
+    assert len(truth.calls) > 2
+
+
+async def test_not_held_a_cancel_stops_the_words_with_the_audio() -> None:
+    audio, starts = truth_of(7)
+    worker = InlineWorker(Truth(audio, starts, blur=0).align, hold=True)
+    step = asyncio.Event()
+    inner = Chunks(TEXT, cut(audio, np.random.default_rng(7)), step)
+    stream = AlignedStream(inner, worker, group_samples=12_000, margin_samples=1_920,  # type: ignore[arg-type]
+                           hold=False)
+    task = asyncio.ensure_future(run(stream, inner, step))
+    while not worker.jobs:
+        await asyncio.sleep(0)
+    stream.cancel()
+    worker.answer(worker.jobs[0])  # its answer comes after the cancel: ignored
+    got = await asyncio.wait_for(task, 60)
+    assert got and all(len(p) and not words for words, p, _ in got)  # audio that was out, no word
+    assert stream.take_words() == [] and worker.jobs[0].cancelled and inner.cancelled.is_set()

@@ -221,6 +221,47 @@ async def test_http_sse_words_come_before_their_deltas_sentence_by_sentence(serv
 
 
 @pytest.mark.slow
+async def test_with_timestamps_hold_false_the_audio_leads_and_every_word_follows(server: BackgroundServer) -> None:
+    """session.start `timestamps_hold: false`: the first frame goes out before any word is measured (nothing held:
+    the first aligner clip needs a group of audio made), and the words still all come, in order, each once, on the
+    context's clock; the same over HTTP SSE, where the last words may follow the last delta."""
+    ws, started = await connect(server.ws_url, pacing={"mode": "asap"}, defaults={"voice": "ryan"},
+                                timestamps="word", timestamps_hold=False)
+    assert started["timestamps"] == "word" and started["timestamps_hold"] is False
+    text = " ".join(TEXTS[:2])
+    await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": text}))
+    await ws.send(json.dumps({"type": "context.end", "context_id": "a"}))
+    order: list[str] = []
+    words: list[dict[str, Any]] = []
+    while True:
+        raw = await asyncio.wait_for(ws.recv(), 120)
+        if isinstance(raw, bytes):
+            order.append("audio")
+            continue
+        msg = json.loads(raw)
+        assert msg["type"] != "error", msg
+        if msg["type"] == "timestamps":
+            order.append("words")
+            words += msg["words"]
+        elif msg["type"] == "context.done":
+            break
+    await ws.close()
+    assert order[0] == "audio" and "words" in order
+    assert [w["word"] for w in words] == [w.text for w in text_words(text)]
+    assert all(a["end_ms"] <= b["start_ms"] for a, b in itertools.pairwise(words)) and words[-1]["end_ms"] == 3200
+    async with httpx.AsyncClient(timeout=120) as http:
+        response = await http.post(server.http_url + "/v1/audio/speech", json={
+            "input": text, "voice": "ryan", "response_format": "pcm", "stream_format": "sse", "timestamps": "word",
+            "timestamps_hold": False})
+    assert response.status_code == 200, response.text
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "speech.audio.delta" and kinds[-1] == "speech.audio.done"
+    sse_words = [w for e in events if e["type"] == "speech.audio.timestamps" for w in e["words"]]
+    assert [w["word"] for w in sse_words] == [w.text for w in text_words(text)] and sse_words[-1]["end_ms"] == 3200
+
+
+@pytest.mark.slow
 async def test_a_first_clause_is_timed_and_spoken_on_its_own(tiny_ckpt: Callable[[str], Path],
                                                              aligner_dir: Path) -> None:
     """word_times_first_clause_words: a word-times turn's first clause is its own request (timed, released) and the
