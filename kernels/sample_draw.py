@@ -3,13 +3,18 @@ top-k logits, divide by their temperature and race them against Exp(1) noise (ar
 with probability softmax_i over the kept ids: the Gumbel-max draw). PyTorch spends ~12 launches on this (argmax,
 topk, divide, mask, exponential, log, argmax, gather, where, ...) 16 times a frame.
 
-The k-th largest logit is found without sorting: logits map to integers of the same order, and a 32-step binary
-search over that integer range counts how many are at or above the midpoint, so the threshold is exact. Ids tied
-with the k-th value are all kept (torch.topk would keep some of them). The noise is an input, one Exp(1) value per
-(row, id), so the draw is a pure function and tests compare it with its reference exactly; the engine fills it once
-a step. The logits may be the head's 16-bit output, widened to fp32 as they load (exact): the engine's depth loop
-launches no cast of its own for them. top-p is not here: rows that need it take the PyTorch path
-(engine/qwen3tts/model/sampling.py).
+The k-th largest logit is found without sorting: logits map to int32 keys of the same order, and a search over
+that integer range counts how many keys are at or above each probe, so the threshold is exact. Each step tries
+`ways` - 1 evenly spaced probes at once (one reduction for all of them), narrowing the range `ways`-fold: 2 is a
+binary search (32 steps of one probe, each a chain of CTA-wide reductions), 16 ways take 8 steps of 15 probes. The
+default, 4 (16 steps of 3 probes), is the fastest measured on the H200 (one kernel in a CUDA graph, 1 to 128 rows:
+10.7-11.0 us at vocab 2048 and 15.8-16.4 at 3072, against 13.6-14.1 / 18.7-19.1 for 2 ways, 13.3-13.8 /
+21.9-23.0 for 16; docs/benchmarks/h200-step-profile/README.md). Ids tied with
+the k-th value are all kept (torch.topk would keep some of them; -0 and +0 are two values here). The noise is an
+input, one Exp(1) value per (row, id), so the draw is a pure function and tests compare it with its reference
+exactly; the engine fills it once a step. The logits may be the head's 16-bit output, widened to fp32 as they load
+(exact): the engine's depth loop launches no cast of its own for them. top-p is not here: rows that need it take
+the PyTorch path (engine/qwen3tts/model/sampling.py).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from .utils import MAX, MIN, SUM
 
 # 16-bit logits are widened to fp32 in the kernel (exact), so the engine's head need not launch a cast first
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+WAYS = 4  # the threshold search's fan-out a step (module docstring)
 
 
 @triton.jit
@@ -33,9 +39,10 @@ def _first_argmax(x, i, BLOCK_V: tl.constexpr):
 
 @triton.jit
 def _sample_draw_kernel(logits_ptr, noise_ptr, params_ptr, out_ptr, V, num_params, col_temperature, col_top_k,
-                        col_do_sample, candidates, BLOCK_V: tl.constexpr):
+                        col_do_sample, candidates, BLOCK_V: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr):
     # logits [R, V] fp32 or 16-bit, noise [R, V] fp32, both contiguous; params [R, num_params] fp32 contiguous (a
     # row's temperature, top_k and do_sample in the given columns); out [R] int64. grid: R, one row per program.
+    # WAYS: the search's fan-out a step (a power of two), STEPS: enough steps to narrow 2^32 keys to one.
     row = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, BLOCK_V)
     ok = i < V
@@ -46,16 +53,24 @@ def _sample_draw_kernel(logits_ptr, noise_ptr, params_ptr, out_ptr, V, num_param
         k = tl.minimum(tl.maximum(tl.load(param + col_top_k), 1.0), 1.0 * candidates).to(tl.int32)
         k = tl.minimum(k, V)
         bits = logit.to(tl.int32, bitcast=True)
-        key = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)  # same order as the floats
-        key = tl.where(ok, key, -(1 << 40))
+        key = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # same order as the floats
+        # past V: the lowest key, below every probe (probes start above lo = the lowest key)
+        key = tl.where(ok, key, -(1 << 31))
+        # the largest t with at least k keys >= t (the k-th largest key), within [lo, hi]: at least k keys are
+        # >= lo throughout; each step counts the keys >= each probe lo + n step (n = 1..WAYS-1; n = WAYS lies
+        # past hi), moves lo to the last probe that holds k and hi below the first that does not
         lo = tl.full((), -(1 << 31), tl.int64)
         hi = tl.full((), (1 << 31) - 1, tl.int64)
-        for _ in range(32):  # the largest t with at least k keys >= t: the k-th largest key
-            mid = (lo + hi + 1) // 2
-            count = tl.reduce((key >= mid).to(tl.int32), 0, SUM)
-            above = count >= k
-            lo = tl.where(above, mid, lo)
-            hi = tl.where(above, hi, mid - 1)
+        nth = (tl.arange(0, WAYS) + 1).to(tl.int64)
+        for _ in range(STEPS):
+            step = (hi - lo) // WAYS + 1
+            probes = lo + nth * step
+            inside = probes <= hi
+            probe = tl.where(inside, probes, hi).to(tl.int32)
+            count = tl.reduce((key[None, :] >= probe[:, None]).to(tl.int32), 1, SUM)
+            held = tl.reduce(((count >= k) & inside).to(tl.int64), 0, SUM)  # the held probes come first
+            hi = tl.minimum(hi, lo + (held + 1) * step - 1)
+            lo = lo + held * step
         temperature = tl.maximum(tl.load(param + col_temperature), 1e-5)
         noise = tl.load(noise_ptr + row * V + i, mask=ok, other=1.0)
         race = tl.where(key >= lo, logit / temperature - tl.log(noise), float("-inf"))
@@ -72,17 +87,20 @@ def _check(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, colu
 
 
 def sample_draw(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, columns: tuple[int, int, int],
-                candidates: int) -> torch.Tensor:
+                candidates: int, ways: int = WAYS) -> torch.Tensor:
     """Logits [R, V] (fp32, or 16-bit: read as fp32, exactly; -inf where masked), Exp(1) noise [R, V] fp32, the
     rows' parameter table [R, P] fp32 with `columns` = (temperature, top_k, do_sample), `candidates` the widest top-k
-    any row may have -> ids [R] int64."""
+    any row may have -> ids [R] int64. ways: the threshold search's fan-out a step (a power of two >= 2; 2 is a
+    binary search); every fan-out finds the same threshold."""
+    assert ways >= 2 and ways & (ways - 1) == 0, ways
     _check(logits, noise, params, columns)
     rows, vocab = logits.shape
     out = torch.empty(rows, dtype=torch.int64, device=logits.device)
     if rows == 0:
         return out
     _sample_draw_kernel[(rows,)](logits, noise, params, out, vocab, params.shape[1], *columns,
-                                 min(candidates, vocab), BLOCK_V=triton.next_power_of_2(vocab), num_warps=4)
+                                 min(candidates, vocab), BLOCK_V=triton.next_power_of_2(vocab), WAYS=ways,
+                                 STEPS=-(-32 // (ways.bit_length() - 1)), num_warps=4)
     return out
 
 

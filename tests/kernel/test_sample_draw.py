@@ -50,8 +50,21 @@ def test_sample_draw(draw: ModuleType, rows: int, vocab: int, ties: bool) -> Non
     assert torch.isfinite(logits.gather(1, got[:, None])).all()  # never a suppressed id
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_the_threshold_is_the_kth_largest_logit_to_the_last_bit(draw: ModuleType, seed: int) -> None:
+@pytest.mark.parametrize("ties", [False, True])
+def test_every_fan_out_of_the_search_finds_the_same_threshold(draw: ModuleType, ties: bool) -> None:
+    """The threshold search's fan-out (2: a binary search, up to 64 probes a step, 32 not dividing the key's 32
+    bits evenly) changes how it narrows, not what it finds: the same ids, the reference's, on logits whose
+    k-th values fall anywhere (every top-k from 1 to the vocabulary)."""
+    logits, noise, params, columns = _draw_inputs(67, 300, ties)
+    params[:, 2] = torch.arange(1, 68, device=DEVICE).float() * 300 // 67
+    params[:, 4] = 1.0  # every row samples
+    want = draw.sample_draw_ref(logits, noise, params, columns, 300)
+    for ways in (2, 4, 16, 32, 64):
+        assert torch.equal(draw.sample_draw(logits, noise, params, columns, 300, ways=ways), want), ways
+
+
+@pytest.mark.parametrize("ways", [2, 16, 32])
+def test_the_threshold_is_the_kth_largest_logit_to_the_last_bit(draw: ModuleType, ways: int) -> None:
     """Logits that are consecutive floats (their keys consecutive integers: around 1.0, the positive and the
     negative subnormals, the largest finite magnitudes; not -0 and +0 together, equal as floats, two keys here),
     so a threshold one key off keeps or drops one more id; the id that would then win has its noise near zero (its
@@ -62,7 +75,7 @@ def test_the_threshold_is_the_kth_largest_logit_to_the_last_bit(draw: ModuleType
     vocab, per_base = 96, 16
     bases = [0x3F800000, 0x7F7FFFFF - vocab, -0x7F7FFFFF, 1, -vocab - 1]  # normal floats first, then subnormals
     rows = len(bases) * per_base
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(ways)
     keys = torch.stack([base + torch.randperm(vocab, generator=gen) for base in bases for _ in range(per_base)])
     bits = torch.where(keys >= 0, keys, keys ^ 0x7FFFFFFF).to(torch.int32)
     logits = bits.view(torch.float32)
@@ -75,7 +88,7 @@ def test_the_threshold_is_the_kth_largest_logit_to_the_last_bit(draw: ModuleType
     noise[torch.arange(rows), tiny] = 1e-30
     params = torch.stack([torch.ones(rows), k.float(), torch.ones(rows)], dim=1)
     args = (logits.to(DEVICE), noise.to(DEVICE), params.to(DEVICE), (0, 1, 2), vocab)
-    got = draw.sample_draw(*args).cpu()
+    got = draw.sample_draw(*args, ways=ways).cpu()
     rank = (order == got[:, None]).int().argmax(dim=1)  # 0: the largest logit
     assert bool((rank < k).all()), "an id outside its row's top k was drawn"
     assert not bool((got == tiny)[~hit_kth].any()), "the (k+1)-th logit was kept"
