@@ -26,7 +26,7 @@ def run_open_procs(target: Target, workload: Workload, rate: float, warmup_s: fl
     """`run_open` over `procs` processes (blocking: run it in a thread from async code)."""
     start_at = time.perf_counter() + START_DELAY_S
     fields = astuple(Target(target.base_url, target.transport, target.frame_ms, target.voice, target.deflate,
-                            target.codec, target.text_wps, target.timestamps))
+                            target.codec, target.text_wps, target.timestamps, target.timestamps_hold))
     jobs = [(fields, workload, rate, warmup_s, duration_s, seed, drain_s, -(-pool // procs), (j, procs), start_at)
             for j in range(procs)]
     with multiprocessing.get_context("spawn").Pool(procs) as workers:

@@ -62,7 +62,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                       "words/s (an LLM's output; TTFA counts from the first word); default: all at once")
     load.add_argument("--deflate", action="store_true", help="offer WebSocket permessage-deflate (off by default)")
     load.add_argument("--timestamps", action="store_true", help="WebSocket: sessions ask for word timestamps "
-                      "(`timestamps: \"word\"`); a server without them is an error; each sample counts its timed words")
+                      "(`timestamps: \"word\"`); a server without them is an error; each sample counts its timed "
+                      "words, those whose event came after their audio, and when each is heard against its event")
+    load.add_argument("--timestamps-hold", choices=["true", "false"],
+                      help="with --timestamps: session.start carries `timestamps_hold` (false: the server never holds "
+                      "audio for the aligner, so an event may come after its words' audio); default: not sent")
     out = p.add_argument_group("report")
     out.add_argument("--name", help="report name (default ENGINE-TRANSPORT-UTCDATE)")
     out.add_argument("--out", help="output folder (default docs/benchmarks/NAME)")
@@ -116,6 +120,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "synthetic one of the official shapes is written there first if DIR has no config.json, and "
                    "the aligner's own timing (batches 1 and 128, 3-s clips) goes into the report")
     s.add_argument("--timestamps", action="store_true", help="every session asks for word timestamps")
+    s.add_argument("--timestamps-hold", choices=["true", "false"],
+                   help="with --timestamps: every session.start carries `timestamps_hold`; default: not sent")
     from voxgate.engine.qwen3tts.bench.step_bench import add_arguments as add_steps_arguments
 
     add_steps_arguments(sub.add_parser("steps", help="the engine loop's captured steps timed per bucket (GPU)"))

@@ -53,6 +53,8 @@ class Trace:
     refusal_s: float | None = None  # refused (engine_full): seconds from sending to the refusal; not an error
     retry_after_s: float | None = None  # the refusal's retry_after_ms (Retry-After over HTTP), in seconds
     timed_words: int | None = None  # words in `timestamps` events (sessions with word timestamps), else None
+    # per timed word: (its event's arrival, its start in audio seconds, chunks received before its event)
+    word_times: list[tuple[float, float, int]] = field(default_factory=list)
 
     @property
     def refused(self) -> bool:
@@ -88,10 +90,12 @@ class WsClient:
 
     @classmethod
     async def connect(cls, url: str, frame_ms: int = 20, voice: str | None = None, deflate: bool = False,
-                      codec: str = "pcm_s16le", text_wps: float | None = None, timestamps: bool = False) -> WsClient:
+                      codec: str = "pcm_s16le", text_wps: float | None = None, timestamps: bool = False,
+                      timestamps_hold: bool | None = None) -> WsClient:
         """`deflate`: offer permessage-deflate (off by default: compressing PCM costs both sides CPU and no audio
         client needs it). `timestamps`: ask for word timestamps; a server that has none is an error (the run would
-        measure something else than asked)."""
+        measure something else than asked). `timestamps_hold` (with `timestamps`): sent as session.start's
+        `timestamps_hold` (None: not sent, the server's default); a server that does not echo it is an error."""
         from websockets.asyncio.client import connect
 
         ws = await connect(
@@ -113,6 +117,8 @@ class WsClient:
             start["defaults"] = {"voice": voice}
         if timestamps:
             start["timestamps"] = "word"
+            if timestamps_hold is not None:
+                start["timestamps_hold"] = timestamps_hold
         from websockets.exceptions import ConnectionClosed
 
         while True:
@@ -132,6 +138,10 @@ class WsClient:
                 if timestamps and data.get("timestamps") != "word":
                     await ws.close()
                     raise ServerError(f"no word timestamps: {data.get('timestamps_unavailable')}")
+                if timestamps and timestamps_hold is not None and data.get("timestamps_hold") != timestamps_hold:
+                    await ws.close()
+                    raise ServerError(f"timestamps_hold {json.dumps(timestamps_hold)} asked, session.started says "
+                                      f"{json.dumps(data.get('timestamps_hold'))}")
                 return cls(ws, data, text_wps)
             if data.get("type") == "error":
                 await ws.close()
@@ -173,7 +183,9 @@ class WsClient:
                     continue
                 data = json.loads(msg)
                 kind = data.get("type")
-                if kind == "timestamps" and trace.timed_words is not None:
+                if kind == "timestamps" and trace.timed_words is not None and data.get("context_id") == cid:
+                    received = len(trace.chunks)  # whether a word's audio came first is told by order, not clock
+                    trace.word_times += [(now, w["start_ms"] / 1e3, received) for w in data["words"]]
                     trace.timed_words += len(data["words"])
                     continue
                 if kind == "context.done" and data.get("context_id") == cid:

@@ -37,6 +37,7 @@ class Target:
     codec: str = "pcm_s16le"
     text_wps: float | None = None  # WebSocket text word by word at this rate (None: all at once)
     timestamps: bool = False  # WebSocket sessions with word timestamps (session.start `timestamps: "word"`)
+    timestamps_hold: bool | None = None  # with them, session.start `timestamps_hold` (None: not sent)
     http: Any = None  # a shared httpx.AsyncClient, opened by `open()`
 
     @property
@@ -58,7 +59,7 @@ class Target:
     async def client(self) -> Client:
         if self.transport == "ws":
             return await WsClient.connect(self.ws_url, self.frame_ms, self.voice, self.deflate, self.codec,
-                                          self.text_wps, self.timestamps)
+                                          self.text_wps, self.timestamps, self.timestamps_hold)
         if self.transport == "http":
             return HttpClient(self.http, self.voice)
         raise ValueError(f"unknown transport {self.transport!r}")

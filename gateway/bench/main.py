@@ -26,6 +26,8 @@ from .workload import LENGTH_RULE, Workload
 def plan_from_args(args: argparse.Namespace) -> Plan:
     if args.timestamps and args.transport != "ws":
         raise SystemExit("--timestamps needs --transport ws (HTTP word times come only as SSE events)")
+    if args.timestamps_hold is not None and not args.timestamps:
+        raise SystemExit("--timestamps-hold needs --timestamps")
     plan = Plan(
         workloads=args.workload or ["sentences"],
         transport=args.transport,
@@ -45,6 +47,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         codec=args.codec,
         text_wps=args.text_wps,
         timestamps=args.timestamps,
+        timestamps_hold=hold_flag(args.timestamps_hold),
         overload=args.overload,
         capacity=args.capacity,
         client_procs=args.client_procs,
@@ -55,6 +58,11 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     return plan
 
 
+def hold_flag(value: str | None) -> bool | None:
+    """`--timestamps-hold true|false` as session.start's `timestamps_hold`; None (not given): not sent."""
+    return None if value is None else value == "true"
+
+
 async def probe(base_url: str, plan: Plan, warmup_requests: int) -> dict[str, Any]:
     """What the server says about itself, and a few sequential requests so that no phase starts cold."""
     info: dict[str, Any] = {
@@ -62,13 +70,13 @@ async def probe(base_url: str, plan: Plan, warmup_requests: int) -> dict[str, An
         "voices": await asyncio.to_thread(get_json, base_url, "/v1/voices"),
     }
     target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate, plan.codec,
-                    plan.text_wps, plan.timestamps)
+                    plan.text_wps, plan.timestamps, plan.timestamps_hold)
     if plan.voice is None and isinstance(info["voices"], dict):
         plan.voice = info["voices"].get("default")
         target.voice = plan.voice
     with contextlib.suppress(Exception):
         client = await WsClient.connect(target.ws_url, plan.frame_ms, plan.voice, plan.deflate, plan.codec,
-                                        timestamps=plan.timestamps)
+                                        timestamps=plan.timestamps, timestamps_hold=plan.timestamps_hold)
         info["session"] = client.started
         await client.close()
     await target.open()

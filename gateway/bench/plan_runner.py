@@ -42,6 +42,7 @@ class Plan:
     codec: str = "pcm_s16le"
     text_wps: float | None = None  # WebSocket text word by word at this rate (an LLM agent), not all at once
     timestamps: bool = False  # WebSocket sessions with word timestamps
+    timestamps_hold: bool | None = None  # session.start `timestamps_hold` with them (None: not sent)
     overload: float | None = None  # an open-loop phase at this many times the capacity, after the search
     capacity: float | None = None  # req/s that `overload` multiplies (None: the capacity the search found)
     client_procs: int = 1  # processes that offer an open-loop phase's arrivals (client_procs.py)
@@ -82,7 +83,7 @@ async def _scraped(base_url: str, phase: Callable[[], Any]) -> tuple[PhaseResult
 
 async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any]:
     target = Target(base_url, plan.transport, plan.frame_ms, plan.voice, plan.deflate, plan.codec,
-                    plan.text_wps, plan.timestamps)
+                    plan.text_wps, plan.timestamps, plan.timestamps_hold)
     await target.open()
     closed: list[dict[str, Any]] = []
     open_loop: list[dict[str, Any]] = []
@@ -105,7 +106,7 @@ async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print
                 log(
                     f"closed {workload.name} c={c}: {phase['audio_s_per_s']:.2f} audio-s/s, TTFA p50 "
                     f"{_ms(s['ttfa_ms']['p50'])} p99 {_ms(s['ttfa_ms']['p99'])}, in SLO {_pct(s['in_slo_share'])}, "
-                    f"{s['underruns']} pauses ({s['underrun_total_ms']:.0f} ms), n={s['requests']}"
+                    f"{s['underruns']} pauses ({s['underrun_total_ms']:.0f} ms), n={s['requests']}{_words(s)}"
                 )
             if plan.rates or plan.rate_start or name in plan.rates_by_workload or plan.overload:
                 open_loop.append(await _search(base_url, target, workload, plan, log))
@@ -150,7 +151,7 @@ async def _search(base_url: str, target: Target, workload: Workload, plan: Plan,
             f"p99 {_ms(t['p99'])}, {pooled['underruns']} pauses ({pooled['underrun_total_ms']:.0f} ms), "
             f"peak in flight {entry['peak_in_flight']}, n={pooled['requests']}, goodput "
             f"{entry['goodput_rps']:.2f}/s, refused {_pct(pooled['refusal_share'])} (answered p50 {_ms(r['p50'])} "
-            f"p99 {_ms(r['p99'])}), {pooled['errors']} errors"
+            f"p99 {_ms(r['p99'])}), {pooled['errors']} errors{_words(pooled)}"
         )
         return entry
 
@@ -207,6 +208,15 @@ async def _overload(plan: Plan, found: float | None, measure_rate: Callable[[flo
     for phase in entry["seeds"]:
         phase["params"]["overload"] = plan.overload
     return head | entry
+
+
+def _words(summary: dict[str, Any]) -> str:
+    """The word-timestamps clause of a phase's line (phases without them: none)."""
+    if "words_timed" not in summary:
+        return ""
+    s = summary
+    return (f", words {s['words_timed']} timed, {s['words_after_audio']} after their audio, {s['words_late']} late, "
+            f"lead p50 {_ms(s['word_lead_ms_p50'])} min {_ms(s['word_lead_ms_min'])}")
 
 
 def _ms(v: float | None) -> str:

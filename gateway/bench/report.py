@@ -178,6 +178,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _table(OPEN_HEAD, [_open_row(r) for r in open_rates(search)])
         if (search.get("overload") or {}).get("skipped"):
             lines += [f"Overload phase not run: {search['overload']['skipped']}.", ""]
+    lines += _words_section(report)
     lines += _server_section(report)
     if report.get("baseline"):
         lines += _baseline_section(report["baseline"])
@@ -186,6 +187,28 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("plots"):
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
     return "\n".join(lines) + "\n"
+
+
+WORDS_HEAD = ["phase", "words timed", "after their audio", "late (lead < 0)", "lead p50 / p1 / min ms"]
+
+
+def _words_section(report: dict[str, Any]) -> list[str]:
+    """Word timestamps per phase (closed phases, open-loop rates pooled over seeds), when the sessions had them."""
+    rows = [(_phase_label(p["params"]), p["summary"]) for p in report.get("closed_loop", [])]
+    for search in report.get("open_loop", []):
+        rows += [(f"open {search['workload']} r={r['rate']:g}" + (" (overload)" if "factor" in r else ""),
+                  r["summary"]) for r in open_rates(search)]
+    rows = [(label, s) for label, s in rows if "words_timed" in s]
+    if not rows:
+        return []
+    lines = ["## Word timestamps", "",
+             "When each word's `timestamps` event arrived against its audio: after their audio, the event came "
+             "after the frame holding the word's first sample; the lead is when the listener hears that sample "
+             "(playback model) less the event's arrival, negative when the word was heard before its time came.", ""]
+    return lines + _table(WORDS_HEAD, [
+        [label, s["words_timed"], s["words_after_audio"], s["words_late"],
+         f"{_ms(s['word_lead_ms_p50'])} / {_ms(s['word_lead_ms_p1'])} / {_ms(s['word_lead_ms_min'])}"]
+        for label, s in rows])
 
 
 def _server_section(report: dict[str, Any]) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from .capacity import in_slo
 from .load_client import Trace
-from .playback import listen
+from .playback import heard_at, listen
 
 KEEP_TRACES = False  # set by the CLI's --keep-traces: adds every frame's (arrival, duration) to each sample
 
@@ -45,9 +45,39 @@ def to_sample(trace: Trace, t0: float, warmup: bool) -> dict[str, Any]:
         sample["server_stalls"] = trace.server_stalls
     if trace.timed_words is not None:
         sample["timed_words"] = trace.timed_words
+        sample |= _word_fields(word_leads(trace.chunks, trace.word_times))
     if KEEP_TRACES:
         sample["trace"] = [[round(t - t0, 6), d] for t, d in trace.chunks]
     return sample
+
+
+def word_leads(chunks: Sequence[tuple[float, float]],
+               word_times: Sequence[tuple[float, float, int]]) -> list[tuple[bool, float | None]]:
+    """Per timed word `(event arrival, start in audio s, chunks received before the event)`: whether the event
+    came after the chunk holding the word's first sample, and its lead in seconds: when the listener hears that
+    sample (the playback model) less the event's arrival, negative when the word was heard before its time came.
+    The lead is None for a word that starts past the audio received (a cancelled or failed request)."""
+    heard = heard_at(chunks, (start for _, start, _ in word_times))
+    out: list[tuple[bool, float | None]] = []
+    for (arrival, _, received), where in zip(word_times, heard, strict=True):
+        if where is None:
+            out.append((False, None))
+        else:
+            chunk, heard_s = where
+            out.append((chunk < received, heard_s - arrival))
+    return out
+
+
+def _word_fields(leads: list[tuple[bool, float | None]]) -> dict[str, Any]:
+    """A sample's word-timing fields: counts, the least lead, and each lead in whole ms (for the phase's
+    percentiles; `words_late` and the minimum are taken before rounding)."""
+    heard = [lead for _, lead in leads if lead is not None]
+    return {
+        "words_after_audio": sum(1 for after, _ in leads if after),
+        "words_late": sum(1 for lead in heard if lead < 0),
+        "word_lead_ms_min": min(heard) * 1e3 if heard else None,
+        "word_leads_ms": [round(lead * 1e3) for lead in heard],
+    }
 
 
 def _rel(t: float | None, t0: float) -> float | None:
@@ -71,7 +101,7 @@ def summarize(samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
     pauses = [p for s in measured for p in s["pauses_ms"]]
     n = len(measured)
     refusals = [s["refusal_ms"] for s in measured if s.get("refused")]
-    return {
+    summary = {
         "requests": n,
         "errors": sum(1 for s in measured if not s["ok"] and not s.get("refused")),
         "refused": len(refusals),
@@ -86,4 +116,22 @@ def summarize(samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "max_pause_ms": max(pauses, default=0.0),
         "total_pause_ms_p99": percentile([s["total_pause_ms"] for s in measured], 99),
         "audio_s": sum(s["audio_s"] for s in measured),
+    }
+    timed = [s for s in measured if s.get("timed_words") is not None]
+    if timed:  # sessions with word timestamps; the keys are absent otherwise
+        summary |= _word_summary(timed)
+    return summary
+
+
+def _word_summary(timed: list[dict[str, Any]]) -> dict[str, Any]:
+    """Word timestamps over a phase's samples that had them: every word's lead pooled."""
+    leads = [lead for s in timed for lead in s.get("word_leads_ms", [])]
+    mins = [s["word_lead_ms_min"] for s in timed if s.get("word_lead_ms_min") is not None]
+    return {
+        "words_timed": sum(s["timed_words"] for s in timed),
+        "words_after_audio": sum(s.get("words_after_audio", 0) for s in timed),
+        "words_late": sum(s.get("words_late", 0) for s in timed),
+        "word_lead_ms_p50": percentile(leads, 50),
+        "word_lead_ms_p1": percentile(leads, 1),
+        "word_lead_ms_min": min(mins, default=None),
     }

@@ -23,7 +23,7 @@ from typing import Any
 from . import environment
 from .arguments import command_line, key_values
 from .gateway_process import GatewayProcess
-from .main import build_report, exit_on_sigterm, headline, measure
+from .main import build_report, exit_on_sigterm, headline, hold_flag, measure
 from .plan_runner import Plan
 from .report import write
 
@@ -129,6 +129,9 @@ def make_plan(profile: str, args: argparse.Namespace, stop_at: float) -> tuple[P
     if getattr(args, "rate_start", None):
         plan.rate_start = args.rate_start
     plan.timestamps = bool(getattr(args, "timestamps", False))
+    plan.timestamps_hold = hold_flag(getattr(args, "timestamps_hold", None))
+    if plan.timestamps_hold is not None and not plan.timestamps:
+        raise SystemExit("--timestamps-hold needs --timestamps")
     return plan, baseline_runs
 
 

@@ -3,6 +3,9 @@
 After `first_ms`, the first `burst_ms` of audio come at once (a cushion, so that scheduling hiccups of a loaded CI
 machine are not pauses), then audio comes `speed` times faster than real time. A text containing "STALL" stops for
 `stall_ms` after the burst, so the pause rule sees a known pause (stall_ms - burst_ms) end to end.
+A session with `timestamps: "word"` gets word *i* of a text at i x 370 ms (as the fake engine's), each word's event
+right before the frame holding its first sample, or right after it when session.start says `timestamps_hold: false`
+(echoed in session.started).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voxgate.gateway.bench.gateway_process import free_port
 
 RATE = 24_000
+WORD_SAMPLES = RATE * 370 // 1000
 HEADER = struct.Struct("<BBHIIHHQ")
 
 
@@ -33,6 +37,7 @@ class MockConfig:
     stall_ms: float = 400.0
     burst_ms: int = 200
     requests: list[dict] = field(default_factory=list)  # what the clients sent, for assertions
+    session_starts: list[dict] = field(default_factory=list)  # every session.start, as sent
     frames: int = 0  # exposed as a step histogram on /metrics
 
 
@@ -62,7 +67,10 @@ def build_app(cfg: MockConfig) -> Starlette:
     async def ws_endpoint(ws: WebSocket) -> None:
         await ws.accept(subprotocol="voxgate.v1")
         start = json.loads(await ws.receive_text())
+        cfg.session_starts.append(start)
         frame_ms = start.get("audio", {}).get("frame_ms", 20)
+        timed = start.get("timestamps") == "word"
+        hold = start.get("timestamps_hold", True)
         await ws.send_json(
             {
                 "type": "session.started",
@@ -74,6 +82,8 @@ def build_app(cfg: MockConfig) -> Starlette:
                 "limits": {},
                 "voices": ["m"],
                 "defaults": {"voice": "m", "language": "en"},
+                "timestamps": "word" if timed else "none",
+                **({"timestamps_hold": start["timestamps_hold"]} if "timestamps_hold" in start else {}),
             }
         )
         contexts: dict[str, dict] = {}
@@ -95,9 +105,18 @@ def build_app(cfg: MockConfig) -> Starlette:
                     await ws.send_json(
                         {"type": "context.started", "context_id": cid, "ctx": c["ctx"], "track": 0, "start_pts": pts}
                     )
+                    words = c["text"].split() if timed else []
                     async for offset, n in _frames(cfg, c["text"], c["max_audio_ms"], frame_ms):
                         flags = 1 if offset == 0 else 0
+                        # the words whose first sample is in this frame
+                        starting = [(i, w) for i, w in enumerate(words) if offset <= i * WORD_SAMPLES < offset + n]
+                        event = {"type": "timestamps", "context_id": cid, "ctx": c["ctx"], "words": [
+                            {"word": w, "start_ms": i * 370.0, "end_ms": (i + 1) * 370.0} for i, w in starting]}
+                        if starting and hold:
+                            await ws.send_json(event)
                         await ws.send_bytes(HEADER.pack(1, 0, flags, c["ctx"], seq, 0, n, pts) + bytes(2 * n))
+                        if starting and not hold:
+                            await ws.send_json(event)
                         first = first if first is not None else (time.perf_counter() - t0) * 1e3
                         seq, pts = seq + 1, pts + n
                     await ws.send_json(

@@ -26,9 +26,20 @@ def test_samples_count_the_timed_words(tmp_path: Path, timestamps: bool) -> None
                 timestamps=timestamps)
     with running_gateway(FakeEngine()) as server:
         results = asyncio.run(run_plan(server.http_url, plan, log=lambda _: None))
-    samples = results["closed_loop"][0]["samples"]
+    phase = results["closed_loop"][0]
+    samples = phase["samples"]
     assert samples and all(s["ok"] for s in samples)
     assert all(s.get("timed_words") == (4 if timestamps else None) for s in samples)
+    summary = phase["summary"]
+    if not timestamps:
+        assert "words_timed" not in summary and all("words_after_audio" not in s for s in samples)
+        return
+    # the server holds each event until before the frame with its word's first sample: none after its audio,
+    # so none heard before its event came (a word heard plays no earlier than its frame arrives)
+    assert all(s["words_after_audio"] == 0 and s["words_late"] == 0 and s["word_lead_ms_min"] >= 0 for s in samples)
+    assert summary["words_timed"] == 4 * len(samples)
+    assert summary["words_after_audio"] == summary["words_late"] == 0
+    assert summary["word_lead_ms_min"] >= 0 and summary["word_lead_ms_p50"] >= summary["word_lead_ms_p1"] >= 0
 
 
 def test_a_server_without_word_times_fails_the_requests(tmp_path: Path) -> None:
