@@ -8,7 +8,7 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -314,6 +314,8 @@ class Context:
                     if not self.budget_from_client:
                         report("warning", "audio_limit",
                                "context reached limits.max_context_audio_s; the rest of its text is dropped")
+                    if self.word_times and not self.word_times_hold:
+                        await self._last_words(chunks, stream, offset, wake)
                     break
         except EngineError as exc:
             self.failed_segments += 1
@@ -331,6 +333,16 @@ class Context:
             aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+    async def _last_words(self, chunks: AsyncIterator[np.ndarray], stream: AudioStream, offset: int,
+                          wake: Callable[[], None]) -> None:
+        """A stream that does not hold its audio for word times, at the budget: its audio is all out, but the words
+        of its last piece are still being measured. The stream ends there (the engine was given the budget as
+        `max_audio_ms`); its words are taken as they come, its audio past the budget dropped."""
+        async for _ in chunks:
+            if mark := word_mark(stream.take_words(), offset, self.budget_samples):
+                self.frames.append(mark)
+                wake()
 
     def _push(self, frames: list[EncodedFrame]) -> None:
         now = time.monotonic()

@@ -262,6 +262,35 @@ async def test_with_timestamps_hold_false_the_audio_leads_and_every_word_follows
 
 
 @pytest.mark.slow
+async def test_a_length_budget_keeps_the_last_words_held_or_not(tiny_ckpt: Callable[[str], Path],
+                                                                aligner_dir: Path) -> None:
+    """`max_audio_ms` cuts the second sentence 80 ms before its end: the words that start before the cut come, the
+    last one ending there, the same held or not (not held, the cut sentence's words are still being aligned when
+    its audio reaches the cut). Each sentence is aligned whole (`aligner_group_ms = 0`), so both modes make the same
+    aligner calls on the same audio."""
+    engine = create_engine(model=str(tiny_ckpt("cv06")), aligner=str(aligner_dir), aligner_group_ms="0", **SMALL)
+    text = " ".join(TEXTS[:2])
+    heard: dict[bool, list[dict[str, Any]]] = {}
+    with running_gateway(engine, cpu_loop_config()) as srv:
+        for hold in (True, False):
+            ws, _ = await connect(srv.ws_url, pacing={"mode": "asap"}, defaults={"voice": "ryan"},
+                                  timestamps="word", timestamps_hold=hold)
+            await ws.send(json.dumps({"type": "context.open", "context_id": "a", "max_audio_ms": 3120}))
+            await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": text}))
+            await ws.send(json.dumps({"type": "context.end", "context_id": "a"}))
+            words: list[dict[str, Any]] = []
+            while (msg := json.loads(await _next_text(ws)))["type"] != "context.done":
+                assert msg["type"] != "error", msg
+                words += msg["words"] if msg["type"] == "timestamps" else []
+            await ws.close()
+            assert msg["usage"]["audio_ms"] == 3120
+            heard[hold] = words
+    first = len(text_words(TEXTS[0]))
+    assert len(heard[True]) > first and heard[True][-1]["end_ms"] == 3120  # the cut sentence's words, to the cut
+    assert heard[False] == heard[True]
+
+
+@pytest.mark.slow
 async def test_a_first_clause_is_timed_and_spoken_on_its_own(tiny_ckpt: Callable[[str], Path],
                                                              aligner_dir: Path) -> None:
     """word_times_first_clause_words: a word-times turn's first clause is its own request (timed, released) and the
