@@ -70,9 +70,10 @@ class Qwen3TTSOptions(EngineConfig):
     aligner_graphs: bool = option(True, "the aligner's packed decoder replayed from CUDA graphs "
                                         "(engine/aligner/decoder_graphs.py; default true, measured faster on the "
                                         "H200; false: eager; off CUDA the decoder runs eagerly either way)")
-    aligner_encoder_graphs: bool = option(False, "the aligner's audio encoder replayed from CUDA graphs "
-                                                 "(engine/aligner/encoder_graphs.py; default false: not yet measured "
-                                                 "on the GPU; off CUDA the encoder runs eagerly either way)")
+    aligner_encoder_graphs: bool = option(True, "the aligner's audio encoder replayed from CUDA graphs "
+                                                "(engine/aligner/encoder_graphs.py; default true, measured faster on "
+                                                "the H200; false: eager; off CUDA the encoder runs eagerly either "
+                                                "way)")
 
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:
