@@ -162,11 +162,14 @@ async def test_a_turn_streams_into_one_context_and_comes_back_in_order(gateway):
 
 async def test_word_timestamps_time_the_text_frames(gateway):
     server = gateway()  # espeak measures its words
-    tts = VoxgateTTSService(url=server.ws_url, word_timestamps=True)
+    # Not held: espeak knows each word's time before its audio anyway, and says so (timestamps_hold true).
+    tts = VoxgateTTSService(url=server.ws_url, word_timestamps=True, word_timestamps_hold=False)
     async with running(tts) as bot:
         await bot.reply(TEXT, delay_s=0.005)
         stopped = await bot.stopped()
         assert tts.connection is not None
+        assert tts.connection.client.start_msg["timestamps_hold"] is False
+        assert tts.connection.session["timestamps_hold"] is True
         gateway_words = tts.connection.client.contexts[stopped.context_id].words
         words = [f for f in bot.down.frames if isinstance(f, TTSTextFrame)]
         # One frame a gateway word, in order, each at its word's time after the turn's first audio.

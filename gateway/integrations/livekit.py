@@ -72,14 +72,17 @@ class TTS(tts.TTS):
 
     `url` and `token` default to `$VOXGATE_URL` (else `DEFAULT_URL`) and `$VOXGATE_TOKEN`; `voice`, `language` and
     `instruct` are voxgate's context options (the gateway's defaults when None). `word_timestamps`: aligned
-    transcripts from the gateway's word timestamps (its engine must measure them: espeak does, qwen3tts not yet)."""
+    transcripts from the gateway's word timestamps (its engine must measure them: espeak does, qwen3tts with a
+    forced aligner); `word_timestamps_hold=False`: the gateway's audio does not wait for them (session.start
+    `timestamps_hold`: first audio as without them, a word's time may follow its audio)."""
 
     def __init__(self, *, url: str | None = None, token: str | None = None, voice: str | None = None,
                  language: str | None = None, instruct: str | None = None, sample_rate: int = SAMPLE_RATE,
-                 word_timestamps: bool = False) -> None:
+                 word_timestamps: bool = False, word_timestamps_hold: bool | None = None) -> None:
         super().__init__(capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=word_timestamps),
                          sample_rate=sample_rate, num_channels=1)
         self._url = url or os.environ.get("VOXGATE_URL") or DEFAULT_URL
+        self._word_timestamps_hold = word_timestamps_hold
         self._token = token or os.environ.get("VOXGATE_TOKEN") or None
         self._opts = _Options(voice, language, instruct)
         self._pool = utils.ConnectionPool[Connection](connect_cb=self._connect, close_cb=self._disconnect)
@@ -121,7 +124,8 @@ class TTS(tts.TTS):
     async def _connect(self, timeout: float) -> Connection:
         conn = connect(self._url, token=self._token, sample_rate=self.sample_rate, frame_ms=FRAME_MS,
                        pacing="asap",  # the framework paces playout itself
-                       timestamps="word" if self.capabilities.aligned_transcript else None)
+                       timestamps="word" if self.capabilities.aligned_transcript else None,
+                       timestamps_hold=self._word_timestamps_hold if self.capabilities.aligned_transcript else None)
         conn.client.start_timeout_s = timeout
         try:
             async with asyncio.timeout(timeout):

@@ -77,14 +77,16 @@ class VoxgateTTSService(WebsocketTTSService):
                  instruct: str | None = None, token: str | None = None, sample_rate: int | None = None,
                  settings: VoxgateTTSSettings | None = None,
                  text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN,
-                 word_timestamps: bool = False, **kwargs: Any) -> None:
+                 word_timestamps: bool = False, word_timestamps_hold: bool | None = None, **kwargs: Any) -> None:
         """`url`: the gateway's `ws://.../v1/tts/ws`; `voice`, `language`, `instruct`: per-turn options (None: the
         gateway's defaults); `token`: for a gateway with `auth_tokens`; `sample_rate`: None for the pipeline's
         output rate. Tokens stream to the gateway as they come by default (`TextAggregationMode.TOKEN`): the gateway
         cuts sentences itself, so waiting for Pipecat's sentence aggregation would only add latency.
         `word_timestamps`: time each word's `TTSTextFrame` by the gateway's word timestamps (the gateway's engine
-        must measure them: espeak does, qwen3tts does not yet; without them Pipecat sends each turn's text at its
-        end) instead of pushing the text as it is sent."""
+        must measure them: espeak does, qwen3tts with a forced aligner; without them Pipecat sends each turn's text
+        at its end) instead of pushing the text as it is sent. `word_timestamps_hold=False`: the gateway's audio
+        does not wait for them (session.start `timestamps_hold`: first audio as without them; a word's time may
+        follow its audio, and Pipecat then emits its frame at once)."""
         store = self.Settings(model=None, voice=voice, language=language, instruct=instruct)
         if settings is not None:
             store.apply_update(settings)
@@ -93,6 +95,7 @@ class VoxgateTTSService(WebsocketTTSService):
         self._url = url
         self._token = token
         self._word_timestamps = word_timestamps
+        self._word_timestamps_hold = word_timestamps_hold
         self._connection: Connection | None = None
         self._receive_task: asyncio.Task | None = None
         self._turns: dict[str, Turn] = {}  # live voxgate contexts, by Pipecat context id
@@ -136,7 +139,8 @@ class VoxgateTTSService(WebsocketTTSService):
         if self._connection is not None and not self._connection.client.closed.is_set():
             return
         connection = connect(self._url, codec="pcm_s16le", sample_rate=self._gateway_rate(), pacing="asap",
-                             token=self._token, timestamps="word" if self._word_timestamps else None)
+                             token=self._token, timestamps="word" if self._word_timestamps else None,
+                             timestamps_hold=self._word_timestamps_hold if self._word_timestamps else None)
         try:
             await connection.__aenter__()
         except (SessionError, OSError, TimeoutError, WebSocketException) as error:  # refused, unreachable, HTTP 4xx
