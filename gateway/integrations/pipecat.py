@@ -86,7 +86,7 @@ class VoxgateTTSService(WebsocketTTSService):
         must measure them: espeak does, qwen3tts with a forced aligner; without them Pipecat sends each turn's text
         at its end) instead of pushing the text as it is sent. `word_timestamps_hold=False`: the gateway's audio
         does not wait for them (session.start `timestamps_hold`: first audio as without them; a word's time may
-        follow its audio, and Pipecat then emits its frame at once)."""
+        follow its audio; its frame keeps the word's pts)."""
         store = self.Settings(model=None, voice=voice, language=language, instruct=instruct)
         if settings is not None:
             store.apply_update(settings)
