@@ -69,8 +69,7 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float,
     first_clause = state.config.word_times_first_clause_words if by_sentence else 0
     context, pcm = synthesize_pcm(state.engine, job.text, job.voice, job.language, job.instruct, job.budget_samples,
                                   errors, state.turns, job.stream_text, admitted, t_request,
-                                  words.append if job.word_times else None, first_clause)
-    context.word_times_hold = job.word_times_hold
+                                  words.append if job.word_times else None, first_clause, job.word_times_hold)
     state.drain.http_streams += 1  # a shutdown lets it finish within the grace
     # The encoder: the one made ahead, else made (codec opened, header written) while the engine makes the first
     # audio. The next one is made ahead off the loop once this one's first bytes are out: made earlier, it would

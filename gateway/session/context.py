@@ -8,7 +8,7 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -297,8 +297,7 @@ class Context:
                 if self.timeline is None and len(chunk) and self.speakable_at is not None:
                     self.timeline = FirstAudioTimeline(self.speakable_at, {"admit": opened_at,
                                                                            **stream.first_audio_stamps()})
-                if self.word_times and (mark := word_mark(stream.take_words(), offset, self.budget_samples)):
-                    self.frames.append(mark)  # before the frames of the chunk that holds their start
+                self._queue_words(stream, offset)  # before the frames of the chunk that holds their start
                 if not len(chunk):  # words handed over with no audio (a stream that does not hold its audio)
                     wake()
                     continue
@@ -315,7 +314,11 @@ class Context:
                         report("warning", "audio_limit",
                                "context reached limits.max_context_audio_s; the rest of its text is dropped")
                     if self.word_times and not self.word_times_hold:
-                        await self._last_words(chunks, stream, offset, wake)
+                        # its audio is all out, but its last piece's words are still being measured: the stream
+                        # ends here (the engine has the budget as max_audio_ms), its words are taken as they come
+                        async for _ in chunks:
+                            self._queue_words(stream, offset)
+                            wake()
                     break
         except EngineError as exc:
             self.failed_segments += 1
@@ -334,15 +337,10 @@ class Context:
             if aclose is not None:
                 await aclose()
 
-    async def _last_words(self, chunks: AsyncIterator[np.ndarray], stream: AudioStream, offset: int,
-                          wake: Callable[[], None]) -> None:
-        """A stream that does not hold its audio for word times, at the budget: its audio is all out, but the words
-        of its last piece are still being measured. The stream ends there (the engine was given the budget as
-        `max_audio_ms`); its words are taken as they come, its audio past the budget dropped."""
-        async for _ in chunks:
-            if mark := word_mark(stream.take_words(), offset, self.budget_samples):
-                self.frames.append(mark)
-                wake()
+    def _queue_words(self, stream: AudioStream, offset: int) -> None:
+        """The stream's words measured so far (a word-times context), on the context's timeline, into the queue."""
+        if self.word_times and (mark := word_mark(stream.take_words(), offset, self.budget_samples)):
+            self.frames.append(mark)
 
     def _push(self, frames: list[EncodedFrame]) -> None:
         now = time.monotonic()

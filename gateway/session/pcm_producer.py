@@ -66,15 +66,17 @@ def synthesize_pcm(engine: Engine, text: str, voice: str | None, language: str |
                    budget_samples: int, errors: list[str], turns: LoopTurns | None = None,
                    stream_text: bool = False, admitted: Callable[[], None] | None = None,
                    received_at: float | None = None, on_words: Callable[[WordMark], None] | None = None,
-                   first_clause_words: int = 0) -> tuple[Context, AsyncIterator[bytes]]:
+                   first_clause_words: int = 0, hold_words: bool = True) -> tuple[Context, AsyncIterator[bytes]]:
     """One utterance as PCM16 24 kHz byte chunks, through the same producer as a WebSocket context (HTTP speech),
     and its context (whose `timeline` tells the way to its first audio, from `received_at` when given).
 
     Chunks are what the engine made (long frames). Engine errors are appended to `errors`; the rest is spoken.
     `on_words`: the engine's word times are asked for and given to it, each mark before its audio (spoken_pcm).
-    `first_clause_words`: the first segment ends at a clause (TextSegmenter; config word_times_first_clause_words)."""
+    `first_clause_words`: the first segment ends at a clause (TextSegmenter; config word_times_first_clause_words).
+    `hold_words` False: no audio waits for its word times (SynthesisRequest.word_times_hold)."""
     context = pcm_context(voice, language, instruct, budget_samples, turns, stream_text, admitted)
     context.word_times = on_words is not None
+    context.word_times_hold = hold_words
     context.segmenter = TextSegmenter(first_clause_words=first_clause_words)
     context.append_text(text)
     context.end()

@@ -277,20 +277,27 @@ async def test_a_text_still_open_is_not_aligned_in_pieces() -> None:
     check_order(got)
 
 
-async def test_a_cancel_during_a_partial_alignment_ends_with_no_words_and_no_audio() -> None:
+@pytest.mark.parametrize("hold", [True, False])
+async def test_a_cancel_during_a_partial_alignment_ends_the_words_with_the_audio(hold: bool) -> None:
+    """Held, nothing was released: no word, no audio. Not held, the audio made so far was out; still no word."""
     audio, starts = truth_of(7)
     truth = Truth(audio, starts, blur=0)
     worker = InlineWorker(truth.align, hold=True)
     step = asyncio.Event()
     inner = Chunks(TEXT, cut(audio, np.random.default_rng(7)), step)
-    stream = AlignedStream(inner, worker, group_samples=12_000, margin_samples=1_920)  # type: ignore[arg-type]
+    stream = AlignedStream(inner, worker, group_samples=12_000, margin_samples=1_920,  # type: ignore[arg-type]
+                           hold=hold)
     task = asyncio.ensure_future(run(stream, inner, step))
     while not worker.jobs:
         await asyncio.sleep(0)
     stream.cancel()
     worker.answer(worker.jobs[0])  # its answer comes after the cancel: ignored
     got = await asyncio.wait_for(task, 60)
-    assert got == [] and stream.take_words() == [] and worker.jobs[0].cancelled and inner.cancelled.is_set()
+    if hold:
+        assert got == []
+    else:
+        assert got and all(len(p) and not words for words, p, _ in got)  # audio that was out, no word
+    assert stream.take_words() == [] and worker.jobs[0].cancelled and inner.cancelled.is_set()
 
 
 async def test_a_failed_partial_alignment_ends_the_stream_with_its_error() -> None:
@@ -366,19 +373,3 @@ async def test_not_held_the_audio_goes_out_as_made_and_each_word_once_measured(s
     assert not len(got[-1][1]) and got[-1][0][-1].end == len(audio)  # the last words, then the end
     assert len(truth.calls) > 2
 
-
-async def test_not_held_a_cancel_stops_the_words_with_the_audio() -> None:
-    audio, starts = truth_of(7)
-    worker = InlineWorker(Truth(audio, starts, blur=0).align, hold=True)
-    step = asyncio.Event()
-    inner = Chunks(TEXT, cut(audio, np.random.default_rng(7)), step)
-    stream = AlignedStream(inner, worker, group_samples=12_000, margin_samples=1_920,  # type: ignore[arg-type]
-                           hold=False)
-    task = asyncio.ensure_future(run(stream, inner, step))
-    while not worker.jobs:
-        await asyncio.sleep(0)
-    stream.cancel()
-    worker.answer(worker.jobs[0])  # its answer comes after the cancel: ignored
-    got = await asyncio.wait_for(task, 60)
-    assert got and all(len(p) and not words for words, p, _ in got)  # audio that was out, no word
-    assert stream.take_words() == [] and worker.jobs[0].cancelled and inner.cancelled.is_set()

@@ -278,12 +278,9 @@ async def test_a_length_budget_keeps_the_last_words_held_or_not(tiny_ckpt: Calla
             await ws.send(json.dumps({"type": "context.open", "context_id": "a", "max_audio_ms": 3120}))
             await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": text}))
             await ws.send(json.dumps({"type": "context.end", "context_id": "a"}))
-            words: list[dict[str, Any]] = []
-            while (msg := json.loads(await _next_text(ws)))["type"] != "context.done":
-                assert msg["type"] != "error", msg
-                words += msg["words"] if msg["type"] == "timestamps" else []
+            words, done = await _context_words(ws)
             await ws.close()
-            assert msg["usage"]["audio_ms"] == 3120
+            assert done["usage"]["audio_ms"] == 3120
             heard[hold] = words
     first = len(text_words(TEXTS[0]))
     assert len(heard[True]) > first and heard[True][-1]["end_ms"] == 3120  # the cut sentence's words, to the cut
@@ -301,10 +298,7 @@ async def test_a_first_clause_is_timed_and_spoken_on_its_own(tiny_ckpt: Callable
         ws, _ = await connect(srv.ws_url, pacing={"mode": "asap"}, defaults={"voice": "ryan"}, timestamps="word")
         await ws.send(json.dumps({"type": "text.append", "context_id": "a", "text": text}))
         await ws.send(json.dumps({"type": "context.end", "context_id": "a"}))
-        words: list[dict[str, Any]] = []
-        while (msg := json.loads(await _next_text(ws)))["type"] != "context.done":
-            assert msg["type"] != "error", msg
-            words += msg["words"] if msg["type"] == "timestamps" else []
+        words, _ = await _context_words(ws)
         await ws.close()
         async with httpx.AsyncClient(timeout=120) as http:  # the same rule at the HTTP door
             response = await http.post(srv.http_url + "/v1/audio/speech", json={
@@ -316,6 +310,15 @@ async def test_a_first_clause_is_timed_and_spoken_on_its_own(tiny_ckpt: Callable
         assert [w["word"] for w in heard] == [w.text for w in text_words(text)]
         # Two requests of 20 frames (1.6 s each): "The birch canoe," then the rest of the sentence.
         assert heard[2]["end_ms"] == 1600 <= heard[3]["start_ms"] and heard[-1]["end_ms"] == 3200, heard
+
+
+async def _context_words(ws: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A context's words from its `timestamps` events, and its `context.done` (no error on the way)."""
+    words: list[dict[str, Any]] = []
+    while (msg := json.loads(await _next_text(ws)))["type"] != "context.done":
+        assert msg["type"] != "error", msg
+        words += msg["words"] if msg["type"] == "timestamps" else []
+    return words, msg
 
 
 async def _next_text(ws: Any) -> str:
