@@ -23,7 +23,7 @@ from .checkpoint import load_aligner
 from .config import AlignerConfig
 from .decoder_graphs import CapturedDecoder
 from .encoder_graphs import CapturedEncoder
-from .features import SAMPLE_RATE, log_mel, log_mel_batch, peak_limited
+from .features import SAMPLE_RATE, clips_on_device, log_mel, log_mel_batch, peak_limited
 from .model import Thinker
 from .prompt import AlignerPrompt
 from .timestamps import unit_times
@@ -105,8 +105,7 @@ class Aligner:
         """(ids, hidden): [B, T] and [B, T, H] right-padded (the padded decoder, or `padded`), else [N] and [N, H]
         packed; either way a clip's tokens in order, clip after clip, where the padding is left out."""
         device = self.thinker.lm_head.weight.device
-        mel, frames = log_mel_batch([torch.as_tensor(peak_limited(c), device=device) for c in clips_16k],
-                                    self.cfg.audio.num_mel_bins)
+        mel, frames = log_mel_batch(clips_on_device(clips_16k, device), self.cfg.audio.num_mel_bins)
         prompts = [self.prompt.ids(u, encoder_frames(t)) for u, t in zip(units, frames, strict=True)]
         if self.stack is not None and not padded:
             return hidden_packed(self.thinker, self.stack, prompts, mel, frames, self.captured, self.encoder)

@@ -26,7 +26,7 @@ import torch
 from .align import Aligner
 from .audio_encoder import encoder_frames
 from .batch import encode_batch
-from .features import SAMPLE_RATE, log_mel_batch, peak_limited
+from .features import SAMPLE_RATE, clips_on_device, log_mel_batch
 from .units import split_units
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -70,7 +70,7 @@ def median_ms(fn: Callable[[], Any], device: torch.device, warmup: int, runs: in
 def bench_batch(aligner: Aligner, batch: int, seconds: float, warmup: int, runs: int) -> dict[str, Any]:
     device = aligner.thinker.lm_head.weight.device
     clips, texts = make_inputs(batch, seconds, seed=batch)
-    tensors = [torch.as_tensor(peak_limited(c), device=device) for c in clips]
+    tensors = clips_on_device(clips, device)
     n_mels = aligner.cfg.audio.num_mel_bins
     mel, frames = log_mel_batch(tensors, n_mels)
     tower, dtype = aligner.thinker.audio_tower, aligner.thinker.lm_head.weight.dtype

@@ -8,6 +8,7 @@ samples gives N // 160 frames (10 ms each).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,12 @@ def peak_limited(audio: np.ndarray) -> np.ndarray:
     return np.clip(audio / peak, -1.0, 1.0) if peak > 1.0 else audio
 
 
+@functools.lru_cache(maxsize=8)
+def _mel_basis(n_mels: int, device: torch.device) -> torch.Tensor:
+    """The slaney mel filters [n_mels, n_fft // 2 + 1] on `device`, made once per device (not per call)."""
+    return torch.from_numpy(mel_filterbank(SAMPLE_RATE, N_FFT, n_mels, 0.0, FMAX)).to(device)
+
+
 def log_mel(audio: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
     """audio [N] float32 at 16 kHz -> features [n_mels, N // 160] (float32)."""
     if audio.dim() != 1 or audio.numel() < N_FFT // 2 + 1:
@@ -46,16 +53,18 @@ def log_mel(audio: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
     window = torch.hann_window(N_FFT, device=audio.device)
     spec = torch.stft(audio, N_FFT, HOP, window=window, center=True, pad_mode="reflect", return_complex=True)
     power = spec[:, :-1].abs() ** 2  # [n_fft // 2 + 1, frames]
-    basis = torch.from_numpy(mel_filterbank(SAMPLE_RATE, N_FFT, n_mels, 0.0, FMAX)).to(audio.device)
-    logmel = torch.clamp(basis @ power, min=1e-10).log10()
+    logmel = torch.clamp(_mel_basis(n_mels, audio.device) @ power, min=1e-10).log10()
     logmel = torch.maximum(logmel, logmel.max() - 8.0)
     return (logmel + 4.0) / 4.0
 
 
-def reflect_index(length: int, pad: int) -> np.ndarray:
-    """Indices of a clip of `length` samples reflect-padded by `pad` on both sides (torch.stft's center=True)."""
-    p = np.abs(np.arange(-pad, length + pad))
-    return np.where(p >= length, 2 * (length - 1) - p, p)
+def clips_on_device(clips_16k: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """Clips as float32 tensors on `device`, peak-limited (`peak_limited`), through one host-to-device copy (views
+    of one flat tensor: one copy of many small clips costs far less than a copy each)."""
+    host = [peak_limited(c) for c in clips_16k]
+    if not host:
+        return []
+    return list(torch.split(torch.from_numpy(np.concatenate(host)).to(device), [len(c) for c in host]))
 
 
 def log_mel_batch(clips: list[torch.Tensor], n_mels: int = 128) -> tuple[torch.Tensor, list[int]]:
@@ -64,24 +73,27 @@ def log_mel_batch(clips: list[torch.Tensor], n_mels: int = 128) -> tuple[torch.T
     Each clip's features are log_mel's (its own reflect padding and its own max), zeros past its frames: the clips
     are reflect-padded by one gather from their concatenation, right-padded with zeros to the longest, and go
     through one STFT; a frame never reaches past its clip's padding, and the max is taken over the clip's frames.
+    The gather's index and the masks are computed on the clips' device (a [B, samples] index built on the host
+    and copied over cost more than the rest of the features together at 128 clips).
     """
     pad = N_FFT // 2
     lengths = [int(c.numel()) for c in clips]
     if any(c.dim() != 1 or n < pad + 1 for c, n in zip(clips, lengths, strict=True)):
         shapes = [tuple(c.shape) for c in clips]
         raise ValueError(f"log_mel_batch takes 1-D clips of at least {pad + 1} samples, got {shapes}")
+    device = clips[0].device
     flat = torch.cat([*(c.to(torch.float32) for c in clips), clips[0].new_zeros(1, dtype=torch.float32)])
-    index = np.full((len(clips), max(lengths) + 2 * pad), flat.numel() - 1)  # past a clip: the trailing zero
-    offsets = np.cumsum([0, *lengths])
-    for b, n in enumerate(lengths):
-        index[b, : n + 2 * pad] = offsets[b] + reflect_index(n, pad)
-    padded = flat[torch.from_numpy(index).to(flat.device)]
-    window = torch.hann_window(N_FFT, device=flat.device)
-    frames = [n // HOP for n in lengths]
+    n = torch.tensor(lengths, device=device)[:, None]  # [B, 1]
+    at = torch.arange(-pad, max(lengths) + pad, device=device)[None, :]  # [1, S]: sample positions, padding included
+    mirrored = torch.where(at.abs() >= n, 2 * (n - 1) - at.abs(), at.abs())  # reflect padding at both ends
+    start = torch.cumsum(n, 0) - n
+    index = torch.where(at < n + pad, start + mirrored, flat.numel() - 1)  # past a clip: the trailing zero
+    padded = flat[index]
+    window = torch.hann_window(N_FFT, device=device)
+    frames = [length // HOP for length in lengths]
     spec = torch.stft(padded, N_FFT, HOP, window=window, center=False, return_complex=True)[..., : max(frames)]
-    basis = torch.from_numpy(mel_filterbank(SAMPLE_RATE, N_FFT, n_mels, 0.0, FMAX)).to(flat.device)
-    logmel = torch.clamp(basis @ (spec.abs() ** 2), min=1e-10).log10()  # [B, n_mels, T]
-    valid = (torch.arange(max(frames)) < torch.tensor(frames)[:, None]).to(flat.device)[:, None, :]
+    logmel = torch.clamp(_mel_basis(n_mels, device) @ (spec.abs() ** 2), min=1e-10).log10()  # [B, n_mels, T]
+    valid = (torch.arange(max(frames), device=device) < n // HOP)[:, None, :]
     peak = logmel.masked_fill(~valid, -torch.inf).amax(dim=(1, 2), keepdim=True)
     logmel = torch.maximum(logmel, peak - 8.0)
     return ((logmel + 4.0) / 4.0).masked_fill(~valid, 0.0), frames

@@ -10,7 +10,7 @@ import torch
 from voxgate.engine.aligner.align import Aligner
 from voxgate.engine.aligner.audio_encoder import encoder_frames
 from voxgate.engine.aligner.batch import encode_batch
-from voxgate.engine.aligner.features import log_mel, log_mel_batch, peak_limited
+from voxgate.engine.aligner.features import clips_on_device, log_mel, log_mel_batch, peak_limited
 from voxgate.engine.aligner.units import split_units
 
 from .clips import clip
@@ -55,6 +55,29 @@ def test_features_match_one_clip_at_a_time(seed):
         assert frames[b] == alone.shape[1]
         assert_close(mel[b, :, : frames[b]], alone, rtol=1e-5, atol=1e-5)
         assert not mel[b, :, frames[b]:].any()
+
+
+def test_features_of_the_shortest_clips_match_one_clip_at_a_time():
+    # 201 samples is the least a clip may have (the reflect padding is 200 on each side); around one hop and one
+    # window, and a long one beside them, so the short ones are right-padded far
+    rng = np.random.default_rng(7)
+    lengths = (201, 202, 399, 400, 401, 16_321)
+    clips = [torch.from_numpy(rng.standard_normal(n).astype(np.float32) * 0.3) for n in lengths]
+    mel, frames = log_mel_batch(clips)
+    for b, c in enumerate(clips):
+        assert frames[b] == len(c) // 160
+        assert_close(mel[b, :, : frames[b]], log_mel(c), rtol=1e-5, atol=1e-5)
+        assert not mel[b, :, frames[b]:].any()
+
+
+def test_clips_go_over_peak_limited_and_whole():
+    rng = np.random.default_rng(8)
+    clips = [rng.standard_normal(n).astype(np.float32) * peak for n, peak in ((300, 0.2), (4_000, 3.0), (1, 0.5))]
+    moved = clips_on_device(clips, torch.device("cpu"))
+    assert [len(m) for m in moved] == [len(c) for c in clips]
+    for m, c in zip(moved, clips, strict=True):
+        assert m.dtype == torch.float32 and np.array_equal(m.numpy(), peak_limited(c))
+    assert clips_on_device([], torch.device("cpu")) == []
 
 
 @pytest.mark.parametrize("seed", range(3))
