@@ -9,8 +9,8 @@ that integer range counts how many keys are at or above each probe, so the thres
 binary search (32 steps of one probe, each a chain of CTA-wide reductions), 16 ways take 8 steps of 15 probes. 4
 ways (16 steps of 3 probes) is the fastest measured on the H200 (one kernel in a CUDA graph, 1 to 128 rows:
 10.7-11.0 us at vocab 2048 and 15.8-16.4 at 3072, against 13.6-14.1 / 18.7-19.1 for 2 ways, 13.3-13.8 /
-21.9-23.0 for 16; docs/benchmarks/h200-step-profile/README.md), but its `gpu` tests have not run there yet, so the
-default stays the binary search (every fan-out equals the reference to the last bit in the interpreter). Ids tied with
+21.9-23.0 for 16; docs/benchmarks/h200-step-profile/README.md), so it is the default; its `gpu` tests pass on an
+H100 and every fan-out equals the reference to the last bit in the interpreter. Ids tied with
 the k-th value are all kept (torch.topk would keep some of them; -0 and +0 are two values here). The noise is an
 input, one Exp(1) value per (row, id), so the draw is a pure function and tests compare it with its reference
 exactly; the engine fills it once a step. The logits may be the head's 16-bit output, widened to fp32 as they load
@@ -28,7 +28,7 @@ from .utils import MAX, MIN, SUM
 
 # 16-bit logits are widened to fp32 in the kernel (exact), so the engine's head need not launch a cast first
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-WAYS = 2  # the threshold search's fan-out a step (module docstring)
+WAYS = 4  # the threshold search's fan-out a step (module docstring)
 
 
 @triton.jit
