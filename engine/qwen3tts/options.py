@@ -78,8 +78,8 @@ class Qwen3TTSOptions(EngineConfig):
     loop_stream_priority: bool = option(False, "the step loop and its codec calls on CUDA streams of the highest "
                                                "priority, so the GPU's block scheduler serves their kernels before "
                                                "queued work of lower priority (the aligner's, uploaded voices'); "
-                                               "default false: the legacy default stream (experimental, "
-                                               "docs/engine-loop.md)")
+                                               "default false: the legacy default stream; measured on an H100 to "
+                                               "starve the aligner under load, docs/engine-loop.md)")
 
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:
