@@ -5,9 +5,12 @@ second), a few untimed calls, then `--runs` timed calls of `Aligner.unit_times_b
 features, prompts, encoder, decoder, head, repair), each between two device synchronizations, median reported.
 The features and the encoder are also timed alone, so the decoder's share is the rest. Peak device memory per
 batch size on CUDA. Eager PyTorch, no CUDA graphs, unless `--encoder captured`: the encoder from CUDA graphs where a
-call fits its buckets (encoder_graphs.py; without CUDA the same bucketed path without graphs). With
-`--write-synthetic` an empty `--checkpoint` folder first gets a random checkpoint of the official shapes (or the
-tiny one), so no download is needed.
+call fits its buckets (encoder_graphs.py; without CUDA the same bucketed path without graphs), and
+`--decoder-graphs`: the packed decoder likewise (decoder_graphs.py); both are how the engine runs it. `--profile`
+(CUDA) traces one call per batch size kernel by kernel: launches, GPU-busy time against the call's span (the gaps
+are host work and syncs) and the heaviest kernels, printed and in the JSON. With `--write-synthetic` an empty
+`--checkpoint` folder first gets a random checkpoint of the official shapes (or the tiny one), so no download is
+needed.
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ def median_ms(fn: Callable[[], Any], device: torch.device, warmup: int, runs: in
     return statistics.median(times)
 
 
-def bench_batch(aligner: Aligner, batch: int, seconds: float, warmup: int, runs: int) -> dict[str, Any]:
+def bench_batch(aligner: Aligner, batch: int, seconds: float, warmup: int, runs: int,
+                profile: bool = False) -> dict[str, Any]:
     device = aligner.thinker.lm_head.weight.device
     clips, texts = make_inputs(batch, seconds, seed=batch)
     tensors = clips_on_device(clips, device)
@@ -81,6 +85,7 @@ def bench_batch(aligner: Aligner, batch: int, seconds: float, warmup: int, runs:
         full = median_ms(lambda: aligner.unit_times_batch(clips, texts), device, warmup, runs)
         features = median_ms(lambda: log_mel_batch(tensors, n_mels), device, warmup, runs)
         encoder = median_ms(lambda: encode(mel.to(dtype), frames), device, warmup, runs)
+        traced = kernel_profile(lambda: aligner.unit_times_batch(clips, texts)) if profile else None
     units = [[u.text for u in split_units(t)] for t in texts]
     prompt = [len(aligner.prompt.ids(u, encoder_frames(f))) for u, f in zip(units, frames, strict=True)]
     captured = aligner.encoder is not None and aligner.encoder.fits(frames)  # else the encoder ran eagerly
@@ -90,7 +95,31 @@ def bench_batch(aligner: Aligner, batch: int, seconds: float, warmup: int, runs:
                 decoder_and_rest_ms=round(full - features - encoder, 3),
                 units_per_clip=round(statistics.mean(map(len, units)), 2), max_prompt_tokens=max(prompt),
                 peak_memory_mib=round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-                if device.type == "cuda" else None)
+                if device.type == "cuda" else None, **({"profile": traced} if traced is not None else {}))
+
+
+def kernel_profile(call: Callable[[], Any], top: int = 12) -> dict[str, Any]:
+    """One call's kernels (CUDA; the median of a few traced calls, as `voxgate bench steps --profile` traces a
+    step): launches, GPU-busy ms (the union of kernel intervals), the span from first kernel to last, its idle gaps
+    (host work and syncs between kernels), and the heaviest kernels by total time."""
+    from ..qwen3tts.bench.step_profile import profile_replay
+
+    row = profile_replay(call)
+    names = sorted(row.pop("by_name").items(), key=lambda kv: -kv[1]["total_us"])
+    return {"launches": row["launches"], "busy_ms": round(row["busy_us"] / 1000, 3),
+            "span_ms": round(row["span_us"] / 1000, 3), "gaps_ms": round(row["gaps_us"] / 1000, 3),
+            "top": [{"name": n[:90], "count": v["count"], "total_ms": round(v["total_us"] / 1000, 3)}
+                    for n, v in names[:top]]}
+
+
+def profile_lines(row: dict[str, Any]) -> list[str]:
+    """The printed form of one batch size's `kernel_profile`."""
+    p = row["profile"]
+    lines = [f"kernels of one call of {row['batch']} clips: {p['launches']} launches, GPU-busy {p['busy_ms']:.2f} "
+             f"ms in a span of {p['span_ms']:.2f} ms (idle gaps {p['gaps_ms']:.2f} ms)",
+             f"{'total ms':>9} {'count':>6}  kernel"]
+    lines += [f"{k['total_ms']:>9.3f} {k['count']:>6}  {k['name']}" for k in p["top"]]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--encoder", choices=("eager", "captured"), default="eager",
                    help="the audio encoder eager (batch.encode_batch) or captured (encoder_graphs.py: CUDA graphs "
                         "where a call fits, eager where not; off CUDA its bucketed path without graphs)")
+    p.add_argument("--decoder-graphs", action="store_true",
+                   help="the packed decoder replayed from CUDA graphs where a call fits, as the engine runs it "
+                        "(engine option aligner_graphs; decoder_graphs.py)")
+    p.add_argument("--profile", action="store_true",
+                   help="also trace one call per batch size kernel by kernel (CUDA only): launches, GPU-busy time, "
+                        "idle gaps, the heaviest kernels")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls before each timing")
     p.add_argument("--runs", type=int, default=5, help="timed calls (median)")
     p.add_argument("--json", type=Path, help="write the results here")
@@ -125,10 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     report["decoder"] = aligner.decoder
     report["load_s"] = round(time.perf_counter() - t0, 2)
     report["encoder"] = args.encoder
-    if args.encoder == "captured":
+    report["decoder_graphs"] = args.decoder_graphs
+    if args.encoder == "captured" or args.decoder_graphs:
         t0 = time.perf_counter()
-        aligner.capture(progress=False, decoder_graphs=False, encoder_graphs=True)
-        report["encoder_capture_s"] = round(time.perf_counter() - t0, 2)
+        aligner.capture(progress=False, decoder_graphs=args.decoder_graphs, encoder_graphs=args.encoder == "captured")
+        report["capture_s"] = round(time.perf_counter() - t0, 2)
+    profile = args.profile and args.device.startswith("cuda")
+    if args.profile and not profile:
+        print("--profile traces CUDA kernels: skipped on this device")
     if args.device.startswith("cuda"):
         report["device_name"] = torch.cuda.get_device_name(torch.device(args.device))
     cfg = aligner.cfg
@@ -138,11 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'batch':>6} {'ms/call':>10} {'ms/audio s':>11} {'features':>9} {'encoder':>9} {'decoder+':>9} "
           f"{'peak MiB':>9}")
     for batch in (int(b) for b in args.batches.split(",")):
-        row = bench_batch(aligner, batch, args.seconds, args.warmup, args.runs)
+        row = bench_batch(aligner, batch, args.seconds, args.warmup, args.runs, profile)
         report["results"].append(row)
         print(f"{batch:>6} {row['ms_per_call']:>10.2f} {row['ms_per_audio_second']:>11.3f} {row['features_ms']:>9.2f} "
               f"{row['encoder_ms']:>9.2f} {row['decoder_and_rest_ms']:>9.2f} {row['peak_memory_mib'] or '-':>9}",
               flush=True)
+    for row in report["results"]:
+        if "profile" in row:
+            print("\n".join(["", *profile_lines(row)]))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0
