@@ -89,10 +89,8 @@ class EngineLoop:
 
     def __init__(self, core: EngineCore, name: str = "engine",
                  on_step: Callable[[StepOutput, float], None] | None = None,
-                 gil_switch_s: float | None = 0.0005, forecaster: LoopForecaster | None = None,
-                 on_thread_start: Callable[[], None] | None = None) -> None:
+                 gil_switch_s: float | None = 0.0005, forecaster: LoopForecaster | None = None) -> None:
         self.core = core
-        self.on_thread_start = on_thread_start  # run first on the worker thread (e.g. its CUDA stream)
         core.hand_over_early = self._hand_over  # (a stream's first chunk, as soon as it is decoded: core.py)
         self.forecaster = forecaster
         # The worker needs the GIL back after every wait for the GPU; with CPython's default 5 ms switch interval
@@ -160,8 +158,6 @@ class EngineLoop:
 
     # -- worker side ------------------------------------------------------------------------------------------------
     def _run(self) -> None:
-        if self.on_thread_start is not None:
-            self.on_thread_start()
         last_end: float | None = None  # the previous step's end, while steps follow each other without a wait
         while not self._stop:
             self._drain_inbox()

@@ -3,8 +3,6 @@ within a bucket, pipelining, pieces handed over whole."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from engine_core_support import FakeRunner, Pool
 from engine_core_support import make_request as _request
@@ -62,27 +60,6 @@ async def test_a_stream_tells_its_first_audio_stages_in_order(pipeline: bool) ->
     assert request.arrival <= stamps["queue"] < stamps["prefill"] <= stamps["first_frame"] <= stamps["codec"] \
         <= stamps["hand_over"]
     assert stream.first_audio_stamps() == stamps  # stamped once: later chunks change nothing
-
-
-async def test_the_thread_start_hook_runs_once_on_the_worker_before_its_first_step() -> None:
-    """EngineLoop(on_thread_start=...): where the qwen3tts engine makes its CUDA stream the worker's current one
-    (engine option loop_stream_priority), so it must run on that thread, once, before any step."""
-    runner = FakeRunner()
-    events: list[tuple[str, str]] = []
-    launch = runner.launch
-    runner.launch = lambda plan: (events.append(("step", threading.current_thread().name)), launch(plan))[1]
-    core = EngineCore(runner, Pool(2), SchedulerConfig(max_rows=16, max_prefill_tokens=32, urgent_s=0))
-    loop = EngineLoop(core, on_thread_start=lambda: events.append(("hook", threading.current_thread().name)))
-    loop.start()
-    try:
-        stream = loop.submit(SynthesisRequest("hi"), _request(budget=4, schedule=(2,)))
-        assert [len(c) async for c in stream] == [2 * 1920, 2 * 1920]
-    finally:
-        await loop.stop()
-    worker = events[0][1]
-    assert events[0] == ("hook", worker) and worker != threading.current_thread().name
-    assert [e for e in events if e[0] == "hook"] == [events[0]]
-    assert len(events) > 1 and all(e == ("step", worker) for e in events[1:])
 
 
 @pytest.mark.parametrize("pipeline", [True, False])

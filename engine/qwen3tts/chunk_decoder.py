@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..cuda_streams import highest_priority_stream
 from ..gpu_timeline import GpuTimeline
 from ..graphs import GraphSet, median_ms
 from ..request import Request
@@ -50,12 +49,6 @@ class ChunkDecoder:
         # copy of one slot row instead of decoding up to 30 s of reference again.
         # Keyed by identity (a tensor's == is elementwise), the entry dropped when the voice's tensor is.
         self._warmed: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
-
-    def raise_priority(self) -> None:
-        """Decode on a CUDA stream of the device's highest priority from now on (engine option
-        loop_stream_priority); the captured graphs replay on whichever stream is current."""
-        if self.stream is not None:
-            self.stream = highest_priority_stream(self.device)
 
     @property
     def max_width(self) -> int:

@@ -114,13 +114,7 @@ class Qwen3TTSEngine(Engine):
                           o.pipeline_min_rows, o.codec_fill)
         forecaster = LoopForecaster(o.rows, o.max_prefills, self.chunk_schedule[0], runner.kv.max_streams, o.pipeline,
                                     pipeline_min_rows=o.pipeline_min_rows)
-        on_thread_start = None
-        if o.loop_stream_priority and tts.device.type == "cuda":  # the steps' and the codec's kernels first
-            from ..cuda_streams import enter_highest_priority
-
-            runner.chunks.raise_priority()
-            on_thread_start = enter_highest_priority(tts.device)
-        self.loop = EngineLoop(core, "qwen3tts", self._on_step, self.gil_switch_s, forecaster, on_thread_start)
+        self.loop = EngineLoop(core, "qwen3tts", self._on_step, self.gil_switch_s, forecaster)
         self.timings = {"load_s": t1 - t0, "capture_s": t2 - t1}
 
     def _on_step(self, out: StepOutput, seconds: float) -> None:
@@ -250,8 +244,6 @@ class Qwen3TTSEngine(Engine):
         if not self.supports_voice_upload:
             raise EngineError("unsupported", "only Base checkpoints take uploaded voices")
         x_vector = torch.as_tensor(prompt["x_vector"]).to(self.tts.device, next(self.tts.talker.parameters()).dtype)
-        if x_vector.is_cuda:  # copied on this thread's stream: done before a loop on another stream reads it
-            torch.cuda.current_stream(x_vector.device).synchronize()
         if x_vector.shape != (self.tts.cfg.talker.layers.hidden_size,):
             raise EngineError("bad_request", f"voice {voice_id!r}: an x-vector of shape {tuple(x_vector.shape)} does "
                               "not fit this checkpoint")

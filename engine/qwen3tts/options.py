@@ -75,12 +75,6 @@ class Qwen3TTSOptions(EngineConfig):
                                                 "the H200; false: eager; off CUDA the encoder runs eagerly either "
                                                 "way)")
 
-    loop_stream_priority: bool = option(False, "the step loop and its codec calls on CUDA streams of the highest "
-                                               "priority, so the GPU's block scheduler serves their kernels before "
-                                               "queued work of lower priority (the aligner's, uploaded voices'); "
-                                               "default false: the legacy default stream; measured on an H100 to "
-                                               "starve the aligner under load, docs/engine-loop.md)")
-
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:
             raise ValueError("max_frames and chunk_frames must be positive")
