@@ -1,6 +1,7 @@
 """`python -m voxgate.engine.aligner.bench`: the batched aligner's time per call and per second of audio.
 
-For each batch size B: B random speech-like clips of `--seconds` each with sentence-like texts (about 2.5 words a
+For each batch size B: B random speech-like clips of `--seconds` each (or of lengths drawn from a range, as in the
+engine loop) with sentence-like texts (about 2.5 words a
 second), a few untimed calls, then `--runs` timed calls of `Aligner.unit_times_batch` (everything a caller pays:
 features, prompts, encoder, decoder, head, repair), each between two device synchronizations, median reported.
 The features and the encoder are also timed alone, so the decoder's share is the rest. Peak device memory per
@@ -29,6 +30,8 @@ import torch
 from .align import Aligner
 from .audio_encoder import encoder_frames
 from .batch import encode_batch
+from .decoder_graphs import MAX_CLIPS
+from .encoder_graphs import MAX_CHUNKS
 from .features import SAMPLE_RATE, clips_on_device, log_mel_batch
 from .units import split_units
 
@@ -38,17 +41,30 @@ WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "w
          "天气", "很好")
 
 
-def make_inputs(batch: int, seconds: float, seed: int = 0) -> tuple[list[np.ndarray], list[str]]:
-    """B clips at 16 kHz (tones under bursts, plus noise) and texts of about 2.5 words per second."""
+def parse_seconds(text: str) -> tuple[float, float]:
+    """`3` -> (3, 3); `1-6` -> (1, 6): every clip's length, or the range they are drawn from."""
+    lo, _, hi = text.partition("-")
+    span = (float(lo), float(hi or lo))
+    if not 0 < span[0] <= span[1]:
+        raise argparse.ArgumentTypeError(f"seconds must be N or LO-HI with 0 < LO <= HI, not {text!r}")
+    return span
+
+
+def make_inputs(batch: int, seconds: float | tuple[float, float],
+                seed: int = 0) -> tuple[list[np.ndarray], list[str]]:
+    """B clips at 16 kHz (tones under bursts, plus noise) and texts of about 2.5 words per second; each clip
+    `seconds` long, or drawn uniformly from the range (lo, hi)."""
     rng = np.random.default_rng(seed)
-    t = np.arange(round(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    lo, hi = seconds if isinstance(seconds, tuple) else (seconds, seconds)
     clips, texts = [], []
     for _ in range(batch):
+        length = lo if lo == hi else rng.uniform(lo, hi)
+        t = np.arange(round(length * SAMPLE_RATE)) / SAMPLE_RATE
         tones = sum(np.sin(2 * np.pi * f * t) for f in rng.uniform(120, 2400, 3))
         bursts = 0.5 + 0.5 * np.sign(np.sin(2 * np.pi * rng.uniform(2, 5) * t))
         x = tones * bursts + 0.3 * rng.standard_normal(t.size)
         clips.append((0.5 * x / np.abs(x).max()).astype(np.float32))
-        texts.append(" ".join(rng.choice(WORDS, size=max(1, round(2.5 * seconds)))))
+        texts.append(" ".join(rng.choice(WORDS, size=max(1, round(2.5 * length)))))
     return clips, texts
 
 
@@ -70,7 +86,7 @@ def median_ms(fn: Callable[[], Any], device: torch.device, warmup: int, runs: in
     return statistics.median(times)
 
 
-def bench_batch(aligner: Aligner, batch: int, seconds: float, warmup: int, runs: int,
+def bench_batch(aligner: Aligner, batch: int, seconds: tuple[float, float], warmup: int, runs: int,
                 profile: bool = False) -> dict[str, Any]:
     device = aligner.thinker.lm_head.weight.device
     clips, texts = make_inputs(batch, seconds, seed=batch)
@@ -89,9 +105,12 @@ def bench_batch(aligner: Aligner, batch: int, seconds: float, warmup: int, runs:
     units = [[u.text for u in split_units(t)] for t in texts]
     prompt = [len(aligner.prompt.ids(u, encoder_frames(f))) for u, f in zip(units, frames, strict=True)]
     captured = aligner.encoder is not None and aligner.encoder.fits(frames)  # else the encoder ran eagerly
-    return dict(batch=batch, seconds=seconds, ms_per_call=round(full, 3),
-                ms_per_audio_second=round(full / (batch * seconds), 4), features_ms=round(features, 3),
-                encoder_ms=round(encoder, 3), encoder_captured=captured,
+    audio_s = sum(len(c) for c in clips) / SAMPLE_RATE
+    decoder_captured = aligner.captured is not None and aligner.captured.fits(
+        sum(prompt), batch, max(prompt))
+    return dict(batch=batch, seconds=list(seconds), audio_s=round(audio_s, 3), ms_per_call=round(full, 3),
+                ms_per_audio_second=round(full / audio_s, 4), features_ms=round(features, 3),
+                encoder_ms=round(encoder, 3), encoder_captured=captured, decoder_captured=decoder_captured,
                 decoder_and_rest_ms=round(full - features - encoder, 3),
                 units_per_clip=round(statistics.mean(map(len, units)), 2), max_prompt_tokens=max(prompt),
                 peak_memory_mib=round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
@@ -128,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-synthetic", choices=("full", "tiny"),
                    help="first write a random checkpoint there (official shapes, or tiny) unless it has config.json")
     p.add_argument("--batches", default="1,8,32,128", help="comma-separated batch sizes")
-    p.add_argument("--seconds", type=float, default=3.0, help="seconds of audio per clip")
+    p.add_argument("--seconds", type=parse_seconds, default=(3.0, 3.0),
+                   help="seconds of audio per clip, or LO-HI: each clip's length drawn from that range (default 3)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--decoder", choices=("auto", "packed", "padded"), default="auto",
@@ -139,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decoder-graphs", action="store_true",
                    help="the packed decoder replayed from CUDA graphs where a call fits, as the engine runs it "
                         "(engine option aligner_graphs; decoder_graphs.py)")
+    p.add_argument("--graph-clips", type=int, default=MAX_CLIPS,
+                   help=f"the decoder graphs' largest call in clips (engine option aligner_graph_clips; default "
+                        f"{MAX_CLIPS})")
+    p.add_argument("--graph-chunks", type=int, default=MAX_CHUNKS,
+                   help=f"the encoder graphs' largest call in 1-s chunks (engine option aligner_graph_chunks; "
+                        f"default {MAX_CHUNKS})")
     p.add_argument("--profile", action="store_true",
                    help="also trace one call per batch size kernel by kernel (CUDA only): launches, GPU-busy time, "
                         "idle gaps, the heaviest kernels")
@@ -161,9 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     report["load_s"] = round(time.perf_counter() - t0, 2)
     report["encoder"] = args.encoder
     report["decoder_graphs"] = args.decoder_graphs
+    report["graph_clips"], report["graph_chunks"] = args.graph_clips, args.graph_chunks
     if args.encoder == "captured" or args.decoder_graphs:
         t0 = time.perf_counter()
-        aligner.capture(progress=False, decoder_graphs=args.decoder_graphs, encoder_graphs=args.encoder == "captured")
+        aligner.capture(progress=False, decoder_graphs=args.decoder_graphs, encoder_graphs=args.encoder == "captured",
+                        max_clips=args.graph_clips, max_chunks=args.graph_chunks)
         report["capture_s"] = round(time.perf_counter() - t0, 2)
     profile = args.profile and args.device.startswith("cuda")
     if args.profile and not profile:
@@ -174,14 +202,16 @@ def main(argv: list[str] | None = None) -> int:
     report["model"] = dict(encoder_layers=cfg.audio.encoder_layers, d_model=cfg.audio.d_model,
                            decoder_layers=cfg.text.num_hidden_layers, hidden=cfg.text.hidden_size)
     report["results"] = []
-    print(f"{'batch':>6} {'ms/call':>10} {'ms/audio s':>11} {'features':>9} {'encoder':>9} {'decoder+':>9} "
-          f"{'peak MiB':>9}")
+    print(f"{'batch':>6} {'audio s':>8} {'ms/call':>10} {'ms/audio s':>11} {'features':>9} {'encoder':>9} "
+          f"{'decoder+':>9} {'peak MiB':>9}  graphs")
     for batch in (int(b) for b in args.batches.split(",")):
         row = bench_batch(aligner, batch, args.seconds, args.warmup, args.runs, profile)
         report["results"].append(row)
-        print(f"{batch:>6} {row['ms_per_call']:>10.2f} {row['ms_per_audio_second']:>11.3f} {row['features_ms']:>9.2f} "
-              f"{row['encoder_ms']:>9.2f} {row['decoder_and_rest_ms']:>9.2f} {row['peak_memory_mib'] or '-':>9}",
-              flush=True)
+        graphs = "+".join(p for p, used in (("encoder", row["encoder_captured"]),
+                                             ("decoder", row["decoder_captured"])) if used) or "none"
+        print(f"{batch:>6} {row['audio_s']:>8.1f} {row['ms_per_call']:>10.2f} {row['ms_per_audio_second']:>11.3f} "
+              f"{row['features_ms']:>9.2f} {row['encoder_ms']:>9.2f} {row['decoder_and_rest_ms']:>9.2f} "
+              f"{row['peak_memory_mib'] or '-':>9}  {graphs}", flush=True)
     for row in report["results"]:
         if "profile" in row:
             print("\n".join(["", *profile_lines(row)]))

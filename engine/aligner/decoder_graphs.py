@@ -8,9 +8,10 @@ live in one store shared by every bucket, [layers, 2, clips + 1, kv heads, posit
 its slot's position before it attends to positions 0..its own, and a clip's tokens 0..T-1 are all in the call, so
 what an earlier call left in a slot is never read.
 
-A call with more clips than `max_clips`, a prompt longer than `max_positions` or more tokens than the largest bucket
-runs the packed decoder eagerly instead (the same result). Memory: the store (1.7B's aligner, 28 layers, 32 clips,
-384 positions, bf16: ~1.5 GB) and the graphs' activations.
+A call with more clips than `max_clips` (32 by default, the engine option `aligner_graph_clips`), a prompt longer
+than `max_positions` or more tokens than the largest bucket (`max_clips` x 128) runs the packed decoder eagerly
+instead (the same result). Memory: the store (the official aligner, 28 layers, 32 clips, 384 positions, bf16:
+~1.5 GB; 2.9 GB for 64 clips) and the graphs' activations.
 """
 
 from __future__ import annotations
@@ -21,17 +22,23 @@ from ..graphs import GraphSet, smallest_bucket
 from ..qwen3tts.fused_stack import FusedStack
 from ..qwen3tts.model.layers import DecoderStack
 
-TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096)
-MAX_CLIPS = 32
+MAX_CLIPS = 32  # the engine option aligner_graph_clips
 MAX_POSITIONS = 384
+TOKENS_PER_CLIP = 128  # the largest token bucket: this many per clip (a clip of ~5 s with its words)
+
+
+def token_buckets(max_clips: int) -> tuple[int, ...]:
+    """64, 128, 256 ... up to max_clips x TOKENS_PER_CLIP (rounded up to a power of two)."""
+    most = 1 << (max_clips * TOKENS_PER_CLIP - 1).bit_length()
+    return tuple(1 << i for i in range(6, most.bit_length()))
 
 
 class CapturedDecoder:
     def __init__(self, stack: FusedStack, decoder: DecoderStack, device: torch.device, dtype: torch.dtype,
-                 buckets: tuple[int, ...] = TOKEN_BUCKETS, max_clips: int = MAX_CLIPS,
+                 buckets: tuple[int, ...] | None = None, max_clips: int = MAX_CLIPS,
                  max_positions: int = MAX_POSITIONS) -> None:
         cfg = decoder.cfg
-        self.stack, self.buckets = stack, tuple(sorted(buckets))
+        self.stack, self.buckets = stack, tuple(sorted(buckets or token_buckets(max_clips)))
         self.max_clips, self.max_positions = max_clips, max_positions
         self.sink = max_clips  # the padding's slot
         self.store = torch.zeros((cfg.num_hidden_layers, 2, max_clips + 1, cfg.num_key_value_heads, max_positions,

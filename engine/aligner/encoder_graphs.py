@@ -17,13 +17,13 @@ encode_batch become index tensors built on the host from `frames` alone and copi
   the call's are zero rows with one valid key (a row with none would be NaN), never read. ln_post and the
   projections run on every row; the real rows are then taken by index.
 
-Buckets: 1 to 64 chunks (64 s of audio: about 20 three-second sentences), 1 to 64 windows, and rows of 13 x 1, 2,
-4 ... chunks up to a full window (13 x chunks_per_window): 7 conv graphs and 28 layers graphs for the official
-aligner (S = 13, 26, 52, 104). A call with more chunks or more windows runs encode_batch eagerly (the same
-result). Memory, for the official aligner in bf16, all graphs in one pool: the buffers (~3.5 MB), the layers
-graphs' outputs (one [W x S, 1024] each, ~50 MB in all) and the largest graph's activations, the 64-chunk convs'
-(about two [64, 480, 64, 50] tensors at their peak, ~0.4 GB; the largest layers graph needs ~0.1 GB). Estimated
-from the shapes, not measured.
+Buckets: 1, 2, 4 ... `max_chunks` chunks (64 by default, the engine option `aligner_graph_chunks`: 64 s of audio,
+about 20 three-second sentences), as many windows, and rows of 13 x 1, 2, 4 ... chunks up to a full window (13 x
+chunks_per_window): for 64, 7 conv graphs and 28 layers graphs for the official aligner (S = 13, 26, 52, 104). A
+call with more chunks or more windows runs encode_batch eagerly (the same result). Memory, for the official aligner
+in bf16, all graphs in one pool: the buffers (~3.5 MB), the layers graphs' outputs (one [W x S, 1024] each, ~50 MB
+in all) and the largest graph's activations, the 64-chunk convs' (about two [64, 480, 64, 50] tensors at their peak,
+~0.4 GB; the largest layers graph needs ~0.1 GB). Estimated from the shapes, not measured.
 """
 
 from __future__ import annotations
@@ -36,9 +36,15 @@ from .audio_encoder import AudioEncoder, conv_frames, sinusoids
 from .batch import chunk_lengths, chunk_limits, conv_chunks, encode_batch, head, window_lengths
 from .config import CHUNK_FRAMES
 
-CHUNK_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-WINDOW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+MAX_CHUNKS = 64  # the largest chunk and window bucket (engine option aligner_graph_chunks)
 FRAMES = conv_frames(CHUNK_FRAMES)  # encoder frames of a full chunk: 13
+
+
+def powers_to(most: int) -> tuple[int, ...]:
+    """1, 2, 4 ... up to `most` (a power of two)."""
+    if most < 1 or most & (most - 1):
+        raise ValueError(f"a bucket limit must be a power of two, not {most}")
+    return tuple(1 << i for i in range(most.bit_length()))
 
 
 def row_buckets(chunks_per_window: int) -> tuple[int, ...]:
@@ -49,11 +55,13 @@ def row_buckets(chunks_per_window: int) -> tuple[int, ...]:
 
 class CapturedEncoder:
     def __init__(self, tower: AudioEncoder, device: torch.device, dtype: torch.dtype,
-                 chunk_buckets: tuple[int, ...] = CHUNK_BUCKETS, window_buckets: tuple[int, ...] = WINDOW_BUCKETS,
-                 rows: tuple[int, ...] | None = None) -> None:
+                 max_chunks: int = MAX_CHUNKS, chunk_buckets: tuple[int, ...] | None = None,
+                 window_buckets: tuple[int, ...] | None = None, rows: tuple[int, ...] | None = None) -> None:
         cfg = tower.cfg
         self.tower = tower
-        self.chunk_buckets, self.window_buckets = tuple(sorted(chunk_buckets)), tuple(sorted(window_buckets))
+        # Windows are never more than chunks: both ladders are 1, 2, 4 ... max_chunks unless given.
+        self.chunk_buckets = tuple(sorted(chunk_buckets or powers_to(max_chunks)))
+        self.window_buckets = tuple(sorted(window_buckets or powers_to(max_chunks)))
         self.rows = tuple(sorted(rows or row_buckets(cfg.chunks_per_window)))
         most_chunks, most_rows = self.chunk_buckets[-1], self.window_buckets[-1] * self.rows[-1]
         self.chunks = torch.zeros((most_chunks, 1, cfg.num_mel_bins, CHUNK_FRAMES), dtype=dtype, device=device)

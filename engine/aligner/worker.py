@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,6 +25,8 @@ from prometheus_client import CollectorRegistry
 from ..metrics import AlignerMetrics
 from ..words import WordTime
 from .align import INPUT_RATE, Aligner
+from .decoder_graphs import MAX_CLIPS
+from .encoder_graphs import MAX_CHUNKS
 
 log = logging.getLogger("voxgate.engine.aligner")
 
@@ -47,12 +50,15 @@ class AlignerWorker:
     """Measures submitted jobs on its own thread, in batches; `close()` ends it (pending jobs get an error)."""
 
     def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False,
-                 graphs: bool = False, encoder_graphs: bool = False) -> None:
+                 graphs: bool = False, encoder_graphs: bool = False, graph_clips: int = MAX_CLIPS,
+                 graph_chunks: int = MAX_CHUNKS) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.aligner = aligner
-        # CUDA graphs captured on this thread before the warm-up (CUDA only): the packed decoder's, the encoder's
+        # CUDA graphs captured on this thread before the warm-up (CUDA only): the packed decoder's for calls of up
+        # to graph_clips clips, the encoder's for up to graph_chunks 1-s chunks (larger calls run eagerly)
         self.graphs, self.encoder_graphs = graphs, encoder_graphs
+        self.graph_clips, self.graph_chunks = graph_clips, graph_chunks
         self.max_batch = max_batch
         self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
         self.batches = 0  # align_batch calls made
@@ -66,13 +72,12 @@ class AlignerWorker:
 
     @classmethod
     def load(cls, path: str, device: torch.device, dtype: torch.dtype,
-             registry: CollectorRegistry | None = None, graphs: bool = False,
-             encoder_graphs: bool = False) -> AlignerWorker:
+             registry: CollectorRegistry | None = None, **options: Any) -> AlignerWorker:
         """The aligner checkpoint at `path` (directory or repo id) on `device` in `dtype`, with a progress bar, its
         metrics in `registry`, warmed up on its thread before this returns (a first CUDA call pays for library
-        handles and kernel loads: no stream's words should)."""
+        handles and kernel loads: no stream's words should). `options`: the constructor's (max_batch, graphs ...)."""
         worker = cls(Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True), warmup=True,
-                     graphs=graphs, encoder_graphs=encoder_graphs)
+                     **options)
         worker.metrics = AlignerMetrics(registry)
         worker._warmed.wait()
         return worker
@@ -122,7 +127,8 @@ class AlignerWorker:
             try:
                 with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
                     if (self.graphs or self.encoder_graphs) and device.type == "cuda":
-                        self.aligner.capture(decoder_graphs=self.graphs, encoder_graphs=self.encoder_graphs)
+                        self.aligner.capture(decoder_graphs=self.graphs, encoder_graphs=self.encoder_graphs,
+                                             max_clips=self.graph_clips, max_chunks=self.graph_chunks)
                     self.aligner.align_batch([np.zeros(INPUT_RATE, np.float32)], ["Warm up."])
             except Exception:  # the streams' own calls will report it
                 log.exception("aligner warm-up failed")

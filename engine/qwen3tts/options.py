@@ -74,6 +74,14 @@ class Qwen3TTSOptions(EngineConfig):
                                                 "(engine/aligner/encoder_graphs.py; default true, measured faster on "
                                                 "the H200; false: eager; off CUDA the encoder runs eagerly either "
                                                 "way)")
+    aligner_max_batch: int = option(64, "word times: clips the aligner measures in one call at most (the rest wait "
+                                        "for the next call; engine/aligner/worker.py; default 64)")
+    aligner_graph_clips: int = option(32, "word times: the aligner's decoder graphs hold calls of up to this many "
+                                          "clips (larger calls run eagerly; ~45 MB of GPU memory a clip; "
+                                          "engine/aligner/decoder_graphs.py; default 32)")
+    aligner_graph_chunks: int = option(64, "word times: the aligner's encoder graphs hold calls of up to this many "
+                                           "seconds of audio, a power of two (larger calls run eagerly; "
+                                           "engine/aligner/encoder_graphs.py; default 64)")
 
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:
@@ -84,6 +92,10 @@ class Qwen3TTSOptions(EngineConfig):
             raise ValueError("max_rows must be at least the smallest row bucket")
         if self.aligner_group_ms < 0 or self.aligner_margin_ms < 0:
             raise ValueError("aligner_group_ms and aligner_margin_ms must be >= 0")
+        if min(self.aligner_max_batch, self.aligner_graph_clips) < 1:
+            raise ValueError("aligner_max_batch and aligner_graph_clips must be at least 1")
+        if self.aligner_graph_chunks < 1 or self.aligner_graph_chunks & (self.aligner_graph_chunks - 1):
+            raise ValueError(f"aligner_graph_chunks must be a power of two, not {self.aligner_graph_chunks}")
         if self.text_min_tokens < 1:
             raise ValueError("text_min_tokens must be at least 1")
         GpuTimeline.parse(self.gpu_timeline)  # a bad window is refused here, not after the model has loaded

@@ -125,3 +125,17 @@ def test_bf16_runs_close_to_fp32(ours, aligner_ckpt):
     ids16, low = half.logits(clip(2.55), units)
     assert torch.equal(ids, ids16) and low.dtype == torch.bfloat16
     assert ((low.float() - full).norm() / full.norm()).item() < 0.03
+
+
+def test_prompt_units_are_tokenized_once_and_the_same_as_alone(ours):
+    prompt = ours.prompt
+    prompt.unit_ids.cache_clear()
+    units = [u.text for u in split_units("the cat and the dog, don't 今天 the 42 cat")]
+    first = prompt.ids(units, 7)
+    again = prompt.ids(units, 7)
+    plain = [prompt.audio_start, *[prompt.audio_pad] * 7, prompt.audio_end]
+    for unit in units:
+        plain += [*prompt.tokenizer.encode(unit), prompt.timestamp, prompt.timestamp]
+    assert first == again == plain
+    info = prompt.unit_ids.cache_info()
+    assert info.misses == len(set(units)) and info.hits == 2 * len(units) - len(set(units))

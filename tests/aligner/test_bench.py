@@ -3,6 +3,7 @@ times every batch size and writes its JSON (what is timed is not asserted: wall-
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -11,14 +12,15 @@ from voxgate.engine.aligner import bench
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("encoder,graphs", [("eager", False), ("captured", True)])
-def test_bench_writes_a_checkpoint_and_its_json(tmp_path, monkeypatch, capsys, encoder, graphs):
+@pytest.mark.parametrize("encoder,graphs,clips", [("eager", False, 32), ("captured", True, 32),
+                                                  ("captured", True, 2)])
+def test_bench_writes_a_checkpoint_and_its_json(tmp_path, monkeypatch, capsys, encoder, graphs, clips):
     monkeypatch.setenv("VOXGATE_SHARED", str(require_shared("qwen3-tts", "text-tokenizer").parents[1]))
     out = tmp_path / "bench.json"
     assert bench.main(["--checkpoint", str(tmp_path / "ckpt"), "--write-synthetic", "tiny", "--batches", "1,3",
                        "--seconds", "1.5", "--dtype", "fp32", "--device", "cpu", "--warmup", "0", "--runs", "1",
-                       "--encoder", encoder, *(["--decoder-graphs"] if graphs else []), "--profile",
-                       "--json", str(out)]) == 0
+                       "--encoder", encoder, *(["--decoder-graphs", "--decoder", "packed"] if graphs else []),
+                       "--profile", "--graph-clips", str(clips), "--json", str(out)]) == 0
     assert (tmp_path / "ckpt" / "model.safetensors").is_file()
     report = json.loads(out.read_text())
     assert report["device"] == "cpu" and report["write_s"] >= 0 and report["model"]["decoder_layers"] == 2
@@ -29,9 +31,11 @@ def test_bench_writes_a_checkpoint_and_its_json(tmp_path, monkeypatch, capsys, e
     rows = report["results"]
     assert [r["batch"] for r in rows] == [1, 3]
     for r in rows:
-        assert r["ms_per_audio_second"] == pytest.approx(r["ms_per_call"] / (r["batch"] * 1.5), abs=1e-3)
+        assert r["audio_s"] == r["batch"] * 1.5 and r["seconds"] == [1.5, 1.5]
+        assert r["ms_per_audio_second"] == pytest.approx(r["ms_per_call"] / r["audio_s"], abs=1e-3)
         assert r["peak_memory_mib"] is None and r["units_per_clip"] > 0
         assert r["encoder_captured"] == (encoder == "captured")  # 3 clips of 2 chunks: within the buckets
+        assert r["decoder_captured"] == (graphs and r["batch"] <= clips)  # more clips than the graphs: eager
         assert r["max_prompt_tokens"] > 2 + 20  # 1.5 s: 20 audio slots between start and end, then the units
 
 
@@ -55,3 +59,15 @@ def test_a_calls_kernel_profile_keeps_the_heaviest_kernels_in_order(monkeypatch)
     assert lines[0] == ("kernels of one call of 4 clips: 4 launches, GPU-busy 0.10 ms in a span of 0.20 ms "
                         "(idle gaps 0.11 ms)")
     assert lines[2].split() == ["0.082", "2", "gemm"] and lines[3].split() == ["0.010", "1", "norm"]
+
+
+def test_clip_lengths_are_drawn_from_the_range_given():
+    assert bench.parse_seconds("3") == (3.0, 3.0) and bench.parse_seconds("1-6") == (1.0, 6.0)
+    for bad in ("0", "6-1", "x"):
+        with pytest.raises((ValueError, argparse.ArgumentTypeError)):
+            bench.parse_seconds(bad)
+    clips, texts = bench.make_inputs(40, (1.0, 6.0), seed=3)
+    seconds = [len(c) / bench.SAMPLE_RATE for c in clips]
+    assert all(1.0 <= s <= 6.0 for s in seconds) and max(seconds) - min(seconds) > 3  # spread, not one length
+    words = [len(t.split()) for t in texts]
+    assert all(w == max(1, round(2.5 * s)) or abs(w - 2.5 * s) <= 1 for w, s in zip(words, seconds, strict=True))

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# 2026-12-06 call 1: where the aligner's GPU time goes (issue 28's 10 % bound). The aligner bench, profiled, on
+# clips like the loop's (0.5-3.5 s; the loop's calls averaged 54 clips of 1.9 s) with the graphs as they are
+# (32 clips, 64 chunks) and larger (64 clips, 256 chunks); then sentence SLO capacity with word times not held on
+# a server with each; then the aligner's and the draw's GPU tests.
+T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+el() { echo $(( $(date +%s) - T0 )); }
+STAGES=none bash tests/qwen3tts/gpu_loop.sh 2>&1 | tail -3
+export PYTHONPATH=/tmp/site-gw:/tmp/vx TRITON_CACHE_DIR=/tmp/tcache VOXGATE_SHARED=$PWD/.gpu_shared VOXGATE_WORKLOADS=$PWD/.gpu_shared/workloads PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader
+mkdir -p /tmp/r
+save() { tar czf $OUT/reports.tgz -C /tmp/r . ; }
+[ -d /tmp/aligner-near ] || python3 -c "from voxgate.engine.aligner.synthetic import write_synthetic_aligner as w; w('/tmp/aligner-near', tiny=False, head_classes=16, sharpen=True)"
+t aligner-written
+AB="python3 -m voxgate.engine.aligner.bench --checkpoint /tmp/aligner-near --dtype bf16 --encoder captured --decoder-graphs"
+timeout 100 $AB --batches 1,16,32,54,64 --seconds 0.5-3.5 --profile --json /tmp/r/bench-base.json > /tmp/r/bench-base.txt 2>&1
+head -8 /tmp/r/bench-base.txt; t bench-base; save
+timeout 120 $AB --batches 1,16,32,54,64 --seconds 0.5-3.5 --graph-clips 64 --graph-chunks 256 --profile --json /tmp/r/bench-big.json > /tmp/r/bench-big.txt 2>&1
+head -8 /tmp/r/bench-big.txt; t bench-big; save
+timeout 80 $AB --batches 1,128 --seconds 3 --graph-clips 64 --graph-chunks 256 --json /tmp/r/bench-3s.json > /tmp/r/bench-3s.txt 2>&1
+head -4 /tmp/r/bench-3s.txt; t bench-3s; save
+VX="python3 -m voxgate.gateway.cli"
+arm() { name=$1; shift
+  $VX serve --config qwen3tts --engine-option model=/tmp/ck17 --engine-option aligner=/tmp/aligner-near --port 8012 "$@" > /tmp/r/server-$name.log 2>&1 &
+  SERVER=$!
+  for _ in $(seq 200); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8012/health')" 2>/dev/null && break; sleep 1; done
+  t "$name serving"
+  timeout 150 $VX bench run --url http://127.0.0.1:8012 --transport ws --frame-ms 1280 --seeds 1 --warmup 3 --drain 8 \
+    --no-plots --out /tmp/r/$name --name gpu-$name --concurrency "" --duration 10 --client-procs 8 --rates ${RATES:-240,270,300} \
+    --timestamps --timestamps-hold false 2>&1 | grep -E "open s|capacity" | sed "s/^/$name: /"
+  python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" | grep -E "aligner|refusals" > /tmp/r/metrics-$name.txt
+  kill $SERVER; wait $SERVER 2>/dev/null; save; t "$name done"; }
+arm big --engine-option aligner_graph_clips=64 --engine-option aligner_graph_chunks=256
+[ $(el) -lt 400 ] && arm base
+if [ $(el) -lt 500 ]; then
+  timeout $(( 570 - $(el) )) python3 -m pytest tests/aligner/test_batch.py tests/aligner/test_encoder_graphs.py tests/kernel/test_sample_draw.py \
+    -k "cuda or draw" -c /dev/null --confcutdir=tests -p no:cacheprovider -q -rs -W ignore::pytest.PytestUnknownMarkWarning 2>&1 | tail -6 | tee /tmp/r/pytest.txt
+fi
+save; t end
