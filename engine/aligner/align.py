@@ -54,8 +54,23 @@ class Aligner:
         self.decoder = decoder
         # The fused weights are views the modules share: the one-clip and padded paths keep working on them.
         self.stack = FusedStack(thinker.model, DecoderOps.for_device(device)) if decoder == "packed" else None
+        # The packed decoder's attention a block of a clip's tokens at a time (kernels/prefill_attention.py; Triton,
+        # so CUDA only) instead of a token at a time: `use_prefill_attention`.
+        self.prefill = False
         self.captured: CapturedDecoder | None = None  # `capture()`: the packed decoder from CUDA graphs
         self.encoder: CapturedEncoder | None = None  # `capture(encoder_graphs=True)`: the encoder from CUDA graphs
+
+    def use_prefill_attention(self, on: bool = True) -> None:
+        """The packed decoder's attention from kernels/prefill_attention.py (before `capture`; CUDA, or Triton's
+        interpreter in the tests)."""
+        if on:
+            from ...kernels import prefill_attention
+            from ...kernels.utils import interpreted
+
+            runs = self.thinker.lm_head.weight.is_cuda or interpreted(prefill_attention._prefill_attention_kernel)
+            if self.stack is None or not runs:
+                raise ValueError("prefill attention needs the packed decoder on CUDA (a Triton kernel)")
+        self.prefill = on
 
     def capture(self, progress: bool = True, decoder_graphs: bool = True, encoder_graphs: bool = False,
                 max_clips: int = MAX_CLIPS, max_chunks: int = MAX_CHUNKS) -> None:
@@ -69,7 +84,8 @@ class Aligner:
             self.encoder = encoder  # as for the decoder: only once every bucket is captured
         if self.stack is None or not decoder_graphs:
             return
-        captured = CapturedDecoder(self.stack, self.thinker.model, weight.device, weight.dtype, max_clips=max_clips)
+        captured = CapturedDecoder(self.stack, self.thinker.model, weight.device, weight.dtype, max_clips=max_clips,
+                                   prefill=self.prefill)
         captured.capture(progress)
         self.captured = captured  # only once every bucket is captured: until then calls run eagerly
 
@@ -109,7 +125,8 @@ class Aligner:
         mel, frames = log_mel_batch(clips_on_device(clips_16k, device), self.cfg.audio.num_mel_bins)
         prompts = [self.prompt.ids(u, encoder_frames(t)) for u, t in zip(units, frames, strict=True)]
         if self.stack is not None and not padded:
-            return hidden_packed(self.thinker, self.stack, prompts, mel, frames, self.captured, self.encoder)
+            return hidden_packed(self.thinker, self.stack, prompts, mel, frames, self.captured, self.encoder,
+                                 self.prefill)
         return hidden_batch(self.thinker, prompts, mel, frames, self.prompt.audio_end, self.encoder)
 
     @torch.inference_mode()

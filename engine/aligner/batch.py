@@ -128,10 +128,11 @@ def _embedded(thinker: Thinker, ids: torch.Tensor, mel: torch.Tensor, frames: li
 
 def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]], mel: torch.Tensor,
                   frames: list[int], captured: CapturedDecoder | None = None,
-                  encoder: Encoder | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  encoder: Encoder | None = None, prefill: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """B prompts and their clips' features -> (ids [N], the decoder's final hidden states [N, H]) for the N tokens
     of all prompts back to back; `stack` is FusedStack(thinker.model, ...); `captured` replays it from CUDA graphs
-    where the call fits (decoder_graphs.py), `encoder` the audio encoder (encoder_graphs.py)."""
+    where the call fits (decoder_graphs.py), `encoder` the audio encoder (encoder_graphs.py). `prefill`: attention
+    a block of a prompt's tokens at a time (kernels/prefill_attention.py, Triton) instead of a token at a time."""
     device = thinker.lm_head.weight.device
     ids = torch.tensor([i for p in prompts for i in p], device=device)
     x = _embedded(thinker, ids, mel, frames, encoder)
@@ -141,11 +142,27 @@ def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]],
     positions = torch.arange(ids.shape[0], device=device) - torch.repeat_interleave(starts, lengths)
     cfg, longest = thinker.model.cfg, max(map(len, prompts))
     if captured is not None and captured.fits(ids.shape[0], len(prompts), longest):
-        return ids, captured(x, slots, positions)
+        return ids, captured(x, slots, positions, [len(p) for p in prompts])
     store = torch.empty((cfg.num_hidden_layers, 2, len(prompts), cfg.num_key_value_heads, longest, cfg.head_dim),
                         dtype=x.dtype, device=device)
     cos, sin = thinker.model.rope(0, longest, device, x.dtype)
-    return ids, stack.forward(x, list(store[:, 0]), list(store[:, 1]), slots, positions, cos, sin)
+    attend = None
+    if prefill:
+        from ...kernels.prefill_attention import block_table, prefill_attention
+
+        table = to_device(block_table([len(p) for p in prompts]), device)
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return prefill_attention(q, k, v, table)
+
+    return ids, stack.forward(x, list(store[:, 0]), list(store[:, 1]), slots, positions, cos, sin, attend=attend)
+
+
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device`: pinned and non-blocking on CUDA (a blocking copy would wait for the queued work)."""
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
 
 
 def hidden_batch(thinker: Thinker, prompts: list[list[int]], mel: torch.Tensor, frames: list[int],

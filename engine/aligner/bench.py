@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--graph-chunks", type=int, default=MAX_CHUNKS,
                    help=f"the encoder graphs' largest call in 1-s chunks (engine option aligner_graph_chunks; "
                         f"default {MAX_CHUNKS})")
+    p.add_argument("--prefill-attention", action="store_true",
+                   help="the packed decoder's attention by blocks of a clip's tokens (kernels/prefill_attention.py; "
+                        "engine option aligner_prefill_attention; CUDA)")
     p.add_argument("--profile", action="store_true",
                    help="also trace one call per batch size kernel by kernel (CUDA only): launches, GPU-busy time, "
                         "idle gaps, the heaviest kernels")
@@ -183,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     aligner = Aligner.from_pretrained(args.checkpoint, device=args.device, dtype=DTYPES[args.dtype],
                                       decoder=args.decoder)
+    if args.prefill_attention:
+        aligner.use_prefill_attention()
+    report["prefill_attention"] = args.prefill_attention
     report["decoder"] = aligner.decoder
     report["load_s"] = round(time.perf_counter() - t0, 2)
     report["encoder"] = args.encoder

@@ -36,7 +36,7 @@ def token_buckets(max_clips: int) -> tuple[int, ...]:
 class CapturedDecoder:
     def __init__(self, stack: FusedStack, decoder: DecoderStack, device: torch.device, dtype: torch.dtype,
                  buckets: tuple[int, ...] | None = None, max_clips: int = MAX_CLIPS,
-                 max_positions: int = MAX_POSITIONS) -> None:
+                 max_positions: int = MAX_POSITIONS, prefill: bool = False) -> None:
         cfg = decoder.cfg
         self.stack, self.buckets = stack, tuple(sorted(buckets or token_buckets(max_clips)))
         self.max_clips, self.max_positions = max_clips, max_positions
@@ -47,6 +47,10 @@ class CapturedDecoder:
         self.hidden, self.device, self.dtype = cfg.hidden_size, device, dtype
         self.graphs: GraphSet[int] = GraphSet(device)
         self._io: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        # prefill: attention a block of a clip's tokens at a time (kernels/prefill_attention.py), from a block table
+        # per bucket that each call fills; its idle rows launch programs that do nothing.
+        self.prefill = prefill
+        self._tables: dict[int, torch.Tensor] = {}
 
     def capture(self, progress: bool = True) -> None:
         self.graphs.capture(self.buckets, self._make, size=lambda n: n, desc="aligner decoder graphs",
@@ -58,21 +62,38 @@ class CapturedDecoder:
         positions = torch.zeros(tokens, dtype=torch.int64, device=self.device)
         self._io[tokens] = x, slots, positions
         ks, vs = list(self.store[:, 0]), list(self.store[:, 1])
+        attend = None
+        if self.prefill:
+            from ...kernels.prefill_attention import max_blocks, prefill_attention
+
+            table = torch.zeros((max_blocks(tokens, self.max_clips), 4), dtype=torch.int64, device=self.device)
+            self._tables[tokens] = table
+
+            def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                return prefill_attention(q, k, v, table)
 
         @torch.inference_mode()
         def run() -> torch.Tensor:
-            return self.stack.forward(x, ks, vs, slots, positions, self.cos, self.sin)
+            return self.stack.forward(x, ks, vs, slots, positions, self.cos, self.sin, attend=attend)
 
         return run
 
     def fits(self, tokens: int, clips: int, longest: int) -> bool:
         return tokens <= self.buckets[-1] and clips <= self.max_clips and longest <= self.max_positions
 
-    def __call__(self, x: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x [n, H] tokens of clips `slots` (0..clips-1) at `positions` -> the stack's output [n, H] (see `fits`)."""
+    def __call__(self, x: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
+                 lengths: list[int]) -> torch.Tensor:
+        """x [n, H] tokens of clips `slots` (0..clips-1) at `positions`, the clips' prompts of `lengths` tokens back
+        to back -> the stack's output [n, H] (see `fits`)."""
         n = x.shape[0]
         bucket = smallest_bucket(self.buckets, n)
         bx, bs, bp = self._io[bucket]
+        if self.prefill:  # padding tokens are in no block: their rows are garbage, never read
+            from ...kernels.prefill_attention import block_table
+
+            table = self._tables[bucket]
+            host = block_table(lengths, rows=table.shape[0])
+            table.copy_(host.pin_memory() if table.is_cuda else host, non_blocking=True)
         bx[:n].copy_(x)
         bx[n:].zero_()
         bs[:n].copy_(slots)

@@ -51,7 +51,7 @@ class AlignerWorker:
 
     def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False,
                  graphs: bool = False, encoder_graphs: bool = False, graph_clips: int = MAX_CLIPS,
-                 graph_chunks: int = MAX_CHUNKS) -> None:
+                 graph_chunks: int = MAX_CHUNKS, prefill_attention: bool = False) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.aligner = aligner
@@ -59,6 +59,8 @@ class AlignerWorker:
         # to graph_clips clips, the encoder's for up to graph_chunks 1-s chunks (larger calls run eagerly)
         self.graphs, self.encoder_graphs = graphs, encoder_graphs
         self.graph_clips, self.graph_chunks = graph_clips, graph_chunks
+        if prefill_attention:  # the packed decoder's attention by blocks of a clip's tokens (CUDA only)
+            aligner.use_prefill_attention()
         self.max_batch = max_batch
         self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
         self.batches = 0  # align_batch calls made

@@ -94,7 +94,8 @@ class Qwen3TTSEngine(Engine):
                                                    encoder_graphs=self.options.aligner_encoder_graphs,
                                                    max_batch=self.options.aligner_max_batch,
                                                    graph_clips=self.options.aligner_graph_clips,
-                                                   graph_chunks=self.options.aligner_graph_chunks)
+                                                   graph_chunks=self.options.aligner_graph_chunks,
+                                                   prefill_attention=self.options.aligner_prefill_attention)
         if device == "cpu":
             torch.set_num_threads(1)  # tiny CPU steps: OpenMP threads only fight the event loop for the cores
         t1 = time.perf_counter()

@@ -104,18 +104,23 @@ class FusedStack:
 
     def forward(self, x: torch.Tensor, k_store: list[torch.Tensor], v_store: list[torch.Tensor], slots: torch.Tensor,
                 positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                lengths: torch.Tensor | None = None) -> torch.Tensor:
+                lengths: torch.Tensor | None = None,
+                attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+                ) -> torch.Tensor:
         """x [N, H] tokens at (slots[i], positions[i]) of the per-layer stores [S, Hkv, P, D]; cos/sin [P', D]
         tables indexed by position -> the stack's post-norm output [N, H]. Each token's key and value are written
         before it attends to positions 0..positions[i] of its slot. lengths: positions + 1 where the caller holds it
-        as a constant (the depth loop's positions are: one launch fewer a pass)."""
+        as a constant (the depth loop's positions are: one launch fewer a pass). attend: (q, k store, v store) -> o
+        instead of the ops' per-token attention, for a caller that knows more about its tokens (whole prompts:
+        kernels/prefill_attention.py)."""
         ops, lin, n = self.ops, self.linear, x.shape[0]
         lengths = positions + 1 if lengths is None else lengths
         x, h = ops.add_rms_norm(x.contiguous(), None, self.layers[0][0], self.eps)
         for i, (_, qkv_w, qn, kn, o_w, post_w, gate_up_w, down_w) in enumerate(self.layers):
             q = ops.qk_norm_rope(lin(h, qkv_w), qn, kn, cos, sin, positions, k_store[i], v_store[i], slots,
                                  self.heads, self.kv_heads, self.eps)
-            o = ops.attend(q, k_store[i], v_store[i], slots, lengths)
+            o = ops.attend(q, k_store[i], v_store[i], slots, lengths) if attend is None else \
+                attend(q, k_store[i], v_store[i])
             x, h = ops.add_rms_norm(x, lin(o.view(n, -1), o_w), post_w, self.eps)
             down = lin(ops.swiglu(lin(h, gate_up_w)), down_w)
             nxt = self.layers[i + 1][0] if i + 1 < len(self.layers) else self.final_norm

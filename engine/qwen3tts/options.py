@@ -82,6 +82,9 @@ class Qwen3TTSOptions(EngineConfig):
     aligner_graph_chunks: int = option(64, "word times: the aligner's encoder graphs hold calls of up to this many "
                                            "seconds of audio, a power of two (larger calls run eagerly; "
                                            "engine/aligner/encoder_graphs.py; default 64)")
+    aligner_prefill_attention: bool = option(False, "word times: the aligner's decoder attends a block of a clip's "
+                                                    "tokens at a time (kernels/prefill_attention.py; CUDA) instead "
+                                                    "of a token at a time (default false)")
 
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:

@@ -163,13 +163,15 @@ def test_the_decoder_is_chosen_by_device_or_named(aligner_ckpt, ours):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("prefill", [False, True])
 @pytest.mark.parametrize("seed", range(2))
-def test_the_packed_decoder_on_cuda_equals_the_padded_one(aligner_ckpt, seed):
-    """The CUDA default: the fused stack with its Triton kernels (fp32, TF32 off), against the padded reference on
-    the same GPU."""
+def test_the_packed_decoder_on_cuda_equals_the_padded_one(aligner_ckpt, seed, prefill):
+    """The CUDA default: the fused stack with its Triton kernels (fp32, TF32 off), its attention a token at a time
+    or a block of a clip's tokens at a time, against the padded reference on the same GPU."""
     torch.backends.cuda.matmul.allow_tf32 = False
     aligner = Aligner.from_pretrained(aligner_ckpt, device="cuda")
     assert aligner.decoder == "packed"
+    aligner.use_prefill_attention(prefill)
     clips, texts = random_batch(seed)
     units = [[u.text for u in split_units(t)] for t in texts]
     with torch.inference_mode():
@@ -213,11 +215,14 @@ def test_the_bucketed_decoder_equals_the_packed_one(aligner_ckpt, seed):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_the_captured_decoder_on_cuda_equals_the_eager_one(aligner_ckpt):
+@pytest.mark.parametrize("prefill", [False, True])
+def test_the_captured_decoder_on_cuda_equals_the_eager_one(aligner_ckpt, prefill):
     """engine option aligner_graphs: the packed decoder replayed from real CUDA graphs on a side stream, as the
-    worker runs it, against the same decoder eager (fp32, TF32 off): the same hidden states and unit times."""
+    worker runs it, against the same decoder eager (fp32, TF32 off): the same hidden states and unit times; with
+    prefill attention too (engine option aligner_prefill_attention)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     aligner = Aligner.from_pretrained(aligner_ckpt, device="cuda")
+    aligner.use_prefill_attention(prefill)
     clips, texts = random_batch(1)
     units = [[u.text for u in split_units(t)] for t in texts]
     with torch.inference_mode():
@@ -232,3 +237,38 @@ def test_the_captured_decoder_on_cuda_equals_the_eager_one(aligner_ckpt):
                 assert got_ids.tolist() == ids.tolist()
                 assert_close(got.float().cpu(), eager.float().cpu(), rtol=1e-5, atol=1e-5)
             assert aligner.unit_times_batch(clips, texts) == times
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_prefill_attention_in_the_packed_decoder_equals_a_token_at_a_time(aligner_ckpt, seed):
+    """engine option aligner_prefill_attention: the packed decoder's attention by blocks of a clip's tokens
+    (kernels/prefill_attention.py in Triton's interpreter: an online softmax, so fp32 rounding differs slightly
+    through the layers) against the per-token one, eager and through the
+    bucketed decoder (its block table per bucket, refilled call after call); off CUDA and uninterpreted it is
+    refused."""
+    from triton_mode import DEVICE, kernel_module
+    from voxgate.engine.aligner.decoder_graphs import CapturedDecoder
+
+    if DEVICE == "cuda":
+        pytest.skip("the CUDA run is test_the_packed_decoder_on_cuda_equals_the_padded_one")
+    kernel_module("prefill_attention")
+    clips, texts = random_batch(seed)
+    units = [[u.text for u in split_units(t)] for t in texts]
+    aligner = Aligner.from_pretrained(aligner_ckpt, decoder="packed")
+    with torch.inference_mode():
+        ids, plain = aligner._hidden_batch(clips, units)
+        aligner.use_prefill_attention()
+        assert_close(aligner._hidden_batch(clips, units)[1], plain)
+        aligner.captured = CapturedDecoder(aligner.stack, aligner.thinker.model, torch.device("cpu"), torch.float32,
+                                           buckets=(ids.shape[0] // 2, ids.shape[0] + 7), max_clips=8,
+                                           max_positions=400, prefill=True)
+        aligner.captured.capture(progress=False)
+        for _ in range(2):
+            assert_close(aligner._hidden_batch(clips, units)[1], plain)
+        half = aligner._hidden_batch(clips[:2], units[:2])[1]  # a smaller bucket with its own table
+        assert_close(half, plain[: half.shape[0]])
+
+
+def test_prefill_attention_is_refused_where_it_cannot_run(ours, aligner_ckpt):
+    with pytest.raises(ValueError, match="packed decoder on CUDA"):
+        ours.use_prefill_attention()  # the padded decoder

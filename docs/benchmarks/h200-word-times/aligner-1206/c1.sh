@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# 2026-12-06 call 1: where the aligner's GPU time goes (issue 28's 10 % bound). The aligner bench, profiled, on
-# clips like the loop's (0.5-3.5 s; the loop's calls averaged 54 clips of 1.9 s) with the graphs as they are
-# (32 clips, 64 chunks) and larger (64 clips, 256 chunks); then sentence SLO capacity with word times not held on
-# a server with each; then the aligner's and the draw's GPU tests.
+# 2026-12-06 call 1: where the aligner's GPU time goes (issue 28's 10 % bound). The aligner's GPU tests (prefill
+# attention new) and the draw's; the aligner bench, profiled, on clips like the loop's (0.5-3.5 s; the loop's
+# calls averaged 54 clips of 1.9 s) with the graphs as they are (32 clips, 64 chunks), larger (64 clips, 256
+# chunks) and larger with prefill attention; then sentence SLO capacity with word times not held on a server
+# with the larger graphs and prefill attention, then on one as main is.
 T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 el() { echo $(( $(date +%s) - T0 )); }
 STAGES=none bash tests/qwen3tts/gpu_loop.sh 2>&1 | tail -3
@@ -10,15 +11,17 @@ export PYTHONPATH=/tmp/site-gw:/tmp/vx TRITON_CACHE_DIR=/tmp/tcache VOXGATE_SHAR
 nvidia-smi --query-gpu=name --format=csv,noheader
 mkdir -p /tmp/r
 save() { tar czf $OUT/reports.tgz -C /tmp/r . ; }
+timeout 150 python3 -m pytest tests/aligner/test_batch.py tests/aligner/test_encoder_graphs.py tests/kernel/test_prefill_attention.py tests/kernel/test_sample_draw.py \
+  -k "cuda or prefill or draw" -c /dev/null --confcutdir=tests -p no:cacheprovider -q -rs -W ignore::pytest.PytestUnknownMarkWarning 2>&1 | tail -6 | tee /tmp/r/pytest.txt
+t tests; save
 [ -d /tmp/aligner-near ] || python3 -c "from voxgate.engine.aligner.synthetic import write_synthetic_aligner as w; w('/tmp/aligner-near', tiny=False, head_classes=16, sharpen=True)"
 t aligner-written
-AB="python3 -m voxgate.engine.aligner.bench --checkpoint /tmp/aligner-near --dtype bf16 --encoder captured --decoder-graphs"
-timeout 100 $AB --batches 1,16,32,54,64 --seconds 0.5-3.5 --profile --json /tmp/r/bench-base.json > /tmp/r/bench-base.txt 2>&1
-head -8 /tmp/r/bench-base.txt; t bench-base; save
-timeout 120 $AB --batches 1,16,32,54,64 --seconds 0.5-3.5 --graph-clips 64 --graph-chunks 256 --profile --json /tmp/r/bench-big.json > /tmp/r/bench-big.txt 2>&1
-head -8 /tmp/r/bench-big.txt; t bench-big; save
-timeout 80 $AB --batches 1,128 --seconds 3 --graph-clips 64 --graph-chunks 256 --json /tmp/r/bench-3s.json > /tmp/r/bench-3s.txt 2>&1
-head -4 /tmp/r/bench-3s.txt; t bench-3s; save
+AB="python3 -m voxgate.engine.aligner.bench --checkpoint /tmp/aligner-near --dtype bf16 --encoder captured --decoder-graphs --seconds 0.5-3.5 --profile"
+BIG="--graph-clips 64 --graph-chunks 256"
+ab() { name=$1; shift; timeout 110 $AB --json /tmp/r/bench-$name.json "$@" > /tmp/r/bench-$name.txt 2>&1; sed -n 1,5p /tmp/r/bench-$name.txt | sed "s/^/$name: /"; t "bench $name"; save; }
+ab base --batches 1,32,54
+ab bigpre --batches 54,64 $BIG --prefill-attention
+ab big --batches 54,64 $BIG
 VX="python3 -m voxgate.gateway.cli"
 arm() { name=$1; shift
   $VX serve --config qwen3tts --engine-option model=/tmp/ck17 --engine-option aligner=/tmp/aligner-near --port 8012 "$@" > /tmp/r/server-$name.log 2>&1 &
@@ -30,10 +33,6 @@ arm() { name=$1; shift
     --timestamps --timestamps-hold false 2>&1 | grep -E "open s|capacity" | sed "s/^/$name: /"
   python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" | grep -E "aligner|refusals" > /tmp/r/metrics-$name.txt
   kill $SERVER; wait $SERVER 2>/dev/null; save; t "$name done"; }
-arm big --engine-option aligner_graph_clips=64 --engine-option aligner_graph_chunks=256
-[ $(el) -lt 400 ] && arm base
-if [ $(el) -lt 500 ]; then
-  timeout $(( 570 - $(el) )) python3 -m pytest tests/aligner/test_batch.py tests/aligner/test_encoder_graphs.py tests/kernel/test_sample_draw.py \
-    -k "cuda or draw" -c /dev/null --confcutdir=tests -p no:cacheprovider -q -rs -W ignore::pytest.PytestUnknownMarkWarning 2>&1 | tail -6 | tee /tmp/r/pytest.txt
-fi
+arm bigpre --engine-option aligner_graph_clips=64 --engine-option aligner_graph_chunks=256 --engine-option aligner_prefill_attention=true
+[ $(el) -lt 440 ] && RATES=240,270 arm base
 save; t end
