@@ -50,10 +50,12 @@ class EncoderAttention(nn.Module):
         self.out_proj = nn.Linear(dim, dim)
 
     def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """x [W, S, D]: W windows of S frames; valid [W, S] marks real (not padding) frames."""
+        """x [W, S, D]: W rows of S frames; valid [W, S] marks the keys every frame of a row may see (a window a
+        row, its real frames), or [W, S, S] the keys each frame may see (windows packed: engine/aligner/windows.py)."""
         w, s, d = x.shape
         q, k, v = (p(x).view(w, s, self.heads, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=valid[:, None, None, :])
+        mask = valid[:, None, None, :] if valid.dim() == 2 else valid[:, None]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.out_proj(out.transpose(1, 2).reshape(w, s, d))
 
 

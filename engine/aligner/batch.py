@@ -6,10 +6,11 @@ Every clip gets what it gets alone (Thinker.forward, AudioEncoder.forward: the p
   of more than one chunk zero-pads its short last chunk to 100 frames too, so those chunks are as they are alone.
   A clip of one short chunk runs alone at its own width: here it is zero-padded to 100 and each conv's output is
   zeroed past the frames it has alone, which is exactly the zero padding its own convs see at its end.
-- **Encoder layers**: every clip's attention windows (each clip's own size, AudioEncoder.window_size) are rows of
-  one [windows, S, D] batch with a key validity mask, so no frame attends outside its window, let alone its clip.
-  encoder_graphs.CapturedEncoder replays the same convs, layers and head from CUDA graphs (engine option
-  `aligner_encoder_graphs`).
+- **Encoder layers**: every clip's attention windows (each clip's own size, AudioEncoder.window_size) are packed
+  into the rows of one [rows, S, D] batch, S the longest window (windows.py: several short windows share a row),
+  under a per-row [S, S] mask that lets a frame see its own window's frames only, never another window's, let
+  alone another clip's. encoder_graphs.CapturedEncoder replays the same convs, layers and head from CUDA graphs
+  (engine option `aligner_encoder_graphs`).
 - **Decoder, packed** (`hidden_packed`, the default on CUDA): every clip's prompt back to back as one token
   stream through the fused decoder stack of the TTS step (engine/qwen3tts/fused_stack.py: 9 launches a layer,
   Triton kernels on CUDA), each clip its own KV slot and positions 0..T-1, so a token attends to its own clip's
@@ -34,6 +35,7 @@ from .audio_encoder import AudioEncoder, conv_frames, encoder_frames, sinusoids
 from .config import CHUNK_FRAMES
 from .decoder_graphs import CapturedDecoder
 from .model import Thinker
+from .windows import WindowLayout
 
 # encoder_graphs.CapturedEncoder: (mel, frames) -> encode_batch's result (named by its call, not imported: that
 # module builds on this one)
@@ -99,17 +101,19 @@ def embed_chunks_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int]
 
 def encode_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int]) -> torch.Tensor:
     """mel [B, n_mels, T] zero-padded, frames[b] real mel frames of clip b -> [sum of encoder_frames, output_dim],
-    clip after clip: AudioEncoder.forward of each clip (windowed), concatenated."""
+    clip after clip: AudioEncoder.forward of each clip (windowed), concatenated. The windows are packed into rows
+    as long as the longest (windows.py)."""
     x = embed_chunks_batch(tower, mel, frames)
     windows = window_lengths(tower, frames)
-    s = max(windows)
-    valid = (torch.arange(s) < torch.tensor(windows)[:, None]).to(x.device)  # [W, S]
-    h = x.new_zeros(len(windows) * s, x.shape[1])
-    h[valid.view(-1)] = x  # row-major over windows: the frames' own order
-    h = h.view(len(windows), s, -1)
+    layout = WindowLayout.build(windows, max(windows))
+    n = x.shape[0]
+    src = layout.sources(torch.arange(n), zero=n).to(x.device)
+    h = torch.cat([x, x.new_zeros(1, x.shape[1])]).index_select(0, src).view(layout.rows, layout.capacity, -1)
+    mask = layout.mask().to(x.device)
     for layer in tower.layers:
-        h = layer(h, valid)
-    return head(tower, h.view(-1, h.shape[-1])[valid.view(-1)])
+        h = layer(h, mask)
+    rows = torch.tensor(layout.slot_of_frame, device=x.device)
+    return head(tower, h.view(-1, h.shape[-1]).index_select(0, rows))
 
 
 def _embedded(thinker: Thinker, ids: torch.Tensor, mel: torch.Tensor, frames: list[int],

@@ -1,5 +1,5 @@
 """The aligner's audio encoder (batch.encode_batch) replayed from CUDA graphs: one per chunk bucket for the convs,
-one per (windows, rows) bucket for the transformer.
+one per (rows, row width) bucket for the transformer.
 
 Eager, a call is the convs and ~12 launches a layer issued from the aligner's thread; captured, it is two replays
 and a few copies. A graph replays fixed shapes and cannot sync with the host, so the boolean selections of
@@ -9,21 +9,22 @@ encode_batch become index tensors built on the host from `frames` alone and copi
   buffer, each with the mel frames it keeps through the convs (batch.conv_chunks, as eager); the rest keep none.
   The graph writes every chunk's 13 frames, positions added, into a frame table of [largest bucket x 13 + 1,
   d_model] whose last row is never written: it stays zero.
-- **Layers** (key `("layers", W, S)`): row s of window w reads the table at src[w, s], its window's frames in
-  order and then the zero row, under a key mask that marks only its window's frames valid. That is how
-  encode_batch lays out its windows (each padded to the batch's longest with invalid keys), so every real frame
-  attends to exactly the same keys; the mask is what makes padding exact, the zero row keeps it finite. A clip of
-  one short chunk (fewer than 13 frames, a window smaller than the others) is padded to S likewise. Windows past
-  the call's are zero rows with one valid key (a row with none would be NaN), never read. ln_post and the
-  projections run on every row; the real rows are then taken by index.
+- **Layers** (key `("layers", W, S)`): the call's attention windows packed into W rows of S slots as encode_batch
+  packs them (windows.py: first fit, largest first; S the smallest row bucket that holds the longest window).
+  Slot j of row w reads the table at src[w, j], its frame or the zero row, under a [S, S] mask per row that lets
+  a frame see its own window's frames only: every real frame attends to exactly the keys it has alone; the mask
+  makes the packing exact, the zero row keeps padding finite. Padding slots and rows past the call's see only
+  themselves (a slot with no key would be NaN) and are never read. ln_post and the projections run on every slot;
+  the real ones are then taken by index.
 
 Buckets: 1, 2, 4 ... `max_chunks` chunks (64 by default, the engine option `aligner_graph_chunks`: 64 s of audio,
-about 20 three-second sentences), as many windows, and rows of 13 x 1, 2, 4 ... chunks up to a full window (13 x
-chunks_per_window): for 64, 7 conv graphs and 28 layers graphs for the official aligner (S = 13, 26, 52, 104). A
-call with more chunks or more windows runs encode_batch eagerly (the same result). Memory, for the official aligner
-in bf16, all graphs in one pool: the buffers (~3.5 MB), the layers graphs' outputs (one [W x S, 1024] each, ~50 MB
-in all) and the largest graph's activations, the 64-chunk convs' (about two [64, 480, 64, 50] tensors at their peak,
-~0.4 GB; the largest layers graph needs ~0.1 GB). Estimated from the shapes, not measured.
+about 20 three-second sentences), rows W of 1, 2, 3, 4, 6, 8, 12 ... up to as many, and row widths S of 13 x 1, 2,
+4 ... chunks up to a full window (13 x chunks_per_window): for 64, 7 conv graphs and 48 layers graphs for the
+official aligner (S = 13, 26, 52, 104). A call with more chunks or more windows runs encode_batch eagerly (the same
+result). Memory, for the official aligner in bf16, all graphs in one pool: the buffers (~4 MB with the masks),
+the layers graphs' outputs (one [W x S, 1024] each, ~60 MB in all) and the largest graph's activations, the
+64-chunk convs' (about two [64, 480, 64, 50] tensors at their peak, ~0.4 GB; the largest layers graph needs
+~0.1 GB). Estimated from the shapes, not measured.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..graphs import GraphSet, smallest_bucket
 from .audio_encoder import AudioEncoder, conv_frames, sinusoids
 from .batch import chunk_lengths, chunk_limits, conv_chunks, encode_batch, head, window_lengths
 from .config import CHUNK_FRAMES
+from .windows import WindowLayout, pack
 
 MAX_CHUNKS = 64  # the largest chunk and window bucket (engine option aligner_graph_chunks)
 FRAMES = conv_frames(CHUNK_FRAMES)  # encoder frames of a full chunk: 13
@@ -45,6 +47,11 @@ def powers_to(most: int) -> tuple[int, ...]:
     if most < 1 or most & (most - 1):
         raise ValueError(f"a bucket limit must be a power of two, not {most}")
     return tuple(1 << i for i in range(most.bit_length()))
+
+
+def row_counts(most: int) -> tuple[int, ...]:
+    """Packed rows W: 1, 2, 3, 4, 6, 8, 12 ... up to `most` (a power of two), so a call pads at most half a step."""
+    return tuple(sorted({n for p in powers_to(most) for n in (p, p + p // 2) if n <= most}))
 
 
 def row_buckets(chunks_per_window: int) -> tuple[int, ...]:
@@ -59,9 +66,10 @@ class CapturedEncoder:
                  window_buckets: tuple[int, ...] | None = None, rows: tuple[int, ...] | None = None) -> None:
         cfg = tower.cfg
         self.tower = tower
-        # Windows are never more than chunks: both ladders are 1, 2, 4 ... max_chunks unless given.
+        # Windows are never more than chunks, and packed rows never more than windows: both ladders end at
+        # max_chunks (chunks 1, 2, 4 ...; rows 1, 2, 3, 4, 6, 8 ...) unless given.
         self.chunk_buckets = tuple(sorted(chunk_buckets or powers_to(max_chunks)))
-        self.window_buckets = tuple(sorted(window_buckets or powers_to(max_chunks)))
+        self.window_buckets = tuple(sorted(window_buckets or row_counts(max_chunks)))
         self.rows = tuple(sorted(rows or row_buckets(cfg.chunks_per_window)))
         most_chunks, most_rows = self.chunk_buckets[-1], self.window_buckets[-1] * self.rows[-1]
         self.chunks = torch.zeros((most_chunks, 1, cfg.num_mel_bins, CHUNK_FRAMES), dtype=dtype, device=device)
@@ -69,7 +77,8 @@ class CapturedEncoder:
         self.table = torch.zeros((most_chunks * FRAMES + 1, cfg.d_model), dtype=dtype, device=device)
         self.zero_row = most_chunks * FRAMES
         self.src = torch.full((most_rows,), self.zero_row, dtype=torch.int64, device=device)
-        self.valid = torch.ones(most_rows, dtype=torch.bool, device=device)  # the warm-ups: no row all masked
+        # each slot's keys ([W, S, S] of a bucket, flat); all true for the warm-ups: no slot all masked
+        self.mask = torch.ones(most_rows * self.rows[-1], dtype=torch.bool, device=device)
         self.positions = sinusoids(FRAMES, cfg.d_model).to(device, dtype)
         self.graphs: GraphSet[tuple[str, int] | tuple[str, int, int]] = GraphSet(device)
 
@@ -97,13 +106,13 @@ class CapturedEncoder:
 
             return convs
         _, w, s = key
-        src, valid = self.src[: w * s], self.valid[: w * s].view(w, s)
+        src, mask = self.src[: w * s], self.mask[: w * s * s].view(w, s, s)
 
         @torch.inference_mode()
         def layers() -> torch.Tensor:
             h = self.table.index_select(0, src).view(w, s, -1)
             for layer in self.tower.layers:
-                h = layer(h, valid)
+                h = layer(h, mask)
             return head(self.tower, h.reshape(w * s, -1))
 
         return layers
@@ -144,23 +153,15 @@ class CapturedEncoder:
         return bucket, [g * FRAMES + t for g, m in enumerate(flat) for t in range(conv_frames(m))]
 
     def _load_windows(self, frames: list[int], table_rows: list[int]) -> tuple[tuple[int, int], torch.Tensor]:
-        """Every attention window's table rows and key mask into the buffers -> ((W, S) bucket, the real rows of
-        the layers graph's output, in order)."""
+        """Every attention window packed into rows of S slots (windows.py) and their masks into the buffers ->
+        ((W, S) bucket, the real rows of the layers graph's output, in frame order)."""
         windows = window_lengths(self.tower, frames)
-        w, s = smallest_bucket(self.window_buckets, len(windows)), smallest_bucket(self.rows, max(windows))
-        src = torch.full((w, s), self.zero_row, dtype=torch.int64)
-        valid = torch.zeros((w, s), dtype=torch.bool)
-        valid[len(windows):, 0] = True  # padding windows: one valid (zero) key, so no row is all masked
-        rows: list[int] = []
-        start = 0
-        for i, size in enumerate(windows):
-            src[i, :size] = torch.tensor(table_rows[start: start + size])
-            valid[i, :size] = True
-            rows += range(i * s, i * s + size)
-            start += size
-        self._upload(self.src[: w * s], src.view(-1))
-        self._upload(self.valid[: w * s], valid.view(-1))
-        return (w, s), self._device(torch.tensor(rows))
+        s = smallest_bucket(self.rows, max(windows))
+        w = smallest_bucket(self.window_buckets, len(pack(windows, s)))
+        layout = WindowLayout.build(windows, s, rows=w)  # rows past the call's: padding, never read
+        self._upload(self.src[: w * s], layout.sources(torch.tensor(table_rows), zero=self.zero_row))
+        self._upload(self.mask[: w * s * s], layout.mask().view(-1))
+        return (w, s), self._device(torch.tensor(layout.slot_of_frame))
 
     # A blocking host-to-device copy waits for everything queued on the stream (the features, the convs): pinned
     # and non-blocking on CUDA, the host goes on queueing.
