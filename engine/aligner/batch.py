@@ -99,13 +99,13 @@ def embed_chunks_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int]
     return x[keep.to(x.device)]
 
 
-def encode_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int]) -> torch.Tensor:
+def encode_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int], share: bool = True) -> torch.Tensor:
     """mel [B, n_mels, T] zero-padded, frames[b] real mel frames of clip b -> [sum of encoder_frames, output_dim],
     clip after clip: AudioEncoder.forward of each clip (windowed), concatenated. The windows are packed into rows
-    as long as the longest (windows.py)."""
+    as long as the longest (windows.py; share=False: a window a row)."""
     x = embed_chunks_batch(tower, mel, frames)
     windows = window_lengths(tower, frames)
-    layout = WindowLayout.build(windows, max(windows))
+    layout = WindowLayout.build(windows, max(windows), share=share)
     n = x.shape[0]
     src = layout.sources(torch.arange(n), zero=n).to(x.device)
     h = torch.cat([x, x.new_zeros(1, x.shape[1])]).index_select(0, src).view(layout.rows, layout.capacity, -1)

@@ -87,14 +87,14 @@ def median_ms(fn: Callable[[], Any], device: torch.device, warmup: int, runs: in
 
 
 def bench_batch(aligner: Aligner, batch: int, seconds: tuple[float, float], warmup: int, runs: int,
-                profile: bool = False) -> dict[str, Any]:
+                profile: bool = False, share: bool = True) -> dict[str, Any]:
     device = aligner.thinker.lm_head.weight.device
     clips, texts = make_inputs(batch, seconds, seed=batch)
     tensors = clips_on_device(clips, device)
     n_mels = aligner.cfg.audio.num_mel_bins
     mel, frames = log_mel_batch(tensors, n_mels)
     tower, dtype = aligner.thinker.audio_tower, aligner.thinker.lm_head.weight.dtype
-    encode = aligner.encoder or (lambda mel, frames: encode_batch(tower, mel, frames))
+    encode = aligner.encoder or (lambda mel, frames: encode_batch(tower, mel, frames, share))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with torch.inference_mode():
@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefill-attention", action="store_true",
                    help="the packed decoder's attention by blocks of a clip's tokens (kernels/prefill_attention.py; "
                         "engine option aligner_prefill_attention; CUDA)")
+    p.add_argument("--no-pack-windows", action="store_true",
+                   help="with --encoder captured: the encoder's attention windows a row each, as before they were "
+                        "packed (to measure against; engine/aligner/windows.py)")
     p.add_argument("--profile", action="store_true",
                    help="also trace one call per batch size kernel by kernel (CUDA only): launches, GPU-busy time, "
                         "idle gaps, the heaviest kernels")
@@ -175,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=5, help="timed calls (median)")
     p.add_argument("--json", type=Path, help="write the results here")
     args = p.parse_args(argv)
+    if args.no_pack_windows and args.encoder != "captured":
+        p.error("--no-pack-windows measures the captured encoder: add --encoder captured")
 
     report: dict[str, Any] = dict(device=args.device, dtype=args.dtype, checkpoint=str(args.checkpoint))
     if args.write_synthetic and not (args.checkpoint / "config.json").is_file():
@@ -199,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         aligner.capture(progress=False, decoder_graphs=args.decoder_graphs, encoder_graphs=args.encoder == "captured",
                         max_clips=args.graph_clips, max_chunks=args.graph_chunks)
         report["capture_s"] = round(time.perf_counter() - t0, 2)
+    report["pack_windows"] = share = not args.no_pack_windows
+    if aligner.encoder is not None:
+        aligner.encoder.share = share
     profile = args.profile and args.device.startswith("cuda")
     if args.profile and not profile:
         print("--profile traces CUDA kernels: skipped on this device")
@@ -211,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'batch':>6} {'audio s':>8} {'ms/call':>10} {'ms/audio s':>11} {'features':>9} {'encoder':>9} "
           f"{'decoder+':>9} {'peak MiB':>9}  graphs")
     for batch in (int(b) for b in args.batches.split(",")):
-        row = bench_batch(aligner, batch, args.seconds, args.warmup, args.runs, profile)
+        row = bench_batch(aligner, batch, args.seconds, args.warmup, args.runs, profile, share)
         report["results"].append(row)
         graphs = "+".join(p for p, used in (("encoder", row["encoder_captured"]),
                                              ("decoder", row["decoder_captured"])) if used) or "none"

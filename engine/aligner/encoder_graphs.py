@@ -66,6 +66,7 @@ class CapturedEncoder:
                  window_buckets: tuple[int, ...] | None = None, rows: tuple[int, ...] | None = None) -> None:
         cfg = tower.cfg
         self.tower = tower
+        self.share = True  # windows share rows (windows.py); False: a window a row, only to measure against
         # Windows are never more than chunks, and packed rows never more than windows: both ladders end at
         # max_chunks (chunks 1, 2, 4 ...; rows 1, 2, 3, 4, 6, 8 ...) unless given.
         self.chunk_buckets = tuple(sorted(chunk_buckets or powers_to(max_chunks)))
@@ -126,7 +127,7 @@ class CapturedEncoder:
     def __call__(self, mel: torch.Tensor, frames: list[int]) -> torch.Tensor:
         """encode_batch(tower, mel, frames): [sum of encoder_frames, output_dim], from the graphs where it fits."""
         if not self.fits(frames):
-            return encode_batch(self.tower, mel, frames)
+            return encode_batch(self.tower, mel, frames, self.share)
         chunks, table_rows = self._load_chunks(mel, frames)
         windows, rows = self._load_windows(frames, table_rows)
         self.graphs(("convs", chunks))
@@ -157,8 +158,8 @@ class CapturedEncoder:
         ((W, S) bucket, the real rows of the layers graph's output, in frame order)."""
         windows = window_lengths(self.tower, frames)
         s = smallest_bucket(self.rows, max(windows))
-        w = smallest_bucket(self.window_buckets, len(pack(windows, s)))
-        layout = WindowLayout.build(windows, s, rows=w)  # rows past the call's: padding, never read
+        w = smallest_bucket(self.window_buckets, len(pack(windows, s, self.share)))
+        layout = WindowLayout.build(windows, s, rows=w, share=self.share)  # rows past the call's: padding
         self._upload(self.src[: w * s], layout.sources(torch.tensor(table_rows), zero=self.zero_row))
         self._upload(self.mask[: w * s * s], layout.mask().view(-1))
         return (w, s), self._device(torch.tensor(layout.slot_of_frame))

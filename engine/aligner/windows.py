@@ -20,11 +20,14 @@ import torch
 PADDING = -1  # the window of a padding slot
 
 
-def pack(windows: list[int], capacity: int) -> list[list[int]]:
+def pack(windows: list[int], capacity: int, share: bool = True) -> list[list[int]]:
     """Window sizes (each <= capacity) -> rows, each the indices of the windows it holds (first fit, largest
-    first; a row's windows in index order)."""
+    first; a row's windows in index order). share=False: a window a row, in order (the layout before packing,
+    kept to measure against: the bench's --no-pack-windows)."""
     if any(not 0 < w <= capacity for w in windows):
         raise ValueError(f"windows must be 1..{capacity} frames, not {windows}")
+    if not share:
+        return [[i] for i in range(len(windows))]
     rows: list[list[int]] = []
     free: list[int] = []
     for i in sorted(range(len(windows)), key=lambda i: (-windows[i], i)):
@@ -52,10 +55,10 @@ class WindowLayout:
     window_of_slot: torch.Tensor
 
     @classmethod
-    def build(cls, windows: list[int], capacity: int, rows: int | None = None) -> WindowLayout:
+    def build(cls, windows: list[int], capacity: int, rows: int | None = None, share: bool = True) -> WindowLayout:
         """The packed layout of `windows` (frame counts, in frame order) in rows of `capacity` slots; `rows`: pad
-        with rows of padding up to this many (a captured bucket)."""
-        packed = pack(windows, capacity)
+        with rows of padding up to this many (a captured bucket); share: as in `pack`."""
+        packed = pack(windows, capacity, share)
         total = len(packed) if rows is None else rows
         if total < len(packed):
             raise ValueError(f"{len(packed)} rows of windows for a layout of {total}")

@@ -12,19 +12,20 @@ from voxgate.engine.aligner import bench
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("encoder,graphs,clips", [("eager", False, 32), ("captured", True, 32),
-                                                  ("captured", True, 2)])
-def test_bench_writes_a_checkpoint_and_its_json(tmp_path, monkeypatch, capsys, encoder, graphs, clips):
+@pytest.mark.parametrize("encoder,graphs,clips,pack", [("eager", False, 32, True), ("captured", True, 32, True),
+                                                       ("captured", True, 2, False)])
+def test_bench_writes_a_checkpoint_and_its_json(tmp_path, monkeypatch, capsys, encoder, graphs, clips, pack):
     monkeypatch.setenv("VOXGATE_SHARED", str(require_shared("qwen3-tts", "text-tokenizer").parents[1]))
     out = tmp_path / "bench.json"
     assert bench.main(["--checkpoint", str(tmp_path / "ckpt"), "--write-synthetic", "tiny", "--batches", "1,3",
                        "--seconds", "1.5", "--dtype", "fp32", "--device", "cpu", "--warmup", "0", "--runs", "1",
                        "--encoder", encoder, *(["--decoder-graphs", "--decoder", "packed"] if graphs else []),
-                       "--profile", "--graph-clips", str(clips), "--json", str(out)]) == 0
+                       "--profile", "--graph-clips", str(clips), *([] if pack else ["--no-pack-windows"]),
+                       "--json", str(out)]) == 0
     assert (tmp_path / "ckpt" / "model.safetensors").is_file()
     report = json.loads(out.read_text())
     assert report["device"] == "cpu" and report["write_s"] >= 0 and report["model"]["decoder_layers"] == 2
-    assert report["encoder"] == encoder and report["decoder_graphs"] == graphs
+    assert report["encoder"] == encoder and report["decoder_graphs"] == graphs and report["pack_windows"] == pack
     assert ("capture_s" in report) == graphs
     assert all("profile" not in r for r in report["results"])  # kernels are traced on CUDA only
     assert "--profile traces CUDA kernels: skipped" in capsys.readouterr().out

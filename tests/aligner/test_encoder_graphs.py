@@ -36,10 +36,13 @@ def calls(clips: list[np.ndarray]) -> list[list[np.ndarray]]:
     return [clips, clips[::-1], [short], [exact, by_length[1]], [by_length[3]], by_length[4:], clips]
 
 
+@pytest.mark.parametrize("share", [True, False])
 @pytest.mark.parametrize("seed", range(3))
-def test_the_bucketed_encoder_equals_encode_batch_call_after_call(aligner, seed):
+def test_the_bucketed_encoder_equals_encode_batch_call_after_call(aligner, seed, share):
+    """Windows packed into rows (the default) or a window a row (share False, kept to measure against)."""
     tower = aligner.thinker.audio_tower
     encoder = CapturedEncoder(tower, torch.device("cpu"), torch.float32, chunk_buckets=(4, 32), window_buckets=(2, 16))
+    encoder.share = share
     assert encoder.rows == (13, 26)  # the tiny aligner's windows are two chunks
     encoder.capture(progress=False)
     padded = set()  # what was padded: chunks, windows, rows

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # 2026-12-06 call 1: where the aligner's GPU time goes (issue 28's 10 % bound). The aligner's GPU tests (prefill
-# attention new) and the draw's; the aligner bench, profiled, on clips like the loop's (0.5-3.5 s; the loop's
-# calls averaged 54 clips of 1.9 s) with the graphs as they are (32 clips, 64 chunks), larger (64 clips, 256
-# chunks) and larger with prefill attention; then sentence SLO capacity with word times not held on a server
-# with the larger graphs and prefill attention, then on one as main is.
+# attention and packed windows new) and the draw's; the aligner bench, profiled, on clips like the loop's
+# (0.5-3.5 s; the loop's calls averaged 54 clips of 1.9 s): as main ran it (graphs for 32 clips and 64 chunks, a
+# window a row, attention a token at a time), then with all three changes (graphs for 64 clips and 256 chunks,
+# packed windows, prefill attention); sentence SLO capacity with word times not held on a server with all three;
+# then, time left, each change alone.
 T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 el() { echo $(( $(date +%s) - T0 )); }
 STAGES=none bash tests/qwen3tts/gpu_loop.sh 2>&1 | tail -3
@@ -16,12 +17,11 @@ timeout 150 python3 -m pytest tests/aligner/test_batch.py tests/aligner/test_enc
 t tests; save
 [ -d /tmp/aligner-near ] || python3 -c "from voxgate.engine.aligner.synthetic import write_synthetic_aligner as w; w('/tmp/aligner-near', tiny=False, head_classes=16, sharpen=True)"
 t aligner-written
-AB="python3 -m voxgate.engine.aligner.bench --checkpoint /tmp/aligner-near --dtype bf16 --encoder captured --decoder-graphs --seconds 0.5-3.5 --profile"
+AB="python3 -m voxgate.engine.aligner.bench --checkpoint /tmp/aligner-near --dtype bf16 --encoder captured --decoder-graphs --seconds 0.5-3.5 --profile --warmup 1 --runs 3"
 BIG="--graph-clips 64 --graph-chunks 256"
 ab() { name=$1; shift; timeout 110 $AB --json /tmp/r/bench-$name.json "$@" > /tmp/r/bench-$name.txt 2>&1; sed -n 1,5p /tmp/r/bench-$name.txt | sed "s/^/$name: /"; t "bench $name"; save; }
-ab base --batches 1,32,54
-ab bigpre --batches 54,64 $BIG --prefill-attention
-ab big --batches 54,64 $BIG
+ab main --batches 1,32,54 --no-pack-windows
+ab bigpre --batches 32,54,64 $BIG --prefill-attention
 VX="python3 -m voxgate.gateway.cli"
 arm() { name=$1; shift
   $VX serve --config qwen3tts --engine-option model=/tmp/ck17 --engine-option aligner=/tmp/aligner-near --port 8012 "$@" > /tmp/r/server-$name.log 2>&1 &
@@ -34,5 +34,6 @@ arm() { name=$1; shift
   python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" | grep -E "aligner|refusals" > /tmp/r/metrics-$name.txt
   kill $SERVER; wait $SERVER 2>/dev/null; save; t "$name done"; }
 arm bigpre --engine-option aligner_graph_clips=64 --engine-option aligner_graph_chunks=256 --engine-option aligner_prefill_attention=true
-[ $(el) -lt 440 ] && RATES=240,270 arm base
+[ $(el) -lt 470 ] && ab nopack --batches 54 $BIG --prefill-attention --no-pack-windows
+[ $(el) -lt 500 ] && ab nopre --batches 54 $BIG
 save; t end
