@@ -32,7 +32,7 @@ arm() { name=$1; shift
   timeout 150 $VX bench run --url http://127.0.0.1:8012 --transport ws --frame-ms 1280 --seeds 1 --warmup 3 --drain 8 \
     --no-plots --out /tmp/r/$name --name gpu-$name --concurrency "" --duration 10 --client-procs 8 --rates ${RATES:-240,270,300} \
     ${BX---timestamps --timestamps-hold false} 2>&1 | grep -E "open s|capacity" | sed "s/^/$name: /"
-  python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" | grep -E "aligner|refusals" > /tmp/r/metrics-$name.txt
+  python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" | grep -E "aligner|refusals|engine_frames" > /tmp/r/metrics-$name.txt
   kill $SERVER; wait $SERVER 2>/dev/null; save; t "$name done"; }
 arm bigpre --engine-option aligner_graph_clips=64 --engine-option aligner_graph_chunks=256 --engine-option aligner_prefill_attention=true
 [ $(el) -lt 440 ] && BX=" " RATES=300,330 arm none  # no word times, the same server build, for the card at hand
