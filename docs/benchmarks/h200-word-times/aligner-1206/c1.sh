@@ -35,7 +35,7 @@ arm() { name=$1; shift
   python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" | grep -E "aligner|refusals|engine_frames" > /tmp/r/metrics-$name.txt
   kill $SERVER; wait $SERVER 2>/dev/null; save; t "$name done"; }
 arm bigpre --engine-option aligner_graph_clips=64 --engine-option aligner_graph_chunks=256 --engine-option aligner_prefill_attention=true
-[ $(el) -lt 440 ] && BX=" " RATES=300,330 arm none  # no word times, the same server build, for the card at hand
-[ $(el) -lt 500 ] && ab nopack --batches 54 $BIG --prefill-attention --no-pack-windows
-[ $(el) -lt 520 ] && ab nopre --batches 54 $BIG
+[ $(el) -lt 380 ] && BX=" " RATES=300,330 arm none  # no word times, the same server build, for the card at hand
+[ $(el) -lt 420 ] && ab nopack --batches 54 $BIG --prefill-attention --no-pack-windows
+[ $(el) -lt 450 ] && ab nopre --batches 54 $BIG
 save; t end
