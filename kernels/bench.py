@@ -8,9 +8,9 @@ channels), on CUDA.
     python -m voxgate.kernels.bench depth_pass       # also a line per row count (1, 8, 16) against the layers
 
 Each entry builds its inputs and returns (kernel call, reference call); `run` times both with Triton's do_bench
-(median, after its warm-up); depth_pass's reference is the `layers` stack's pass, which it replaces (its plain
-reference is tested against it). Not run in CI (no GPU); tests/kernel/test_layout.py checks that every kernel module
-has an entry here.
+(median, after its warm-up); depth_pass's reference is the `layers` stack's pass and prefill_attention's is
+slot_attention, which they replace (their plain references are tested against them). Not run in CI (no GPU);
+tests/kernel/test_layout.py checks that every kernel module has an entry here.
 """
 
 from __future__ import annotations
@@ -81,6 +81,23 @@ def bench_slot_attention(dev: torch.device) -> tuple[Call, Call]:
     q, k, v = _randn(dev, n, heads, d), _randn(dev, n, kv_heads, positions, d), _randn(dev, n, kv_heads, positions, d)
     slots, lengths = torch.arange(n, device=dev), torch.randint(1, positions + 1, (n,), device=dev)
     return lambda: slot_attention(q, k, v, slots, lengths), lambda: slot_attention_ref(q, k, v, slots, lengths)
+
+
+@entry("prefill_attention")
+def bench_prefill_attention(dev: torch.device) -> tuple[Call, Call]:
+    """The aligner's call: 54 prompts of 20-100 tokens back to back (16/8 heads of 128), against slot_attention,
+    the per-token kernel it replaces (its plain reference is tested against it)."""
+    from .prefill_attention import block_table, prefill_attention
+    from .slot_attention import slot_attention
+
+    lengths = torch.randint(20, 101, (54,)).tolist()
+    n, heads, kv_heads, d, positions = sum(lengths), 16, 8, 128, 128
+    q = _randn(dev, n, heads, d)
+    k, v = _randn(dev, len(lengths), kv_heads, positions, d), _randn(dev, len(lengths), kv_heads, positions, d)
+    table = block_table(lengths).to(dev)
+    slots = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths)).to(dev)
+    own = torch.cat([torch.arange(1, t + 1) for t in lengths]).to(dev)
+    return lambda: prefill_attention(q, k, v, table), lambda: slot_attention(q, k, v, slots, own)
 
 
 @entry("swiglu")
