@@ -16,6 +16,7 @@ save() { tar czf $OUT/reports.tgz -C /tmp/r . ; }
 timeout 150 python3 -m pytest tests/aligner/test_batch.py tests/aligner/test_encoder_graphs.py tests/kernel/test_prefill_attention.py tests/kernel/test_sample_draw.py \
   -k "cuda or prefill or draw" -c /dev/null --confcutdir=tests -p no:cacheprovider -q -rs -W ignore::pytest.PytestUnknownMarkWarning 2>&1 | tail -6 | tee /tmp/r/pytest.txt
 t tests; save
+timeout 40 python3 -m voxgate.kernels.bench prefill_attention 2>&1 | tail -3 | tee /tmp/r/kernel-bench.txt
 [ -d /tmp/aligner-near ] || python3 -c "from voxgate.engine.aligner.synthetic import write_synthetic_aligner as w; w('/tmp/aligner-near', tiny=False, head_classes=16, sharpen=True)"
 t aligner-written
 AB="python3 -m voxgate.engine.aligner.bench --checkpoint /tmp/aligner-near --dtype bf16 --encoder captured --decoder-graphs --seconds 0.5-3.5 --profile --warmup 1 --runs 3"
