@@ -28,7 +28,7 @@ VX="python3 -m voxgate.gateway.cli"
 arm() { name=$1; shift
   $VX serve --config qwen3tts --engine-option model=/tmp/ck17 --engine-option aligner=/tmp/aligner-near --port 8012 "$@" > /tmp/r/server-$name.log 2>&1 &
   SERVER=$!
-  for _ in $(seq 200); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8012/health')" 2>/dev/null && break; sleep 1; done
+  for _ in $(seq 200); do kill -0 $SERVER 2>/dev/null || { tail -5 /tmp/r/server-$name.log; break; }; python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8012/health')" 2>/dev/null && break; sleep 1; done
   t "$name serving"
   timeout 120 $VX bench run --url http://127.0.0.1:8012 --transport ws --frame-ms 1280 --seeds 1 --warmup 3 --drain 8 \
     --no-plots --out /tmp/r/$name --name gpu-$name --concurrency "" --duration 10 --client-procs 8 --rates ${RATES:-240,270,300} \
