@@ -35,8 +35,8 @@ arm() { name=$1; shift
     ${BX---timestamps --timestamps-hold false} 2>&1 | grep -E "open s|capacity" | sed "s/^/$name: /"
   python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" | grep -E "aligner|refusals|engine_frames" > /tmp/r/metrics-$name.txt
   kill $SERVER; wait $SERVER 2>/dev/null; save; t "$name done"; }
-arm bigpre --engine-option aligner_graph_clips=64 --engine-option aligner_graph_chunks=256 --engine-option aligner_prefill_attention=true
-[ $(el) -lt 300 ] && BX=" " RATES=300,330 arm none  # no word times, the same server build, for the card at hand
-[ $(el) -lt 370 ] && ab nopack --batches 54 $BIG --prefill-attention --no-pack-windows
-[ $(el) -lt 395 ] && ab nopre --batches 54 $BIG
+RATES=${BIGRATES:-240,270,300} arm bigpre --engine-option aligner_graph_clips=64 --engine-option aligner_graph_chunks=256 --engine-option aligner_prefill_attention=true
+[ $(el) -lt 260 ] && BX=" " RATES=300,330 arm none  # no word times, the same server build, for the card at hand
+[ $(el) -lt 330 ] && ab nopack --batches 54 $BIG --prefill-attention --no-pack-windows
+[ $(el) -lt 340 ] && ab nopre --batches 54 $BIG
 save; t end
