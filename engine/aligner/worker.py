@@ -25,8 +25,10 @@ from prometheus_client import CollectorRegistry
 from ..metrics import AlignerMetrics
 from ..words import WordTime
 from .align import INPUT_RATE, Aligner
+from .config import CHUNK_FRAMES
 from .decoder_graphs import MAX_CLIPS
 from .encoder_graphs import MAX_CHUNKS
+from .features import HOP, SAMPLE_RATE
 
 log = logging.getLogger("voxgate.engine.aligner")
 
@@ -34,6 +36,12 @@ log = logging.getLogger("voxgate.engine.aligner")
 # docs/aligner.md); a sentence is longer, and one call's activations grow with clips x the longest prompt, so the
 # worker takes fewer and leaves the rest to the next call.
 MAX_BATCH = 64
+
+
+def audio_chunks(audio_24k: np.ndarray) -> int:
+    """The encoder's 1-s chunks of a 24 kHz clip (resampled to 16 kHz, 100 mel frames a chunk)."""
+    frames = len(audio_24k) * SAMPLE_RATE // INPUT_RATE // HOP
+    return max(1, -(-frames // CHUNK_FRAMES))
 
 
 @dataclass(eq=False, slots=True)
@@ -61,7 +69,11 @@ class AlignerWorker:
         self.graph_clips, self.graph_chunks = graph_clips, graph_chunks
         if prefill_attention:  # the packed decoder's attention by blocks of a clip's tokens (CUDA only)
             aligner.use_prefill_attention()
-        self.max_batch = max_batch
+        # A call that fits the graphs replays them; a larger one runs eagerly, ~550 launches from this thread under
+        # the GIL beside the loop's worker. So the graphs' sizes bound a batch too: graph_clips clips (decoder
+        # graphs) and graph_chunks seconds of audio (encoder graphs), and the jobs past them wait for the next call.
+        self.max_batch = min(max_batch, graph_clips) if graphs else max_batch
+        self.max_chunks: int | None = graph_chunks if encoder_graphs else None
         self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
         self.batches = 0  # align_batch calls made
         self.metrics: AlignerMetrics | None = None  # observed after every call, on the worker thread
@@ -109,10 +121,16 @@ class AlignerWorker:
                     break
                 if self._jobs:
                     batch: list[AlignJob] = []
+                    chunks = 0
                     while self._jobs and len(batch) < self.max_batch:
-                        job = self._jobs.popleft()
+                        job = self._jobs[0]
                         if not job.cancelled:
+                            more = audio_chunks(job.audio)
+                            if batch and self.max_chunks is not None and chunks + more > self.max_chunks:
+                                break  # the next call takes it: this one stays within the encoder's graphs
                             batch.append(job)
+                            chunks += more
+                        self._jobs.popleft()
                     return batch
                 self._ready.wait()
         for job in stopped:

@@ -74,13 +74,14 @@ class Qwen3TTSOptions(EngineConfig):
                                                 "(engine/aligner/encoder_graphs.py; default true, measured faster on "
                                                 "the H200; false: eager; off CUDA the encoder runs eagerly either "
                                                 "way)")
-    aligner_max_batch: int = option(64, "word times: clips the aligner measures in one call at most (the rest wait "
-                                        "for the next call; engine/aligner/worker.py; default 64)")
+    aligner_max_batch: int = option(64, "word times: clips the aligner measures in one call at most, and with its "
+                                        "graphs on no more clips and seconds than they hold (the rest wait for "
+                                        "the next call; engine/aligner/worker.py; default 64)")
     aligner_graph_clips: int = option(32, "word times: the aligner's decoder graphs hold calls of up to this many "
-                                          "clips (larger calls run eagerly; ~45 MB of GPU memory a clip; "
+                                          "clips, and the aligner's calls take no more (~45 MB of GPU memory a clip; "
                                           "engine/aligner/decoder_graphs.py; default 32)")
     aligner_graph_chunks: int = option(64, "word times: the aligner's encoder graphs hold calls of up to this many "
-                                           "seconds of audio, a power of two (larger calls run eagerly; "
+                                           "seconds of audio, a power of two, and the aligner's calls take no more ("
                                            "engine/aligner/encoder_graphs.py; default 64)")
     aligner_prefill_attention: bool = option(False, "word times: the aligner's decoder attends a block of a clip's "
                                                     "tokens at a time (kernels/prefill_attention.py; CUDA) instead "

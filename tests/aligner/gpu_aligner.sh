@@ -10,7 +10,8 @@
 #          64 chunks, a window a row, attention a token at a time) and with NEW_BENCH (graphs for 64 clips and 256
 #          chunks, packed windows, prefill attention); then each change alone at 54 clips
 #   slo    sentence SLO capacity with word times not held (RATES) on a server with NEW_SERVE, then without word
-#          times (BASE_RATES) on the same server build: the baseline on the card at hand
+#          times (BASE_RATES) on the same server build: the baseline on the card at hand; then, time left, not held
+#          on a server with the engine's defaults
 #   report issue 28's report points on a NEW_SERVE server: the aligner's time per second of audio at 1 and 128 clips
 #          of 3 s (bench) and in the loop at 1 and 128 streams (closed loop, word times not held: its busy seconds
 #          over the seconds it aligned and over the speech made, from /metrics before and after), beside the same
@@ -103,6 +104,10 @@ if has slo && room; then
   if serve new $NEW_SERVE; then
     scrape slo0; eval load nohold-cap $OPEN --rates ${RATES:-240,270,300} $NOHOLD; scrape slo1; share slo0 slo1
     eval load none-cap $OPEN --rates ${BASE_RATES:-300,330}
+    stop
+  fi
+  if room && serve defaults; then  # the engine's defaults (graphs for 32 clips and 64 chunks, calls within them)
+    eval load nohold-cap-defaults $OPEN --rates ${RATES:-240,270,300} $NOHOLD
     stop
   fi
 fi

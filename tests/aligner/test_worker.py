@@ -162,3 +162,42 @@ async def test_a_cancel_while_the_audio_is_made_submits_nothing(gated: tuple[Gat
     with pytest.raises(StopAsyncIteration):
         await waiting
     assert inner.cancelled.is_set() and stream.take_words() == [] and gate.calls == []
+
+
+async def test_with_graphs_a_batch_stays_within_their_clips_and_chunks(aligner: Aligner) -> None:
+    """With the decoder's and encoder's graphs on, a batch takes at most graph_clips clips and graph_chunks 1-s
+    chunks (a larger call would run eagerly); the rest wait for the next call, in order, and a clip longer than
+    the chunks alone still goes, alone."""
+    import soxr
+    from voxgate.engine.aligner.batch import chunk_lengths
+    from voxgate.engine.aligner.worker import audio_chunks
+
+    for n in (1, 23_999, 24_000, 24_241, 61_000):  # the chunks the encoder will cut
+        frames = len(soxr.resample(np.zeros(n, np.float32), 24_000, 16_000)) // 160
+        assert audio_chunks(np.zeros(n)) == max(1, len(chunk_lengths(frames)))
+    gate = Gated(aligner)
+    worker = AlignerWorker(gate, graphs=True, encoder_graphs=True, graph_clips=3, graph_chunks=4)  # type: ignore[arg-type]
+    try:
+        done = threading.Event()
+        answered: list[int] = []
+
+        def deliver_to(i: int) -> Any:
+            def deliver(words: list[WordTime] | None, error: BaseException | None) -> None:
+                answered.append(i)
+                if len(answered) == 8:
+                    done.set()
+            return deliver
+
+        worker.submit(AlignJob(as_float(pcm(0.3, 0)), "Busy.", deliver_to(0)))
+        assert gate.entered.wait(60)
+        seconds = [0.5, 0.5, 0.5, 0.5, 2.5, 5.5, 0.5]  # chunks 1, 1, 1, 1, 3, 6, 1
+        for i, s in enumerate(seconds):
+            worker.submit(AlignJob(as_float(pcm(s, i + 1)), f"Clip {i}.", deliver_to(i + 1)))
+        gate.release.set()
+        assert done.wait(120)
+        assert gate.calls == [["Busy."], ["Clip 0.", "Clip 1.", "Clip 2."], ["Clip 3.", "Clip 4."], ["Clip 5."],
+                              ["Clip 6."]]
+        assert sorted(answered) == list(range(8))
+    finally:
+        gate.release.set()
+        worker.close()
