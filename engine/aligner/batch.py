@@ -116,7 +116,12 @@ def encode_batch(tower: AudioEncoder, mel: torch.Tensor, frames: list[int], shar
     return head(tower, h.view(-1, h.shape[-1]).index_select(0, rows))
 
 
-def _embedded(thinker: Thinker, ids: torch.Tensor, mel: torch.Tensor, frames: list[int],
+def audio_slots(thinker: Thinker, prompts: list[list[int]]) -> int:
+    """The prompts' <|audio_pad|> slots, counted on the host."""
+    return sum(p.count(thinker.cfg.audio_token_id) for p in prompts)
+
+
+def _embedded(thinker: Thinker, ids: torch.Tensor, slots_count: int, mel: torch.Tensor, frames: list[int],
               encoder: Encoder | None = None) -> torch.Tensor:
     """The decoder's input: ids' embeddings with every <|audio_pad|> slot replaced by its clip's encoder frame, in
     order (the slots of the clips in order, each clip's frames in order). `encoder` replays encode_batch from CUDA
@@ -125,8 +130,8 @@ def _embedded(thinker: Thinker, ids: torch.Tensor, mel: torch.Tensor, frames: li
     audio = encode_batch(thinker.audio_tower, mel, frames) if encoder is None else encoder(mel, frames)
     x = thinker.model.embed_tokens(ids)
     slots = ids == thinker.cfg.audio_token_id
-    if int(slots.sum()) != audio.shape[0]:
-        raise ValueError(f"prompts have {int(slots.sum())} audio slots for {audio.shape[0]} encoder frames")
+    if slots_count != audio.shape[0]:  # counted on the host: summing `slots` would wait for the encoder's kernels
+        raise ValueError(f"prompts have {slots_count} audio slots for {audio.shape[0]} encoder frames")
     return x.masked_scatter(slots[..., None], audio.to(x.dtype))
 
 
@@ -139,7 +144,7 @@ def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]],
     a block of a prompt's tokens at a time (kernels/prefill_attention.py, Triton) instead of a token at a time."""
     device = thinker.lm_head.weight.device
     ids = torch.tensor([i for p in prompts for i in p], device=device)
-    x = _embedded(thinker, ids, mel, frames, encoder)
+    x = _embedded(thinker, ids, audio_slots(thinker, prompts), mel, frames, encoder)
     lengths = torch.tensor([len(p) for p in prompts], device=device)
     slots = torch.repeat_interleave(torch.arange(len(prompts), device=device), lengths)
     starts = torch.cumsum(lengths, 0) - lengths
@@ -179,6 +184,7 @@ def hidden_batch(thinker: Thinker, prompts: list[list[int]], mel: torch.Tensor, 
         raise ValueError(f"pad id {pad_id} is a slot token")
     t = max(map(len, prompts))
     ids = torch.tensor([p + [pad_id] * (t - len(p)) for p in prompts], device=thinker.lm_head.weight.device)
-    x = _embedded(thinker, ids, mel, frames, encoder)  # row-major slots: clip after clip, as the encoder's frames are
+    # row-major slots: clip after clip, as the encoder's frames are
+    x = _embedded(thinker, ids, audio_slots(thinker, prompts), mel, frames, encoder)
     cache = thinker.model.new_cache(len(prompts), t, x.dtype, x.device)
     return ids, thinker.model(x, cache)

@@ -272,3 +272,17 @@ def test_prefill_attention_in_the_packed_decoder_equals_a_token_at_a_time(aligne
 def test_prefill_attention_is_refused_where_it_cannot_run(ours, aligner_ckpt):
     with pytest.raises(ValueError, match="packed decoder on CUDA"):
         ours.use_prefill_attention()  # the padded decoder
+
+
+def test_prompts_whose_slots_miss_the_encoder_frames_are_refused(packed):
+    """The slots are counted on the host (no wait for the encoder); a prompt one slot short is refused, not
+    scattered out of place."""
+    from voxgate.engine.aligner.batch import hidden_packed
+
+    clips, texts = random_batch(0)
+    units = [[u.text for u in split_units(t)] for t in texts]
+    mel, frames = log_mel_batch([torch.from_numpy(c) for c in clips])
+    prompts = [packed.prompt.ids(u, encoder_frames(t)) for u, t in zip(units, frames, strict=True)]
+    prompts[1].remove(packed.prompt.audio_pad)
+    with torch.inference_mode(), pytest.raises(ValueError, match="audio slots for"):
+        hidden_packed(packed.thinker, packed.stack, prompts, mel, frames)
