@@ -192,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     aligner = Aligner.from_pretrained(args.checkpoint, device=args.device, dtype=DTYPES[args.dtype],
                                       decoder=args.decoder)
     if args.prefill_attention:
-        aligner.use_prefill_attention()
+        try:
+            aligner.use_prefill_attention()
+        except ValueError as exc:
+            p.error(f"--prefill-attention: {exc}")
     report["prefill_attention"] = args.prefill_attention
     report["decoder"] = aligner.decoder
     report["load_s"] = round(time.perf_counter() - t0, 2)
