@@ -63,6 +63,16 @@ def test_a_value_of_the_wrong_type_names_its_option() -> None:
         split_pair("max_rows")
 
 
+def test_the_aligner_sizes_are_checked_when_parsed() -> None:
+    """The graphs' sizes fail at parse time with their names, not when the aligner captures minutes later."""
+    assert parse({"aligner_graph_chunks": 256, "aligner_graph_clips": 64}).aligner_graph_chunks == 256
+    with pytest.raises(ValueError, match="aligner_graph_chunks must be a power of two, not 48"):
+        parse({"aligner_graph_chunks": 48})
+    for key in ("aligner_max_batch", "aligner_graph_clips"):
+        with pytest.raises(ValueError, match="aligner_max_batch and aligner_graph_clips must be at least 1"):
+            parse({key: 0})
+
+
 def test_serve_help_lists_every_option() -> None:
     import argparse
 
