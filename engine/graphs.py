@@ -120,3 +120,17 @@ def smallest_bucket(buckets: Iterable[int], n: int) -> int:
     if not fitting:
         raise ValueError(f"{n} is over the largest bucket ({max(buckets, default=0)})")
     return min(fitting)
+
+
+# A blocking host-to-device copy waits for everything queued on the stream: pinned and non-blocking on CUDA, the host
+# goes on queueing (a call's indices into a graph's static buffers, built on the host).
+def upload(buffer: torch.Tensor, host: torch.Tensor) -> None:
+    """Copy `host` into the (static) `buffer` without waiting for the stream's queued work."""
+    buffer.copy_(host.pin_memory() if buffer.is_cuda else host, non_blocking=True)
+
+
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`host` on `device`, without waiting for the stream's queued work."""
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from ..graphs import to_device
 from ..qwen3tts.fused_stack import FusedStack
 from .audio_encoder import AudioEncoder, conv_frames, encoder_frames, sinusoids
 from .config import CHUNK_FRAMES
@@ -165,13 +166,6 @@ def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]],
             return prefill_attention(q, k, v, table)
 
     return ids, stack.forward(x, list(store[:, 0]), list(store[:, 1]), slots, positions, cos, sin, attend=attend)
-
-
-def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host tensor on `device`: pinned and non-blocking on CUDA (a blocking copy would wait for the queued work)."""
-    if device.type == "cuda":
-        return host.pin_memory().to(device, non_blocking=True)
-    return host.to(device)
 
 
 def hidden_batch(thinker: Thinker, prompts: list[list[int]], mel: torch.Tensor, frames: list[int],

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ..graphs import GraphSet, smallest_bucket
+from ..graphs import GraphSet, smallest_bucket, upload
 from ..qwen3tts.fused_stack import FusedStack
 from ..qwen3tts.model.layers import DecoderStack
 
@@ -51,6 +51,10 @@ class CapturedDecoder:
         # per bucket that each call fills; its idle rows launch programs that do nothing.
         self.prefill = prefill
         self._tables: dict[int, torch.Tensor] = {}
+        if prefill:  # imported here: the kernel module needs Triton
+            from ...kernels.prefill_attention import block_table
+
+            self._block_table = block_table
 
     def capture(self, progress: bool = True) -> None:
         self.graphs.capture(self.buckets, self._make, size=lambda n: n, desc="aligner decoder graphs",
@@ -89,11 +93,8 @@ class CapturedDecoder:
         bucket = smallest_bucket(self.buckets, n)
         bx, bs, bp = self._io[bucket]
         if self.prefill:  # padding tokens are in no block: their rows are garbage, never read
-            from ...kernels.prefill_attention import block_table
-
             table = self._tables[bucket]
-            host = block_table(lengths, rows=table.shape[0])
-            table.copy_(host.pin_memory() if table.is_cuda else host, non_blocking=True)
+            upload(table, self._block_table(lengths, rows=table.shape[0]))
         bx[:n].copy_(x)
         bx[n:].zero_()
         bs[:n].copy_(slots)

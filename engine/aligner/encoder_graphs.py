@@ -32,11 +32,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..graphs import GraphSet, smallest_bucket
+from ..graphs import GraphSet, smallest_bucket, to_device, upload
 from .audio_encoder import AudioEncoder, conv_frames, sinusoids
 from .batch import chunk_lengths, chunk_limits, conv_chunks, encode_batch, head, window_lengths
 from .config import CHUNK_FRAMES
-from .windows import WindowLayout, pack
+from .windows import WindowLayout
 
 MAX_CHUNKS = 64  # the largest chunk and window bucket (engine option aligner_graph_chunks)
 FRAMES = conv_frames(CHUNK_FRAMES)  # encoder frames of a full chunk: 13
@@ -143,13 +143,14 @@ class CapturedEncoder:
         bucket = smallest_bucket(self.chunk_buckets, n)
         # Chunk j of clip b is row b * per_clip + j of the mel cut into chunks.
         per_clip = -(-mel.shape[2] // CHUNK_FRAMES)
-        ids = self._device(torch.tensor([b * per_clip + j for b, clip in enumerate(lengths) for j in range(len(clip))]))
+        ids = to_device(torch.tensor([b * per_clip + j for b, clip in enumerate(lengths) for j in range(len(clip))]),
+                        self.table.device)
         limit = torch.zeros(bucket, dtype=torch.int64)  # padding chunks (whatever an earlier call left) keep none
         limit[:n] = torch.tensor(chunk_limits(frames))
         mel = F.pad(mel, (0, per_clip * CHUNK_FRAMES - mel.shape[2]))
         cut = mel.view(mel.shape[0], mel.shape[1], per_clip, CHUNK_FRAMES).transpose(1, 2).flatten(0, 1)
         self.chunks[:n, 0].copy_(cut.index_select(0, ids))
-        self._upload(self.limit[:bucket], limit)
+        upload(self.limit[:bucket], limit)
         # The g-th chunk's frames are rows g * 13 + t of the table, t below what it keeps.
         return bucket, [g * FRAMES + t for g, m in enumerate(flat) for t in range(conv_frames(m))]
 
@@ -158,18 +159,9 @@ class CapturedEncoder:
         ((W, S) bucket, the real rows of the layers graph's output, in frame order)."""
         windows = window_lengths(self.tower, frames)
         s = smallest_bucket(self.rows, max(windows))
-        w = smallest_bucket(self.window_buckets, len(pack(windows, s, self.share)))
-        layout = WindowLayout.build(windows, s, rows=w, share=self.share)  # rows past the call's: padding
-        self._upload(self.src[: w * s], layout.sources(torch.tensor(table_rows), zero=self.zero_row))
-        self._upload(self.mask[: w * s * s], layout.mask().view(-1))
-        return (w, s), self._device(torch.tensor(layout.slot_of_frame))
-
-    # A blocking host-to-device copy waits for everything queued on the stream (the features, the convs): pinned
-    # and non-blocking on CUDA, the host goes on queueing.
-    def _upload(self, buffer: torch.Tensor, host: torch.Tensor) -> None:
-        buffer.copy_(host.pin_memory() if buffer.is_cuda else host, non_blocking=True)
-
-    def _device(self, host: torch.Tensor) -> torch.Tensor:
-        if self.table.is_cuda:
-            return host.pin_memory().to(self.table.device, non_blocking=True)
-        return host.to(self.table.device)
+        layout = WindowLayout.build(windows, s, share=self.share)
+        w = smallest_bucket(self.window_buckets, layout.rows)
+        layout = layout.padded(w)  # rows past the call's: padding, never read
+        upload(self.src[: w * s], layout.sources(torch.tensor(table_rows), zero=self.zero_row))
+        upload(self.mask[: w * s * s], layout.mask().view(-1))
+        return (w, s), to_device(torch.tensor(layout.slot_of_frame), self.table.device)

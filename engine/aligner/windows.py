@@ -59,14 +59,11 @@ class WindowLayout:
         """The packed layout of `windows` (frame counts, in frame order) in rows of `capacity` slots; `rows`: pad
         with rows of padding up to this many (a captured bucket); share: as in `pack`."""
         packed = pack(windows, capacity, share)
-        total = len(packed) if rows is None else rows
-        if total < len(packed):
-            raise ValueError(f"{len(packed)} rows of windows for a layout of {total}")
         first = [0]
         for w in windows:
             first.append(first[-1] + w)
         slot_of_frame = [0] * first[-1]
-        window_of_slot = torch.full((total, capacity), PADDING, dtype=torch.int64)
+        window_of_slot = torch.full((len(packed), capacity), PADDING, dtype=torch.int64)
         for r, members in enumerate(packed):
             column = 0
             for i in members:
@@ -74,7 +71,15 @@ class WindowLayout:
                     slot_of_frame[first[i] + t] = r * capacity + column + t
                 window_of_slot[r, column: column + windows[i]] = i
                 column += windows[i]
-        return cls(total, capacity, slot_of_frame, window_of_slot)
+        layout = cls(len(packed), capacity, slot_of_frame, window_of_slot)
+        return layout if rows is None else layout.padded(rows)
+
+    def padded(self, rows: int) -> WindowLayout:
+        """The same layout with rows of padding after its own, `rows` in all (a captured bucket)."""
+        if rows < self.rows:
+            raise ValueError(f"{self.rows} rows of windows for a layout of {rows}")
+        extra = torch.full((rows - self.rows, self.capacity), PADDING, dtype=torch.int64)
+        return WindowLayout(rows, self.capacity, self.slot_of_frame, torch.cat([self.window_of_slot, extra]))
 
     def mask(self) -> torch.Tensor:
         """[rows, capacity, capacity] bool: slot i may attend to slot j (the same window, or i itself)."""
