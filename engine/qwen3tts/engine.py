@@ -90,12 +90,7 @@ class Qwen3TTSEngine(Engine):
             from ..aligner.worker import AlignerWorker
 
             self.word_aligner = AlignerWorker.load(self.aligner_path, tts.device, next(tts.talker.parameters()).dtype,
-                                                   self._registry, graphs=self.options.aligner_graphs,
-                                                   encoder_graphs=self.options.aligner_encoder_graphs,
-                                                   max_batch=self.options.aligner_max_batch,
-                                                   graph_clips=self.options.aligner_graph_clips,
-                                                   graph_chunks=self.options.aligner_graph_chunks,
-                                                   prefill_attention=self.options.aligner_prefill_attention)
+                                                   self._registry, **self.options.aligner_worker)
         if device == "cpu":
             torch.set_num_threads(1)  # tiny CPU steps: OpenMP threads only fight the event loop for the cores
         t1 = time.perf_counter()

@@ -108,6 +108,13 @@ class Qwen3TTSOptions(EngineConfig):
                              f"{self.max_slots!r}")
 
     @property
+    def aligner_worker(self) -> dict[str, Any]:
+        """The aligner options as AlignerWorker's arguments (engine/aligner/worker.py)."""
+        return dict(graphs=self.aligner_graphs, encoder_graphs=self.aligner_encoder_graphs,
+                    max_batch=self.aligner_max_batch, graph_clips=self.aligner_graph_clips,
+                    graph_chunks=self.aligner_graph_chunks, prefill_attention=self.aligner_prefill_attention)
+
+    @property
     def slots(self) -> int | None:
         """max_slots as a number, None for auto."""
         return None if self.max_slots == "auto" else int(self.max_slots)

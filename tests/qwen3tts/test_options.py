@@ -73,6 +73,20 @@ def test_the_aligner_sizes_are_checked_when_parsed() -> None:
             parse({key: 0})
 
 
+
+def test_the_aligner_options_reach_the_aligner_worker_as_its_arguments() -> None:
+    pytest.importorskip("torch")
+    import inspect
+
+    from voxgate.engine.aligner.worker import AlignerWorker
+
+    options = parse({"aligner_graph_clips": 48, "aligner_prefill_attention": True, "aligner_encoder_graphs": False})
+    given = options.aligner_worker
+    assert set(given) <= set(inspect.signature(AlignerWorker).parameters)
+    assert given["graph_clips"] == 48 and given["prefill_attention"] is True and given["encoder_graphs"] is False
+    assert given["max_batch"] == 64 and given["graph_chunks"] == 64 and given["graphs"] is True
+
+
 def test_serve_help_lists_every_option() -> None:
     import argparse
 
