@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from .slot_attention import slot_attention_ref
-from .utils import MAX, SUM, interpreted
+from .utils import interpreted, softmax_block
 
 BLOCK_M = 32  # query tokens a program
 BLOCK_N = 64  # keys a loop step
@@ -66,16 +66,8 @@ def _prefill_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, qk_scale,
             kv_mask = n_ok[:, None] & d_ok[None, :]
             k = tl.load(k_base + n[:, None].to(tl.int64) * k_s2 + d[None, :], mask=kv_mask, other=0.0)
             v = tl.load(v_base + n[:, None].to(tl.int64) * v_s2 + d[None, :], mask=kv_mask, other=0.0)
-            s = tl.dot(q, tl.trans(k.to(DOT_DTYPE)), input_precision=PRECISION) * qk_scale
-            s = tl.where(n_ok[None, :] & (n[None, :] <= pos[:, None]), s, -1.0e30)  # finite: never NaN
-            m_new = tl.maximum(mx, tl.reduce(s, 1, MAX))
-            alpha = tl.exp2(mx - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            denom = denom * alpha + tl.reduce(p, 1, SUM)
-            # Probabilities rounded to the value dtype for the P.V dot, as slot_attention does; sums stay fp32.
-            acc = acc * alpha[:, None] + tl.dot(p.to(dtype).to(DOT_DTYPE), v.to(DOT_DTYPE),
-                                                input_precision=PRECISION)
-            mx = m_new
+            visible = n_ok[None, :] & (n[None, :] <= pos[:, None])  # causal: each row its own position
+            mx, denom, acc = softmax_block(q, k, v, visible, mx, denom, acc, qk_scale, dtype, DOT_DTYPE, PRECISION)
         o = acc / denom[:, None]
         o_rows = o_ptr + tok[:, None] * o_s0 + (kvh * GROUP + g)[:, None] * o_s1 + d[None, :]
         tl.store(o_rows, o.to(dtype), mask=row_ok[:, None] & d_ok[None, :])

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .utils import MAX, SUM, interpreted
+from .utils import interpreted, softmax_block
 
 
 @triton.jit
@@ -52,16 +52,7 @@ def _slot_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, slots_ptr, lengths_ptr, q
         kv_mask = n_ok[:, None] & d_ok[None, :]
         k = tl.load(k_base + n[:, None].to(tl.int64) * k_s2 + d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(v_base + n[:, None].to(tl.int64) * v_s2 + d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k.to(DOT_DTYPE)), input_precision=PRECISION) * qk_scale  # [G, BN]
-        s = tl.where(n_ok[None, :], s, -1.0e30)  # finite: a padding row gives garbage, never NaN
-        m_new = tl.maximum(m, tl.reduce(s, 1, MAX))
-        alpha = tl.exp2(m - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        denom = denom * alpha + tl.reduce(p, 1, SUM)
-        # Probabilities rounded to the value dtype for the P.V dot (as flash attention does); sums stay fp32.
-        acc = acc * alpha[:, None] + tl.dot(p.to(dtype).to(DOT_DTYPE), v.to(DOT_DTYPE),
-                                            input_precision=PRECISION)
-        m = m_new
+        m, denom, acc = softmax_block(q, k, v, n_ok[None, :], m, denom, acc, qk_scale, dtype, DOT_DTYPE, PRECISION)
     o = acc / denom[:, None]
     o_rows = o_ptr + tok * o_s0 + (kvh * GROUP + g)[:, None] * o_s1 + d[None, :]
     tl.store(o_rows, o.to(dtype), mask=g_ok[:, None] & d_ok[None, :])

@@ -1,9 +1,9 @@
-"""Triton helpers that more than one kernel calls: reduction combine functions, the interpreter check, the warp
-count of a row-wise kernel, the autotuner's settings, the depth loop's q/k-norm + RoPE (cp_attend.py and
-depth_pass.py), an L2 prefetch of row-major weight tiles and a clock read (inline PTX, compiled kernels only:
-depth_pass.py's, for any kernel that knows which weights it reads next or wants its phases timed), and the conv
-kernels' shared epilogue (SnakeBeta and its fast sine), so that causal_conv.py and conv_tma.py both
-import it from here instead of from each other.
+"""Triton helpers that more than one kernel calls: reduction combine functions, the interpreter check, the warp count
+of a row-wise kernel, the autotuner's settings, the depth loop's q/k-norm + RoPE (cp_attend.py and depth_pass.py),
+one key block of an online softmax (slot_attention.py and prefill_attention.py), an L2 prefetch of row-major weight
+tiles and a clock read (inline PTX, compiled kernels only: depth_pass.py's, for any kernel that knows which weights
+it reads next or wants its phases timed), and the conv kernels' shared epilogue (SnakeBeta and its fast sine), so
+that causal_conv.py and conv_tma.py both import it from here instead of from each other.
 
 Kernels that must also run in Triton's CPU interpreter (the tests, without a GPU) use core ops only: tests switch
 a kernel module to the interpreter by re-importing it, and this module with it (tests/triton_mode.py).
@@ -86,6 +86,23 @@ def norm_rope(x, xp, w, wp, cos, sin, sign, eps, D: tl.constexpr, dtype: tl.cons
 _INV_PI = tl.constexpr(0.3183098861837907)
 _PI_HI = tl.constexpr(3.140625)  # 8 significant bits: n * _PI_HI is exact in fp32 for |n| < 2**16
 _PI_LO = tl.constexpr(9.676535897932795e-4)  # pi - _PI_HI
+
+
+@triton.jit
+def softmax_block(q, k, v, visible, m, denom, acc, qk_scale, dtype: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                  PRECISION: tl.constexpr):
+    """One key block of an online softmax (slot_attention.py, prefill_attention.py): q [R, D], k/v [N, D], visible
+    [R, N] -> the running max m [R], denominator [R] and P.V sum acc [R, D], all fp32. Scores go through exp2
+    (qk_scale has log2(e) in it); a hidden key scores -1e30, finite, so a row with none gives garbage, never NaN.
+    The probabilities are rounded to the value dtype for the P.V dot, as flash attention does."""
+    s = tl.dot(q, tl.trans(k.to(DOT_DTYPE)), input_precision=PRECISION) * qk_scale
+    s = tl.where(visible, s, -1.0e30)
+    m_new = tl.maximum(m, tl.reduce(s, 1, MAX))
+    alpha = tl.exp2(m - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    denom = denom * alpha + tl.reduce(p, 1, SUM)
+    acc = acc * alpha[:, None] + tl.dot(p.to(dtype).to(DOT_DTYPE), v.to(DOT_DTYPE), input_precision=PRECISION)
+    return m_new, denom, acc
 
 
 @triton.jit
