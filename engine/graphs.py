@@ -114,6 +114,19 @@ def median_ms(fn: StepFn, reps: int, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
+def bucket_ladder(most: int, steps: int = 1, least: int = 1) -> tuple[int, ...]:
+    """Bucket sizes from `least` to `most` (both powers of two), `steps` to an octave: 1 gives least, 2 least, 4 least
+    ...; 2 adds 1.5x between them; 4 adds 1.25x, 1.5x and 1.75x. A call of n pads to at most n (1 + 1 / steps), so
+    more steps mean less padding computed and more graphs to capture."""
+    for name, value in (("most", most), ("least", least), ("steps", steps)):
+        if value < 1 or value & (value - 1):
+            raise ValueError(f"a bucket ladder's {name} must be a power of two, not {value}")
+    if least > most:
+        raise ValueError(f"a bucket ladder's least ({least}) is over its most ({most})")
+    powers = (least << i for i in range((most // least).bit_length()))
+    return tuple(sorted({p + i * p // steps for p in powers for i in range(steps) if p + i * p // steps <= most}))
+
+
 def smallest_bucket(buckets: Iterable[int], n: int) -> int:
     """The smallest bucket >= n (ValueError when n is over the largest)."""
     fitting = [b for b in buckets if b >= n]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from voxgate.engine.graphs import GraphSet, smallest_bucket
+from voxgate.engine.graphs import GraphSet, bucket_ladder, smallest_bucket
 
 
 def test_eager_set_runs_each_bucket_and_picks_the_smallest() -> None:
@@ -31,6 +31,26 @@ def _gemms(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, n: int):
         out.copy_(y)
         return out
     return run
+
+
+@pytest.mark.parametrize(("most", "steps", "least"), [(1, 1, 1), (256, 1, 1), (256, 2, 1), (256, 4, 1), (8192, 4, 64),
+                                                      (64, 8, 1), (4096, 8, 64)])
+def test_a_bucket_ladder_pads_a_call_by_at_most_one_step(most: int, steps: int, least: int) -> None:
+    """Every call from `least` to `most` finds a bucket no larger than n (1 + 1/steps), checked against each n,
+    and the ladder is the powers of two at one step, strictly growing, from least to most."""
+    ladder = bucket_ladder(most, steps, least)
+    assert ladder[0] == least and ladder[-1] == most and list(ladder) == sorted(set(ladder))
+    for n in range(least, most + 1):
+        assert n <= smallest_bucket(ladder, n) <= n * (1 + 1 / steps), n
+    if steps == 1:
+        assert ladder == tuple(least << i for i in range(len(ladder)))
+    assert set(bucket_ladder(most, 1, least)) <= set(ladder)  # more steps only add buckets
+
+
+@pytest.mark.parametrize(("most", "steps", "least"), [(48, 1, 1), (64, 3, 1), (64, 2, 96), (64, 0, 1)])
+def test_a_bucket_ladder_refuses_what_is_not_powers_of_two(most: int, steps: int, least: int) -> None:
+    with pytest.raises(ValueError, match="bucket ladder"):
+        bucket_ladder(most, steps, least)
 
 
 @pytest.mark.gpu

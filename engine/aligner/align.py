@@ -21,7 +21,7 @@ from .audio_encoder import encoder_frames
 from .batch import hidden_batch, hidden_packed
 from .checkpoint import load_aligner
 from .config import AlignerConfig
-from .decoder_graphs import MAX_CLIPS, CapturedDecoder
+from .decoder_graphs import GRAPH_STEPS, MAX_CLIPS, CapturedDecoder
 from .encoder_graphs import MAX_CHUNKS, CapturedEncoder
 from .features import SAMPLE_RATE, clips_on_device, log_mel, log_mel_batch, peak_limited
 from .model import Thinker
@@ -73,19 +73,21 @@ class Aligner:
         self.prefill = on
 
     def capture(self, progress: bool = True, decoder_graphs: bool = True, encoder_graphs: bool = False,
-                max_clips: int = MAX_CLIPS, max_chunks: int = MAX_CHUNKS) -> None:
+                max_clips: int = MAX_CLIPS, max_chunks: int = MAX_CHUNKS, steps: int = GRAPH_STEPS) -> None:
         """CUDA graphs on the calling thread's stream: the packed decoder's for calls of up to `max_clips` clips
         (decoder_graphs.py; none unless the decoder is packed) and, if asked, the audio encoder's for up to
-        `max_chunks` 1-s chunks (encoder_graphs.py). Off CUDA the same bucketed paths run without graphs."""
+        `max_chunks` 1-s chunks (encoder_graphs.py); token and chunk buckets `steps` to an octave. Off CUDA the
+        same bucketed paths run without graphs."""
         weight = self.thinker.lm_head.weight
         if encoder_graphs:
-            encoder = CapturedEncoder(self.thinker.audio_tower, weight.device, weight.dtype, max_chunks=max_chunks)
+            encoder = CapturedEncoder(self.thinker.audio_tower, weight.device, weight.dtype, max_chunks=max_chunks,
+                                      steps=steps)
             encoder.capture(progress)
             self.encoder = encoder  # as for the decoder: only once every bucket is captured
         if self.stack is None or not decoder_graphs:
             return
         captured = CapturedDecoder(self.stack, self.thinker.model, weight.device, weight.dtype, max_clips=max_clips,
-                                   prefill=self.prefill)
+                                   prefill=self.prefill, steps=steps)
         captured.capture(progress)
         self.captured = captured  # only once every bucket is captured: until then calls run eagerly
 

@@ -52,9 +52,23 @@ def chunk_lengths(frames: int) -> list[int]:
 def conv_chunks(tower: AudioEncoder, chunks: torch.Tensor, limit: torch.Tensor,
                 positions: torch.Tensor) -> torch.Tensor:
     """chunks [n, 1, mels, 100], limit [n] mel frames each chunk has alone, positions [13, d_model] (sinusoids) ->
-    [n, 13, d_model]: the three convs, each output zeroed past the frames its chunk has alone, conv_out, positions."""
-    x = chunks
-    for conv in (tower.conv2d1, tower.conv2d2, tower.conv2d3):
+    [n, 13, d_model]: the three convs, each output zeroed past the frames its chunk has alone, conv_out, positions.
+
+    The first conv (one input channel, the call's largest tensor: [n, 480, 64, 50]) is one matmul of each output's
+    3x3 patch and a bias column against [weight | bias], written channels-last, which the second conv takes as is
+    (cuDNN converts NCHW otherwise). Past a chunk's frames its patch and bias column are zero, so the output there
+    is GELU(0) = 0: no mask pass over that tensor."""
+    conv = tower.conv2d1
+    n, _, mels, width = chunks.shape
+    f, t = (mels - 1) // 2 + 1, (width - 1) // 2 + 1  # one conv's output: kernel 3, stride 2, padding 1
+    limit = (limit - 1) // 2 + 1
+    keep = (torch.arange(t, device=chunks.device) < limit[:, None]).to(chunks.dtype)  # [n, t]
+    keep = keep[:, None, None, :].expand(n, 1, f, t).reshape(n, 1, f * t)
+    patches = torch.cat((F.unfold(chunks, 3, padding=1, stride=2) * keep, keep), dim=1)  # [n, 10, f t]
+    weight = torch.cat((conv.weight.flatten(1), conv.bias[:, None]), dim=1)  # [C, 10]
+    x = F.gelu(patches.transpose(1, 2).reshape(n * f * t, -1) @ weight.T)  # [n f t, C]: channels-last, one GEMM
+    x = x.view(n, f, t, -1).permute(0, 3, 1, 2)  # [n, C, f, t] in channels-last memory
+    for conv in (tower.conv2d2, tower.conv2d3):
         x = F.gelu(conv(x))
         limit = (limit - 1) // 2 + 1
         x = x * (torch.arange(x.shape[-1], device=x.device) < limit[:, None])[:, None, None, :]

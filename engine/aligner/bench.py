@@ -30,7 +30,7 @@ import torch
 from .align import Aligner
 from .audio_encoder import encoder_frames
 from .batch import encode_batch
-from .decoder_graphs import MAX_CLIPS
+from .decoder_graphs import GRAPH_STEPS, MAX_CLIPS
 from .encoder_graphs import MAX_CHUNKS
 from .features import SAMPLE_RATE, clips_on_device, log_mel_batch
 from .units import split_units
@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--graph-chunks", type=int, default=MAX_CHUNKS,
                    help=f"the encoder graphs' largest call in 1-s chunks (engine option aligner_graph_chunks; "
                         f"default {MAX_CHUNKS})")
+    p.add_argument("--graph-steps", type=int, default=GRAPH_STEPS, choices=(1, 2, 4, 8),
+                   help=f"token and chunk buckets to an octave (engine option aligner_graph_steps; default "
+                        f"{GRAPH_STEPS}; 1: powers of two)")
     p.add_argument("--prefill-attention", action="store_true",
                    help="the packed decoder's attention by blocks of a clip's tokens (kernels/prefill_attention.py; "
                         "engine option aligner_prefill_attention; CUDA)")
@@ -202,10 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     report["encoder"] = args.encoder
     report["decoder_graphs"] = args.decoder_graphs
     report["graph_clips"], report["graph_chunks"] = args.graph_clips, args.graph_chunks
+    report["graph_steps"] = args.graph_steps
     if args.encoder == "captured" or args.decoder_graphs:
         t0 = time.perf_counter()
         aligner.capture(progress=False, decoder_graphs=args.decoder_graphs, encoder_graphs=args.encoder == "captured",
-                        max_clips=args.graph_clips, max_chunks=args.graph_chunks)
+                        max_clips=args.graph_clips, max_chunks=args.graph_chunks, steps=args.graph_steps)
         report["capture_s"] = round(time.perf_counter() - t0, 2)
     report["pack_windows"] = share = not args.no_pack_windows
     if aligner.encoder is not None:

@@ -18,27 +18,28 @@ from __future__ import annotations
 
 import torch
 
-from ..graphs import GraphSet, smallest_bucket, upload
+from ..graphs import GraphSet, bucket_ladder, smallest_bucket, upload
 from ..qwen3tts.fused_stack import FusedStack
 from ..qwen3tts.model.layers import DecoderStack
 
-MAX_CLIPS = 32  # the engine option aligner_graph_clips
+MAX_CLIPS = 64  # the engine option aligner_graph_clips
+GRAPH_STEPS = 4  # buckets to an octave, for tokens and chunks (the engine option aligner_graph_steps)
 MAX_POSITIONS = 384
 TOKENS_PER_CLIP = 128  # the largest token bucket: this many per clip (a clip of ~5 s with its words)
 
 
-def token_buckets(max_clips: int) -> tuple[int, ...]:
-    """64, 128, 256 ... up to max_clips x TOKENS_PER_CLIP (rounded up to a power of two)."""
-    most = 1 << (max_clips * TOKENS_PER_CLIP - 1).bit_length()
-    return tuple(1 << i for i in range(6, most.bit_length()))
+def token_buckets(max_clips: int, steps: int = GRAPH_STEPS) -> tuple[int, ...]:
+    """64 tokens up to max_clips x TOKENS_PER_CLIP (rounded up to a power of two), `steps` buckets to an octave
+    (engine/graphs.py bucket_ladder: 4 gives 64, 80, 96, 112, 128, 160 ...)."""
+    return bucket_ladder(1 << (max_clips * TOKENS_PER_CLIP - 1).bit_length(), steps, least=64)
 
 
 class CapturedDecoder:
     def __init__(self, stack: FusedStack, decoder: DecoderStack, device: torch.device, dtype: torch.dtype,
                  buckets: tuple[int, ...] | None = None, max_clips: int = MAX_CLIPS,
-                 max_positions: int = MAX_POSITIONS, prefill: bool = False) -> None:
+                 max_positions: int = MAX_POSITIONS, prefill: bool = False, steps: int = GRAPH_STEPS) -> None:
         cfg = decoder.cfg
-        self.stack, self.buckets = stack, tuple(sorted(buckets or token_buckets(max_clips)))
+        self.stack, self.buckets = stack, tuple(sorted(buckets or token_buckets(max_clips, steps)))
         self.max_clips, self.max_positions = max_clips, max_positions
         self.sink = max_clips  # the padding's slot
         self.store = torch.zeros((cfg.num_hidden_layers, 2, max_clips + 1, cfg.num_key_value_heads, max_positions,

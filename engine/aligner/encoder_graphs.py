@@ -32,26 +32,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..graphs import GraphSet, smallest_bucket, to_device, upload
+from ..graphs import GraphSet, bucket_ladder, smallest_bucket, to_device, upload
 from .audio_encoder import AudioEncoder, conv_frames, sinusoids
 from .batch import chunk_lengths, chunk_limits, conv_chunks, encode_batch, head, window_lengths
 from .config import CHUNK_FRAMES
+from .decoder_graphs import GRAPH_STEPS
 from .windows import WindowLayout
 
-MAX_CHUNKS = 64  # the largest chunk and window bucket (engine option aligner_graph_chunks)
+MAX_CHUNKS = 256  # the largest chunk and window bucket (engine option aligner_graph_chunks)
 FRAMES = conv_frames(CHUNK_FRAMES)  # encoder frames of a full chunk: 13
-
-
-def powers_to(most: int) -> tuple[int, ...]:
-    """1, 2, 4 ... up to `most` (a power of two)."""
-    if most < 1 or most & (most - 1):
-        raise ValueError(f"a bucket limit must be a power of two, not {most}")
-    return tuple(1 << i for i in range(most.bit_length()))
 
 
 def row_counts(most: int) -> tuple[int, ...]:
     """Packed rows W: 1, 2, 3, 4, 6, 8, 12 ... up to `most` (a power of two), so a call pads at most half a step."""
-    return tuple(sorted({n for p in powers_to(most) for n in (p, p + p // 2) if n <= most}))
+    return bucket_ladder(most, 2)
 
 
 def row_buckets(chunks_per_window: int) -> tuple[int, ...]:
@@ -63,13 +57,15 @@ def row_buckets(chunks_per_window: int) -> tuple[int, ...]:
 class CapturedEncoder:
     def __init__(self, tower: AudioEncoder, device: torch.device, dtype: torch.dtype,
                  max_chunks: int = MAX_CHUNKS, chunk_buckets: tuple[int, ...] | None = None,
-                 window_buckets: tuple[int, ...] | None = None, rows: tuple[int, ...] | None = None) -> None:
+                 window_buckets: tuple[int, ...] | None = None, rows: tuple[int, ...] | None = None,
+                 steps: int = GRAPH_STEPS) -> None:
         cfg = tower.cfg
         self.tower = tower
         self.share = True  # windows share rows (windows.py); False: a window a row, only to measure against
         # Windows are never more than chunks, and packed rows never more than windows: both ladders end at
-        # max_chunks (chunks 1, 2, 4 ...; rows 1, 2, 3, 4, 6, 8 ...) unless given.
-        self.chunk_buckets = tuple(sorted(chunk_buckets or powers_to(max_chunks)))
+        # max_chunks (chunks `steps` to an octave, 1, 2, 3, 4, 5, 6, 7, 8, 10 ... for 4; rows 1, 2, 3, 4, 6, 8 ...)
+        # unless given.
+        self.chunk_buckets = tuple(sorted(chunk_buckets or bucket_ladder(max_chunks, steps)))
         self.window_buckets = tuple(sorted(window_buckets or row_counts(max_chunks)))
         self.rows = tuple(sorted(rows or row_buckets(cfg.chunks_per_window)))
         most_chunks, most_rows = self.chunk_buckets[-1], self.window_buckets[-1] * self.rows[-1]

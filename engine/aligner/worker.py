@@ -26,7 +26,7 @@ from ..metrics import AlignerMetrics
 from ..words import WordTime
 from .align import INPUT_RATE, Aligner
 from .config import CHUNK_FRAMES
-from .decoder_graphs import MAX_CLIPS
+from .decoder_graphs import GRAPH_STEPS, MAX_CLIPS
 from .encoder_graphs import MAX_CHUNKS
 from .features import HOP, SAMPLE_RATE
 
@@ -59,16 +59,17 @@ class AlignerWorker:
 
     def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False,
                  graphs: bool = False, encoder_graphs: bool = False, graph_clips: int = MAX_CLIPS,
-                 graph_chunks: int = MAX_CHUNKS, prefill_attention: bool = False) -> None:
+                 graph_chunks: int = MAX_CHUNKS, graph_steps: int = GRAPH_STEPS,
+                 prefill_attention: bool = False) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.aligner = aligner
         # CUDA graphs captured on this thread before the warm-up (CUDA only): the packed decoder's for calls of up
         # to graph_clips clips, the encoder's for up to graph_chunks 1-s chunks (larger calls run eagerly)
         self.graphs, self.encoder_graphs = graphs, encoder_graphs
-        self.graph_clips, self.graph_chunks = graph_clips, graph_chunks
-        if prefill_attention:  # the packed decoder's attention by blocks of a clip's tokens (CUDA only)
-            aligner.use_prefill_attention()
+        self.graph_clips, self.graph_chunks, self.graph_steps = graph_clips, graph_chunks, graph_steps
+        if prefill_attention and aligner.thinker.lm_head.weight.is_cuda:
+            aligner.use_prefill_attention()  # the packed decoder's attention by blocks of a clip's tokens (Triton)
         # A call that fits the graphs replays them; a larger one runs eagerly, ~550 launches from this thread under
         # the GIL beside the loop's worker. So the graphs' sizes bound a batch too: graph_clips clips (decoder
         # graphs) and graph_chunks seconds of audio (encoder graphs), and the jobs past them wait for the next call.
@@ -148,7 +149,8 @@ class AlignerWorker:
                 with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
                     if (self.graphs or self.encoder_graphs) and device.type == "cuda":
                         self.aligner.capture(decoder_graphs=self.graphs, encoder_graphs=self.encoder_graphs,
-                                             max_clips=self.graph_clips, max_chunks=self.graph_chunks)
+                                             max_clips=self.graph_clips, max_chunks=self.graph_chunks,
+                                             steps=self.graph_steps)
                     self.aligner.align_batch([np.zeros(INPUT_RATE, np.float32)], ["Warm up."])
             except Exception:  # the streams' own calls will report it
                 log.exception("aligner warm-up failed")

@@ -77,15 +77,18 @@ class Qwen3TTSOptions(EngineConfig):
     aligner_max_batch: int = option(64, "word times: clips the aligner measures in one call at most, and with its "
                                         "graphs on no more clips and seconds than they hold (the rest wait for "
                                         "the next call; engine/aligner/worker.py; default 64)")
-    aligner_graph_clips: int = option(32, "word times: the aligner's decoder graphs hold calls of up to this many "
+    aligner_graph_clips: int = option(64, "word times: the aligner's decoder graphs hold calls of up to this many "
                                           "clips, and the aligner's calls take no more (~45 MB of GPU memory a clip; "
-                                          "engine/aligner/decoder_graphs.py; default 32)")
-    aligner_graph_chunks: int = option(64, "word times: the aligner's encoder graphs hold calls of up to this many "
-                                           "seconds of audio, a power of two, and the aligner's calls take no more ("
-                                           "engine/aligner/encoder_graphs.py; default 64)")
-    aligner_prefill_attention: bool = option(False, "word times: the aligner's decoder attends a block of a clip's "
-                                                    "tokens at a time (kernels/prefill_attention.py; CUDA) instead "
-                                                    "of a token at a time (default false)")
+                                          "engine/aligner/decoder_graphs.py; default 64)")
+    aligner_graph_chunks: int = option(256, "word times: the aligner's encoder graphs hold calls of up to this many "
+                                            "seconds of audio, a power of two, and the aligner's calls take no more "
+                                            "(engine/aligner/encoder_graphs.py; default 256)")
+    aligner_graph_steps: int = option(4, "word times: the aligner's graphs per octave of tokens and of chunks, a "
+                                         "power of two up to 8: a call pads to at most 1 + 1/steps of its size "
+                                         "(engine/graphs.py bucket_ladder; default 4; 1: powers of two)")
+    aligner_prefill_attention: bool = option(True, "word times: the aligner's decoder attends a block of a clip's "
+                                                   "tokens at a time (kernels/prefill_attention.py; CUDA) instead "
+                                                   "of a token at a time (default true; ignored off CUDA)")
 
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:
@@ -100,6 +103,8 @@ class Qwen3TTSOptions(EngineConfig):
             raise ValueError("aligner_max_batch and aligner_graph_clips must be at least 1")
         if self.aligner_graph_chunks < 1 or self.aligner_graph_chunks & (self.aligner_graph_chunks - 1):
             raise ValueError(f"aligner_graph_chunks must be a power of two, not {self.aligner_graph_chunks}")
+        if self.aligner_graph_steps not in (1, 2, 4, 8):
+            raise ValueError(f"aligner_graph_steps must be 1, 2, 4 or 8, not {self.aligner_graph_steps}")
         if self.text_min_tokens < 1:
             raise ValueError("text_min_tokens must be at least 1")
         GpuTimeline.parse(self.gpu_timeline)  # a bad window is refused here, not after the model has loaded
@@ -112,7 +117,8 @@ class Qwen3TTSOptions(EngineConfig):
         """The aligner options as AlignerWorker's arguments (engine/aligner/worker.py)."""
         return dict(graphs=self.aligner_graphs, encoder_graphs=self.aligner_encoder_graphs,
                     max_batch=self.aligner_max_batch, graph_clips=self.aligner_graph_clips,
-                    graph_chunks=self.aligner_graph_chunks, prefill_attention=self.aligner_prefill_attention)
+                    graph_chunks=self.aligner_graph_chunks, graph_steps=self.aligner_graph_steps,
+                    prefill_attention=self.aligner_prefill_attention)
 
     @property
     def slots(self) -> int | None:

@@ -6,9 +6,9 @@
 #   tests  the aligner's `gpu` tests (packed decoder, prefill attention, captured decoder and encoder) and the prefill
 #          kernel's, then `python -m voxgate.kernels.bench prefill_attention` (against slot_attention)
 #   bench  the aligner bench, profiled kernel by kernel, on clips like the engine loop's (BENCH_SECONDS, 0.5-3.5 s;
-#          its calls averaged 54 clips of 1.9 s at 240 req/s), at BENCH_BATCHES: as before (graphs for 32 clips and
-#          64 chunks, a window a row, attention a token at a time) and with NEW_BENCH (graphs for 64 clips and 256
-#          chunks, packed windows, prefill attention); then each change alone at 54 clips
+#          its calls averaged 54 clips of 1.9 s at 240 req/s), at BENCH_BATCHES: the baseline tree carried as
+#          .baseline/<commit>.tar.gz (`git archive <commit> engine kernels gateway web configs | gzip`) with BASE_BENCH,
+#          then this tree with NEW_BENCH (the engine's defaults), then its buckets as powers of two (--graph-steps 1)
 #   slo    sentence SLO capacity with word times not held (RATES) on a server with NEW_SERVE, then without word
 #          times (BASE_RATES) on the same server build: the baseline on the card at hand; then, time left, not held
 #          on a server with the engine's defaults
@@ -40,27 +40,35 @@ WRITER=$!
 
 if has tests; then
   timeout 120 python3 -m pytest tests/kernel/test_prefill_attention.py tests/aligner/test_batch.py \
-    tests/aligner/test_encoder_graphs.py -k "cuda or prefill" -c /dev/null --confcutdir=tests -p no:cacheprovider \
+    tests/aligner/test_encoder_graphs.py tests/aligner/test_conv_chunks.py -k "cuda or prefill" -c /dev/null --confcutdir=tests -p no:cacheprovider \
     -q -rs -W ignore::pytest.PytestUnknownMarkWarning 2>&1 | tail -6 | tee "$R/pytest.txt"
   timeout 40 python3 -m voxgate.kernels.bench prefill_attention 2>&1 | tail -3 | tee "$R/kernel-bench.txt"
   t tests; save
 fi
 wait $WRITER
 
-NEW_BENCH=${NEW_BENCH:---graph-clips 64 --graph-chunks 256 --prefill-attention}
-NEW_SERVE=${NEW_SERVE:---engine-option aligner_graph_clips=64 --engine-option aligner_graph_chunks=256 --engine-option aligner_prefill_attention=true}
+NEW_BENCH=${NEW_BENCH:---prefill-attention}  # with the engine's defaults for the rest
+NEW_SERVE=${NEW_SERVE:-}  # the engine's defaults
 AB="python3 -m voxgate.engine.aligner.bench --checkpoint $ALIGNER --dtype bf16 --encoder captured --decoder-graphs \
   --warmup 1 --runs 3"
 ab() { name=$1; shift; room || return
   timeout 100 $AB --json "$R/bench-$name.json" "$@" > "$R/bench-$name.txt" 2>&1
-  grep -v "^\s*$" "$R/bench-$name.txt" | head -8 | sed "s/^/$name: /"; t "bench $name"; save; }
+  grep -v "^\s*$" "$R/bench-$name.txt" | grep -v -i warn | head -8 | sed "s/^/$name: /"; t "bench $name"; save; }
 if has bench; then
   S=${BENCH_SECONDS:-0.5-3.5}; B=${BENCH_BATCHES:-1,32,54,64}
-  ab before --seconds $S --batches $B --profile --no-pack-windows
+  # the baseline: an older tree's engine (.baseline/<commit>.tar.gz, `git archive <commit> engine kernels ...`)
+  # with its best settings, on the same GPU in the same call
+  BASE=$(ls .baseline/*.tar.gz 2>/dev/null | head -1)
+  if [ -n "$BASE" ]; then
+    mkdir -p /tmp/base/voxgate && tar xzf "$BASE" -C /tmp/base/voxgate
+    # shellcheck disable=SC2086
+    PYTHONPATH=/tmp/site-gw:/tmp/base ab "base-$(basename "$BASE" .tar.gz)" --seconds $S --batches $B --profile \
+      ${BASE_BENCH:---graph-clips 64 --graph-chunks 256 --prefill-attention}
+  fi
   # shellcheck disable=SC2086
   ab new --seconds $S --batches $B --profile $NEW_BENCH
-  ab graphs-only --seconds $S --batches 54 --graph-clips 64 --graph-chunks 256 --no-pack-windows
-  ab no-prefill --seconds $S --batches 54 --graph-clips 64 --graph-chunks 256
+  # shellcheck disable=SC2086
+  ab steps1 --seconds $S --batches 54 --graph-steps 1 $NEW_BENCH
 fi
 
 VX="python3 -m voxgate.gateway.cli"
@@ -106,7 +114,7 @@ if has slo && room; then
     eval load none-cap $OPEN --rates ${BASE_RATES:-300,330}
     stop
   fi
-  if room && serve defaults; then  # the engine's defaults (graphs for 32 clips and 64 chunks, calls within them)
+  if [ "${DEFAULTS_ARM:-0}" = 1 ] && room && serve defaults; then  # the engine's defaults, where NEW_SERVE names others
     eval load nohold-cap-defaults $OPEN --rates ${RATES:-240,270,300} $NOHOLD
     stop
   fi

@@ -68,6 +68,8 @@ def test_the_aligner_sizes_are_checked_when_parsed() -> None:
     assert parse({"aligner_graph_chunks": 256, "aligner_graph_clips": 64}).aligner_graph_chunks == 256
     with pytest.raises(ValueError, match="aligner_graph_chunks must be a power of two, not 48"):
         parse({"aligner_graph_chunks": 48})
+    with pytest.raises(ValueError, match="aligner_graph_steps must be 1, 2, 4 or 8, not 3"):
+        parse({"aligner_graph_steps": 3})
     for key in ("aligner_max_batch", "aligner_graph_clips"):
         with pytest.raises(ValueError, match="aligner_max_batch and aligner_graph_clips must be at least 1"):
             parse({key: 0})
@@ -80,11 +82,13 @@ def test_the_aligner_options_reach_the_aligner_worker_as_its_arguments() -> None
 
     from voxgate.engine.aligner.worker import AlignerWorker
 
-    options = parse({"aligner_graph_clips": 48, "aligner_prefill_attention": True, "aligner_encoder_graphs": False})
+    options = parse({"aligner_graph_clips": 48, "aligner_prefill_attention": False, "aligner_encoder_graphs": False,
+                     "aligner_graph_steps": 2})
     given = options.aligner_worker
     assert set(given) <= set(inspect.signature(AlignerWorker).parameters)
-    assert given["graph_clips"] == 48 and given["prefill_attention"] is True and given["encoder_graphs"] is False
-    assert given["max_batch"] == 64 and given["graph_chunks"] == 64 and given["graphs"] is True
+    assert given["graph_clips"] == 48 and given["prefill_attention"] is False and given["encoder_graphs"] is False
+    assert given["graph_steps"] == 2
+    assert given["max_batch"] == 64 and given["graph_chunks"] == 256 and given["graphs"] is True
 
 
 def test_serve_help_lists_every_option() -> None:
