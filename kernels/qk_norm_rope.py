@@ -6,6 +6,11 @@ qkv is one fused projection's output, [N, (Hq + 2 Hkv) * D]: q heads, then k hea
 layers.py: the normalized value rounded, times the weight rounded, then x*cos and rotate(x)*sin each rounded and
 their sum rounded (in bf16 the three RoPE products round separately, as PyTorch's eager ops do). In place of ~30
 small kernels per layer (two norms, two RoPEs, two cache writes); capturable in a CUDA graph.
+
+Two launch shapes, the same arithmetic: a program per (token, head) for the step's few rows (up to 128, a few
+thousand programs), and a program per token with all its heads for a prefill's thousands of tokens (the aligner's
+packed decoder, a prompt), where a program per head made ~100,000 programs of a few dependent loads each, latency-
+bound wave after wave (2.3 ms of a 54-clip aligner call on an H100).
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import add
+from .utils import SUM, add
+
+# From this many tokens on, a program per token (all its heads) instead of a program per (token, head).
+TOKEN_PROGRAMS_FROM = 256
 
 
 @triton.jit
@@ -51,6 +59,42 @@ def _qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slo
         tl.store(v_ptr + slot * v_s0 + j * v_s1 + pos * v_s2 + d, v)
 
 
+@triton.jit
+def _qk_norm_rope_token_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slots_ptr, q_ptr, k_ptr, v_ptr,
+                               k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, eps,
+                               HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HP: tl.constexpr,
+                               VP: tl.constexpr):
+    # The same as _qk_norm_rope_kernel for every q and k head of one token at once ([HP, D], HP >= HQ + HKV a power
+    # of two, rows past them masked), then its HKV value heads (VP >= HKV). grid: (N,).
+    t = tl.program_id(0).to(tl.int64)
+    dtype = q_ptr.dtype.element_ty
+    h = tl.arange(0, HP)[:, None]
+    d = tl.arange(0, D)[None, :]
+    live = h < HQ + HKV
+    is_q = h < HQ
+    partner = tl.where(d < D // 2, d + D // 2, d - D // 2)
+    sign = tl.where(d < D // 2, -1.0, 1.0)
+    pos = tl.load(pos_ptr + t)
+    row = qkv_ptr + t * ((HQ + 2 * HKV) * D)
+    x = tl.load(row + h * D + d, mask=live, other=0.0).to(tl.float32)
+    xp = tl.load(row + h * D + partner, mask=live, other=0.0).to(tl.float32)
+    w = tl.where(is_q, tl.load(qw_ptr + d).to(tl.float32), tl.load(kw_ptr + d).to(tl.float32))
+    wp = tl.where(is_q, tl.load(qw_ptr + partner).to(tl.float32), tl.load(kw_ptr + partner).to(tl.float32))
+    r = tl.rsqrt(tl.reduce(x * x, 1, SUM) / D + eps)[:, None]
+    xn = ((x * r).to(dtype).to(tl.float32) * w).to(dtype).to(tl.float32)
+    xpn = ((xp * r).to(dtype).to(tl.float32) * wp).to(dtype).to(tl.float32)
+    cos = tl.load(cos_ptr + pos * D + d).to(tl.float32)
+    sin = tl.load(sin_ptr + pos * D + d).to(tl.float32)
+    y = ((xn * cos).to(dtype).to(tl.float32) + (sign * xpn * sin).to(dtype).to(tl.float32)).to(dtype)
+    tl.store(q_ptr + (t * HQ + h) * D + d, y, mask=is_q)
+    slot = tl.load(slots_ptr + t).to(tl.int64)
+    j = (h - HQ).to(tl.int64)  # the key head (negative on q rows, which store nothing here)
+    tl.store(k_ptr + slot * k_s0 + j * k_s1 + pos * k_s2 + d, y, mask=live & (h >= HQ))
+    jv = tl.arange(0, VP)[:, None]
+    v = tl.load(row + (HQ + HKV + jv) * D + d, mask=jv < HKV, other=0.0)
+    tl.store(v_ptr + slot * v_s0 + jv.to(tl.int64) * v_s1 + pos * v_s2 + d, v, mask=jv < HKV)
+
+
 def _check(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
            positions: torch.Tensor, k_store: torch.Tensor, v_store: torch.Tensor, slots: torch.Tensor, heads: int,
            kv_heads: int) -> None:
@@ -66,20 +110,29 @@ def _check(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, co
 
 def qk_norm_rope(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, cos: torch.Tensor,
                  sin: torch.Tensor, positions: torch.Tensor, k_store: torch.Tensor, v_store: torch.Tensor,
-                 slots: torch.Tensor, heads: int, kv_heads: int, eps: float) -> torch.Tensor:
+                 slots: torch.Tensor, heads: int, kv_heads: int, eps: float,
+                 per_token: bool | None = None) -> torch.Tensor:
     """qkv [N, (heads + 2 kv_heads) * D], q_weight/k_weight [D], cos/sin [P, D] tables, positions/slots [N]
     int64; writes keys and values into k_store/v_store [S, kv_heads, P, D] at (slots[i], :, positions[i]) and
-    returns the queries [N, heads, D], normalized and rotated."""
+    returns the queries [N, heads, D], normalized and rotated. `per_token`: a program per token (default from
+    TOKEN_PROGRAMS_FROM tokens on) or per (token, head)."""
     _check(qkv, q_weight, k_weight, cos, sin, positions, k_store, v_store, slots, heads, kv_heads)
     n, d = qkv.shape[0], q_weight.shape[0]
     assert d & (d - 1) == 0 and d >= 2, d
     q = torch.empty((n, heads, d), dtype=qkv.dtype, device=qkv.device)
     if n == 0:
         return q
+    strides = (k_store.stride(0), k_store.stride(1), k_store.stride(2), v_store.stride(0), v_store.stride(1),
+               v_store.stride(2))
+    if per_token if per_token is not None else n >= TOKEN_PROGRAMS_FROM:
+        _qk_norm_rope_token_kernel[(n,)](
+            qkv, q_weight, k_weight, cos, sin, positions, slots, q, k_store, v_store, *strides, eps, HQ=heads,
+            HKV=kv_heads, D=d, HP=triton.next_power_of_2(heads + kv_heads), VP=triton.next_power_of_2(kv_heads),
+            num_warps=4)
+        return q
     _qk_norm_rope_kernel[(n, heads + kv_heads)](
-        qkv, q_weight, k_weight, cos, sin, positions, slots, q, k_store, v_store,
-        k_store.stride(0), k_store.stride(1), k_store.stride(2), v_store.stride(0), v_store.stride(1),
-        v_store.stride(2), eps, HQ=heads, HKV=kv_heads, D=d, num_warps=1 if d <= 64 else 2)
+        qkv, q_weight, k_weight, cos, sin, positions, slots, q, k_store, v_store, *strides, eps, HQ=heads,
+        HKV=kv_heads, D=d, num_warps=1 if d <= 64 else 2)
     return q
 
 

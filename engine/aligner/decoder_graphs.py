@@ -8,10 +8,12 @@ live in one store shared by every bucket, [layers, 2, clips + 1, kv heads, posit
 its slot's position before it attends to positions 0..its own, and a clip's tokens 0..T-1 are all in the call, so
 what an earlier call left in a slot is never read.
 
-A call with more clips than `max_clips` (32 by default, the engine option `aligner_graph_clips`), a prompt longer
-than `max_positions` or more tokens than the largest bucket (`max_clips` x 128) runs the packed decoder eagerly
-instead (the same result). Memory: the store (the official aligner, 28 layers, 32 clips, 384 positions, bf16:
-~1.5 GB; 2.9 GB for 64 clips) and the graphs' activations.
+Buckets: 64 tokens up to `max_clips` x 128, 4 to an octave (64, 80, 96, 112, 128, 160 ...; the engine option
+`aligner_graph_steps`; engine/graphs.py bucket_ladder), so a call pads its tokens by at most a quarter. A call with
+more clips than `max_clips` (64 by default, the engine option `aligner_graph_clips`), a prompt longer than
+`max_positions` or more tokens than the largest bucket runs the packed decoder eagerly instead (the same result).
+Memory: the store (the official aligner, 28 layers, 384 positions, bf16: ~1.5 GB for 32 clips, 2.9 GB for 64) and
+the graphs' activations.
 """
 
 from __future__ import annotations

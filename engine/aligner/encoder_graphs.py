@@ -17,14 +17,15 @@ encode_batch become index tensors built on the host from `frames` alone and copi
   themselves (a slot with no key would be NaN) and are never read. ln_post and the projections run on every slot;
   the real ones are then taken by index.
 
-Buckets: 1, 2, 4 ... `max_chunks` chunks (64 by default, the engine option `aligner_graph_chunks`: 64 s of audio,
-about 20 three-second sentences), rows W of 1, 2, 3, 4, 6, 8, 12 ... up to as many, and row widths S of 13 x 1, 2,
-4 ... chunks up to a full window (13 x chunks_per_window): for 64, 7 conv graphs and 48 layers graphs for the
-official aligner (S = 13, 26, 52, 104). A call with more chunks or more windows runs encode_batch eagerly (the same
-result). Memory, for the official aligner in bf16, all graphs in one pool: the buffers (~4 MB with the masks),
-the layers graphs' outputs (one [W x S, 1024] each, ~60 MB in all) and the largest graph's activations, the
-64-chunk convs' (about two [64, 480, 64, 50] tensors at their peak, ~0.4 GB; the largest layers graph needs
-~0.1 GB). Estimated from the shapes, not measured.
+Buckets: chunks from 1 to `max_chunks` (256 by default, the engine option `aligner_graph_chunks`: 256 s of audio,
+about 130 of the loop's 0.5-3.5-s sentences), 4 to an octave (1 ... 8, 10, 12, 14, 16, 20 ...; the engine option
+`aligner_graph_steps`; engine/graphs.py bucket_ladder), so a call pads its chunks by at most a quarter; rows W of 1,
+2, 3, 4, 6, 8, 12 ... up to as many, and row widths S of 13 x 1, 2, 4 ... chunks up to a full window (13 x
+chunks_per_window): for 256, 28 conv graphs and 64 layers graphs for the official aligner (S = 13, 26, 52, 104). A
+call with more chunks or more windows runs encode_batch eagerly (the same result). Memory, for the official aligner
+in bf16, all graphs in one pool: the buffers, the layers graphs' outputs (one [W x S, 1024] each) and the largest
+graph's activations, the 256-chunk convs' (the first conv's [256, 480, 64, 50] output, ~0.8 GB, and its patches).
+Estimated from the shapes, not measured.
 """
 
 from __future__ import annotations

@@ -33,11 +33,16 @@ def _rope_inputs(n: int, heads: int, kv_heads: int, d: int, dtype: torch.dtype, 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", ROWS)
-@pytest.mark.parametrize("heads,kv_heads,d", [(4, 2, 16), (2, 2, 64), *REAL_HEADS])
-def test_qk_norm_rope(rope: ModuleType, dtype: torch.dtype, n: int, heads: int, kv_heads: int, d: int) -> None:
+@pytest.mark.parametrize("heads,kv_heads,d", [(4, 2, 16), (2, 2, 64), (3, 1, 16), *REAL_HEADS])
+@pytest.mark.parametrize("per_token", [False, True])
+def test_qk_norm_rope(rope: ModuleType, dtype: torch.dtype, n: int, heads: int, kv_heads: int, d: int,
+                      per_token: bool) -> None:
+    """Both launch shapes (a program per (token, head), and per token with its heads; GQA 3/1 pads the heads to a
+    power of two)."""
     qkv, qw, kw, cos, sin, pos, slots = _rope_inputs(n, heads, kv_heads, d, dtype)
     stores = [torch.full((5, 2, kv_heads, 40, d), float("nan"), device=DEVICE).to(dtype) for _ in range(2)]
-    q = rope.qk_norm_rope(qkv, qw, kw, cos, sin, pos, stores[0][:, 0], stores[0][:, 1], slots, heads, kv_heads, 1e-6)
+    q = rope.qk_norm_rope(qkv, qw, kw, cos, sin, pos, stores[0][:, 0], stores[0][:, 1], slots, heads, kv_heads, 1e-6,
+                          per_token=per_token)
     want = rope.qk_norm_rope_ref(qkv, qw, kw, cos, sin, pos, stores[1][:, 0], stores[1][:, 1], slots, heads,
                                  kv_heads, 1e-6)
     torch.testing.assert_close(q.float(), want.float(), **STEP_TOL[dtype])
