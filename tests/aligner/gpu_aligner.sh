@@ -113,12 +113,12 @@ OPEN="--concurrency '' --duration 10 --client-procs 8"
 if has slo && room; then
   # shellcheck disable=SC2086
   if serve new $NEW_SERVE; then
-    scrape slo0; eval load nohold-cap $OPEN --rates ${RATES:-240,270,300} $NOHOLD; scrape slo1; share slo0 slo1
-    eval load none-cap $OPEN --rates ${BASE_RATES:-300,330}
+    scrape slo0; eval load nohold-cap $OPEN --rates ${RATES:-270,300,330} $NOHOLD; scrape slo1; share slo0 slo1
+    eval load none-cap $OPEN --rates ${BASE_RATES:-330,360,390}
     stop
   fi
   if [ "${DEFAULTS_ARM:-0}" = 1 ] && room && serve defaults; then  # the engine's defaults, where NEW_SERVE names others
-    eval load nohold-cap-defaults $OPEN --rates ${RATES:-240,270,300} $NOHOLD
+    eval load nohold-cap-defaults $OPEN --rates ${RATES:-270,300,330} $NOHOLD
     stop
   fi
 fi
