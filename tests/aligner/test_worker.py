@@ -201,3 +201,14 @@ async def test_with_graphs_a_batch_stays_within_their_clips_and_chunks(aligner: 
     finally:
         gate.release.set()
         worker.close()
+
+
+def test_prefill_attention_is_asked_for_and_ignored_off_cuda(aligner_ckpt: str) -> None:
+    """The engine option's default (true) is a no-op for an aligner on the CPU, where the Triton kernel cannot run
+    compiled, instead of a start that fails (Aligner.use_prefill_attention refuses a CPU aligner)."""
+    cpu = Aligner.from_pretrained(aligner_ckpt, decoder="packed")
+    worker = AlignerWorker(cpu, prefill_attention=True)
+    try:
+        assert cpu.prefill is False
+    finally:
+        worker.close()
