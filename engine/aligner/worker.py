@@ -29,6 +29,7 @@ from .config import CHUNK_FRAMES
 from .decoder_graphs import GRAPH_STEPS, MAX_CLIPS
 from .encoder_graphs import MAX_CHUNKS
 from .features import HOP, SAMPLE_RATE
+from .process import ChildAligner
 
 log = logging.getLogger("voxgate.engine.aligner")
 
@@ -68,7 +69,7 @@ class AlignerWorker:
         # to graph_clips clips, the encoder's for up to graph_chunks 1-s chunks (larger calls run eagerly)
         self.graphs, self.encoder_graphs = graphs, encoder_graphs
         self.graph_clips, self.graph_chunks, self.graph_steps = graph_clips, graph_chunks, graph_steps
-        if prefill_attention and aligner.thinker.lm_head.weight.is_cuda:
+        if prefill_attention and self._device().type == "cuda":
             aligner.use_prefill_attention()  # the packed decoder's attention by blocks of a clip's tokens (Triton)
         # A call that fits the graphs replays them; a larger one runs eagerly, ~550 launches from this thread under
         # the GIL beside the loop's worker. So the graphs' sizes bound a batch too: graph_clips clips (decoder
@@ -87,12 +88,17 @@ class AlignerWorker:
 
     @classmethod
     def load(cls, path: str, device: torch.device, dtype: torch.dtype,
-             registry: CollectorRegistry | None = None, **options: Any) -> AlignerWorker:
+             registry: CollectorRegistry | None = None, process: bool = False, **options: Any) -> AlignerWorker:
         """The aligner checkpoint at `path` (directory or repo id) on `device` in `dtype`, with a progress bar, its
         metrics in `registry`, warmed up on its thread before this returns (a first CUDA call pays for library
-        handles and kernel loads: no stream's words should). `options`: the constructor's (max_batch, graphs ...)."""
-        worker = cls(Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True), warmup=True,
-                     **options)
+        handles and kernel loads: no stream's words should). `options`: the constructor's (max_batch, graphs ...).
+        `process`: the aligner is loaded and run in a child process (engine/aligner/process.py); this worker keeps
+        the queue, the batches (within the same bounds) and the metrics."""
+        if process:
+            aligner: Any = ChildAligner(path, device, dtype, options)
+        else:
+            aligner = Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True)
+        worker = cls(aligner, warmup=True, **options)
         worker.metrics = AlignerMetrics(registry)
         worker._warmed.wait()
         return worker
@@ -109,6 +115,8 @@ class AlignerWorker:
             self._closed = True
             self._ready.notify()
         self._thread.join(timeout_s)
+        if isinstance(self.aligner, ChildAligner):
+            self.aligner.close()
 
     def _take(self) -> list[AlignJob] | None:
         """The next batch of live jobs (waits for one); None once closed."""
@@ -138,8 +146,14 @@ class AlignerWorker:
             job.deliver(None, RuntimeError("the aligner stopped"))
         return None
 
+    def _device(self) -> torch.device:
+        """Where the aligner's kernels run (CUDA: on the worker's own stream); a ChildAligner's run elsewhere."""
+        if isinstance(self.aligner, ChildAligner):
+            return torch.device("cpu")
+        return self.aligner.thinker.lm_head.weight.device
+
     def _run(self) -> None:
-        device = self.aligner.thinker.lm_head.weight.device
+        device = self._device()
         side = None
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the weights, copied on the default stream, are in place

@@ -89,6 +89,9 @@ class Qwen3TTSOptions(EngineConfig):
     aligner_prefill_attention: bool = option(True, "word times: the aligner's decoder attends a block of a clip's "
                                                    "tokens at a time (kernels/prefill_attention.py; CUDA) instead "
                                                    "of a token at a time (default true; ignored off CUDA)")
+    aligner_process: bool = option(False, "word times: the aligner runs in a child process of its own (its own GIL "
+                                          "and CUDA context, clips through shared memory; engine/aligner/process.py) "
+                                          "instead of a thread beside the loop (default false)")
 
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:

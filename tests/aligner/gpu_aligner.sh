@@ -12,11 +12,12 @@
 #          then this tree with NEW_BENCH (the engine's defaults), then its buckets as powers of two (--graph-steps 1)
 #   slo    sentence SLO capacity with word times not held (RATES) on a server with NEW_SERVE, then without word
 #          times (BASE_RATES) on the same server: the baseline on the card at hand; then, with DEFAULTS_ARM=1 and
-#          time left, not held on a server with the engine's defaults
+#          time left, not held on a server with the engine's defaults (DEFAULTS_RATES, then closed c = 128)
 #   report issue 28's report points: the aligner's time per second of audio at 1 and 128 clips of 3 s (bench, before
 #          any server starts) and in the loop at 1 and 128 streams (closed loop, word times not held: its busy
 #          seconds over the seconds it aligned and over the speech made, from /metrics before and after), beside the
 #          same runs without word times, and idle first audio both ways; on the slo stage's server when both run
+#          (BENCH3S=0 skips the bench)
 # Stages stop starting once ELAPSED_CAP seconds have passed (default 480), so the call ends inside its limit.
 # Everything comes back as $OUT/aligner.tar.gz, rewritten after each step.
 set -o pipefail
@@ -110,17 +111,17 @@ load() { name=$1; shift; room || return
 NOHOLD="--timestamps --timestamps-hold false"
 OPEN="--concurrency '' --duration 10 --client-procs 8"
 
+CLOSED="--closed-warmup 3 --closed-duration 10 --rates ''"
 report_loads() {  # issue 28's report points, on the server that is up
   BS=60 load none-idle --concurrency "" --rates 1 --duration 12
   scrape i0; BS=60 load nohold-idle --concurrency "" --rates 1 --duration 12 $NOHOLD; scrape i1; share i0 i1
-  CLOSED="--closed-warmup 3 --closed-duration 10 --rates ''"
   eval load none-c1 --concurrency 1 $CLOSED
   scrape c0; eval load nohold-c1 --concurrency 1 $CLOSED $NOHOLD; scrape c1; share c0 c1
   eval load none-c128 --concurrency 128 --client-procs 8 $CLOSED
   scrape d0; eval load nohold-c128 --concurrency 128 --client-procs 8 $CLOSED $NOHOLD; scrape d1; share d0 d1
 }
 
-if has report && room; then  # the bench first, with the GPU to itself
+if has report && [ "${BENCH3S:-1}" = 1 ] && room; then  # the bench first, with the GPU to itself
   # shellcheck disable=SC2086
   timeout 90 $AB --seconds 3 --batches 1,128 $NEW_BENCH --json "$R/bench-3s.json" > "$R/bench-3s.txt" 2>&1
   head -4 "$R/bench-3s.txt"; save
@@ -135,7 +136,9 @@ if has slo && room; then
     stop
   fi
   if [ "${DEFAULTS_ARM:-0}" = 1 ] && room && serve defaults; then  # the engine's defaults, where NEW_SERVE names others
-    eval load nohold-cap-defaults $OPEN --rates ${RATES:-270,300,330} $NOHOLD
+    scrape e0; eval load nohold-cap-defaults $OPEN --rates ${DEFAULTS_RATES:-${RATES:-270,300,330}} $NOHOLD
+    scrape e1; share e0 e1
+    eval load nohold-c128-defaults --concurrency 128 --client-procs 8 $CLOSED $NOHOLD; scrape e2; share e1 e2
     stop
   fi
 elif has report && room; then
