@@ -36,12 +36,14 @@ _FIRST_SEGMENT_BYTES = 1 << 24  # 16 MB of clips (~170 s at 24 kHz); a larger ba
 class ChildAligner:
     """`align_batch` answered by an aligner loaded in a child process; `close()` ends the process."""
 
-    def __init__(self, path: str, device: torch.device | str, dtype: torch.dtype, options: dict[str, Any]) -> None:
+    def __init__(self, path: str, device: torch.device | str, dtype: torch.dtype, options: dict[str, Any],
+                 worker: type) -> None:
         """Starts the child and returns once it has loaded, captured and warmed up its aligner (it prints their
-        progress); an error there is raised here, as one line."""
+        progress); an error there is raised here, as one line. `worker`: the AlignerWorker class the child runs
+        (`worker.load(path, device, dtype, **options)`, then `measure` per batch)."""
         ctx = multiprocessing.get_context("spawn")  # never fork a process that holds a CUDA context
         self._conn, child_end = ctx.Pipe()
-        self._process = ctx.Process(target=serve, args=(child_end, path, str(device), dtype, options),
+        self._process = ctx.Process(target=serve, args=(child_end, worker, path, str(device), dtype, options),
                                     name="voxgate-aligner", daemon=True)
         self._process.start()
         child_end.close()
@@ -116,14 +118,13 @@ class ChildAligner:
         return RuntimeError(f"the aligner process exited (code {self._process.exitcode})")
 
 
-def serve(conn: Connection, path: str, device: str, dtype: torch.dtype, options: dict[str, Any]) -> None:
+def serve(conn: Connection, worker_class: Any, path: str, device: str, dtype: torch.dtype,
+          options: dict[str, Any]) -> None:
     """The child: load the aligner, say ready, then answer each ("align", segment, lengths, texts) with the words,
     until "stop" or the parent's end of the pipe closes."""
-    from .worker import AlignerWorker
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent's Ctrl+C reaches its group: the parent stops us
     try:
-        worker = AlignerWorker.load(path, torch.device(device), dtype, None, **options)
+        worker = worker_class.load(path, torch.device(device), dtype, None, **options)
     except Exception as exc:
         conn.send(("error", f"loading the aligner failed: {type(exc).__name__}: {exc}"))
         return
@@ -145,34 +146,13 @@ def serve(conn: Connection, path: str, device: str, dtype: torch.dtype, options:
             clips = np.ndarray((sum(lengths),), _FLOAT, buffer=segment.buf)
             ends = np.cumsum(lengths)
             audios = [clips[end - n: end].copy() for n, end in zip(lengths, ends, strict=True)]  # no view outlives
-            answers = _measure(worker, audios, texts)
+            answers = worker.measure(audios, texts)
             del clips
             error = next((a for a in answers if isinstance(a, BaseException)), None)
-            conn.send(("error", f"{type(error).__name__}: {error}") if error is not None else ("words", answers))
+            conn.send(("error", f"{type(error).__name__}: {error}") if error is not None else
+                      ("words", [[(w.word, w.start, w.end) for w in words] for words in answers]))
     finally:
         worker.close()
         if segment is not None:
             segment.close()
 
-
-def _measure(worker: Any, audios: list[np.ndarray], texts: list[str]) -> list[Any]:
-    """Each clip's words as (word, start, end) tuples, or the error its batch raised, from the child's worker."""
-    from .worker import AlignJob
-
-    answers: list[Any] = [None] * len(texts)
-    left = [len(texts)]
-    done = threading.Event()
-
-    def deliver_to(i: int) -> Any:
-        def deliver(words: list[WordTime] | None, error: BaseException | None) -> None:
-            answers[i] = error if error is not None else [(w.word, w.start, w.end) for w in words or []]
-            left[0] -= 1  # one thread (the worker's) delivers them all
-            if left[0] == 0:
-                done.set()
-        return deliver
-
-    for i, (audio, text) in enumerate(zip(audios, texts, strict=True)):
-        worker.submit(AlignJob(audio, text, deliver_to(i)))
-    if texts:
-        done.wait()
-    return answers

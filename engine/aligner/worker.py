@@ -29,7 +29,6 @@ from .config import CHUNK_FRAMES
 from .decoder_graphs import GRAPH_STEPS, MAX_CLIPS
 from .encoder_graphs import MAX_CHUNKS
 from .features import HOP, SAMPLE_RATE
-from .process import ChildAligner
 
 log = logging.getLogger("voxgate.engine.aligner")
 
@@ -95,7 +94,9 @@ class AlignerWorker:
         `process`: the aligner is loaded and run in a child process (engine/aligner/process.py); this worker keeps
         the queue, the batches (within the same bounds) and the metrics."""
         if process:
-            aligner: Any = ChildAligner(path, device, dtype, options)
+            from .process import ChildAligner
+
+            aligner: Any = ChildAligner(path, device, dtype, options, cls)
         else:
             aligner = Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True)
         worker = cls(aligner, warmup=True, **options)
@@ -110,13 +111,35 @@ class AlignerWorker:
             self._jobs.append(job)
             self._ready.notify()
 
+    def measure(self, audios_24k: list[np.ndarray], texts: list[str]) -> list[list[WordTime] | BaseException]:
+        """Each clip's words, or the error of the call that measured it: submitted as jobs and waited for (from a
+        thread other than the worker's; a ChildAligner's process answers its parent with it)."""
+        answers: list[list[WordTime] | BaseException] = [[] for _ in texts]
+        left = [len(texts)]
+        done = threading.Event()
+
+        def deliver_to(i: int) -> Callable[[list[WordTime] | None, BaseException | None], None]:
+            def deliver(words: list[WordTime] | None, error: BaseException | None) -> None:
+                answers[i] = error if error is not None else words or []
+                left[0] -= 1  # one thread (the worker's) delivers them all
+                if left[0] == 0:
+                    done.set()
+            return deliver
+
+        for i, (audio, text) in enumerate(zip(audios_24k, texts, strict=True)):
+            self.submit(AlignJob(audio, text, deliver_to(i)))
+        if texts:
+            done.wait()
+        return answers
+
     def close(self, timeout_s: float = 30.0) -> None:
         with self._ready:
             self._closed = True
             self._ready.notify()
         self._thread.join(timeout_s)
-        if isinstance(self.aligner, ChildAligner):
-            self.aligner.close()
+        close = getattr(self.aligner, "close", None)  # an aligner that owns a process (ChildAligner)
+        if close is not None:
+            close()
 
     def _take(self) -> list[AlignJob] | None:
         """The next batch of live jobs (waits for one); None once closed."""
@@ -148,9 +171,8 @@ class AlignerWorker:
 
     def _device(self) -> torch.device:
         """Where the aligner's kernels run (CUDA: on the worker's own stream); a ChildAligner's run elsewhere."""
-        if isinstance(self.aligner, ChildAligner):
-            return torch.device("cpu")
-        return self.aligner.thinker.lm_head.weight.device
+        thinker = getattr(self.aligner, "thinker", None)  # a ChildAligner has none: nothing runs here
+        return thinker.lm_head.weight.device if thinker is not None else torch.device("cpu")
 
     def _run(self) -> None:
         device = self._device()

@@ -34,7 +34,7 @@ def test_the_child_answers_as_the_aligner_does_through_a_growing_segment(
         timed_ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(process, "_FIRST_SEGMENT_BYTES", 4096)  # every call below outgrows the one before
     alone = Aligner.from_pretrained(timed_ckpt)
-    child = ChildAligner(str(timed_ckpt), "cpu", torch.float32, OPTIONS)
+    child = ChildAligner(str(timed_ckpt), "cpu", torch.float32, OPTIONS, AlignerWorker)
     try:
         names = []
         for seed, take in ((1, 1), (2, 3), (3, 6)):
@@ -55,7 +55,7 @@ def test_the_child_answers_as_the_aligner_does_through_a_growing_segment(
 
 def test_a_checkpoint_that_does_not_load_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"^loading the aligner failed: \w+: .*") as caught:
-        ChildAligner(str(tmp_path / "missing"), "cpu", torch.float32, OPTIONS)
+        ChildAligner(str(tmp_path / "missing"), "cpu", torch.float32, OPTIONS, AlignerWorker)
     assert "\n" not in str(caught.value)
 
 
