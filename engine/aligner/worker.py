@@ -37,6 +37,11 @@ log = logging.getLogger("voxgate.engine.aligner")
 # worker takes fewer and leaves the rest to the next call.
 MAX_BATCH = 64
 
+# The worker's CUDA stream: "normal" as the loop's (the legacy default stream), or "high", the device's highest
+# (torch maps a number past the range to its end), so the GPU's block scheduler starts the aligner's blocks before
+# the loop's whenever both wait for an SM. Its graphs replay at the priority of the stream they are launched into.
+PRIORITIES = {"normal": 0, "high": -(1 << 10)}
+
 
 def audio_chunks(audio_24k: np.ndarray) -> int:
     """The encoder's 1-s chunks of a 24 kHz clip (resampled to 16 kHz, 100 mel frames a chunk)."""
@@ -60,7 +65,7 @@ class AlignerWorker:
     def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False,
                  graphs: bool = False, encoder_graphs: bool = False, graph_clips: int = MAX_CLIPS,
                  graph_chunks: int = MAX_CHUNKS, graph_steps: int = GRAPH_STEPS,
-                 prefill_attention: bool = False) -> None:
+                 prefill_attention: bool = False, priority: str = "normal") -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.aligner = aligner
@@ -68,13 +73,17 @@ class AlignerWorker:
         # to graph_clips clips, the encoder's for up to graph_chunks 1-s chunks (larger calls run eagerly)
         self.graphs, self.encoder_graphs = graphs, encoder_graphs
         self.graph_clips, self.graph_chunks, self.graph_steps = graph_clips, graph_chunks, graph_steps
-        if prefill_attention and self._device().type == "cuda":
+        if prefill_attention and aligner.thinker.lm_head.weight.is_cuda:
             aligner.use_prefill_attention()  # the packed decoder's attention by blocks of a clip's tokens (Triton)
         # A call that fits the graphs replays them; a larger one runs eagerly, ~550 launches from this thread under
         # the GIL beside the loop's worker. So the graphs' sizes bound a batch too: graph_clips clips (decoder
         # graphs) and graph_chunks seconds of audio (encoder graphs), and the jobs past them wait for the next call.
         self.max_batch = min(max_batch, graph_clips) if graphs else max_batch
         self.max_chunks: int | None = graph_chunks if encoder_graphs else None
+        if priority not in PRIORITIES:
+            raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
+        self.priority = priority  # of the worker's CUDA stream (PRIORITIES)
+        self.stream: torch.cuda.Stream | None = None  # the worker's CUDA stream, once its thread has made it
         self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
         self.batches = 0  # align_batch calls made
         self.metrics: AlignerMetrics | None = None  # observed after every call, on the worker thread
@@ -87,19 +96,12 @@ class AlignerWorker:
 
     @classmethod
     def load(cls, path: str, device: torch.device, dtype: torch.dtype,
-             registry: CollectorRegistry | None = None, process: bool = False, **options: Any) -> AlignerWorker:
+             registry: CollectorRegistry | None = None, **options: Any) -> AlignerWorker:
         """The aligner checkpoint at `path` (directory or repo id) on `device` in `dtype`, with a progress bar, its
         metrics in `registry`, warmed up on its thread before this returns (a first CUDA call pays for library
-        handles and kernel loads: no stream's words should). `options`: the constructor's (max_batch, graphs ...).
-        `process`: the aligner is loaded and run in a child process (engine/aligner/process.py); this worker keeps
-        the queue, the batches (within the same bounds) and the metrics."""
-        if process:
-            from .process import ChildAligner
-
-            aligner: Any = ChildAligner(path, device, dtype, options, cls)
-        else:
-            aligner = Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True)
-        worker = cls(aligner, warmup=True, **options)
+        handles and kernel loads: no stream's words should). `options`: the constructor's (max_batch, graphs ...)."""
+        worker = cls(Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True), warmup=True,
+                     **options)
         worker.metrics = AlignerMetrics(registry)
         worker._warmed.wait()
         return worker
@@ -111,35 +113,11 @@ class AlignerWorker:
             self._jobs.append(job)
             self._ready.notify()
 
-    def measure(self, audios_24k: list[np.ndarray], texts: list[str]) -> list[list[WordTime] | BaseException]:
-        """Each clip's words, or the error of the call that measured it: submitted as jobs and waited for (from a
-        thread other than the worker's; a ChildAligner's process answers its parent with it)."""
-        answers: list[list[WordTime] | BaseException] = [[] for _ in texts]
-        left = [len(texts)]
-        done = threading.Event()
-
-        def deliver_to(i: int) -> Callable[[list[WordTime] | None, BaseException | None], None]:
-            def deliver(words: list[WordTime] | None, error: BaseException | None) -> None:
-                answers[i] = error if error is not None else words or []
-                left[0] -= 1  # one thread (the worker's) delivers them all
-                if left[0] == 0:
-                    done.set()
-            return deliver
-
-        for i, (audio, text) in enumerate(zip(audios_24k, texts, strict=True)):
-            self.submit(AlignJob(audio, text, deliver_to(i)))
-        if texts:
-            done.wait()
-        return answers
-
     def close(self, timeout_s: float = 30.0) -> None:
         with self._ready:
             self._closed = True
             self._ready.notify()
         self._thread.join(timeout_s)
-        close = getattr(self.aligner, "close", None)  # an aligner that owns a process (ChildAligner)
-        if close is not None:
-            close()
 
     def _take(self) -> list[AlignJob] | None:
         """The next batch of live jobs (waits for one); None once closed."""
@@ -169,17 +147,12 @@ class AlignerWorker:
             job.deliver(None, RuntimeError("the aligner stopped"))
         return None
 
-    def _device(self) -> torch.device:
-        """Where the aligner's kernels run (CUDA: on the worker's own stream); a ChildAligner's run elsewhere."""
-        thinker = getattr(self.aligner, "thinker", None)  # a ChildAligner has none: nothing runs here
-        return thinker.lm_head.weight.device if thinker is not None else torch.device("cpu")
-
     def _run(self) -> None:
-        device = self._device()
+        device = self.aligner.thinker.lm_head.weight.device
         side = None
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the weights, copied on the default stream, are in place
-            side = torch.cuda.Stream(device)
+            side = self.stream = torch.cuda.Stream(device, priority=PRIORITIES[self.priority])
         if self.warmup:
             try:
                 with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():

@@ -12,7 +12,8 @@
 #          then this tree with NEW_BENCH (the engine's defaults), then its buckets as powers of two (--graph-steps 1)
 #   slo    sentence SLO capacity with word times not held (RATES) on a server with NEW_SERVE, then without word
 #          times (BASE_RATES) on the same server: the baseline on the card at hand; then, with DEFAULTS_ARM=1 and
-#          time left, not held on a server with the engine's defaults (DEFAULTS_RATES, then closed c = 128)
+#          time left, not held on a server with the engine's defaults (DEFAULTS_RATES, none: no rates; then closed
+#          c = 128)
 #   report issue 28's report points: the aligner's time per second of audio at 1 and 128 clips of 3 s (bench, before
 #          any server starts) and in the loop at 1 and 128 streams (closed loop, word times not held: its busy
 #          seconds over the seconds it aligned and over the speech made, from /metrics before and after), beside the
@@ -112,13 +113,17 @@ NOHOLD="--timestamps --timestamps-hold false"
 OPEN="--concurrency '' --duration 10 --client-procs 8"
 
 CLOSED="--closed-warmup 3 --closed-duration 10 --rates ''"
-report_loads() {  # issue 28's report points, on the server that is up
-  BS=60 load none-idle --concurrency "" --rates 1 --duration 12
-  scrape i0; BS=60 load nohold-idle --concurrency "" --rates 1 --duration 12 $NOHOLD; scrape i1; share i0 i1
-  eval load none-c1 --concurrency 1 $CLOSED
-  scrape c0; eval load nohold-c1 --concurrency 1 $CLOSED $NOHOLD; scrape c1; share c0 c1
-  eval load none-c128 --concurrency 128 --client-procs 8 $CLOSED
-  scrape d0; eval load nohold-c128 --concurrency 128 --client-procs 8 $CLOSED $NOHOLD; scrape d1; share d0 d1
+want() { [ -z "${REPORT:-}" ] || case " $REPORT " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+report_loads() {  # issue 28's report points, on the server that is up (REPORT="name ...": only those)
+  want none-idle && BS=60 load none-idle --concurrency "" --rates 1 --duration 12
+  want nohold-idle && { scrape i0; BS=60 load nohold-idle --concurrency "" --rates 1 --duration 12 $NOHOLD; scrape i1
+    share i0 i1; }
+  want none-c1 && eval load none-c1 --concurrency 1 $CLOSED
+  want nohold-c1 && { scrape c0; eval load nohold-c1 --concurrency 1 $CLOSED $NOHOLD; scrape c1; share c0 c1; }
+  want none-c128 && eval load none-c128 --concurrency 128 --client-procs 8 $CLOSED
+  want nohold-c128 && { scrape d0; eval load nohold-c128 --concurrency 128 --client-procs 8 $CLOSED $NOHOLD
+    scrape d1; share d0 d1; }
+  return 0
 }
 
 if has report && [ "${BENCH3S:-1}" = 1 ] && room; then  # the bench first, with the GPU to itself
@@ -136,8 +141,11 @@ if has slo && room; then
     stop
   fi
   if [ "${DEFAULTS_ARM:-0}" = 1 ] && room && serve defaults; then  # the engine's defaults, where NEW_SERVE names others
-    scrape e0; eval load nohold-cap-defaults $OPEN --rates ${DEFAULTS_RATES:-${RATES:-270,300,330}} $NOHOLD
-    scrape e1; share e0 e1
+    if [ "${DEFAULTS_RATES:-}" != none ]; then
+      scrape e0; eval load nohold-cap-defaults $OPEN --rates ${DEFAULTS_RATES:-${RATES:-270,300,330}} $NOHOLD
+      scrape e1; share e0 e1
+    fi
+    scrape e1
     eval load nohold-c128-defaults --concurrency 128 --client-procs 8 $CLOSED $NOHOLD; scrape e2; share e1 e2
     stop
   fi

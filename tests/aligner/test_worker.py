@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from voxgate.engine.aligner.align import Aligner
 from voxgate.engine.aligner.stream import AlignedStream
 from voxgate.engine.aligner.worker import AlignerWorker, AlignJob
@@ -212,3 +213,24 @@ def test_prefill_attention_is_asked_for_and_ignored_off_cuda(aligner_ckpt: str) 
         assert cpu.prefill is False
     finally:
         worker.close()
+
+
+def test_a_priority_that_is_not_one_is_refused(aligner: Aligner) -> None:
+    with pytest.raises(ValueError, match="priority must be one of normal, high"):
+        AlignerWorker(aligner, priority="urgent")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_high_priority_worker_runs_on_the_devices_highest_priority_stream(aligner_ckpt: str) -> None:
+    """engine option aligner_priority = high: the worker's stream (its graphs replay on it) has the greatest
+    priority the device offers; normal has the default's."""
+    greatest = torch.cuda.Stream(priority=-(1 << 10)).priority
+    assert greatest < 0  # the device has priorities to give
+    for priority, expected in (("high", greatest), ("normal", 0)):
+        worker = AlignerWorker(Aligner.from_pretrained(aligner_ckpt, device="cuda"), warmup=True, priority=priority)
+        try:
+            assert worker._warmed.wait(300) and worker.stream is not None
+            assert worker.stream.priority == expected
+        finally:
+            worker.close()
