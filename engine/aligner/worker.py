@@ -57,6 +57,7 @@ class AlignJob:
     # its batch was taken.
     deliver: Callable[[list[WordTime] | None, BaseException | None], None]
     cancelled: bool = False  # set by the stream's owner; a plain write, read when the worker takes its batch
+    chunks: int = 0  # the encoder's 1-s chunks of `audio` (audio_chunks), set when submitted
 
 
 class AlignerWorker:
@@ -89,6 +90,7 @@ class AlignerWorker:
         self.metrics: AlignerMetrics | None = None  # observed after every call, on the worker thread
         self._warmed = threading.Event()
         self._jobs: deque[AlignJob] = deque()
+        self._waiting_chunks = 0  # the chunks of the jobs in _jobs
         self._ready = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="aligner", daemon=True)
@@ -107,11 +109,19 @@ class AlignerWorker:
         return worker
 
     def submit(self, job: AlignJob) -> None:
+        job.chunks = audio_chunks(job.audio)
         with self._ready:
             if self._closed:
                 raise RuntimeError("the aligner is stopped")
             self._jobs.append(job)
+            self._waiting_chunks += job.chunks
             self._ready.notify()
+
+    def behind(self) -> bool:
+        """Whether the jobs waiting already fill the next call (max_batch clips, or the encoder graphs' seconds):
+        a clip submitted now is measured a call later at least. Cancelled jobs not yet dropped count too."""
+        return len(self._jobs) >= self.max_batch or (
+            self.max_chunks is not None and self._waiting_chunks >= self.max_chunks)
 
     def close(self, timeout_s: float = 30.0) -> None:
         with self._ready:
@@ -124,10 +134,11 @@ class AlignerWorker:
         with self._ready:
             while True:
                 while self._jobs and self._jobs[0].cancelled:
-                    self._jobs.popleft()
+                    self._waiting_chunks -= self._jobs.popleft().chunks
                 if self._closed:
                     stopped = [j for j in self._jobs if not j.cancelled]
                     self._jobs.clear()
+                    self._waiting_chunks = 0
                     break
                 if self._jobs:
                     batch: list[AlignJob] = []
@@ -135,12 +146,11 @@ class AlignerWorker:
                     while self._jobs and len(batch) < self.max_batch:
                         job = self._jobs[0]
                         if not job.cancelled:
-                            more = audio_chunks(job.audio)
-                            if batch and self.max_chunks is not None and chunks + more > self.max_chunks:
+                            if batch and self.max_chunks is not None and chunks + job.chunks > self.max_chunks:
                                 break  # the next call takes it: this one stays within the encoder's graphs
                             batch.append(job)
-                            chunks += more
-                        self._jobs.popleft()
+                            chunks += job.chunks
+                        self._waiting_chunks -= self._jobs.popleft().chunks
                     return batch
                 self._ready.wait()
         for job in stopped:

@@ -215,6 +215,36 @@ def test_prefill_attention_is_asked_for_and_ignored_off_cuda(aligner_ckpt: str) 
         worker.close()
 
 
+@pytest.mark.parametrize(("kwargs", "seconds"), [(dict(max_batch=2), [0.5, 0.5]),
+                                               (dict(graphs=True, encoder_graphs=True, graph_chunks=4), [2.5, 1.5])])
+def test_behind_when_the_waiting_jobs_fill_the_next_call(aligner: Aligner, kwargs: dict, seconds: list) -> None:
+    """behind(): the jobs waiting (not the call running) fill max_batch clips, or the encoder graphs' seconds."""
+    gate = Gated(aligner)
+    worker = AlignerWorker(gate, **kwargs)  # type: ignore[arg-type]
+    try:
+        done = threading.Event()
+        answered: list[int] = []
+
+        def deliver(words: list[WordTime] | None, error: BaseException | None) -> None:
+            answered.append(1)
+            if len(answered) == 3:
+                done.set()
+
+        worker.submit(AlignJob(as_float(pcm(0.3, 0)), "Busy.", deliver))
+        assert gate.entered.wait(60)
+        assert not worker.behind()  # one call running, none waiting
+        worker.submit(AlignJob(as_float(pcm(seconds[0], 1)), "One.", deliver))
+        assert not worker.behind()
+        worker.submit(AlignJob(as_float(pcm(seconds[1], 2)), "Two.", deliver))
+        assert worker.behind()  # two clips, or four chunks, wait: the next call is full
+        gate.release.set()
+        assert done.wait(120)
+        assert not worker.behind()
+    finally:
+        gate.release.set()
+        worker.close()
+
+
 def test_a_priority_that_is_not_one_is_refused(aligner: Aligner) -> None:
     with pytest.raises(ValueError, match="priority must be one of normal, high"):
         AlignerWorker(aligner, priority="urgent")
