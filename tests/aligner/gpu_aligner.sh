@@ -13,7 +13,7 @@
 #   slo    sentence SLO capacity with word times not held (RATES) on a server with NEW_SERVE, then without word
 #          times (BASE_RATES) on the same server: the baseline on the card at hand; then, with DEFAULTS_ARM=1 and
 #          time left, not held on a server with the engine's defaults (DEFAULTS_RATES, none: no rates; then closed
-#          c = 128)
+#          c = 128), from the baseline tree with DEFAULTS_TREE=base (BASE: its archive, default the first)
 #   report issue 28's report points: the aligner's time per second of audio at 1 and 128 clips of 3 s (bench, before
 #          any server starts) and in the loop at 1 and 128 streams (closed loop, word times not held: its busy
 #          seconds over the seconds it aligned and over the speech made, from /metrics before and after), beside the
@@ -52,6 +52,14 @@ if has tests; then
 fi
 wait $WRITER
 
+# the baseline tree, unpacked as the `voxgate` namespace under /tmp/base (BASE: which archive, default the first)
+BASE=${BASE:-$(ls .baseline/*.tar.gz 2>/dev/null | head -1)}
+if [ -n "$BASE" ]; then
+  mkdir -p /tmp/base/voxgate && tar xzf "$BASE" -C /tmp/base/voxgate
+  ln -sfn /tmp/base/voxgate/gateway/sdk /tmp/base/voxgate/client  # as pyproject maps them
+  ln -sfn /tmp/base/voxgate/gateway/integrations /tmp/base/voxgate/integrations
+fi
+
 NEW_BENCH=${NEW_BENCH:---prefill-attention}  # with the engine's defaults for the rest
 NEW_SERVE=${NEW_SERVE:-}  # the engine's defaults
 AB="python3 -m voxgate.engine.aligner.bench --checkpoint $ALIGNER --dtype bf16 --encoder captured --decoder-graphs \
@@ -63,9 +71,7 @@ if has bench; then
   S=${BENCH_SECONDS:-0.5-3.5}; B=${BENCH_BATCHES:-1,32,54,64}
   # the baseline: an older tree's engine (.baseline/<commit>.tar.gz, `git archive <commit> engine kernels ...`)
   # with its best settings, on the same GPU in the same call
-  BASE=$(ls .baseline/*.tar.gz 2>/dev/null | head -1)
   if [ -n "$BASE" ]; then
-    mkdir -p /tmp/base/voxgate && tar xzf "$BASE" -C /tmp/base/voxgate
     # shellcheck disable=SC2086
     PYTHONPATH=/tmp/site-gw:/tmp/base ab "base-$(basename "$BASE" .tar.gz)" --seconds $S --batches $B --profile \
       ${BASE_BENCH:---graph-clips 64 --graph-chunks 256 --prefill-attention}
@@ -140,7 +146,10 @@ if has slo && room; then
     if has report && room; then report_loads; fi  # the same server: no second start (~100 s)
     stop
   fi
-  if [ "${DEFAULTS_ARM:-0}" = 1 ] && room && serve defaults; then  # the engine's defaults, where NEW_SERVE names others
+  # the engine's defaults, where NEW_SERVE names others; DEFAULTS_TREE=base: the baseline tree's server (any change)
+  DT=/tmp/vx; [ "${DEFAULTS_TREE:-}" = base ] && [ -n "$BASE" ] && DT=/tmp/base
+  echo "defaults arm: $DT ${BASE:-}" > "$R/defaults-tree.txt"
+  if [ "${DEFAULTS_ARM:-0}" = 1 ] && room && PYTHONPATH=/tmp/site-gw:$DT serve defaults; then
     if [ "${DEFAULTS_RATES:-}" != none ]; then
       scrape e0; eval load nohold-cap-defaults $OPEN --rates ${DEFAULTS_RATES:-${RATES:-270,300,330}} $NOHOLD
       scrape e1; share e0 e1
