@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fractions
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,8 @@ def wav_header_open_ended(sample_rate: int = SAMPLE_RATE) -> bytes:
 
 class SpeechEncoder:
     """PCM16 bytes in, container bytes out. `encode` and `finish` may run on a worker thread (PyAV releases the GIL
-    while it encodes); calls of one encoder never overlap."""
+    while it encodes); calls of one encoder never overlap. `close` may come from the event loop while one of them
+    is still running on its thread (its awaiting request was cancelled: a client left, a shutdown aborted it)."""
 
     def __init__(self, fmt: SpeechFormat) -> None:
         self.format = fmt
@@ -109,7 +111,12 @@ class AvEncoder(SpeechEncoder):
             stream.bit_rate = fmt.bit_rate
         self._stream = stream
         self._time_base = fractions.Fraction(1, SAMPLE_RATE)
+        # Closing a container while another thread encodes into it frees what that thread is using (a crash of the
+        # whole process), so a close that comes during a call is left to that call's end. The lock guards the flags.
+        self._flags = threading.Lock()
         self._closed = False
+        self._busy = False  # an encode or finish is running
+        self._close_after = False  # close asked during it
         # Open the codec and write the container header now (while the engine makes the first audio), not on the
         # first frame; the header bytes stay in the sink and leave with the first audio.
         self._container.start_encoding()
@@ -123,22 +130,52 @@ class AvEncoder(SpeechEncoder):
         import av
 
         samples = np.frombuffer(pcm, "<i2")
-        if not len(samples):
+        if not len(samples) or not self._enter():
             return b""
-        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = SAMPLE_RATE
-        frame.pts = self.samples
-        frame.time_base = self._time_base
-        self.samples += len(samples)
-        return self._mux(frame)
+        try:
+            frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
+            frame.sample_rate = SAMPLE_RATE
+            frame.pts = self.samples
+            frame.time_base = self._time_base
+            self.samples += len(samples)
+            return self._mux(frame)
+        finally:
+            self._leave()
 
     def finish(self) -> bytes:
-        out = self._mux(None)  # drain the encoder's lookahead
-        self._closed = True
-        self._container.close()  # the muxer's trailer (FLAC: nothing it can rewrite without seeking)
-        return out + self._sink.take()
+        if not self._enter():
+            return b""
+        try:
+            out = self._mux(None)  # drain the encoder's lookahead
+            with self._flags:
+                self._closed = True
+            self._container.close()  # the muxer's trailer (FLAC: nothing it can rewrite without seeking)
+            return out + self._sink.take()
+        finally:
+            self._leave()
 
     def close(self) -> None:
+        with self._flags:
+            if self._busy:
+                self._close_after = True  # the running call closes it when it returns
+                return
+            self._close_now()
+
+    def _enter(self) -> bool:
+        """Mark a call running; False once closed (nothing to encode into)."""
+        with self._flags:
+            if self._closed:
+                return False
+            self._busy = True
+            return True
+
+    def _leave(self) -> None:
+        with self._flags:
+            self._busy = False
+            if self._close_after:
+                self._close_now()
+
+    def _close_now(self) -> None:  # with self._flags held
         if not self._closed:
             self._closed = True
             try:
