@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import ipaddress
 import logging
 import os
@@ -55,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
     from .devices import narrow_to
 
+    # A crash in native code (a codec, a CUDA library) prints every thread's Python stack to stderr before the
+    # process dies: the one report an operator can act on.
+    faulthandler.enable()
     where = f"[{args.device}] " if args.device else ""  # children of --gpus share one terminal
     logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s {where}%(name)s: %(message)s")
     if args.gpus is not None:
