@@ -134,3 +134,19 @@ def test_the_hard_deadline_ends_a_process_that_a_stuck_engine_holds():
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.slow
+async def test_a_native_crash_prints_every_threads_stack(serve):
+    """`voxgate serve` runs with faulthandler on: a fatal signal (here SIGSEGV, as a crash in a codec or a CUDA
+    library raises it) prints the Python stack of every thread on stderr before the process dies (without it: no
+stack, the test fails)."""
+    server = serve()
+    async with httpx.AsyncClient(base_url=server.http_url) as http:
+        assert (await http.get("/health")).status_code == 200
+    server.proc.send_signal(signal.SIGSEGV)
+    returncode = await asyncio.to_thread(server.proc.wait, 10)
+    assert returncode == -signal.SIGSEGV
+    log = server.log_text()
+    assert "Fatal Python error: Segmentation fault" in log, log
+    assert "Current thread 0x" in log and "gateway/cli/serve.py" in log, log  # where the main thread was
