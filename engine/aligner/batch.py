@@ -63,10 +63,12 @@ def conv_chunks(tower: AudioEncoder, chunks: torch.Tensor, limit: torch.Tensor,
     f, t = (mels - 1) // 2 + 1, (width - 1) // 2 + 1  # one conv's output: kernel 3, stride 2, padding 1
     limit = (limit - 1) // 2 + 1
     keep = (torch.arange(t, device=chunks.device) < limit[:, None]).to(chunks.dtype)  # [n, t]
-    keep = keep[:, None, None, :].expand(n, 1, f, t).reshape(n, 1, f * t)
-    patches = torch.cat((F.unfold(chunks, 3, padding=1, stride=2) * keep, keep), dim=1)  # [n, 10, f t]
+    keep = keep[:, None, :, None].expand(n, f, t, 1).reshape(n * f * t, 1)
+    # every output's 3x3 patch (mel offset, frame offset) as a strided view of the padded chunks, copied once
+    # (F.unfold's im2col is a launch per chunk)
+    patches = F.pad(chunks[:, 0], (1, 1, 1, 1)).unfold(1, 3, 2).unfold(2, 3, 2).reshape(n * f * t, 9)
     weight = torch.cat((conv.weight.flatten(1), conv.bias[:, None]), dim=1)  # [C, 10]
-    x = F.gelu(patches.transpose(1, 2).reshape(n * f * t, -1) @ weight.T)  # [n f t, C]: channels-last, one GEMM
+    x = F.gelu(torch.cat((patches * keep, keep), dim=1) @ weight.T)  # [n f t, C]: channels-last, one GEMM
     x = x.view(n, f, t, -1).permute(0, 3, 1, 2)  # [n, C, f, t] in channels-last memory
     for conv in (tower.conv2d2, tower.conv2d3):
         x = F.gelu(conv(x))

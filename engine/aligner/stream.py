@@ -167,6 +167,8 @@ class AlignedStream(AudioStream):
                             return
                     elif ended and not self._held_samples:
                         return  # words never spoken: a budget cut after the last one measured
+                    elif not ended and not self._hold and self._worker.behind():
+                        pass  # not held, the aligner behind: one call when the sentence is made, no re-read
                     elif ended or (self._group and self._text_closed and self._made >= submit_at):
                         wait = 0.0 if ended else self._time_ahead()
                         if wait <= 0:

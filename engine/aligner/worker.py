@@ -37,6 +37,11 @@ log = logging.getLogger("voxgate.engine.aligner")
 # worker takes fewer and leaves the rest to the next call.
 MAX_BATCH = 64
 
+# The worker's CUDA stream: "normal" as the loop's (the legacy default stream), or "high", the device's highest
+# (torch maps a number past the range to its end), so the GPU's block scheduler starts the aligner's blocks before
+# the loop's whenever both wait for an SM. Its graphs replay at the priority of the stream they are launched into.
+PRIORITIES = {"normal": 0, "high": -(1 << 10)}
+
 
 def audio_chunks(audio_24k: np.ndarray) -> int:
     """The encoder's 1-s chunks of a 24 kHz clip (resampled to 16 kHz, 100 mel frames a chunk)."""
@@ -52,6 +57,7 @@ class AlignJob:
     # its batch was taken.
     deliver: Callable[[list[WordTime] | None, BaseException | None], None]
     cancelled: bool = False  # set by the stream's owner; a plain write, read when the worker takes its batch
+    chunks: int = 0  # the encoder's 1-s chunks of `audio` (audio_chunks), set when submitted
 
 
 class AlignerWorker:
@@ -60,7 +66,7 @@ class AlignerWorker:
     def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False,
                  graphs: bool = False, encoder_graphs: bool = False, graph_clips: int = MAX_CLIPS,
                  graph_chunks: int = MAX_CHUNKS, graph_steps: int = GRAPH_STEPS,
-                 prefill_attention: bool = False) -> None:
+                 prefill_attention: bool = False, priority: str = "normal") -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.aligner = aligner
@@ -75,11 +81,16 @@ class AlignerWorker:
         # graphs) and graph_chunks seconds of audio (encoder graphs), and the jobs past them wait for the next call.
         self.max_batch = min(max_batch, graph_clips) if graphs else max_batch
         self.max_chunks: int | None = graph_chunks if encoder_graphs else None
+        if priority not in PRIORITIES:
+            raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
+        self.priority = priority  # of the worker's CUDA stream (PRIORITIES)
+        self.stream: torch.cuda.Stream | None = None  # the worker's CUDA stream, once its thread has made it
         self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
         self.batches = 0  # align_batch calls made
         self.metrics: AlignerMetrics | None = None  # observed after every call, on the worker thread
         self._warmed = threading.Event()
         self._jobs: deque[AlignJob] = deque()
+        self._waiting_chunks = 0  # the chunks of the jobs in _jobs
         self._ready = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="aligner", daemon=True)
@@ -98,11 +109,19 @@ class AlignerWorker:
         return worker
 
     def submit(self, job: AlignJob) -> None:
+        job.chunks = audio_chunks(job.audio)
         with self._ready:
             if self._closed:
                 raise RuntimeError("the aligner is stopped")
             self._jobs.append(job)
+            self._waiting_chunks += job.chunks
             self._ready.notify()
+
+    def behind(self) -> bool:
+        """Whether the jobs waiting already fill the next call (max_batch clips, or the encoder graphs' seconds):
+        a clip submitted now is measured a call later at least. Cancelled jobs not yet dropped count too."""
+        return len(self._jobs) >= self.max_batch or (
+            self.max_chunks is not None and self._waiting_chunks >= self.max_chunks)
 
     def close(self, timeout_s: float = 30.0) -> None:
         with self._ready:
@@ -115,10 +134,11 @@ class AlignerWorker:
         with self._ready:
             while True:
                 while self._jobs and self._jobs[0].cancelled:
-                    self._jobs.popleft()
+                    self._waiting_chunks -= self._jobs.popleft().chunks
                 if self._closed:
                     stopped = [j for j in self._jobs if not j.cancelled]
                     self._jobs.clear()
+                    self._waiting_chunks = 0
                     break
                 if self._jobs:
                     batch: list[AlignJob] = []
@@ -126,12 +146,11 @@ class AlignerWorker:
                     while self._jobs and len(batch) < self.max_batch:
                         job = self._jobs[0]
                         if not job.cancelled:
-                            more = audio_chunks(job.audio)
-                            if batch and self.max_chunks is not None and chunks + more > self.max_chunks:
+                            if batch and self.max_chunks is not None and chunks + job.chunks > self.max_chunks:
                                 break  # the next call takes it: this one stays within the encoder's graphs
                             batch.append(job)
-                            chunks += more
-                        self._jobs.popleft()
+                            chunks += job.chunks
+                        self._waiting_chunks -= self._jobs.popleft().chunks
                     return batch
                 self._ready.wait()
         for job in stopped:
@@ -143,7 +162,7 @@ class AlignerWorker:
         side = None
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the weights, copied on the default stream, are in place
-            side = torch.cuda.Stream(device)
+            side = self.stream = torch.cuda.Stream(device, priority=PRIORITIES[self.priority])
         if self.warmup:
             try:
                 with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():

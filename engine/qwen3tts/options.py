@@ -89,6 +89,9 @@ class Qwen3TTSOptions(EngineConfig):
     aligner_prefill_attention: bool = option(True, "word times: the aligner's decoder attends a block of a clip's "
                                                    "tokens at a time (kernels/prefill_attention.py; CUDA) instead "
                                                    "of a token at a time (default true; ignored off CUDA)")
+    aligner_priority: str = option("normal", "word times: the aligner's CUDA stream at normal priority (the "
+                                             "loop's) or high (the device's highest: its kernels' blocks start "
+                                             "before the loop's; engine/aligner/worker.py; default normal)")
 
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:
@@ -105,6 +108,8 @@ class Qwen3TTSOptions(EngineConfig):
             raise ValueError(f"aligner_graph_chunks must be a power of two, not {self.aligner_graph_chunks}")
         if self.aligner_graph_steps not in (1, 2, 4, 8):
             raise ValueError(f"aligner_graph_steps must be 1, 2, 4 or 8, not {self.aligner_graph_steps}")
+        if self.aligner_priority not in ("normal", "high"):
+            raise ValueError(f"aligner_priority must be normal or high, not {self.aligner_priority!r}")
         if self.text_min_tokens < 1:
             raise ValueError("text_min_tokens must be at least 1")
         GpuTimeline.parse(self.gpu_timeline)  # a bad window is refused here, not after the model has loaded
@@ -118,7 +123,7 @@ class Qwen3TTSOptions(EngineConfig):
         return dict(graphs=self.aligner_graphs, encoder_graphs=self.aligner_encoder_graphs,
                     max_batch=self.aligner_max_batch, graph_clips=self.aligner_graph_clips,
                     graph_chunks=self.aligner_graph_chunks, graph_steps=self.aligner_graph_steps,
-                    prefill_attention=self.aligner_prefill_attention)
+                    prefill_attention=self.aligner_prefill_attention, priority=self.aligner_priority)
 
     @property
     def slots(self) -> int | None:

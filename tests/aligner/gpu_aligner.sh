@@ -4,7 +4,7 @@
 #   run(command="bash tests/aligner/gpu_aligner.sh", carry=[".whl", ".gpu_shared", ".tcache", ".baseline"])
 # Stages (STAGES, comma-separated; default tests,bench,slo):
 #   tests  the aligner's `gpu` tests (packed decoder, prefill attention, captured decoder and encoder, conv_chunks,
-#          the worker's, such as its stream priority),
+#          the worker's stream priority),
 #          the prefill kernel's and qk_norm_rope's (both launch shapes), then `python -m voxgate.kernels.bench
 #          prefill_attention` (against slot_attention)
 #   bench  the aligner bench, profiled kernel by kernel, on clips like the engine loop's (BENCH_SECONDS, 0.5-3.5 s;
@@ -45,7 +45,7 @@ WRITER=$!
 if has tests; then
   timeout 120 python3 -m pytest tests/kernel/test_prefill_attention.py tests/aligner/test_batch.py \
     tests/aligner/test_encoder_graphs.py tests/aligner/test_conv_chunks.py tests/aligner/test_worker.py \
-    -k "cuda or prefill or priority" -c /dev/null --confcutdir=tests -p no:cacheprovider \
+    -k "cuda or prefill or highest_priority" -c /dev/null --confcutdir=tests -p no:cacheprovider \
     -q -rs -W ignore::pytest.PytestUnknownMarkWarning 2>&1 | tail -6 | tee "$R/pytest.txt"
   timeout 60 python3 -m pytest tests/kernel/test_qk_norm_rope.py -c /dev/null --confcutdir=tests -p no:cacheprovider \
     -q -rs -W ignore::pytest.PytestUnknownMarkWarning 2>&1 | tail -3 | tee -a "$R/pytest.txt"

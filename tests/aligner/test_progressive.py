@@ -64,6 +64,10 @@ class InlineWorker:
         self.align, self.hold = align, hold
         self.jobs: list[AlignJob] = []
         self.fail: BaseException | None = None
+        self.busy = False  # what behind() says
+
+    def behind(self) -> bool:
+        return self.busy
 
     def submit(self, job: AlignJob) -> None:
         self.jobs.append(job)
@@ -373,3 +377,28 @@ async def test_not_held_the_audio_goes_out_as_made_and_each_word_once_measured(s
     assert not len(got[-1][1]) and got[-1][0][-1].end == len(audio)  # the last words, then the end
     assert len(truth.calls) > 2
 
+
+
+@pytest.mark.parametrize("hold", [False, True])
+async def test_while_the_aligner_is_behind_a_not_held_stream_makes_one_call(hold: bool) -> None:
+    """Not held, with the aligner's queue already filling its next call (`behind()`), a partial piece's words would
+    come late anyway: the stream makes no partial call, and one call once the sentence is made times every word (the
+    truth: the clip runs to the audio's end), its audio out as made. Held, the pieces go on (they release audio)."""
+    audio, starts = truth_of(3)
+    truth = Truth(audio, starts, blur=4 * 1_920)
+    step = asyncio.Event()
+    inner = Chunks(TEXT, cut(audio, np.random.default_rng(23)), step)
+    worker = InlineWorker(truth.align)
+    worker.busy = True
+    stream = AlignedStream(inner, worker, group_samples=12_000,  # type: ignore[arg-type]
+                           margin_samples=4 * 1_920, ahead_samples=len(audio), hold=hold)
+    got = await run(stream, inner, step)
+    taken = [w for words, _, _ in got for w in words]
+    ends = [*starts[1:], len(audio)]
+    assert taken == [WordTime(w.text, s, e) for w, s, e in zip(text_words(TEXT), starts, ends, strict=True)]
+    assert np.array_equal(np.concatenate([p for _, p, _ in got]), audio)
+    if hold:
+        assert len(truth.calls) > 1
+    else:
+        assert truth.calls == [(0, len(audio), [w.text for w in text_words(TEXT)])]
+        assert [len(p) for _, p, _ in got if len(p)] == [len(c) for c in inner.chunks]  # out as made

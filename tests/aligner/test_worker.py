@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from voxgate.engine.aligner.align import Aligner
 from voxgate.engine.aligner.stream import AlignedStream
 from voxgate.engine.aligner.worker import AlignerWorker, AlignJob
@@ -212,3 +213,54 @@ def test_prefill_attention_is_asked_for_and_ignored_off_cuda(aligner_ckpt: str) 
         assert cpu.prefill is False
     finally:
         worker.close()
+
+
+@pytest.mark.parametrize(("kwargs", "seconds"), [(dict(max_batch=2), [0.5, 0.5]),
+                                               (dict(graphs=True, encoder_graphs=True, graph_chunks=4), [2.5, 1.5])])
+def test_behind_when_the_waiting_jobs_fill_the_next_call(aligner: Aligner, kwargs: dict, seconds: list) -> None:
+    """behind(): the jobs waiting (not the call running) fill max_batch clips, or the encoder graphs' seconds."""
+    gate = Gated(aligner)
+    worker = AlignerWorker(gate, **kwargs)  # type: ignore[arg-type]
+    try:
+        done = threading.Event()
+        answered: list[int] = []
+
+        def deliver(words: list[WordTime] | None, error: BaseException | None) -> None:
+            answered.append(1)
+            if len(answered) == 3:
+                done.set()
+
+        worker.submit(AlignJob(as_float(pcm(0.3, 0)), "Busy.", deliver))
+        assert gate.entered.wait(60)
+        assert not worker.behind()  # one call running, none waiting
+        worker.submit(AlignJob(as_float(pcm(seconds[0], 1)), "One.", deliver))
+        assert not worker.behind()
+        worker.submit(AlignJob(as_float(pcm(seconds[1], 2)), "Two.", deliver))
+        assert worker.behind()  # two clips, or four chunks, wait: the next call is full
+        gate.release.set()
+        assert done.wait(120)
+        assert not worker.behind()
+    finally:
+        gate.release.set()
+        worker.close()
+
+
+def test_a_priority_that_is_not_one_is_refused(aligner: Aligner) -> None:
+    with pytest.raises(ValueError, match="priority must be one of normal, high"):
+        AlignerWorker(aligner, priority="urgent")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_high_priority_worker_runs_on_the_devices_highest_priority_stream(aligner_ckpt: str) -> None:
+    """engine option aligner_priority = high: the worker's stream (its graphs replay on it) has the greatest
+    priority the device offers; normal has the default's."""
+    greatest = torch.cuda.Stream(priority=-(1 << 10)).priority
+    assert greatest < 0  # the device has priorities to give
+    for priority, expected in (("high", greatest), ("normal", 0)):
+        worker = AlignerWorker(Aligner.from_pretrained(aligner_ckpt, device="cuda"), warmup=True, priority=priority)
+        try:
+            assert worker._warmed.wait(300) and worker.stream is not None
+            assert worker.stream.priority == expected
+        finally:
+            worker.close()
