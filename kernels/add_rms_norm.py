@@ -61,3 +61,12 @@ def add_rms_norm_ref(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.
     xf = total.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return total, weight * (xf if total.dtype == torch.float32 else xf.to(total.dtype))
+
+
+def rms_scaled(y: torch.Tensor, x: torch.Tensor, eps: float) -> torch.Tensor:
+    """y [N, C'] times 1 / RMS of each row of x [N, C] (fp32, rounded once to y's dtype): a projection of x's rows
+    whose RMSNorm weight was folded into the projection's weight (fused_stack.py, `fold_norms`), normalized after
+    the matmul instead of before it. The reference for the kernels that take a `residual` (qk_norm_rope.py,
+    swiglu.py)."""
+    assert y.dim() == x.dim() == 2 and y.shape[0] == x.shape[0], (y.shape, x.shape)
+    return (y.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(y.dtype)

@@ -92,18 +92,21 @@ class StepModel:
     codebook-0 head) run through its `linear` (small_gemm.py: F.linear, or kernels/gemv.py for a few rows). With
     `fold_projection` the depth loop's passes 1..14 read their input from `projected_tables`; without, they look
     the embedding up and project it (the plain reference). A frame's embedding reads the 16 tables joined into one
-    (`joined_tables`)."""
+    (`joined_tables`). With `fold_norms` both stacks run with their layers' norm weights folded into the
+    projections (fused_stack.py: two launches a layer fewer; the model's weights change in place, its function
+    does not)."""
 
     def __init__(self, talker: Talker, ops: DecoderOps, depth: DepthOps | None = None,
                  predictor_linear: Linear = F.linear, talker_linear: Linear = F.linear,
-                 fold_projection: bool = True, persistent: bool = False) -> None:
+                 fold_projection: bool = True, persistent: bool = False, fold_norms: bool = False) -> None:
         self.talker = talker
         self.predictor_linear, self.talker_linear = predictor_linear, talker_linear
         # every codebook's draw in one launch (kernels/sample_draw.py) where no row needs top-p; None: PyTorch's ops
         self.draw: Callable[..., torch.Tensor] | None = depth.draw if depth is not None else None
         self.predictor = talker.code_predictor
-        self.talker_stack = FusedStack(talker.model, ops, talker_linear)
-        self.predictor_stack = FusedStack(self.predictor.model, ops, predictor_linear, stacked=True)
+        self.talker_stack = FusedStack(talker.model, ops, talker_linear, fold_norms=fold_norms)
+        self.predictor_stack = FusedStack(self.predictor.model, ops, predictor_linear, stacked=True,
+                                          fold_norms=fold_norms)
         assert depth is not None or not persistent, "the persistent pass takes its kernels from `depth`"
         self.fused_depth = FusedDepth(self.predictor, self.predictor_stack, depth) \
             if depth is not None and not persistent else None
@@ -125,10 +128,12 @@ class StepModel:
         return self._constants[name]
 
     def talker_tokens(self, x: torch.Tensor, state: SlotState, slots: torch.Tensor,
-                      positions: torch.Tensor) -> torch.Tensor:
+                      positions: torch.Tensor, scratch: bool = False) -> torch.Tensor:
         """x [N, H]: one token each at (slots[i], positions[i]) -> post-norm hidden [N, H]; keys and values go
-        into the slot pool, and each token attends to its own slot's positions 0..positions[i]."""
-        return self.talker_stack.forward(x, state.k_cache, state.v_cache, slots, positions, state.cos, state.sin)
+        into the slot pool, and each token attends to its own slot's positions 0..positions[i]. scratch: x may be
+        overwritten (a folded stack then adds into it in place instead of copying it first)."""
+        return self.talker_stack.forward(x, state.k_cache, state.v_cache, slots, positions, state.cos, state.sin,
+                                         scratch=scratch)
 
     def frame_embed(self, frames: torch.Tensor) -> torch.Tensor:
         """Talker.frame_embed in one lookup: frames [N, Q] -> F(frame) [N, H], the same rows summed the same way
@@ -168,7 +173,8 @@ class StepModel:
         out = stack.forward(x, ks, vs, self.constant(f"rows{r}x2", lambda dev: torch.arange(2 * r, device=dev) % r),
                             self.constant(f"pos01-{r}", lambda dev: torch.arange(2 * r, device=dev) // r),
                             self.depth_cos, self.depth_sin,
-                            self.constant(f"len01-{r}", lambda dev: torch.arange(2 * r, device=dev) // r + 1))[r:]
+                            self.constant(f"len01-{r}", lambda dev: torch.arange(2 * r, device=dev) // r + 1),
+                            scratch=True)[r:]
         codes = []
         for k in range(self.num_codes - 1):
             # after pass 0 of the fused loop, `out` is the residual stream: its head normalizes in its prologue
@@ -184,7 +190,7 @@ class StepModel:
                 x = self.depth_input(code, k)
                 if deep is None:
                     length = self.constant(f"len{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 3, device=dev))
-                    out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin, length)
+                    out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin, length, scratch=True)
                 else:  # `out` is now the residual stream, not normalized
                     out = deep.layers(x, store, rows, pos, self.depth_cos, self.depth_sin)
         return torch.stack(codes, dim=-1)

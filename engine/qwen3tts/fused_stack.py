@@ -7,7 +7,15 @@ Per layer: q|k|v as one matmul, q/k-norm + RoPE + the key/value write into the l
 residual add + RMSNorm (one kernel, kernels/add_rms_norm.py), gate|up as one matmul, SiLU * up (one kernel,
 kernels/swiglu.py), down_proj, the residual add + the next layer's RMSNorm. The modules' own weights become views of
 the fused matrices, so nothing is stored twice and the eager path (layers.py, the reference every piece is tested
-against) keeps working on the same tensors. `DecoderOps` picks the Triton kernels (CUDA) or their plain-PyTorch
+against) keeps working on the same tensors.
+
+With `fold_norms`, each layer's two RMSNorm weights move into the projections they feed (q|k|v's and gate|up's
+columns times the weight, the norm's weight then ones: the same function, so every path that reads the modules
+stays right): the norms' launches go, and 7 launches a layer remain. The projections read the unnormalized residual
+stream, and the kernel after each (qk_norm_rope, swiglu) scales its rows by 1 / RMS of the residual row, which it
+reads itself; o_proj and down_proj add into the residual stream in place (small_gemm.add_linear: one cuBLAS call
+with beta = 1). The fold rounds each folded weight once (in bf16, the rounding the plain path spends on each
+normalized activation instead). `DecoderOps` picks the Triton kernels (CUDA) or their plain-PyTorch
 references (CPU, tests); the projections run through `linear` (F.linear, or kernels/gemv.py for a few rows:
 small_gemm.py).
 """
@@ -22,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .model.layers import DecoderStack
-from .small_gemm import Linear
+from .small_gemm import Linear, add_linear
 
 
 @dataclass(frozen=True)
@@ -30,7 +38,7 @@ class DecoderOps:
     add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     qk_norm_rope: Callable[..., torch.Tensor]
     attend: Callable[..., torch.Tensor]
-    swiglu: Callable[[torch.Tensor], torch.Tensor]  # gate|up [N, 2I] -> silu(gate) * up [N, I]
+    swiglu: Callable[..., torch.Tensor]  # gate|up [N, 2I] (, residual, eps) -> silu(gate) * up [N, I]
     uses_triton: bool = False
 
     @classmethod
@@ -59,7 +67,8 @@ def _share(module: nn.Module, view: torch.Tensor) -> None:
 class FusedStack:
     """Fused weights of `stack` (its modules rewired to views of them) and the token-major forward."""
 
-    def __init__(self, stack: DecoderStack, ops: DecoderOps, linear: Linear = F.linear, stacked: bool = False) -> None:
+    def __init__(self, stack: DecoderStack, ops: DecoderOps, linear: Linear = F.linear, stacked: bool = False,
+                 fold_norms: bool = False) -> None:
         cfg = stack.cfg
         self.ops = ops
         self.linear = linear  # the projections' matmul (small_gemm.py)
@@ -86,6 +95,20 @@ class FusedStack:
         # stacked: each kind of weight in one tensor [L, ...] (the modules and `layers` rewired to views of it), so
         # that one kernel can walk the layers (kernels/depth_pass.py); copied once at load (1.7B predictor: 157 MB)
         self.stacked: tuple[torch.Tensor, ...] | None = self._stack(stack) if stacked else None
+        self.folded = False
+        if fold_norms:
+            self._fold_norms()
+
+    def _fold_norms(self) -> None:
+        """RMSNorm(x) * g @ W^T = RMSNorm(x) @ (W diag(g))^T: each layer's input and post-attention norm weights
+        multiplied into q|k|v's and gate|up's columns (in place: the modules' views see it), then set to ones."""
+        with torch.no_grad():
+            for in_w, qkv, _, _, _, post_w, gate_up, _ in self.layers:
+                qkv.mul_(in_w[None, :])
+                in_w.fill_(1.0)
+                gate_up.mul_(post_w[None, :])
+                post_w.fill_(1.0)
+        self.folded = True
 
     def _stack(self, stack: DecoderStack) -> tuple[torch.Tensor, ...]:
         with torch.no_grad():
@@ -105,16 +128,27 @@ class FusedStack:
     def forward(self, x: torch.Tensor, k_store: list[torch.Tensor], v_store: list[torch.Tensor], slots: torch.Tensor,
                 positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 lengths: torch.Tensor | None = None,
-                attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
-                ) -> torch.Tensor:
+                attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                scratch: bool = False) -> torch.Tensor:
         """x [N, H] tokens at (slots[i], positions[i]) of the per-layer stores [S, Hkv, P, D]; cos/sin [P', D]
         tables indexed by position -> the stack's post-norm output [N, H]. Each token's key and value are written
         before it attends to positions 0..positions[i] of its slot. lengths: positions + 1 where the caller holds it
         as a constant (the depth loop's positions are: one launch fewer a pass). attend: (q, k store, v store) -> o
         instead of the ops' per-token attention, for a caller that knows more about its tokens (whole prompts:
-        kernels/prefill_attention.py)."""
+        kernels/prefill_attention.py). scratch: x is the caller's to overwrite (folded stacks add into the residual
+        stream in place; else they copy x first)."""
         ops, lin, n = self.ops, self.linear, x.shape[0]
         lengths = positions + 1 if lengths is None else lengths
+        if self.folded:
+            x = x if scratch and x.is_contiguous() else x.contiguous().clone()
+            for i, (_, qkv_w, qn, kn, o_w, _, gate_up_w, down_w) in enumerate(self.layers):
+                q = ops.qk_norm_rope(lin(x, qkv_w), qn, kn, cos, sin, positions, k_store[i], v_store[i], slots,
+                                     self.heads, self.kv_heads, self.eps, residual=x)
+                o = ops.attend(q, k_store[i], v_store[i], slots, lengths) if attend is None else \
+                    attend(q, k_store[i], v_store[i])
+                add_linear(lin, x, o.view(n, -1), o_w)
+                add_linear(lin, x, ops.swiglu(lin(x, gate_up_w), residual=x, eps=self.eps), down_w)
+            return ops.add_rms_norm(x, None, self.final_norm, self.eps)[1]
         x, h = ops.add_rms_norm(x.contiguous(), None, self.layers[0][0], self.eps)
         for i, (_, qkv_w, qn, kn, o_w, post_w, gate_up_w, down_w) in enumerate(self.layers):
             q = ops.qk_norm_rope(lin(h, qkv_w), qn, kn, cos, sin, positions, k_store[i], v_store[i], slots,

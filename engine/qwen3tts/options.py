@@ -49,6 +49,9 @@ class Qwen3TTSOptions(EngineConfig):
                                        "predictor's through kernels/gemv.py where the step runs Triton; measured "
                                        "slower on the H200: 7.6 against 6.3 ms a 1-row step) | gemv_all (the "
                                        "Talker's too: 8.6 ms)")
+    fold_norms: bool = option(False, "the Talker's and the code predictor's layer norms folded into the "
+                                     "projections they feed: 7 launches a layer instead of 9, the same function "
+                                     "(engine/qwen3tts/fused_stack.py; default false until measured on the GPU)")
     codec: str = option("auto", "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto")
     text_min_tokens: int = option(4, "a stream whose text is still arriving starts after this many text tokens "
                                      "(default 4)")
@@ -141,7 +144,7 @@ class Qwen3TTSOptions(EngineConfig):
                     max_slots=self.slots, max_positions=self.max_positions,
                     kv_memory_fraction=self.kv_memory_fraction, enforce_eager=self.enforce_eager,
                     attention=self.attention, depth=self.depth, draw=self.draw, small_gemm=self.small_gemm,
-                    codec=self.codec,
+                    fold_norms=self.fold_norms, codec=self.codec,
                     codec_width=self.codec_width, codec_buckets=self.codec_buckets)
 
 

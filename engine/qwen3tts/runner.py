@@ -93,7 +93,7 @@ class ModelRunner:
         self.ops = DecoderOps.for_device(self.device, c.attention)
         depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth in ("fused", "persistent") else None
         self.model = StepModel(talker, self.ops, depth, *linears(c.small_gemm, self.ops.uses_triton),
-                               persistent=c.depth == "persistent")
+                               persistent=c.depth == "persistent", fold_norms=c.fold_norms)
         # auto: the draw kernel wherever the step runs Triton (on the H200 it took 0.57-0.82 ms off every step:
         # docs/benchmarks/h200-step-profile), PyTorch's ops elsewhere (unless depth=fused or persistent brought the
         # kernel's own)
@@ -193,7 +193,8 @@ class ModelRunner:
                 parts.append(embed_rows(talker, d["pre_text"], d["pre_codec"], state.x_vector[d["pre_slot"]]))
                 slots.append(d["pre_slot"])
                 positions.append(d["pre_pos"])
-            out = self.model.talker_tokens(torch.cat(parts), state, torch.cat(slots), torch.cat(positions))
+            out = self.model.talker_tokens(torch.cat(parts), state, torch.cat(slots), torch.cat(positions),
+                                           scratch=True)
             hidden = torch.cat([out[:rows], out[rows + d["done_idx"]]]) if np_ else out  # a prompt's: its last token
             logits = io.logits if self.records_logits else None
             if logits is not None:

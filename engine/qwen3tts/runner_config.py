@@ -48,6 +48,7 @@ class RunnerConfig:
     draw: str = DEFAULTS.draw  # each codebook's draw: kernel (one launch) | torch | auto (kernel where Triton runs)
     # projections of <= 16 rows: cublas | gemv (the predictor's, kernels/gemv.py) | gemv_all (the Talker's too)
     small_gemm: str = DEFAULTS.small_gemm
+    fold_norms: bool = DEFAULTS.fold_norms  # layer norms folded into the projections (fused_stack.py)
     codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = DEFAULTS.enforce_eager
     progress: bool = True

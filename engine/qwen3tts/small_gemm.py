@@ -48,3 +48,12 @@ def apply(linear: Linear, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     if isinstance(module, nn.Linear):
         return linear(x, module.weight, module.bias)
     return module(x)
+
+
+def add_linear(linear: Linear, x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor) -> None:
+    """x += a @ weight^T in place (a residual add): with F.linear one cuBLAS call that adds into x (beta = 1; no
+    separate add launch, the fp32 sum rounded once); with another `linear`, its product, then the add."""
+    if linear is F.linear:
+        x.addmm_(a, weight.t())
+    else:
+        x.add_(linear(a, weight))

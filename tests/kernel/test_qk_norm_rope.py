@@ -51,6 +51,29 @@ def test_qk_norm_rope(rope: ModuleType, dtype: torch.dtype, n: int, heads: int, 
     assert torch.isnan(stores[0]).sum() == torch.isnan(stores[1]).sum() == stores[0].numel() - 2 * n * kv_heads * d
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 3, 17])
+@pytest.mark.parametrize("heads,kv_heads,d,hidden", [(4, 2, 16, 24), (2, 2, 64, 100)])
+@pytest.mark.parametrize("per_token", [False, True])
+def test_qk_norm_rope_scaled_by_the_residual_rms(rope: ModuleType, dtype: torch.dtype, n: int, heads: int,
+                                                 kv_heads: int, d: int, hidden: int, per_token: bool) -> None:
+    """With a residual (a folded input norm): q, k and v scaled by 1 / RMS of the token's residual row first.
+    Both launch shapes against the reference; the reference's values (the stored v) against the scale taken by
+    hand, on rows of very different size (q and k are normalized per head afterwards, v is not)."""
+    qkv, qw, kw, cos, sin, pos, slots = _rope_inputs(n, heads, kv_heads, d, dtype)
+    res = (torch.randn(n, hidden, device=DEVICE) * torch.logspace(-1, 2, n, device=DEVICE)[:, None]).to(dtype)
+    stores = [torch.full((5, 2, kv_heads, 40, d), float("nan"), device=DEVICE).to(dtype) for _ in range(2)]
+    q = rope.qk_norm_rope(qkv, qw, kw, cos, sin, pos, stores[0][:, 0], stores[0][:, 1], slots, heads, kv_heads, 1e-6,
+                          per_token=per_token, residual=res)
+    want = rope.qk_norm_rope_ref(qkv, qw, kw, cos, sin, pos, stores[1][:, 0], stores[1][:, 1], slots, heads,
+                                 kv_heads, 1e-6, residual=res)
+    torch.testing.assert_close(q.float(), want.float(), **STEP_TOL[dtype])
+    torch.testing.assert_close(stores[0].float(), stores[1].float(), equal_nan=True, **STEP_TOL[dtype])
+    v = qkv.view(n, heads + 2 * kv_heads, d)[:, heads + kv_heads:].double()
+    v = v / res.double().pow(2).mean(-1).add(1e-6).sqrt()[:, None, None]
+    torch.testing.assert_close(stores[1][:, 1][slots, :, pos].double(), v, **STEP_TOL[dtype])
+
+
 def test_qk_norm_rope_ref_is_the_eager_attention_inputs() -> None:
     """The reference equals layers.Attention's q/k-norm then apply_rope (same ops, same order)."""
     from voxgate.engine.qwen3tts.model.layers import Attention, apply_rope

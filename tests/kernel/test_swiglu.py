@@ -46,3 +46,25 @@ def test_swiglu_reads_gate_then_up(act: ModuleType) -> None:
 
 def test_swiglu_of_no_rows(act: ModuleType) -> None:
     assert act.swiglu(torch.empty(0, 8, device=DEVICE)).shape == (0, 4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("inner, hidden", [(5, 12), (100, 64)] + ([(3072, 1024), (6144, 2048)] if DEVICE == "cuda"
+                                                                   else []))
+def test_swiglu_scaled_by_the_residual_rms(act: ModuleType, dtype: torch.dtype, rows: int, inner: int,
+                                           hidden: int) -> None:
+    """With a residual (a folded post-attention norm): gate and up scaled by 1 / RMS of the residual row, then the
+    same; against the reference, and the reference against the norm taken by hand (rows of very different size)."""
+    x = torch.randn(rows, 2 * inner, device=DEVICE).to(dtype)  # scaled by ~0.03-3 below: no exp overflow
+    res = (torch.randn(rows, hidden, device=DEVICE) * torch.logspace(-0.5, 1.5, rows, device=DEVICE)[:, None]).to(dtype)
+    got = act.swiglu(x, residual=res, eps=1e-6)
+    want = act.swiglu_ref(x, residual=res, eps=1e-6)
+    # in bf16 the scaled gate and up are two more roundings: where the fp32 scale (its sum in another order) tips
+    # one of them over a rounding boundary, the result moves by up to ~4 bf16 ulps (up to 2^-7 of the value each)
+    tol = STEP_TOL[dtype] if dtype == torch.float32 else dict(rtol=4 * 2**-7, atol=2e-2)
+    torch.testing.assert_close(got.float(), want.float(), **tol)
+    by_hand = x.double() / res.double().pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
+    gate, up = by_hand.split(inner, dim=-1)
+    torch.testing.assert_close(want.double(), torch.nn.functional.silu(gate) * up, **STEP_TOL[dtype])
+    assert not torch.allclose(got.float(), act.swiglu(x).float())  # the scale is not a no-op here

@@ -43,14 +43,18 @@ def _streams() -> list[Stream]:
     return streams
 
 
-@pytest.mark.parametrize("graphs,kernels,depth,small_gemm", [
-    (True, "triton", "layers", "cublas"), (False, "triton", "layers", "cublas"), (True, "torch", "layers", "cublas"),
-    (True, "triton", "fused", "cublas"), (True, "triton", "layers", "gemv_all"),
-    (True, "triton", "persistent", "cublas")],
+@pytest.mark.parametrize("graphs,kernels,depth,small_gemm,fold_norms", [
+    (True, "triton", "layers", "cublas", False), (False, "triton", "layers", "cublas", False),
+    (True, "torch", "layers", "cublas", False), (True, "triton", "fused", "cublas", False),
+    (True, "triton", "layers", "gemv_all", False), (True, "triton", "persistent", "cublas", False),
+    (True, "triton", "layers", "cublas", True)],
     ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-fused", "graphs-triton-gemv",
-         "graphs-triton-persistent"])
+         "graphs-triton-persistent", "graphs-triton-folded"])
 def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str, depth: str,
-                                                   small_gemm: str) -> None:
+                                                   small_gemm: str, fold_norms: bool) -> None:
+    """Every row's fp32 logits of every codebook within 1e-4 (relative) of the stream alone through the eager
+    path, teacher-forced; the reference logits are taken before the runner is built (fold_norms changes the
+    model's weights in place, not its function)."""
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -59,15 +63,17 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
         tts = Qwen3TTS.from_pretrained(ckpt17, device="cuda", dtype="fp32", progress=False)
         streams = _streams()
         alone = {id(s): solo_codes(tts, s) for s in streams}
+        solo = {id(s): solo_logits(tts, s, alone[id(s)]) for s in streams}
         # the plain codec: this test compares logits, not audio (and spares the fp32 kernels' tuning)
         runner = make_runner(tts, num_slots=8, record_logits=True, codec="reference", attention=kernels,
-                             depth=depth, small_gemm=small_gemm, enforce_eager=not graphs, **REAL)
+                             depth=depth, small_gemm=small_gemm, fold_norms=fold_norms, enforce_eager=not graphs,
+                             **REAL)
         assert runner.steps.use_graphs == graphs
         recorder = drive(tts, runner, streams, greedy=False, max_rows=8, forced=lambda s: alone[id(s)])
         worst, per_stream = 0.0, []
         for s in streams:
             got = recorder.logits[s.codes_id]
-            want = solo_logits(tts, s, alone[id(s)][: len(got)])
+            want = solo[id(s)][: len(got)]
             first_bad, stream_worst = None, 0.0
             for f, (frame_got, frame_want) in enumerate(zip(got, want, strict=True)):
                 for k, (g, w) in enumerate(zip(frame_got, frame_want, strict=True)):
@@ -81,7 +87,7 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
             worst = max(worst, stream_worst)
             per_stream.append({"join_step": s.join_step, "cancel_step": s.cancel_step, "frames": len(got),
                                "worst_rel": stream_worst, "first_bad_frame_codebook": first_bad})
-        gemm = "" if small_gemm == "cublas" else f"_{small_gemm}"
+        gemm = ("" if small_gemm == "cublas" else f"_{small_gemm}") + ("_folded" if fold_norms else "")
         _record(f"loop_teacher_forced_fp32_{'graphs' if graphs else 'eager'}_{kernels}_{depth}{gemm}",
                 {"worst_rel": worst, "streams": per_stream, "max_rows": max(recorder.rows_per_step),
                  "rows_per_step": recorder.rows_per_step})
@@ -90,25 +96,29 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
-def test_free_running_bf16_against_each_stream_alone(ckpt17: Path) -> None:
+@pytest.mark.parametrize("fold_norms", [False, True], ids=["plain", "folded"])
+def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: bool) -> None:
     """bf16: batched rows round differently from batch 1, so greedy codes may part ways after a near tie; report
-    how many frames agree before the first difference, and require every stream to complete with finite audio."""
+    how many frames agree before the first difference, and require every stream to complete with finite audio.
+    fold_norms: against the unfolded model alone (its codes taken before the fold)."""
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     tts = Qwen3TTS.from_pretrained(ckpt17, device="cuda", dtype="bf16", progress=False)
     streams = _streams()
     streams[4].cancel_step = None
-    runner = make_runner(tts, num_slots=8, **REAL)
+    solo = {id(s): solo_codes(tts, s) for s in streams}
+    runner = make_runner(tts, num_slots=8, fold_norms=fold_norms, **REAL)
     recorder = drive(tts, runner, streams, greedy=True, max_rows=8)
     agree, total = [], 0
     for s in streams:
-        codes, alone = np.stack(recorder.codes[s.codes_id]), solo_codes(tts, s)
+        codes, alone = np.stack(recorder.codes[s.codes_id]), solo[id(s)]
         total += len(alone)
         same = (codes[: len(alone)] == alone[: len(codes)]).all(axis=1)
         agree.append(int(np.argmin(same)) if not same.all() else len(same))
         audio = np.concatenate(s.audio)
         assert len(audio) == len(codes) * 1920 and np.abs(audio).max() > 0
-    _record("loop_free_running_bf16", {"frames_equal_before_first_difference": agree, "frames": total})
+    _record("loop_free_running_bf16" + ("_folded" if fold_norms else ""),
+            {"frames_equal_before_first_difference": agree, "frames": total})
 
 
 def test_the_gpu_timeline_times_a_window_of_real_steps(ckpt17: Path, tmp_path: Path) -> None:

@@ -111,6 +111,75 @@ def test_depth_loop_on_the_tables_and_the_swiglu_kernel_equals_the_plain_loop(ti
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"{name}: codebook {k + 1}")
 
 
+def _far_from_one_norms(*talkers) -> None:
+    """The same layer-norm weights, far from ones, in every talker's two stacks (so a fold that dropped them shows)."""
+    gen = torch.Generator().manual_seed(7)
+    stacks = [(t.model, t.code_predictor.model) for t in talkers]
+    for layers in zip(*((s.layers for s in pair) for pair in stacks), strict=True):
+        for per_talker in zip(*layers, strict=True):
+            for name in ("input_layernorm", "post_attention_layernorm"):
+                w = 1 + 0.5 * torch.randn(getattr(per_talker[0], name).weight.shape, generator=gen)
+                for layer in per_talker:
+                    with torch.no_grad():
+                        getattr(layer, name).weight.copy_(w)
+
+
+@pytest.mark.usefixtures("no_tf32")  # true fp32 on CUDA too
+@pytest.mark.parametrize("kind", ["cv17", "cv06"])
+@pytest.mark.parametrize("kernels", ["torch", "triton"])
+def test_folded_norms_are_the_same_function(tiny_ckpt: Callable[[str], Path], act: ModuleType, kind: str,
+                                            kernels: str) -> None:
+    """fp32: a step model whose layer norms are folded into the projections (fused_stack.py, fold_norms) against
+    the plain one on a copy of the same weights, norm weights far from ones: the Talker's hidden and KV for 3 tokens
+    at positions 0 then 1 of their slots, and all 15 codebooks' logits of the depth loop with forced codes; and
+    the folded model's own eager path still the same function. kernels=triton: the residual-scaled qk_norm_rope and
+    swiglu kernels (interpreted without a GPU)."""
+    from voxgate.engine.qwen3tts.batch_step import StepModel
+    from voxgate.engine.qwen3tts.fused_stack import DecoderOps
+
+    from .test_small_gemm import _talker_state
+
+    plain_tts, folded_tts = _load(tiny_ckpt, kind), _load(tiny_ckpt, kind)
+    _far_from_one_norms(plain_tts.talker, folded_tts.talker)
+    ops = DecoderOps.for_device(torch.device(DEVICE), "torch")
+    if kernels == "triton":
+        ops = replace(ops, swiglu=act.swiglu, qk_norm_rope=kernel_module("qk_norm_rope").qk_norm_rope)
+    models = {"plain": StepModel(plain_tts.talker, ops), "folded": StepModel(folded_tts.talker, ops, fold_norms=True)}
+    assert models["folded"].talker_stack.folded and models["folded"].predictor_stack.folded
+    norm = folded_tts.talker.model.layers[0].input_layernorm.weight
+    assert torch.equal(norm, torch.ones_like(norm))
+    rows, hidden = 3, plain_tts.talker.model.codec_embedding.weight.shape[1]
+    h, c0 = torch.randn(rows, hidden, device=DEVICE), torch.randn(rows, hidden, device=DEVICE)
+    forced = torch.randint(0, plain_tts.talker.code_predictor.cfg.vocab_size, (rows, 15), device=DEVICE)
+    logits = {name: _depth_logits(model, h, c0, forced) for name, model in models.items()}
+    for k, (got, want) in enumerate(zip(logits["folded"], logits["plain"], strict=True)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"codebook {k + 1}")
+    talker_out, states = {}, {}
+    for name, model in models.items():
+        states[name] = _talker_state(plain_tts, rows)
+        x = [torch.randn(rows, hidden, device=DEVICE, generator=torch.Generator(DEVICE).manual_seed(i)) for i in (1, 2)]
+        with torch.no_grad():
+            talker_out[name] = [model.talker_tokens(x[p], states[name], torch.arange(rows, device=DEVICE),
+                                                    torch.full((rows,), p, device=DEVICE), scratch=p == 1)
+                                for p in (0, 1)]
+    for p in (0, 1):
+        torch.testing.assert_close(talker_out["folded"][p], talker_out["plain"][p], rtol=1e-5, atol=1e-5)
+    for got, want in zip(states["folded"].k_cache + states["folded"].v_cache,
+                         states["plain"].k_cache + states["plain"].v_cache, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # the folded model's eager stack (layers.py: norm weights of ones, folded projections) is the same function
+    from voxgate.engine.qwen3tts.model.layers import KVCache
+
+    x = torch.randn(1, 5, hidden, device=DEVICE)
+    eager = []
+    for tts in (plain_tts, folded_tts):
+        lc = tts.talker.cfg.layers
+        cache = KVCache(lc.num_hidden_layers, 1, lc.num_key_value_heads, lc.head_dim, 8, torch.float32, x.device)
+        with torch.no_grad():
+            eager.append(tts.talker.model(x, cache))
+    torch.testing.assert_close(eager[1], eager[0], rtol=1e-5, atol=1e-5)
+
+
 def test_the_depth_loop_hands_the_heads_logits_over_uncast(tiny_ckpt: Callable[[str], Path]) -> None:
     """bf16: with float_logits=False the pick gets the heads' bf16 output, whose fp32 values are the cast logits."""
     from voxgate.engine.qwen3tts.batch_step import StepModel
@@ -208,5 +277,31 @@ def test_each_path_takes_its_launches_off_a_decode_step(tiny_ckpt: Callable[[str
     persistent = counts["persistent depth"]
     assert persistent["triton:depth_pass"] == persistent["triton:cp_linear"] == 14, persistent
     assert total["after"] - total["persistent depth"] == 14 * 9 * depth_layers, total
+    # folded norms: the two norms of every layer gone (the first layer's input norm and the final norm stay one
+    # launch a stack), the residual adds inside the GEMMs (addmm_ in place)
+    folded, all_layers = counts["folded norms"], layers + 15 * depth_layers
+    assert total["after"] - total["folded norms"] == 2 * all_layers, total
+    assert folded["triton:add_rms_norm"] == 1 + 15 and folded["aten.addmm_"] == 2 * all_layers, folded
+    assert folded["triton:qk_norm_rope"] == folded["triton:swiglu"] == all_layers, folded
     # codebook 0's row for the predictor, passes 1..14's inputs, the frame's (one lookup), the text's
     assert after["aten.embedding"] == 1 + 14 + 1 + 1 and after["aten.stack"] == 1  # the codes' stack only
+
+
+@pytest.mark.parametrize("kind", ["cv17", "cv06"])
+def test_an_engine_with_folded_norms_makes_each_streams_codes(tiny_ckpt: Callable[[str], Path], kind: str) -> None:
+    """The option end to end (fp32, the kernels' references): an engine built with fold_norms makes each of two
+    streams' greedy codes as the unfolded model makes that stream alone (a second copy of the checkpoint, norm
+    weights far from ones in both)."""
+    import numpy as np
+
+    from .loop_support import Stream, drive, make_runner, solo_codes
+
+    tts, plain = _load(tiny_ckpt, kind), _load(tiny_ckpt, kind)
+    _far_from_one_norms(tts.talker, plain.talker)
+    runner = make_runner(tts, fold_norms=True)
+    assert runner.model.talker_stack.folded and runner.model.predictor_stack.folded
+    streams = [Stream("Hello there.", budget=4, join_step=0, speaker="ryan", non_streaming=False),
+               Stream("A second one.", budget=3, join_step=1, speaker="ryan", non_streaming=False)]
+    recorder = drive(tts, runner, streams)
+    for s in streams:
+        np.testing.assert_array_equal(np.stack(recorder.codes[s.codes_id]), solo_codes(plain, s))

@@ -66,12 +66,13 @@ class LaunchCounter(TorchDispatchMode):
 
 
 def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_projection: bool = True,
-                  cast_logits: bool = False, persistent: bool = False) -> Counter[str]:
+                  cast_logits: bool = False, persistent: bool = False, fold_norms: bool = False) -> Counter[str]:
     """The launches of one decode step at `rows` rows (the module docstring), with the step's other kernels as one
     launch each: swiglu_kernel False takes PyTorch's SiLU and product, fold_projection False the depth loop's
     lookup + input projection, cast_logits True the heads' `.float()` before each draw (as a step that records
     its logits still does), persistent True passes 1..14 as `depth = persistent` runs them (kernels/depth_pass.py
-    and the fused head, kernels/cp_linear.py)."""
+    and the fused head, kernels/cp_linear.py), fold_norms True the stacks with their layer norms folded
+    (fused_stack.py; this folds `talker`'s weights in place, which changes no count)."""
     from voxgate.engine.qwen3tts.batch_step import SampledRows, SamplingFeatures, StepModel, sample_frames
     from voxgate.engine.qwen3tts.depth_fused import DepthOps
     from voxgate.engine.qwen3tts.fused_stack import DecoderOps
@@ -91,27 +92,27 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
     depth = DepthOps(counter.kernel("cp_linear", cp_linear_ref), counter.kernel("cp_attend", cp_attend_ref),
                      counter.kernel("sample_draw", sample_draw_ref), counter.kernel("depth_pass", depth_pass_ref))
     model = StepModel(talker, ops, depth if persistent else None, fold_projection=fold_projection,
-                      persistent=persistent)
+                      persistent=persistent, fold_norms=fold_norms)
     model.draw = counter.kernel("sample_draw", sample_draw_ref)
     state = _slot_state(talker, rows, rope_tables, NUM_PARAMS)
     state.params[:, TEMPERATURE], state.params[:, TOP_K] = 0.9, 50.0
     slots = torch.arange(1, rows + 1)
     sampled = SampledRows(slots, torch.full((rows,), 3), torch.zeros(rows, dtype=torch.long))
-    x = state.next_input[slots]
     features = replace(SamplingFeatures(), sampling=True, top_p=False)
     suppress = torch.zeros(talker.cfg.layers.vocab_size, dtype=torch.bool)
     positions = torch.full((rows,), 3)
 
-    def step() -> None:
-        hidden = model.talker_tokens(x, state, slots, positions)
+    def step(x: torch.Tensor) -> None:  # x: the step's own input, as the runner's (a fresh torch.cat)
+        hidden = model.talker_tokens(x, state, slots, positions, scratch=True)
         sample_frames(model, state, hidden, sampled, talker.cfg.codec_eos_token_id, suppress, features,
                       logits_out=[] if cast_logits else None)
 
     with torch.no_grad():
-        step()  # the step model's constants are built here, as in the runner's warm-up before a capture
+        step(state.next_input[slots])  # the step model's constants are built here, as in the runner's warm-up
+        x = state.next_input[slots]  # outside the count: the runner's cat is not the step's
         counter.ops.clear()
         with counter:
-            step()
+            step(x)
     return counter.ops
 
 
@@ -155,6 +156,7 @@ VARIANTS = {  # name -> step_launches options: the step as it was, then with eac
     "no logits cast": dict(swiglu_kernel=False, fold_projection=False, cast_logits=False),
     "after": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False),
     "persistent depth": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, persistent=True),
+    "folded norms": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True),
 }
 
 
