@@ -44,14 +44,14 @@ def _streams() -> list[Stream]:
 
 
 @pytest.mark.parametrize("graphs,kernels,depth,small_gemm,fold_norms", [
-    (True, "triton", "layers", "cublas", False), (False, "triton", "layers", "cublas", False),
-    (True, "torch", "layers", "cublas", False), (True, "triton", "fused", "cublas", False),
-    (True, "triton", "layers", "gemv_all", False), (True, "triton", "persistent", "cublas", False),
-    (True, "triton", "layers", "cublas", True)],
+    (True, "triton", "layers", "cublas", None), (False, "triton", "layers", "cublas", None),
+    (True, "torch", "layers", "cublas", None), (True, "triton", "fused", "cublas", None),
+    (True, "triton", "layers", "gemv_all", None), (True, "triton", "persistent", "cublas", None),
+    (True, "triton", "layers", "cublas", False)],
     ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-fused", "graphs-triton-gemv",
-         "graphs-triton-persistent", "graphs-triton-folded"])
+         "graphs-triton-persistent", "graphs-triton-unfolded"])
 def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str, depth: str,
-                                                   small_gemm: str, fold_norms: bool) -> None:
+                                                   small_gemm: str, fold_norms: bool | None) -> None:
     """Every row's fp32 logits of every codebook within 1e-4 (relative) of the stream alone through the eager
     path, teacher-forced; the reference logits are taken before the runner is built (fold_norms changes the
     model's weights in place, not its function)."""
@@ -65,9 +65,9 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
         alone = {id(s): solo_codes(tts, s) for s in streams}
         solo = {id(s): solo_logits(tts, s, alone[id(s)]) for s in streams}
         # the plain codec: this test compares logits, not audio (and spares the fp32 kernels' tuning)
+        fold = {} if fold_norms is None else {"fold_norms": fold_norms}  # None: the engine's default
         runner = make_runner(tts, num_slots=8, record_logits=True, codec="reference", attention=kernels,
-                             depth=depth, small_gemm=small_gemm, fold_norms=fold_norms, enforce_eager=not graphs,
-                             **REAL)
+                             depth=depth, small_gemm=small_gemm, enforce_eager=not graphs, **fold, **REAL)
         assert runner.steps.use_graphs == graphs
         recorder = drive(tts, runner, streams, greedy=False, max_rows=8, forced=lambda s: alone[id(s)])
         worst, per_stream = 0.0, []
@@ -87,7 +87,7 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
             worst = max(worst, stream_worst)
             per_stream.append({"join_step": s.join_step, "cancel_step": s.cancel_step, "frames": len(got),
                                "worst_rel": stream_worst, "first_bad_frame_codebook": first_bad})
-        gemm = ("" if small_gemm == "cublas" else f"_{small_gemm}") + ("_folded" if fold_norms else "")
+        gemm = ("" if small_gemm == "cublas" else f"_{small_gemm}") + ("_unfolded" if fold_norms is False else "")
         _record(f"loop_teacher_forced_fp32_{'graphs' if graphs else 'eager'}_{kernels}_{depth}{gemm}",
                 {"worst_rel": worst, "streams": per_stream, "max_rows": max(recorder.rows_per_step),
                  "rows_per_step": recorder.rows_per_step})
@@ -96,18 +96,18 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
-@pytest.mark.parametrize("fold_norms", [False, True], ids=["plain", "folded"])
-def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: bool) -> None:
+@pytest.mark.parametrize("fold_norms", [None, False], ids=["default", "unfolded"])
+def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: bool | None) -> None:
     """bf16: batched rows round differently from batch 1, so greedy codes may part ways after a near tie; report
     how many frames agree before the first difference, and require every stream to complete with finite audio.
-    fold_norms: against the unfolded model alone (its codes taken before the fold)."""
+    Each stream alone runs the model as loaded (its codes taken before the runner folds the norms, the default)."""
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     tts = Qwen3TTS.from_pretrained(ckpt17, device="cuda", dtype="bf16", progress=False)
     streams = _streams()
     streams[4].cancel_step = None
     solo = {id(s): solo_codes(tts, s) for s in streams}
-    runner = make_runner(tts, num_slots=8, fold_norms=fold_norms, **REAL)
+    runner = make_runner(tts, num_slots=8, **({} if fold_norms is None else {"fold_norms": fold_norms}), **REAL)
     recorder = drive(tts, runner, streams, greedy=True, max_rows=8)
     agree, total = [], 0
     for s in streams:
@@ -117,7 +117,7 @@ def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: b
         agree.append(int(np.argmin(same)) if not same.all() else len(same))
         audio = np.concatenate(s.audio)
         assert len(audio) == len(codes) * 1920 and np.abs(audio).max() > 0
-    _record("loop_free_running_bf16" + ("_folded" if fold_norms else ""),
+    _record("loop_free_running_bf16" + ("_unfolded" if fold_norms is False else ""),
             {"frames_equal_before_first_difference": agree, "frames": total})
 
 
