@@ -52,7 +52,8 @@ class Qwen3TTSOptions(EngineConfig):
     fold_norms: bool = option(True, "the Talker's and the code predictor's layer norms folded into the "
                                     "projections they feed: 7 launches a layer instead of 9, the same function "
                                     "(engine/qwen3tts/fused_stack.py; default true: 5-7 % off every step on an "
-                                    "H100; false: the norms as loaded)")
+                                    "H100; never in fp16, whose range the unnormalized projections could pass; "
+                                    "false: the norms as loaded)")
     codec: str = option("auto", "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto")
     text_min_tokens: int = option(4, "a stream whose text is still arriving starts after this many text tokens "
                                      "(default 4)")

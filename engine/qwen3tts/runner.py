@@ -93,7 +93,7 @@ class ModelRunner:
         self.ops = DecoderOps.for_device(self.device, c.attention)
         depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth in ("fused", "persistent") else None
         self.model = StepModel(talker, self.ops, depth, *linears(c.small_gemm, self.ops.uses_triton),
-                               persistent=c.depth == "persistent", fold_norms=c.fold_norms)
+                               persistent=c.depth == "persistent", fold_norms=c.folds_norms(self.dtype))
         # auto: the draw kernel wherever the step runs Triton (on the H200 it took 0.57-0.82 ms off every step:
         # docs/benchmarks/h200-step-profile), PyTorch's ops elsewhere (unless depth=fused or persistent brought the
         # kernel's own)

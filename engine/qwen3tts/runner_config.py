@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from .batch_step import SamplingFeatures
 from .options import DEFAULTS
 from .small_gemm import CHOICES as SMALL_GEMM
@@ -74,3 +76,8 @@ class RunnerConfig:
     @property
     def max_rows(self) -> int:
         return max(self.row_buckets)
+
+    def folds_norms(self, dtype: torch.dtype) -> bool:
+        """fold_norms for a model in `dtype`: never in fp16, where a projection of the unnormalized residual stream
+        (Qwen3's has channels in the thousands) could pass fp16's 65,504 that the normalized rows never reach."""
+        return self.fold_norms and dtype != torch.float16

@@ -305,3 +305,12 @@ def test_an_engine_with_folded_norms_makes_each_streams_codes(tiny_ckpt: Callabl
     recorder = drive(tts, runner, streams)
     for s in streams:
         np.testing.assert_array_equal(np.stack(recorder.codes[s.codes_id]), solo_codes(plain, s))
+
+
+def test_fold_norms_is_never_taken_in_fp16() -> None:
+    """The option folds in bf16 and fp32 and never in fp16 (an unnormalized projection could pass its range)."""
+    from voxgate.engine.qwen3tts.runner_config import RunnerConfig
+
+    on, off = RunnerConfig(fold_norms=True), RunnerConfig(fold_norms=False)
+    assert on.folds_norms(torch.bfloat16) and on.folds_norms(torch.float32) and not on.folds_norms(torch.float16)
+    assert not off.folds_norms(torch.bfloat16) and not off.folds_norms(torch.float32)
