@@ -140,7 +140,7 @@ class FusedStack:
         ops, lin, n = self.ops, self.linear, x.shape[0]
         lengths = positions + 1 if lengths is None else lengths
         if self.folded:
-            x = x if scratch and x.is_contiguous() else x.contiguous().clone()
+            x = x if scratch and x.is_contiguous() else x.clone(memory_format=torch.contiguous_format)
             for i, (_, qkv_w, qn, kn, o_w, _, gate_up_w, down_w) in enumerate(self.layers):
                 q = ops.qk_norm_rope(lin(x, qkv_w), qn, kn, cos, sin, positions, k_store[i], v_store[i], slots,
                                      self.heads, self.kv_heads, self.eps, residual=x)
