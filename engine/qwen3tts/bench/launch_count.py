@@ -12,7 +12,8 @@ rows and the codec call are not in it.
 
 counts a model of that config's layer counts and vocabularies (narrow widths, random weights: a count depends on
 neither) at 1 row, before and after each launch-saving path (kernels/swiglu.py, the folded depth-input tables,
-the heads' logits read by the draw kernel without a cast), and with `depth = persistent`.
+the heads' logits read by the draw kernel without a cast), with `depth = persistent`, and with the layer norms
+folded into the projections (`fold_norms`, the engine's default: 819 launches a 1.7B step against 1,025).
 """
 
 from __future__ import annotations
