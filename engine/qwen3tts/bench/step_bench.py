@@ -201,6 +201,8 @@ def markdown(res: dict[str, Any]) -> str:
              f"Cold start: load {res['cold_start']['load_s']:.1f} s, compile + tune + capture "
              f"{res['cold_start']['capture_s']:.1f} s. Slots: {res['memory']['slots']} "
              f"({res['memory']['kv_slots_gib']:.1f} GiB of KV).", "",
+             "Engine options: " + (", ".join(f"`{k}={v}`" for k, v in res.get("options", {}).items()) or "the defaults")
+             + ".", "",
              "| rows | prompt tokens | GPU ms (replay) | run() ms (wall) | host ms | ceiling audio-s/s |",
              "|---:|---:|---:|---:|---:|---:|"]
     for s in res["steps"]:
