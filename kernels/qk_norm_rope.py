@@ -25,18 +25,10 @@ import triton
 import triton.language as tl
 
 from .add_rms_norm import rms_scaled
-from .utils import SUM, add
+from .utils import SUM, add, row_rstd
 
 # From this many tokens on, a program per token (all its heads) instead of a program per (token, head).
 TOKEN_PROGRAMS_FROM = 256
-
-
-@triton.jit
-def _residual_scale(res_ptr, t, H, eps, BLOCK_H: tl.constexpr):
-    # 1 / RMS of residual row t [H] (fp32)
-    c = tl.arange(0, BLOCK_H)
-    r = tl.load(res_ptr + t * H + c, mask=c < H, other=0.0).to(tl.float32)
-    return tl.rsqrt(tl.reduce(r * r, 0, SUM) / H + eps)
 
 
 @triton.jit
@@ -59,7 +51,7 @@ def _qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slo
     xp = tl.load(row + partner).to(tl.float32)
     scale = 1.0
     if HAS_RES:
-        scale = _residual_scale(res_ptr, t, H, eps, BLOCK_H)
+        scale = row_rstd(res_ptr + t * H, H, eps, BLOCK_H)
         x = (x * scale).to(dtype).to(tl.float32)
         xp = (xp * scale).to(dtype).to(tl.float32)
     is_q = h < HQ
@@ -103,7 +95,7 @@ def _qk_norm_rope_token_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_pt
     xp = tl.load(row + h * D + partner, mask=live, other=0.0).to(tl.float32)
     scale = 1.0
     if HAS_RES:
-        scale = _residual_scale(res_ptr, t, H, eps, BLOCK_H)
+        scale = row_rstd(res_ptr + t * H, H, eps, BLOCK_H)
         x = (x * scale).to(dtype).to(tl.float32)
         xp = (xp * scale).to(dtype).to(tl.float32)
     w = tl.where(is_q, tl.load(qw_ptr + d).to(tl.float32), tl.load(kw_ptr + d).to(tl.float32))
@@ -157,9 +149,8 @@ def qk_norm_rope(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tens
         return q
     strides = (k_store.stride(0), k_store.stride(1), k_store.stride(2), v_store.stride(0), v_store.stride(1),
                v_store.stride(2))
-    has_res = residual is not None
     width = residual.shape[1] if residual is not None else 1
-    res = dict(HAS_RES=has_res, BLOCK_H=triton.next_power_of_2(width))
+    res = dict(HAS_RES=residual is not None, BLOCK_H=triton.next_power_of_2(width))
     if per_token if per_token is not None else n >= TOKEN_PROGRAMS_FROM:
         _qk_norm_rope_token_kernel[(n,)](
             qkv, q_weight, k_weight, cos, sin, positions, slots, q, k_store, v_store,

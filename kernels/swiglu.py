@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from .add_rms_norm import rms_scaled
-from .utils import SUM
+from .utils import row_rstd
 
 BLOCK = 1024  # columns per program: the 1.7B's widths (Talker 6,144, predictor 3,072) are multiples of it
 
@@ -38,9 +38,7 @@ def _swiglu_kernel(x_ptr, out_ptr, res_ptr, inner, H, eps, BLOCK_I: tl.constexpr
     gate = tl.load(x_ptr + row * 2 * inner + c, mask=cm, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * 2 * inner + inner + c, mask=cm, other=0.0).to(tl.float32)
     if HAS_RES:
-        hc = tl.arange(0, BLOCK_H)
-        r = tl.load(res_ptr + row * H + hc, mask=hc < H, other=0.0).to(tl.float32)
-        scale = tl.rsqrt(tl.reduce(r * r, 0, SUM) / H + eps)
+        scale = row_rstd(res_ptr + row * H, H, eps, BLOCK_H)
         gate = (gate * scale).to(dtype).to(tl.float32)
         up = (up * scale).to(dtype).to(tl.float32)
     silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)

@@ -66,6 +66,16 @@ def quick_bench(fn: Callable[[], object], quantiles: list[float] | None = None, 
     return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
 
 
+# -- folded norms (qk_norm_rope.py, swiglu.py: fused_stack.py's `fold_norms`) ----------------------------------
+
+@triton.jit
+def row_rstd(row_ptr, width, eps, BLOCK: tl.constexpr):
+    """1 / RMS (fp32) of one row of `width` values at row_ptr (BLOCK >= width, a power of two)."""
+    c = tl.arange(0, BLOCK)
+    r = tl.load(row_ptr + c, mask=c < width, other=0.0).to(tl.float32)
+    return tl.rsqrt(tl.reduce(r * r, 0, SUM) / width + eps)
+
+
 # -- the depth loop's attention (cp_attend.py, depth_pass.py) -------------------------------------------------
 
 @triton.jit
