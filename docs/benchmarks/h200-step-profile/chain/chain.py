@@ -11,6 +11,10 @@ comes from HBM as in the depth loop), each depending on the one before:
   write one partial sum: the floor of a kernel that reads that many bytes, all in flight at once.
 - `F.linear`: cuBLAS's GEMV of the weight as a square matrix, at 1 and 8 rows (each output the next input): what
   the step runs today.
+- `GEMV`: a one-row Triton GEMV of the same chain, each program loading its rows whole (no K loop); `GEMV PDL`
+  the same kernel launched with programmatic dependent launch (Hopper): it lets the next kernel start at once
+  and loads its weight rows *before* `gdc_wait` (the wait for the previous kernel's output), so the weights of
+  kernel i + 1 stream while kernel i computes. `empty PDL` and `stream PDL` are the other two chains so launched.
 
 Expected if a dependent kernel is launch latency plus bytes at full bandwidth: empty ~2 us, and stream ~ empty +
 size / 3.3-4.8 TB/s. If `stream` stays ~4-6 us at 4-12 MB, a phase-per-kernel (or per barrier) plan cannot beat
@@ -25,6 +29,11 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+try:  # Hopper's grid dependency control (Triton >= 3.3)
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # pragma: no cover - older Triton: the PDL columns print "-"
+    gdc_launch_dependents = gdc_wait = None
+
 SIZES_MB = (0.5, 2, 4, 8, 12.6)  # the predictor's projections: o 4, q|k|v 8, gate|up 12.6 MB (bf16)
 PER_PROGRAM = 8192  # bf16 values a `stream` program loads at once (16 KB: 32 a thread at 8 warps, no spills)
 
@@ -35,20 +44,56 @@ def _empty_kernel(src, dst):
 
 
 @triton.jit
-def _stream_kernel(w_ptr, dep_ptr, out_ptr, per_program, BLOCK: tl.constexpr):
+def _empty_pdl_kernel(src, dst):
+    gdc_launch_dependents()
+    gdc_wait()
+    tl.store(dst, tl.load(src) + 1.0)
+
+
+@triton.jit
+def _stream_kernel(w_ptr, dep_ptr, out_ptr, per_program, BLOCK: tl.constexpr, PDL: tl.constexpr):
     # Program p sums w[p * per_program : +per_program] (BLOCK >= per_program, masked) plus dep[0], into out[p].
     p = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     w = tl.load(w_ptr + p.to(tl.int64) * per_program + offs, mask=offs < per_program, other=0.0).to(tl.float32)
+    if PDL:  # the weight is read; now wait for the previous kernel's output
+        gdc_launch_dependents()
+        gdc_wait()
     tl.store(out_ptr + p, tl.sum(w, 0) + tl.load(dep_ptr))
 
 
-def stream(w: torch.Tensor, dep: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def stream(w: torch.Tensor, dep: torch.Tensor, out: torch.Tensor, pdl: bool = False) -> torch.Tensor:
     """out[p] = sum of program p's share of w (flat) + dep[0]; the plain check is `stream_ref`."""
     per = triton.cdiv(w.numel(), out.numel())
     assert per <= PER_PROGRAM, (w.numel(), out.numel())
-    _stream_kernel[(out.numel(),)](w, dep, out, per, BLOCK=triton.next_power_of_2(per), num_warps=8)
+    extra = {"launch_pdl": True} if pdl else {}
+    _stream_kernel[(out.numel(),)](w, dep, out, per, BLOCK=triton.next_power_of_2(per), PDL=pdl, num_warps=8, **extra)
     return out
+
+
+@triton.jit
+def _gemv_kernel(w_ptr, x_ptr, y_ptr, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    # y[n] = sum_k w[n, k] x[k] for this program's BLOCK_N rows, each row loaded whole (BLOCK_K >= K, masked).
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_K)
+    w = tl.load(w_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], mask=cols[None, :] < K, other=0.0)
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
+    y = tl.sum(w.to(tl.float32) * x[None, :], 1)
+    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty))
+
+
+def gemv(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, pdl: bool = False) -> torch.Tensor:
+    """y = w @ x for a square bf16 weight whose side divides by the rows a program takes; checked against F.linear."""
+    n, k = w.shape
+    block_n = max(1, PER_PROGRAM // triton.next_power_of_2(k))
+    assert n % block_n == 0, (n, block_n)
+    extra = {"launch_pdl": True} if pdl else {}
+    _gemv_kernel[(n // block_n,)](w, x, y, k, BLOCK_N=block_n, BLOCK_K=triton.next_power_of_2(k), PDL=pdl,
+                                  num_warps=8, **extra)
+    return y
 
 
 def stream_ref(w: torch.Tensor, dep: torch.Tensor, programs: int) -> torch.Tensor:
@@ -73,8 +118,9 @@ def main() -> None:
     l2 = getattr(props, "L2_cache_size", 50 << 20)
     print(f"{props.name}, L2 {l2 >> 20} MiB, {props.multi_processor_count} SMs; us a kernel in a chain of dependent "
           f"kernels replayed from one CUDA graph\n")
-    print("| weight MB | kernels | empty | stream (TB/s) | F.linear 1 row (TB/s) | F.linear 8 rows (TB/s) |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| weight MB | kernels | empty | empty PDL | stream (TB/s) | stream PDL (TB/s) | F.linear 1 row (TB/s) "
+          "| F.linear 8 rows (TB/s) | GEMV 1 row (TB/s) | GEMV PDL 1 row (TB/s) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for size in SIZES_MB:
         print(table_row(size, dev, l2), flush=True)
 
@@ -92,9 +138,15 @@ def table_row(size: float, dev: torch.device, l2: int) -> str:
         for i in range(count):
             _empty_kernel[(1,)](one[i % 2], one[1 - i % 2])
 
-    def streamed() -> None:
-        for i, w in enumerate(weights):
-            stream(w, sums[i % 2], sums[1 - i % 2])
+    def empty_pdl() -> None:
+        for i in range(count):
+            _empty_pdl_kernel[(1,)](one[i % 2], one[1 - i % 2], launch_pdl=True)
+
+    def streamed(pdl: bool):
+        def body() -> None:
+            for i, w in enumerate(weights):
+                stream(w, sums[i % 2], sums[1 - i % 2], pdl)
+        return body
 
     def gemvs(rows: int) -> float:
         x0 = torch.randn(rows, side, device=dev).to(torch.bfloat16)
@@ -105,10 +157,39 @@ def table_row(size: float, dev: torch.device, l2: int) -> str:
                 x = F.linear(x, w)
         return _graph_us(chain, count)
 
-    us = [_graph_us(empty, count), _graph_us(streamed, count), gemvs(1), gemvs(8)]
-    rate = [bytes_ / (t * 1e-6) / 1e12 for t in us[1:]]
-    return (f"| {bytes_ / 2**20:.1f} | {count} | {us[0]:.2f} | {us[1]:.2f} ({rate[0]:.2f}) | {us[2]:.2f} "
-            f"({rate[1]:.2f}) | {us[3]:.2f} ({rate[2]:.2f}) |")
+    xs = [torch.randn(side, device=dev).to(torch.bfloat16) / 4 for _ in range(2)]
+
+    def triton_gemvs(pdl: bool) -> float:
+        # Checked once against F.linear (one weight, fresh input), then timed as a chain.
+        got = gemv(weights[0], xs[0], torch.empty_like(xs[0]), pdl)
+        want = F.linear(xs[0].float(), weights[0].float())
+        assert torch.allclose(got.float(), want, rtol=2e-2, atol=2e-2), (got.float() - want).abs().max()
+
+        def chain() -> None:
+            for i, w in enumerate(weights):
+                gemv(w, xs[i % 2], xs[1 - i % 2], pdl)
+        return _graph_us(chain, count)
+
+    def maybe(fn, *args) -> float | None:
+        if gdc_wait is None:
+            return None
+        try:
+            return fn(*args)
+        except Exception as exc:  # a Triton or driver without PDL: the table says why
+            print(f"<!-- PDL failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} -->")
+            return None
+
+    plain = [_graph_us(empty, count), _graph_us(streamed(False), count), gemvs(1), gemvs(8), triton_gemvs(False)]
+    pdl = [maybe(_graph_us, empty_pdl, count), maybe(_graph_us, streamed(True), count), maybe(triton_gemvs, True)]
+    us = [plain[0], pdl[0], plain[1], pdl[1], plain[2], plain[3], plain[4], pdl[2]]  # the table's column order
+
+    def cell(t: float | None, rate: bool = True) -> str:
+        if t is None:
+            return "-"
+        return f"{t:.2f} ({bytes_ / (t * 1e-6) / 1e12:.2f})" if rate else f"{t:.2f}"
+
+    cells = [cell(us[0], False), cell(us[1], False)] + [cell(t) for t in us[2:]]
+    return f"| {bytes_ / 2**20:.1f} | {count} | " + " | ".join(cells) + " |"
 
 
 if __name__ == "__main__":
