@@ -13,13 +13,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import add, row_warps
+from .utils import add, pdl_launch, row_warps, wait_for_inputs
 
 
 @triton.jit
 def _add_rms_norm_kernel(x_ptr, d_ptr, w_ptr, sum_ptr, out_ptr, channels, eps, HAS_DELTA: tl.constexpr,
-                         BLOCK_C: tl.constexpr):
+                         BLOCK_C: tl.constexpr, PDL: tl.constexpr):
     # x, delta, sum, out: [M, channels] contiguous; w: [channels]. grid: M, one row per program.
+    wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     c = tl.arange(0, BLOCK_C)
     cm = c < channels
@@ -35,9 +36,10 @@ def _add_rms_norm_kernel(x_ptr, d_ptr, w_ptr, sum_ptr, out_ptr, channels, eps, H
     tl.store(out_ptr + row * channels + c, (w * xn).to(dtype), mask=cm)
 
 
-def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float,
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float, pdl: bool = False,
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """x, delta [M, C] contiguous (delta None: no add), weight [C], all one dtype -> (x + delta, RMSNorm of it)."""
+    """x, delta [M, C] contiguous (delta None: no add), weight [C], all one dtype -> (x + delta, RMSNorm of it).
+    `pdl`: launched with programmatic dependent launch (kernels/utils.py)."""
     assert x.dim() == 2 and x.is_contiguous(), (x.shape, x.stride())
     rows, channels = x.shape
     assert weight.shape == (channels,) and weight.dtype == x.dtype, (weight.shape, weight.dtype, x.dtype)
@@ -49,8 +51,10 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tens
     if rows == 0:
         return total, out
     block = triton.next_power_of_2(channels)
+    on, extra = pdl_launch(_add_rms_norm_kernel, pdl)
     _add_rms_norm_kernel[(rows,)](x, delta if delta is not None else x, weight, total, out, channels, eps,
-                                  HAS_DELTA=delta is not None, BLOCK_C=block, num_warps=row_warps(block))
+                                  HAS_DELTA=delta is not None, BLOCK_C=block, PDL=on, num_warps=row_warps(block),
+                                  **extra)
     return total, out
 
 

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from .add_rms_norm import rms_scaled
-from .utils import SUM, add, row_rstd
+from .utils import SUM, add, pdl_launch, row_rstd, wait_for_inputs
 
 # From this many tokens on, a program per token (all its heads) instead of a program per (token, head).
 TOKEN_PROGRAMS_FROM = 256
@@ -35,10 +35,11 @@ TOKEN_PROGRAMS_FROM = 256
 def _qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slots_ptr, q_ptr, k_ptr, v_ptr, res_ptr,
                          k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, H, eps,
                          HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HAS_RES: tl.constexpr,
-                         BLOCK_H: tl.constexpr):
+                         BLOCK_H: tl.constexpr, PDL: tl.constexpr):
     # qkv [N, (HQ + 2 HKV) * D] contiguous; q out [N, HQ, D] contiguous; cos/sin [P, D] contiguous; k/v store
     # [slots, HKV, P, D] with strides (s0, s1, s2, 1); HAS_RES: res [N, H] contiguous, whose rows' 1 / RMS scales
     # qkv first. grid: (N, HQ + HKV): one head of one token per program.
+    wait_for_inputs(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     dtype = q_ptr.dtype.element_ty
@@ -78,9 +79,10 @@ def _qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slo
 def _qk_norm_rope_token_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slots_ptr, q_ptr, k_ptr, v_ptr,
                                res_ptr, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, H, eps,
                                HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HP: tl.constexpr,
-                               VP: tl.constexpr, HAS_RES: tl.constexpr, BLOCK_H: tl.constexpr):
+                               VP: tl.constexpr, HAS_RES: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr):
     # The same as _qk_norm_rope_kernel for every q and k head of one token at once ([HP, D], HP >= HQ + HKV a power
     # of two, rows past them masked), then its HKV value heads (VP >= HKV). grid: (N,).
+    wait_for_inputs(PDL)
     t = tl.program_id(0).to(tl.int64)
     dtype = q_ptr.dtype.element_ty
     h = tl.arange(0, HP)[:, None]
@@ -135,12 +137,14 @@ def _check(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, co
 def qk_norm_rope(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, cos: torch.Tensor,
                  sin: torch.Tensor, positions: torch.Tensor, k_store: torch.Tensor, v_store: torch.Tensor,
                  slots: torch.Tensor, heads: int, kv_heads: int, eps: float,
-                 per_token: bool | None = None, residual: torch.Tensor | None = None) -> torch.Tensor:
+                 per_token: bool | None = None, residual: torch.Tensor | None = None, pdl: bool = False,
+                 ) -> torch.Tensor:
     """qkv [N, (heads + 2 kv_heads) * D], q_weight/k_weight [D], cos/sin [P, D] tables, positions/slots [N]
     int64; writes keys and values into k_store/v_store [S, kv_heads, P, D] at (slots[i], :, positions[i]) and
     returns the queries [N, heads, D], normalized and rotated. `per_token`: a program per token (default from
     TOKEN_PROGRAMS_FROM tokens on) or per (token, head). `residual` [N, H]: qkv is first scaled by 1 / RMS of its
-    rows (the folded input norm; eps is the same as the heads')."""
+    rows (the folded input norm; eps is the same as the heads'). `pdl`: launched with programmatic dependent launch
+    (kernels/utils.py)."""
     _check(qkv, q_weight, k_weight, cos, sin, positions, k_store, v_store, slots, heads, kv_heads, residual)
     n, d = qkv.shape[0], q_weight.shape[0]
     assert d & (d - 1) == 0 and d >= 2, d
@@ -152,15 +156,18 @@ def qk_norm_rope(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tens
     width = residual.shape[1] if residual is not None else 1
     res = dict(HAS_RES=residual is not None, BLOCK_H=triton.next_power_of_2(width))
     if per_token if per_token is not None else n >= TOKEN_PROGRAMS_FROM:
+        on, extra = pdl_launch(_qk_norm_rope_token_kernel, pdl)
         _qk_norm_rope_token_kernel[(n,)](
             qkv, q_weight, k_weight, cos, sin, positions, slots, q, k_store, v_store,
             residual if residual is not None else qkv, *strides, width, eps, HQ=heads, HKV=kv_heads, D=d,
-            HP=triton.next_power_of_2(heads + kv_heads), VP=triton.next_power_of_2(kv_heads), **res, num_warps=4)
+            HP=triton.next_power_of_2(heads + kv_heads), VP=triton.next_power_of_2(kv_heads), **res, PDL=on,
+            num_warps=4, **extra)
         return q
+    on, extra = pdl_launch(_qk_norm_rope_kernel, pdl)
     _qk_norm_rope_kernel[(n, heads + kv_heads)](
         qkv, q_weight, k_weight, cos, sin, positions, slots, q, k_store, v_store,
         residual if residual is not None else qkv, *strides, width, eps, HQ=heads, HKV=kv_heads, D=d, **res,
-        num_warps=1 if d <= 64 else 2)
+        PDL=on, num_warps=1 if d <= 64 else 2, **extra)
     return q
 
 

@@ -17,16 +17,18 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .utils import interpreted, softmax_block
+from .utils import interpreted, pdl_launch, softmax_block, wait_for_inputs
 
 
 @triton.jit
 def _slot_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, slots_ptr, lengths_ptr, qk_scale,
                            q_s0, q_s1, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, o_s0, o_s1,
                            GROUP: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
-                           BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr):
+                           BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+                           PDL: tl.constexpr):
     # q [N, Hq, D] (strides q_s0, q_s1, 1), o likewise; k/v [slots, Hkv, P, D] (strides s0, s1, s2, 1).
     # qk_scale = log2(e) / sqrt(D): softmax through exp2. grid: (N, Hkv).
+    wait_for_inputs(PDL)
     tok = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1).to(tl.int64)
     dtype = o_ptr.dtype.element_ty
@@ -75,9 +77,10 @@ def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots:
 
 
 def slot_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
-                   lengths: torch.Tensor) -> torch.Tensor:
+                   lengths: torch.Tensor, pdl: bool = False) -> torch.Tensor:
     """q [N, Hq, D] (rotated), k_cache/v_cache [slots, Hkv, P, D] views, slots/lengths [N] int64 (1 <= lengths[i]
-    <= P) -> o [N, Hq, D]: softmax(q k^T / sqrt(D)) v over keys 0 .. lengths[i]-1 of slot slots[i]."""
+    <= P) -> o [N, Hq, D]: softmax(q k^T / sqrt(D)) v over keys 0 .. lengths[i]-1 of slot slots[i]. `pdl`:
+    launched with programmatic dependent launch (kernels/utils.py)."""
     _check(q, k_cache, v_cache, slots, lengths)
     n, hq, d = q.shape
     hkv = k_cache.shape[1]
@@ -86,13 +89,14 @@ def slot_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
         return o
     group = hq // hkv
     f32_dots = q.dtype == torch.float32 or _DOT_UPCAST
+    on, extra = pdl_launch(_slot_attention_kernel, pdl)
     _slot_attention_kernel[(n, hkv)](
         q, k_cache, v_cache, o, slots, lengths, math.log2(math.e) / math.sqrt(d),
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), o.stride(0), o.stride(1),
         GROUP=group, D=d, BLOCK_G=max(16, triton.next_power_of_2(group)), BLOCK_D=max(16, triton.next_power_of_2(d)),
         BLOCK_N=BLOCK_N, DOT_DTYPE=tl.float32 if f32_dots else tl.bfloat16,
-        PRECISION="ieee" if f32_dots else None, num_warps=4)  # fp32 dots must not round to TF32
+        PRECISION="ieee" if f32_dots else None, PDL=on, num_warps=4, **extra)  # fp32 dots must not round to TF32
     return o
 
 

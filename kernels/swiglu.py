@@ -21,16 +21,17 @@ import triton
 import triton.language as tl
 
 from .add_rms_norm import rms_scaled
-from .utils import row_rstd
+from .utils import pdl_launch, row_rstd, wait_for_inputs
 
 BLOCK = 1024  # columns per program: the 1.7B's widths (Talker 6,144, predictor 3,072) are multiples of it
 
 
 @triton.jit
 def _swiglu_kernel(x_ptr, out_ptr, res_ptr, inner, H, eps, BLOCK_I: tl.constexpr, HAS_RES: tl.constexpr,
-                   BLOCK_H: tl.constexpr):
+                   BLOCK_H: tl.constexpr, PDL: tl.constexpr):
     # x [N, 2 * inner] contiguous (gate then up), out [N, inner] contiguous; HAS_RES: res [N, H] contiguous, whose
     # rows' 1 / RMS scales gate and up first. grid: (N, cdiv(inner, BLOCK_I)).
+    wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
     cm = c < inner
@@ -56,9 +57,11 @@ def _check_residual(x: torch.Tensor, residual: torch.Tensor | None) -> None:
         None if residual is None else (residual.shape, x.shape)
 
 
-def swiglu(x: torch.Tensor, residual: torch.Tensor | None = None, eps: float = 0.0) -> torch.Tensor:
+def swiglu(x: torch.Tensor, residual: torch.Tensor | None = None, eps: float = 0.0, pdl: bool = False,
+           ) -> torch.Tensor:
     """x [N, 2I] contiguous, gate columns then up columns -> silu(gate) * up [N, I] in x's dtype. `residual`
-    [N, H]: x is first scaled by 1 / RMS of its rows (the folded norm, with `eps`)."""
+    [N, H]: x is first scaled by 1 / RMS of its rows (the folded norm, with `eps`). `pdl`: launched with
+    programmatic dependent launch (kernels/utils.py)."""
     inner = _check(x)
     _check_residual(x, residual)
     rows = x.shape[0]
@@ -67,9 +70,11 @@ def swiglu(x: torch.Tensor, residual: torch.Tensor | None = None, eps: float = 0
         return out
     block = min(BLOCK, triton.next_power_of_2(inner))
     width = residual.shape[1] if residual is not None else 1
+    on, extra = pdl_launch(_swiglu_kernel, pdl)
     _swiglu_kernel[(rows, triton.cdiv(inner, block))](
         x, out, residual if residual is not None else x, inner, width, eps, BLOCK_I=block,
-        HAS_RES=residual is not None, BLOCK_H=triton.next_power_of_2(width), num_warps=max(1, block // 256))
+        HAS_RES=residual is not None, BLOCK_H=triton.next_power_of_2(width), PDL=on, num_warps=max(1, block // 256),
+        **extra)
     return out
 
 

@@ -66,6 +66,44 @@ def quick_bench(fn: Callable[[], object], quantiles: list[float] | None = None, 
     return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
 
 
+# -- programmatic dependent launch (Hopper; the engine option `pdl`) ---------------------------------------------
+# A kernel launched with `launch_pdl` may start before the kernel ahead of it in the stream has finished: it does
+# whatever needs no earlier result (gemv.py loads its weight tile), lets the next kernel start too
+# (`gdc_launch_dependents`), then waits (`gdc_wait`) for the one ahead to finish and its writes to be visible.
+# Every kernel taking a PDL flag calls both, before it reads anything another kernel writes; compiled only (the
+# interpreter has neither: pdl_launch turns the flag off there).
+
+try:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # Triton < 3.3: no grid dependency control; pdl_available says so
+    gdc_launch_dependents = gdc_wait = None
+
+
+@triton.jit
+def wait_for_inputs(PDL: tl.constexpr):
+    """With PDL: let the next kernel start, then wait for the previous one's writes (a no-op without)."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+
+
+def pdl_available(device: object) -> bool:
+    """Whether kernels on `device` (a torch.device) can be launched with PDL: CUDA on sm_90 or newer, with a Triton
+    that has grid dependency control."""
+    import torch
+
+    dev = torch.device(device)
+    return (gdc_wait is not None and dev.type == "cuda" and torch.cuda.is_available()
+            and torch.cuda.get_device_capability(dev)[0] >= 9)
+
+
+def pdl_launch(kernel: object, pdl: bool) -> tuple[bool, dict[str, bool]]:
+    """(the kernel's PDL constexpr, the launch's extra keyword arguments) for a request `pdl`: off where `kernel`
+    runs interpreted."""
+    on = pdl and not interpreted(kernel)
+    return on, ({"launch_pdl": True} if on else {})
+
+
 # -- folded norms (qk_norm_rope.py, swiglu.py: fused_stack.py's `fold_norms`) ----------------------------------
 
 @triton.jit

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -42,8 +43,9 @@ class DecoderOps:
     uses_triton: bool = False
 
     @classmethod
-    def for_device(cls, device: torch.device, kernels: str = "auto") -> DecoderOps:
-        """kernels: triton | torch | auto (Triton on CUDA, the references elsewhere)."""
+    def for_device(cls, device: torch.device, kernels: str = "auto", pdl: bool = False) -> DecoderOps:
+        """kernels: triton | torch | auto (Triton on CUDA, the references elsewhere). pdl: the Triton kernels are
+        launched with programmatic dependent launch (kernels/utils.py; the caller checks the GPU has it)."""
         use_triton = kernels == "triton" or (kernels == "auto" and device.type == "cuda")
         if use_triton:
             from ...kernels.add_rms_norm import add_rms_norm
@@ -51,7 +53,10 @@ class DecoderOps:
             from ...kernels.slot_attention import slot_attention
             from ...kernels.swiglu import swiglu
 
-            return cls(add_rms_norm, qk_norm_rope, slot_attention, swiglu, uses_triton=True)
+            ops = (add_rms_norm, qk_norm_rope, slot_attention, swiglu)
+            if pdl:
+                ops = tuple(partial(op, pdl=True) for op in ops)
+            return cls(*ops, uses_triton=True)
         from ...kernels.add_rms_norm import add_rms_norm_ref
         from ...kernels.qk_norm_rope import qk_norm_rope_ref
         from ...kernels.slot_attention import slot_attention_ref

@@ -46,9 +46,12 @@ class Qwen3TTSOptions(EngineConfig):
                                "needing top-p keep PyTorch's ops) | torch | auto (the kernel where the step runs "
                                "Triton)")
     small_gemm: str = option("cublas", "projections of <= 16 rows: cublas (F.linear, default) | gemv (the code "
-                                       "predictor's through kernels/gemv.py where the step runs Triton; measured "
-                                       "slower on the H200: 7.6 against 6.3 ms a 1-row step) | gemv_all (the "
-                                       "Talker's too: 8.6 ms)")
+                                       "predictor's through kernels/gemv.py, a whole weight tile a program, where "
+                                       "the step runs Triton) | gemv_all (the Talker's too)")
+    pdl: str = option("off", "programmatic dependent launch (Hopper) for the step's Triton kernels (the stacks' "
+                             "q/k norm, attention, SwiGLU and final norm, and kernels/gemv.py's projections): each "
+                             "may start before the kernel ahead ends, a projection loading its weights first: on | "
+                             "off (default) | auto (on where the GPU and Triton have it)")
     fold_norms: bool = option(True, "the Talker's and the code predictor's layer norms folded into the "
                                     "projections they feed: 7 launches a layer instead of 9, the same function "
                                     "(engine/qwen3tts/fused_stack.py; default true: 5-7 % off every step on an "
@@ -146,7 +149,7 @@ class Qwen3TTSOptions(EngineConfig):
                     max_slots=self.slots, max_positions=self.max_positions,
                     kv_memory_fraction=self.kv_memory_fraction, enforce_eager=self.enforce_eager,
                     attention=self.attention, depth=self.depth, draw=self.draw, small_gemm=self.small_gemm,
-                    fold_norms=self.fold_norms, codec=self.codec,
+                    pdl=self.pdl, fold_norms=self.fold_norms, codec=self.codec,
                     codec_width=self.codec_width, codec_buckets=self.codec_buckets)
 
 

@@ -50,6 +50,7 @@ class RunnerConfig:
     draw: str = DEFAULTS.draw  # each codebook's draw: kernel (one launch) | torch | auto (kernel where Triton runs)
     # projections of <= 16 rows: cublas | gemv (the predictor's, kernels/gemv.py) | gemv_all (the Talker's too)
     small_gemm: str = DEFAULTS.small_gemm
+    pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | off | auto
     fold_norms: bool = DEFAULTS.fold_norms  # layer norms folded into the projections (fused_stack.py)
     codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = DEFAULTS.enforce_eager
@@ -70,12 +71,29 @@ class RunnerConfig:
             raise ValueError("draw must be auto, kernel or torch")
         if self.small_gemm not in SMALL_GEMM:
             raise ValueError(f"small_gemm must be one of {', '.join(SMALL_GEMM)}")
+        if self.pdl not in ("auto", "on", "off"):
+            raise ValueError("pdl must be on, off or auto")
         if self.codec not in ("auto", "fused", "reference"):
             raise ValueError("codec must be auto, fused or reference")
 
     @property
     def max_rows(self) -> int:
         return max(self.row_buckets)
+
+    def uses_pdl(self, device: torch.device, triton_ops: bool) -> bool:
+        """pdl for a step on `device` whose kernels are Triton's (`triton_ops`): on needs a GPU and Triton that have
+        it (an error otherwise: asked for, never silently dropped); auto takes it where they do."""
+        if self.pdl == "off" or not triton_ops:
+            if self.pdl == "on" and not triton_ops:
+                raise ValueError("pdl=on needs the step's Triton kernels (attention=triton or auto on CUDA)")
+            return False
+        from ...kernels.utils import pdl_available
+
+        if pdl_available(device):
+            return True
+        if self.pdl == "on":
+            raise ValueError("pdl=on needs a Hopper (sm_90) or newer GPU and Triton >= 3.3")
+        return False
 
     def folds_norms(self, dtype: torch.dtype) -> bool:
         """fold_norms for a model in `dtype`: never in fp16, where a projection of the unnormalized residual stream

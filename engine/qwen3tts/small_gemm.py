@@ -1,13 +1,14 @@
 """The `small_gemm` engine option: which matmul runs a projection of a few rows in the batched step.
 
-    cublas    F.linear everywhere (the default until kernels/gemv.py is measured on the GPU)
-    gemv      kernels/gemv.py for the code predictor's projections (q|k|v, o, gate|up, down, the input projection,
-              the 15 heads) when a call has at most 16 rows, F.linear above
+    cublas    F.linear everywhere
+    gemv      kernels/gemv.py for the code predictor's projections (q|k|v, o and down added into the residual in
+              place, gate|up, the input projection, the 15 heads) when a call has at most 16 rows, F.linear above
     gemv_all  the same for the Talker's too (its stack and codebook 0's head): decode-only buckets of <= 16 rows
 
-A GEMV of a few rows is bound by reading the weight once, and cuBLAS runs the predictor's ~4x off the memory
-bandwidth (docs/benchmarks/h200-step-profile). The row count is fixed per captured bucket, so the choice, made per
-call from x.shape[0], is static inside each graph. The kernel runs where the step's other kernels are Triton
+A GEMV of a few rows is bound by reading the weight once, and in the step's chain of dependent projections cuBLAS
+reads at ~1.2-1.6 TB/s (docs/benchmarks/h200-step-profile/chain). The row count is fixed per captured bucket, so the
+choice, made per call from x.shape[0], is static inside each graph. With the engine option `pdl` the kernel's
+launches overlap the kernel ahead (its weights load first). The kernel runs where the step's other kernels are Triton
 (DecoderOps.uses_triton: CUDA, or attention=triton); elsewhere its reference, F.linear, stands in.
 """
 
@@ -23,23 +24,50 @@ Linear = Callable[..., torch.Tensor]  # (x [M, K], weight [N, K], bias [N] | Non
 CHOICES = ("cublas", "gemv", "gemv_all")
 
 
-def few_rows(gemv: Linear, max_rows: int) -> Linear:
-    """F.linear, except `gemv` for calls of at most `max_rows` rows."""
-    def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if x.dim() == 2 and x.shape[0] <= max_rows:
-            return gemv(x.contiguous(), weight, bias)
+class FewRows:
+    """F.linear, except `gemv` for calls of at most `max_rows` rows (and `gemv_add` for residual adds, where given);
+    `pdl` is passed to both (kernels/gemv.py: programmatic dependent launch)."""
+
+    def __init__(self, gemv: Linear, max_rows: int, gemv_add: Callable[..., torch.Tensor] | None = None,
+                 pdl: bool = False, max_k: int | None = None) -> None:
+        self.gemv, self.gemv_add, self.max_rows, self.pdl, self.max_k = gemv, gemv_add, max_rows, pdl, max_k
+
+    def takes(self, x: torch.Tensor) -> bool:
+        return x.dim() == 2 and x.shape[0] <= self.max_rows and (self.max_k is None or x.shape[1] <= self.max_k)
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.takes(x):
+            return self.gemv(x.contiguous(), weight, bias, pdl=self.pdl)
         return F.linear(x, weight, bias)
-    return linear
+
+    def add_(self, residual: torch.Tensor, a: torch.Tensor, weight: torch.Tensor) -> None:
+        """residual += a @ weight^T in place: one launch through `gemv_add` where it takes the call."""
+        if self.gemv_add is not None and self.takes(a) and residual.is_contiguous():
+            self.gemv_add(residual, a.contiguous(), weight, pdl=self.pdl)
+        elif self.takes(a):
+            residual.add_(self(a, weight))
+        else:
+            residual.addmm_(a, weight.t())
 
 
-def linears(small_gemm: str, use_triton: bool) -> tuple[Linear, Linear]:
-    """(the code predictor's, the Talker's) projection function for a `small_gemm` choice."""
+def few_rows(gemv: Linear, max_rows: int, gemv_add: Callable[..., torch.Tensor] | None = None,
+             pdl: bool = False, max_k: int | None = None) -> FewRows:
+    """F.linear, except `gemv` (which takes a `pdl` keyword) for calls of at most `max_rows` rows."""
+    return FewRows(gemv, max_rows, gemv_add, pdl, max_k)
+
+
+def linears(small_gemm: str, use_triton: bool, pdl: bool = False) -> tuple[Linear, Linear]:
+    """(the code predictor's, the Talker's) projection function for a `small_gemm` choice; `pdl`: the kernel's
+    launches use programmatic dependent launch (kernels/gemv.py)."""
     assert small_gemm in CHOICES, small_gemm
     if small_gemm == "cublas":
         return F.linear, F.linear
     from ...kernels import gemv
 
-    small = few_rows(gemv.gemv if use_triton else gemv.gemv_ref, gemv.MAX_ROWS)
+    if use_triton:
+        small = few_rows(gemv.gemv, gemv.MAX_ROWS, gemv.gemv_add_, pdl, gemv.MAX_K)
+    else:
+        small = few_rows(gemv.gemv_ref, gemv.MAX_ROWS, gemv.gemv_add_ref, max_k=gemv.MAX_K)
     return small, small if small_gemm == "gemv_all" else F.linear
 
 
@@ -52,8 +80,11 @@ def apply(linear: Linear, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def add_linear(linear: Linear, x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor) -> None:
     """x += a @ weight^T in place (a residual add): with F.linear one cuBLAS call that adds into x (beta = 1; no
-    separate add launch, the fp32 sum rounded once); with another `linear`, its product, then the add."""
+    separate add launch, the fp32 sum rounded once); with FewRows, its own add (kernels/gemv.py's gemv_add_, the
+    same rounding); with another `linear`, its product, then the add."""
     if linear is F.linear:
         x.addmm_(a, weight.t())
+    elif isinstance(linear, FewRows):
+        linear.add_(x, a, weight)
     else:
         x.add_(linear(a, weight))

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from voxgate.kernels.utils import pdl_available
 
 from .loop_support import Stream, drive, make_runner, solo_codes, solo_logits
 
@@ -43,15 +44,16 @@ def _streams() -> list[Stream]:
     return streams
 
 
-@pytest.mark.parametrize("graphs,kernels,depth,small_gemm,fold_norms", [
-    (True, "triton", "layers", "cublas", None), (False, "triton", "layers", "cublas", None),
-    (True, "torch", "layers", "cublas", None), (True, "triton", "fused", "cublas", None),
-    (True, "triton", "layers", "gemv_all", None), (True, "triton", "persistent", "cublas", None),
-    (True, "triton", "layers", "cublas", False)],
+@pytest.mark.parametrize("graphs,kernels,depth,small_gemm,fold_norms,pdl", [
+    (True, "triton", "layers", "cublas", None, "off"), (False, "triton", "layers", "cublas", None, "off"),
+    (True, "torch", "layers", "cublas", None, "off"), (True, "triton", "fused", "cublas", None, "off"),
+    (True, "triton", "layers", "gemv_all", None, "off"), (True, "triton", "persistent", "cublas", None, "off"),
+    (True, "triton", "layers", "cublas", False, "off"), (True, "triton", "layers", "gemv_all", None, "auto"),
+    (False, "triton", "layers", "gemv", None, "auto")],
     ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-fused", "graphs-triton-gemv",
-         "graphs-triton-persistent", "graphs-triton-unfolded"])
+         "graphs-triton-persistent", "graphs-triton-unfolded", "graphs-triton-gemv-pdl", "eager-triton-gemv-pdl"])
 def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str, depth: str,
-                                                   small_gemm: str, fold_norms: bool | None) -> None:
+                                                   small_gemm: str, fold_norms: bool | None, pdl: str) -> None:
     """Every row's fp32 logits of every codebook within 1e-4 (relative) of the stream alone through the eager
     path, teacher-forced; the reference logits are taken before the runner is built (fold_norms changes the
     model's weights in place, not its function)."""
@@ -67,8 +69,9 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
         # the plain codec: this test compares logits, not audio (and spares the fp32 kernels' tuning)
         fold = {} if fold_norms is None else {"fold_norms": fold_norms}  # None: the engine's default
         runner = make_runner(tts, num_slots=8, record_logits=True, codec="reference", attention=kernels,
-                             depth=depth, small_gemm=small_gemm, enforce_eager=not graphs, **fold, **REAL)
+                             depth=depth, small_gemm=small_gemm, pdl=pdl, enforce_eager=not graphs, **fold, **REAL)
         assert runner.steps.use_graphs == graphs
+        assert runner.pdl == (pdl == "auto" and pdl_available(torch.device("cuda")))
         recorder = drive(tts, runner, streams, greedy=False, max_rows=8, forced=lambda s: alone[id(s)])
         worst, per_stream = 0.0, []
         for s in streams:
@@ -87,7 +90,8 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
             worst = max(worst, stream_worst)
             per_stream.append({"join_step": s.join_step, "cancel_step": s.cancel_step, "frames": len(got),
                                "worst_rel": stream_worst, "first_bad_frame_codebook": first_bad})
-        gemm = ("" if small_gemm == "cublas" else f"_{small_gemm}") + ("_unfolded" if fold_norms is False else "")
+        gemm = ("" if small_gemm == "cublas" else f"_{small_gemm}") + ("_unfolded" if fold_norms is False else "") \
+            + ("_pdl" if runner.pdl else "")
         _record(f"loop_teacher_forced_fp32_{'graphs' if graphs else 'eager'}_{kernels}_{depth}{gemm}",
                 {"worst_rel": worst, "streams": per_stream, "max_rows": max(recorder.rows_per_step),
                  "rows_per_step": recorder.rows_per_step})
@@ -96,8 +100,10 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
-@pytest.mark.parametrize("fold_norms", [None, False], ids=["default", "unfolded"])
-def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: bool | None) -> None:
+@pytest.mark.parametrize("fold_norms,extra", [(None, {}), (False, {}),
+                                              (None, {"small_gemm": "gemv_all", "pdl": "auto"})],
+                         ids=["default", "unfolded", "gemv-pdl"])
+def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: bool | None, extra: dict) -> None:
     """bf16: batched rows round differently from batch 1, so greedy codes may part ways after a near tie; report
     how many frames agree before the first difference, and require every stream to complete with finite audio.
     Each stream alone runs the model as loaded (its codes taken before the runner folds the norms, the default)."""
@@ -107,7 +113,8 @@ def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: b
     streams = _streams()
     streams[4].cancel_step = None
     solo = {id(s): solo_codes(tts, s) for s in streams}
-    runner = make_runner(tts, num_slots=8, **({} if fold_norms is None else {"fold_norms": fold_norms}), **REAL)
+    runner = make_runner(tts, num_slots=8, **({} if fold_norms is None else {"fold_norms": fold_norms}), **extra,
+                         **REAL)
     recorder = drive(tts, runner, streams, greedy=True, max_rows=8)
     agree, total = [], 0
     for s in streams:
@@ -117,7 +124,7 @@ def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: b
         agree.append(int(np.argmin(same)) if not same.all() else len(same))
         audio = np.concatenate(s.audio)
         assert len(audio) == len(codes) * 1920 and np.abs(audio).max() > 0
-    _record("loop_free_running_bf16" + ("_unfolded" if fold_norms is False else ""),
+    _record("loop_free_running_bf16" + ("_unfolded" if fold_norms is False else "") + ("_gemv_pdl" if extra else ""),
             {"frames_equal_before_first_difference": agree, "frames": total})
 
 

@@ -28,7 +28,7 @@ def test_few_rows_takes_the_kernel_up_to_its_row_limit_only() -> None:
 
     calls: list[int] = []
 
-    def kernel(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    def kernel(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
         calls.append(x.shape[0])
         return F.linear(x, w, b)
 
@@ -37,6 +37,7 @@ def test_few_rows_takes_the_kernel_up_to_its_row_limit_only() -> None:
     for rows in (1, 16, 17, 64):
         assert linear(torch.randn(rows, 8), w).shape == (rows, 5)
     assert calls == [1, 16]
+    assert few_rows(kernel, 16, max_k=4)(torch.randn(1, 8), w).shape == (1, 5) and calls == [1, 16]
     assert linears("cublas", True) == (F.linear, F.linear)
     predictor, talker = linears("gemv", False)
     assert predictor is not F.linear and talker is F.linear
@@ -112,9 +113,9 @@ def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Call
     calls: list[int] = []
     kernel = gemv.gemv
 
-    def counted(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    def counted(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
         calls.append(x.shape[0])
-        return kernel(x, w, b)
+        return kernel(x, w, b, pdl=pdl)
 
     gemv.gemv = counted  # the runner takes the module's kernel when it is built
     try:
