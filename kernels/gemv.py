@@ -92,44 +92,44 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     assert bias is None or (bias.shape == (weight.shape[0],) and bias.dtype == x.dtype), bias
 
 
-def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, res: torch.Tensor | None,
-            out: torch.Tensor, pdl: bool) -> torch.Tensor:
+def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool = False,
+         residual: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] (M <= 16, K <= MAX_K), weight [N, K], bias [N] or None -> [M, N] in x's dtype; with `residual`
+    [M, N], residual + that, written into residual in place (and returned)."""
+    _check(x, weight, bias)
     m, k = x.shape
     n = weight.shape[0]
+    if residual is not None:
+        assert residual.is_contiguous() and residual.shape == (m, n), residual.shape
+        assert residual.dtype == x.dtype, (residual.dtype, x.dtype)
+        out = residual
+    else:
+        out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
     t = tiles(n, k)
     on, extra = pdl_launch(_gemv_kernel, pdl)
     _gemv_kernel[(triton.cdiv(n, t.block_n),)](
-        x, weight, bias if bias is not None else x, res if res is not None else out, out, m, n, k,
-        HAS_BIAS=bias is not None, ADD=res is not None, PDL=on, BLOCK_M=triton.next_power_of_2(m),
+        x, weight, bias if bias is not None else x, out, out, m, n, k,
+        HAS_BIAS=bias is not None, ADD=residual is not None, PDL=on, BLOCK_M=triton.next_power_of_2(m),
         BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_warps=t.warps, **extra)
     return out
 
 
-def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
-    """x [M, K] (M <= 16, K <= MAX_K), weight [N, K], bias [N] or None -> [M, N] in x's dtype."""
-    _check(x, weight, bias)
-    return _launch(x, weight, bias, None, torch.empty((x.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device),
-                   pdl)
-
-
 def gemv_add_(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl: bool = False) -> torch.Tensor:
     """residual [M, N] += x [M, K] @ weight^T in place, rounded once (cuBLAS's addmm_ with beta = 1); returns it."""
-    _check(x, weight, None)
-    assert residual.is_contiguous() and residual.shape == (x.shape[0], weight.shape[0]), residual.shape
-    assert residual.dtype == x.dtype, (residual.dtype, x.dtype)
-    return _launch(x, weight, None, residual, residual, pdl)
+    return gemv(x, weight, None, pdl, residual=residual)
 
 
-def gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-             pdl: bool = False) -> torch.Tensor:
-    """The same as F.linear (what cuBLAS runs); `pdl` is ignored."""
+def gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool = False,
+             residual: torch.Tensor | None = None) -> torch.Tensor:
+    """The same as F.linear (what cuBLAS runs), or with `residual` its addmm_ (beta = 1); `pdl` is ignored."""
     _check(x, weight, bias)
+    if residual is not None:
+        return residual.addmm_(x, weight.t()) if bias is None else residual.add_(F.linear(x, weight, bias))
     return F.linear(x, weight, bias)
 
 
 def gemv_add_ref(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl: bool = False) -> torch.Tensor:
     """residual += x @ weight^T through cuBLAS's addmm_ (beta = 1, one rounding)."""
-    _check(x, weight, None)
-    return residual.addmm_(x, weight.t())
+    return gemv_ref(x, weight, None, pdl, residual=residual)

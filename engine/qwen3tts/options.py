@@ -48,6 +48,9 @@ class Qwen3TTSOptions(EngineConfig):
     small_gemm: str = option("cublas", "projections of <= 16 rows: cublas (F.linear, default) | gemv (the code "
                                        "predictor's through kernels/gemv.py, a whole weight tile a program, where "
                                        "the step runs Triton) | gemv_all (the Talker's too)")
+    gemv_rows: int = option(1, "small_gemm = gemv or gemv_all: projections of at most this many rows (1-16) take "
+                               "kernels/gemv.py (default 1: on an H100 a 1-row step took 3.4 against 4.6 ms, an "
+                               "8-row step 8.3 against 4.8)")
     pdl: str = option("off", "programmatic dependent launch (Hopper) for the step's Triton kernels (the stacks' "
                              "q/k norm, attention, SwiGLU and final norm, and kernels/gemv.py's projections): each "
                              "may start before the kernel ahead ends, a projection loading its weights first: on | "
@@ -149,7 +152,7 @@ class Qwen3TTSOptions(EngineConfig):
                     max_slots=self.slots, max_positions=self.max_positions,
                     kv_memory_fraction=self.kv_memory_fraction, enforce_eager=self.enforce_eager,
                     attention=self.attention, depth=self.depth, draw=self.draw, small_gemm=self.small_gemm,
-                    pdl=self.pdl, fold_norms=self.fold_norms, codec=self.codec,
+                    gemv_rows=self.gemv_rows, pdl=self.pdl, fold_norms=self.fold_norms, codec=self.codec,
                     codec_width=self.codec_width, codec_buckets=self.codec_buckets)
 
 

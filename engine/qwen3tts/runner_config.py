@@ -50,6 +50,7 @@ class RunnerConfig:
     draw: str = DEFAULTS.draw  # each codebook's draw: kernel (one launch) | torch | auto (kernel where Triton runs)
     # projections of <= 16 rows: cublas | gemv (the predictor's, kernels/gemv.py) | gemv_all (the Talker's too)
     small_gemm: str = DEFAULTS.small_gemm
+    gemv_rows: int = DEFAULTS.gemv_rows  # small_gemm's kernel takes projections of at most this many rows
     pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | off | auto
     fold_norms: bool = DEFAULTS.fold_norms  # layer norms folded into the projections (fused_stack.py)
     codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
@@ -71,6 +72,8 @@ class RunnerConfig:
             raise ValueError("draw must be auto, kernel or torch")
         if self.small_gemm not in SMALL_GEMM:
             raise ValueError(f"small_gemm must be one of {', '.join(SMALL_GEMM)}")
+        if not 1 <= self.gemv_rows <= 16:
+            raise ValueError("gemv_rows must be 1 to 16")
         if self.pdl not in ("auto", "on", "off"):
             raise ValueError("pdl must be on, off or auto")
         if self.codec not in ("auto", "fused", "reference"):

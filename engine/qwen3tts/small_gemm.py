@@ -56,18 +56,21 @@ def few_rows(gemv: Linear, max_rows: int, gemv_add: Callable[..., torch.Tensor] 
     return FewRows(gemv, max_rows, gemv_add, pdl, max_k)
 
 
-def linears(small_gemm: str, use_triton: bool, pdl: bool = False) -> tuple[Linear, Linear]:
-    """(the code predictor's, the Talker's) projection function for a `small_gemm` choice; `pdl`: the kernel's
-    launches use programmatic dependent launch (kernels/gemv.py)."""
+def linears(small_gemm: str, use_triton: bool, pdl: bool = False, max_rows: int | None = None,
+            ) -> tuple[Linear, Linear]:
+    """(the code predictor's, the Talker's) projection function for a `small_gemm` choice; calls of at most
+    `max_rows` rows (default: the kernel's limit) take the kernel; `pdl`: its launches use programmatic dependent
+    launch (kernels/gemv.py)."""
     assert small_gemm in CHOICES, small_gemm
     if small_gemm == "cublas":
         return F.linear, F.linear
     from ...kernels import gemv
 
+    rows = min(max_rows or gemv.MAX_ROWS, gemv.MAX_ROWS)
     if use_triton:
-        small = few_rows(gemv.gemv, gemv.MAX_ROWS, gemv.gemv_add_, pdl, gemv.MAX_K)
+        small = few_rows(gemv.gemv, rows, gemv.gemv_add_, pdl, gemv.MAX_K)
     else:
-        small = few_rows(gemv.gemv_ref, gemv.MAX_ROWS, gemv.gemv_add_ref, max_k=gemv.MAX_K)
+        small = few_rows(gemv.gemv_ref, rows, gemv.gemv_add_ref, max_k=gemv.MAX_K)
     return small, small if small_gemm == "gemv_all" else F.linear
 
 

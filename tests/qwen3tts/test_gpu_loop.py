@@ -69,7 +69,8 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
         # the plain codec: this test compares logits, not audio (and spares the fp32 kernels' tuning)
         fold = {} if fold_norms is None else {"fold_norms": fold_norms}  # None: the engine's default
         runner = make_runner(tts, num_slots=8, record_logits=True, codec="reference", attention=kernels,
-                             depth=depth, small_gemm=small_gemm, pdl=pdl, enforce_eager=not graphs, **fold, **REAL)
+                             depth=depth, small_gemm=small_gemm, gemv_rows=16, pdl=pdl, enforce_eager=not graphs,
+                             **fold, **REAL)
         assert runner.steps.use_graphs == graphs
         assert runner.pdl == (pdl == "auto" and pdl_available(torch.device("cuda")))
         recorder = drive(tts, runner, streams, greedy=False, max_rows=8, forced=lambda s: alone[id(s)])
@@ -101,7 +102,7 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
 
 
 @pytest.mark.parametrize("fold_norms,extra", [(None, {}), (False, {}),
-                                              (None, {"small_gemm": "gemv_all", "pdl": "auto"})],
+                                              (None, {"small_gemm": "gemv_all", "gemv_rows": 16, "pdl": "auto"})],
                          ids=["default", "unfolded", "gemv-pdl"])
 def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: bool | None, extra: dict) -> None:
     """bf16: batched rows round differently from batch 1, so greedy codes may part ways after a near tie; report

@@ -43,6 +43,7 @@ def test_few_rows_takes_the_kernel_up_to_its_row_limit_only() -> None:
     assert predictor is not F.linear and talker is F.linear
     predictor, talker = linears("gemv_all", False)
     assert predictor is talker is not F.linear
+    assert predictor.max_rows == 16 and linears("gemv", False, max_rows=1)[0].max_rows == 1
 
 
 @pytest.mark.slow
@@ -119,7 +120,7 @@ def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Call
 
     gemv.gemv = counted  # the runner takes the module's kernel when it is built
     try:
-        runner = make_runner(tts, small_gemm="gemv_all", attention="triton")
+        runner = make_runner(tts, small_gemm="gemv_all", gemv_rows=16, attention="triton")
     finally:
         gemv.gemv = kernel
     assert runner.ops.uses_triton and runner.model.talker_linear is runner.model.predictor_linear
