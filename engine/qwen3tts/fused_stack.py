@@ -42,6 +42,16 @@ class DecoderOps:
     swiglu: Callable[..., torch.Tensor]  # gate|up [N, 2I] (, residual, eps) -> silu(gate) * up [N, I]
     uses_triton: bool = False
 
+    @property
+    def attend_name(self) -> str:
+        """The attention kernel's name (through functools.partial, which the PDL ops are)."""
+        return getattr(self.attend, "func", self.attend).__name__
+
+    @property
+    def pdl(self) -> bool:
+        """Whether the ops launch with programmatic dependent launch."""
+        return isinstance(self.attend, partial) and bool(self.attend.keywords.get("pdl"))
+
     @classmethod
     def for_device(cls, device: torch.device, kernels: str = "auto", pdl: bool = False) -> DecoderOps:
         """kernels: triton | torch | auto (Triton on CUDA, the references elsewhere). pdl: the Triton kernels are

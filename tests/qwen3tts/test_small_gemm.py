@@ -130,3 +130,26 @@ def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Call
     np.testing.assert_array_equal(np.stack(recorder.codes[stream.codes_id]), solo_codes(tts, stream))
     # pass 0 at 2 tokens, passes 1..14, the heads and the Talker's decode-only steps at 1 row
     assert {1, 2} <= set(calls) and max(calls) <= 16, sorted(set(calls))
+
+
+def test_the_pdl_option_is_asked_for_or_taken_where_it_runs() -> None:
+    """pdl = on where it cannot run is one clear error (never dropped silently); auto takes it only on a Hopper GPU
+    with the step's Triton kernels; the ops say they launch with it, and /health's kernel name stays the kernel's."""
+    from voxgate.engine.qwen3tts.fused_stack import DecoderOps
+    from voxgate.engine.qwen3tts.runner_config import RunnerConfig
+
+    cpu = torch.device("cpu")
+    assert not RunnerConfig(pdl="auto").uses_pdl(cpu, triton_ops=True)
+    assert not RunnerConfig().uses_pdl(cpu, triton_ops=True)  # off by default
+    with pytest.raises(ValueError, match="Triton kernels"):
+        RunnerConfig(pdl="on").uses_pdl(cpu, triton_ops=False)
+    with pytest.raises(ValueError, match="Hopper"):
+        RunnerConfig(pdl="on").uses_pdl(cpu, triton_ops=True)
+    with pytest.raises(ValueError, match="pdl must be"):
+        RunnerConfig(pdl="yes")
+    with pytest.raises(ValueError, match="gemv_rows"):
+        RunnerConfig(gemv_rows=17)
+    plain, launched = DecoderOps.for_device(cpu, "triton"), DecoderOps.for_device(cpu, "triton", pdl=True)
+    assert not plain.pdl and launched.pdl
+    assert plain.attend_name == launched.attend_name == "slot_attention"
+    assert DecoderOps.for_device(cpu).attend_name == "slot_attention_ref"
