@@ -21,6 +21,8 @@
 # ADM_RUNS picks the admission stage's runs: idle-ws idle-http sentences-ws ttsbench-http (default), closed (closed
 # loop at ADM_C), passages-ws (open loop on passages at ADM_PASSAGE_RATES); ADM_SERVE_ARGS / ADM_TAG: a second
 # server's options and the suffix of its reports.
+# stepvariants: `voxgate bench steps` per STEP_VARIANTS entry (name:option=value[&option=value]), into
+# steps-<name>/ of the results (STEPS_ARGS shared by all).
 # ADM_SERVER_ENV: environment for the admission stage's server only, e.g. PYTHONPATH with a sitecustomize.py that
 # calls gc.set_debug(gc.DEBUG_STATS) (every collection's generation sizes, unreachable objects and time in its log).
 set -o pipefail
@@ -64,6 +66,17 @@ if has steps; then
     ${STEPS_ARGS:-} 2>&1 | grep -v "it/s\]" | tail -60 | tee "$RES/steps.log"
 fi
 save() { tar -czf "$OUT/results.tar.gz" -C "$RES" .; }
+if has stepvariants; then
+  # STEP_VARIANTS="name:option=value[&option=value] ...": `voxgate bench steps` once per variant (one process each,
+  # STEPS_ARGS shared, STEPV_S seconds each; the first also compiles), each decode bucket's line printed
+  for variant in ${STEP_VARIANTS:-}; do
+    name=${variant%%:*}; IFS='&' read -ra options <<< "${variant#*:}"
+    log "steps $name (${options[*]})"
+    timeout ${STEPV_S:-150} python3 -m voxgate.gateway.cli bench steps --checkpoint "$CKPT" --out "$RES/steps-$name" \
+      ${STEPS_ARGS:-} "${options[@]/#/--engine-option=}" 2>&1 | grep -E "^\| [0-9]+ \| 0 \||rror" | head -8
+    save
+  done
+fi
 save_cache() {
   rm -f "$OUT"/triton.tar.gz*
   tar -cz -C "$TRITON_CACHE_DIR" . | split -b 15M - "$OUT/triton.tar.gz.part-" && log "triton cache saved"
