@@ -49,8 +49,8 @@ class Qwen3TTSOptions(EngineConfig):
                                        "predictor's through kernels/gemv.py, a whole weight tile a program, where "
                                        "the step runs Triton) | gemv_all (the Talker's too)")
     gemv_rows: int = option(1, "small_gemm = gemv or gemv_all: projections of at most this many rows (1-16) take "
-                               "kernels/gemv.py (default 1: on an H100 a 1-row step took 3.4 against 4.6 ms, an "
-                               "8-row step 8.3 against 4.8)")
+                               "kernels/gemv.py (default 1: on an H100 a 1-row step took 3.4 against 4.6 ms; 8 rows "
+                               "took 8.3 against 4.8 before 2-16 rows had a kernel of their own, not yet measured)")
     pdl: str = option("off", "programmatic dependent launch (Hopper) for the step's Triton kernels (the stacks' "
                              "q/k norm, attention, SwiGLU and final norm, and kernels/gemv.py's projections): each "
                              "may start before the kernel ahead ends, a projection loading its weights first: on | "

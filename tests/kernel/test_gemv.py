@@ -66,6 +66,19 @@ def test_gemv_add_adds_into_the_residual_in_place(mod: ModuleType, dtype: torch.
     assert not torch.equal(got, residual)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_rows_kernel_at_several_columns_and_chunks_a_program(mod: ModuleType, dtype: torch.dtype) -> None:
+    """2-16 rows at a shape whose rule gives the rows kernel 8 columns and 2 K chunks a program (the small shapes
+    above give it one column and one chunk), plain and added into a residual."""
+    k, n, rows = 300, 2100, 8
+    r = mod.rows_tiles(n, k)
+    assert (r.block_n, r.chunks) == (8, 2) and r.warps_own_columns, r
+    x, w, b = _inputs(rows, k, n, dtype, bias=True)
+    _assert_close(mod.gemv(x, w, b), mod.gemv_ref(x, w, b), dtype)
+    residual = torch.randn(rows, n, device=DEVICE).to(dtype)
+    _assert_close(mod.gemv_add_(residual.clone(), x, w), mod.gemv_add_ref(residual.clone(), x, w), dtype)
+
+
 def test_gemv_repeats_bitwise(mod: ModuleType) -> None:
     """One launch, no atomics: every call gives the same bits."""
     x, w, b = _inputs(3, 200, 70, torch.float32, bias=True)
@@ -87,6 +100,20 @@ def test_the_rule_fills_the_gpu_with_whole_rows() -> None:
         assert 1 <= t.warps <= 8
     assert tiles(1024, 2048) == tiles(1024, 2048)
     assert tiles(4096, 1024).block_n == 8 and tiles(1024, 3072).block_n == 2  # q|k|v and down of the predictor
+
+
+def test_the_rows_rule_puts_a_warp_on_each_column_up_to_k_2048() -> None:
+    """The 2-16-row rule (host side): whole rows of W in chunks of LANES_K; up to K 2,048 each warp owns columns (no
+    reduction across warps), beyond it (the predictor's down, the Talker's) the chunks are shared and `gemv` keeps
+    the one-row kernel."""
+    from voxgate.kernels.gemv import LANES_K, MIN_PROGRAMS, PER_PROGRAM, rows_tiles
+
+    for k, n in [(1024, 4096), (2048, 1024), (1024, 6144), (1024, 2048), (2048, 4096), (2048, 12288)]:
+        r = rows_tiles(n, k)
+        assert r.chunks * LANES_K >= k and r.block_n * r.chunks * LANES_K <= PER_PROGRAM, (k, n, r)
+        assert -(-n // r.block_n) >= MIN_PROGRAMS and r.warps_own_columns, (k, n, r)
+    for k, n in [(3072, 1024), (6144, 2048)]:
+        assert not rows_tiles(n, k).warps_own_columns
 
 
 def test_gemv_refuses_bad_shapes(mod: ModuleType) -> None:
@@ -124,6 +151,25 @@ def test_the_weight_tile_is_loaded_whole_and_before_the_wait(pdl: bool) -> None:
     vector_loads = [i for i in loads if "ld.global.v4" in lines[i]]
     assert vector_loads and max(vector_loads) < wait and release < wait
     assert any(i > wait for i in loads)  # x, after the wait
+
+
+@pytest.mark.parametrize("rows", [8, 16])
+def test_the_rows_kernel_reduces_each_row_inside_a_warp(rows: int) -> None:
+    """sm_90 output of the rows kernel for q|k|v (no GPU needed): warps along the columns, so a row's sum is a
+    5-step shuffle butterfly and nothing else crosses lanes (40 shuffles at 8 rows; the one-row kernel at 8 rows had
+    224, with 47 barriers against at most 2 a row here: its store's layout change); weights in 16-byte loads before
+    the PDL wait."""
+    g = compiled_copy("gemv")
+    r = g.rows_tiles(4096, 1024)
+    consts = dict(HAS_BIAS=False, ADD=True, PDL=True, BLOCK_M=rows, BLOCK_N=r.block_n, CHUNKS=r.chunks,
+                  LANES_K=g.LANES_K)
+    compiled = hopper_compile(g._gemv_rows_kernel, consts, warps=r.warps, stages=1, divisible_ints=("K",))
+    ptx = compiled.asm["ptx"]
+    assert f"warpsPerCTA = [1, {r.warps}, 1]" in compiled.asm["ttgir"]
+    assert ptx.count("shfl") == 5 * rows and ptx.count("bar.sync") <= 2 * rows
+    lines = ptx.splitlines()
+    wait = next(i for i, line in enumerate(lines) if "griddepcontrol.wait" in line)
+    assert any("ld.global.v4" in line for line in lines[:wait])
 
 
 # the 1.7B code predictor's projections (K, N): q|k|v, o, gate|up, down, a codebook's head; the Talker's down
