@@ -4,7 +4,7 @@ channels), on CUDA.
 
     python -m voxgate.kernels.bench                  # every entry
     python -m voxgate.kernels.bench ring_attention   # some of them
-    python -m voxgate.kernels.bench gemv             # also a line per code-predictor projection, at 1 and 8 rows
+    python -m voxgate.kernels.bench gemv             # also a line per predictor projection at 1, 8, 16 rows (and PDL)
     python -m voxgate.kernels.bench depth_pass       # also a line per row count (1, 8, 16) against the layers
 
 Each entry builds its inputs and returns (kernel call, reference call); `run` times both with Triton's do_bench
@@ -123,23 +123,23 @@ PREDICTOR_GEMMS = {"qkv": (1024, 4096), "o": (2048, 1024), "gate_up": (1024, 614
 
 
 def gemv_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call]]:
-    """(label, kernel call, the kernel without its K split, F.linear call) per projection at 1 and 8 rows."""
-    from .gemv import Tiles, gemv, gemv_ref, tiles
+    """(label, kernel call, the kernel launched with PDL, F.linear call) per projection at 1, 8 and 16 rows."""
+    from .gemv import gemv, gemv_ref
+    from .utils import pdl_available
 
+    pdl = pdl_available(dev)
     cases = []
-    for rows in (1, 8):
+    for rows in (1, 8, 16):
         for name, (k, n) in PREDICTOR_GEMMS.items():
             x, w = _randn(dev, rows, k), _randn(dev, n, k) / 32
-            t = tiles(rows, n, k)
-            whole = Tiles(t.block_n, t.block_k, 1, t.warps)
-            cases.append((f"{name}@{rows}", lambda x=x, w=w: gemv(x, w), lambda x=x, w=w, t=whole: gemv(x, w, launch=t),
+            cases.append((f"{name}@{rows}", lambda x=x, w=w: gemv(x, w), lambda x=x, w=w: gemv(x, w, pdl=pdl),
                           lambda x=x, w=w: gemv_ref(x, w)))
     return cases
 
 
 @entry("gemv")
 def bench_gemv(dev: torch.device) -> tuple[Call, Call]:
-    """All ten projections in a row (the `run` line); run_gemv prints each."""
+    """All fifteen projections in a row (the `run` line); run_gemv prints each."""
     cases = gemv_cases(dev)
     return (lambda: [c[1]() for c in cases]), (lambda: [c[3]() for c in cases])
 
@@ -307,15 +307,15 @@ def run(name: str, dev: torch.device) -> str:
 
 def run_gemv(dev: torch.device) -> str:
     """gemv's line per projection, replayed from a CUDA graph as the engine runs it (a few-us kernel timed from
-    Python would time its launch): the rule's launch, the same tiles without the K split (one launch, fewer
-    programs), F.linear; with the weight's read rate, which bounds a GEMV."""
+    Python would time its launch): the kernel, the kernel launched with PDL (each replay then overlaps the one
+    before: the chain's case), F.linear; with the weight's read rate, which bounds a GEMV."""
     import triton
 
     lines = []
-    for (label, *calls), (k, n) in zip(gemv_cases(dev), [*PREDICTOR_GEMMS.values()] * 2, strict=True):
+    for (label, *calls), (k, n) in zip(gemv_cases(dev), [*PREDICTOR_GEMMS.values()] * 3, strict=True):
         us = [triton.testing.do_bench_cudagraph(fn) * 1e3 for fn in calls]
         tb_s = [2 * k * n / (t * 1e-6) / 1e12 for t in us]
-        lines.append(f"  {label:10s} kernel {us[0]:6.1f} us ({tb_s[0]:4.2f} TB/s)   unsplit {us[1]:6.1f} us "
+        lines.append(f"  {label:10s} kernel {us[0]:6.1f} us ({tb_s[0]:4.2f} TB/s)   PDL {us[1]:6.1f} us "
                      f"({tb_s[1]:4.2f} TB/s)   F.linear {us[2]:6.1f} us ({tb_s[2]:4.2f} TB/s)   x{us[2] / us[0]:.1f}")
     return "\n".join(lines)
 

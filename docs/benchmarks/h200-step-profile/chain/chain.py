@@ -15,6 +15,8 @@ comes from HBM as in the depth loop), each depending on the one before:
   the same kernel launched with programmatic dependent launch (Hopper): it lets the next kernel start at once
   and loads its weight rows *before* `gdc_wait` (the wait for the previous kernel's output), so the weights of
   kernel i + 1 stream while kernel i computes. `empty PDL` and `stream PDL` are the other two chains so launched.
+- `gemv 8 rows`: voxgate's own kernels/gemv.py at 8 rows (its 2-16-row kernel where K <= 2,048), plain and with PDL,
+  beside cuBLAS's 8 rows (needs voxgate on PYTHONPATH; "-" without it).
 
 Expected if a dependent kernel is launch latency plus bytes at full bandwidth: empty ~2 us, and stream ~ empty +
 size / 3.3-4.8 TB/s. If `stream` stays ~4-6 us at 4-12 MB, a phase-per-kernel (or per barrier) plan cannot beat
@@ -119,8 +121,9 @@ def main() -> None:
     print(f"{props.name}, L2 {l2 >> 20} MiB, {props.multi_processor_count} SMs; us a kernel in a chain of dependent "
           f"kernels replayed from one CUDA graph\n")
     print("| weight MB | kernels | empty | empty PDL | stream (TB/s) | stream PDL (TB/s) | F.linear 1 row (TB/s) "
-          "| F.linear 8 rows (TB/s) | GEMV 1 row (TB/s) | GEMV PDL 1 row (TB/s) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| F.linear 8 rows (TB/s) | GEMV 1 row (TB/s) | GEMV PDL 1 row (TB/s) | gemv 8 rows (TB/s) "
+          "| gemv 8 rows PDL (TB/s) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for size in SIZES_MB:
         print(table_row(size, dev, l2), flush=True)
 
@@ -179,9 +182,27 @@ def table_row(size: float, dev: torch.device, l2: int) -> str:
             print(f"<!-- PDL failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} -->")
             return None
 
-    plain = [_graph_us(empty, count), _graph_us(streamed(False), count), gemvs(1), gemvs(8), triton_gemvs(False)]
-    pdl = [maybe(_graph_us, empty_pdl, count), maybe(_graph_us, streamed(True), count), maybe(triton_gemvs, True)]
-    us = [plain[0], pdl[0], plain[1], pdl[1], plain[2], plain[3], plain[4], pdl[2]]  # the table's column order
+    def voxgate_gemvs(rows: int, pdl: bool) -> float | None:
+        try:
+            from voxgate.kernels.gemv import gemv as vx_gemv
+        except ImportError:
+            return None
+        xs8 = [torch.randn(rows, side, device=dev).to(torch.bfloat16) / 4 for _ in range(2)]  # check, chain
+        got = vx_gemv(xs8[0], weights[0], pdl=pdl)
+        want = F.linear(xs8[0].float(), weights[0].float())
+        assert torch.allclose(got.float(), want, rtol=2e-2, atol=2e-2), (got.float() - want).abs().max()
+
+        def chain() -> None:
+            x = xs8[1]
+            for w in weights:
+                x = vx_gemv(x, w, pdl=pdl)  # each output the next input
+        return _graph_us(chain, count)
+
+    plain = [_graph_us(empty, count), _graph_us(streamed(False), count), gemvs(1), gemvs(8), triton_gemvs(False),
+             voxgate_gemvs(8, False)]
+    pdl = [maybe(_graph_us, empty_pdl, count), maybe(_graph_us, streamed(True), count), maybe(triton_gemvs, True),
+           maybe(voxgate_gemvs, 8, True)]
+    us = [plain[0], pdl[0], plain[1], pdl[1], plain[2], plain[3], plain[4], pdl[2], plain[5], pdl[3]]  # columns
 
     def cell(t: float | None, rate: bool = True) -> str:
         if t is None:
