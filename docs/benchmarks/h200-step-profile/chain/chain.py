@@ -15,6 +15,9 @@ comes from HBM as in the depth loop), each depending on the one before:
   the same kernel launched with programmatic dependent launch (Hopper): it lets the next kernel start at once
   and loads its weight rows *before* `gdc_wait` (the wait for the previous kernel's output), so the weights of
   kernel i + 1 stream while kernel i computes. `empty PDL` and `stream PDL` are the other two chains so launched.
+- `GEMV PDL released after the wait`: the same, but each kernel lets the next one start only after its own wait, so
+  at most one kernel's weights stream ahead (the column before lets kernels release the next before waiting, so
+  several can be loading at once; the PDL probe of 2026-12-05 released at each program's start).
 - `gemv 8 rows`: voxgate's own kernels/gemv.py at 8 rows (its 2-16-row kernel where K <= 2,048), plain and with PDL,
   beside cuBLAS's 8 rows (needs voxgate on PYTHONPATH; "-" without it).
 
@@ -74,27 +77,34 @@ def stream(w: torch.Tensor, dep: torch.Tensor, out: torch.Tensor, pdl: bool = Fa
 
 
 @triton.jit
-def _gemv_kernel(w_ptr, x_ptr, y_ptr, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+def _gemv_kernel(w_ptr, x_ptr, y_ptr, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
+                 RELEASE_LATE: tl.constexpr):
     # y[n] = sum_k w[n, k] x[k] for this program's BLOCK_N rows, each row loaded whole (BLOCK_K >= K, masked).
+    # RELEASE_LATE: the next kernel may start only once this one has waited (one kernel of lookahead, not a cascade
+    # of kernels each releasing the next before its own wait).
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
     w = tl.load(w_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], mask=cols[None, :] < K, other=0.0)
     if PDL:
-        gdc_launch_dependents()
-        gdc_wait()
+        if RELEASE_LATE:
+            gdc_wait()
+            gdc_launch_dependents()
+        else:
+            gdc_launch_dependents()
+            gdc_wait()
     x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
     y = tl.sum(w.to(tl.float32) * x[None, :], 1)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty))
 
 
-def gemv(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, pdl: bool = False) -> torch.Tensor:
+def gemv(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, pdl: bool = False, late: bool = False) -> torch.Tensor:
     """y = w @ x for a square bf16 weight whose side divides by the rows a program takes; checked against F.linear."""
     n, k = w.shape
     block_n = max(1, PER_PROGRAM // triton.next_power_of_2(k))
     assert n % block_n == 0, (n, block_n)
     extra = {"launch_pdl": True} if pdl else {}
     _gemv_kernel[(n // block_n,)](w, x, y, k, BLOCK_N=block_n, BLOCK_K=triton.next_power_of_2(k), PDL=pdl,
-                                  num_warps=8, **extra)
+                                  RELEASE_LATE=late, num_warps=8, **extra)
     return y
 
 
@@ -122,8 +132,8 @@ def main() -> None:
           f"kernels replayed from one CUDA graph\n")
     print("| weight MB | kernels | empty | empty PDL | stream (TB/s) | stream PDL (TB/s) | F.linear 1 row (TB/s) "
           "| F.linear 8 rows (TB/s) | GEMV 1 row (TB/s) | GEMV PDL 1 row (TB/s) | gemv 8 rows (TB/s) "
-          "| gemv 8 rows PDL (TB/s) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| gemv 8 rows PDL (TB/s) | GEMV PDL released after the wait (TB/s) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for size in SIZES_MB:
         print(table_row(size, dev, l2), flush=True)
 
@@ -162,15 +172,15 @@ def table_row(size: float, dev: torch.device, l2: int) -> str:
 
     xs = [torch.randn(side, device=dev).to(torch.bfloat16) / 4 for _ in range(2)]
 
-    def triton_gemvs(pdl: bool) -> float:
+    def triton_gemvs(pdl: bool, late: bool = False) -> float:
         # Checked once against F.linear (one weight, fresh input), then timed as a chain.
-        got = gemv(weights[0], xs[0], torch.empty_like(xs[0]), pdl)
+        got = gemv(weights[0], xs[0], torch.empty_like(xs[0]), pdl, late)
         want = F.linear(xs[0].float(), weights[0].float())
         assert torch.allclose(got.float(), want, rtol=2e-2, atol=2e-2), (got.float() - want).abs().max()
 
         def chain() -> None:
             for i, w in enumerate(weights):
-                gemv(w, xs[i % 2], xs[1 - i % 2], pdl)
+                gemv(w, xs[i % 2], xs[1 - i % 2], pdl, late)
         return _graph_us(chain, count)
 
     def maybe(fn, *args) -> float | None:
@@ -201,8 +211,8 @@ def table_row(size: float, dev: torch.device, l2: int) -> str:
     plain = [_graph_us(empty, count), _graph_us(streamed(False), count), gemvs(1), gemvs(8), triton_gemvs(False),
              voxgate_gemvs(8, False)]
     pdl = [maybe(_graph_us, empty_pdl, count), maybe(_graph_us, streamed(True), count), maybe(triton_gemvs, True),
-           maybe(voxgate_gemvs, 8, True)]
-    us = [plain[0], pdl[0], plain[1], pdl[1], plain[2], plain[3], plain[4], pdl[2], plain[5], pdl[3]]  # columns
+           maybe(voxgate_gemvs, 8, True), maybe(triton_gemvs, True, True)]
+    us = [plain[0], pdl[0], plain[1], pdl[1], plain[2], plain[3], plain[4], pdl[2], plain[5], pdl[3], pdl[4]]
 
     def cell(t: float | None, rate: bool = True) -> str:
         if t is None:
