@@ -36,7 +36,7 @@ def _add_rms_norm_kernel(x_ptr, d_ptr, w_ptr, sum_ptr, out_ptr, channels, eps, H
     tl.store(out_ptr + row * channels + c, (w * xn).to(dtype), mask=cm)
 
 
-def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float, pdl: bool = False,
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float, pdl: bool | str = False,
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """x, delta [M, C] contiguous (delta None: no add), weight [C], all one dtype -> (x + delta, RMSNorm of it).
     `pdl`: launched with programmatic dependent launch (kernels/utils.py)."""

@@ -10,8 +10,8 @@ shared memory for every row: an 8-row step took 8.3 ms with it on an H100 agains
 give enough programs (BLOCK_N shrinks to 1 before the count drops under MIN_PROGRAMS), so nothing splits K: one
 launch, and the same bits on every GPU.
 
-With `pdl` (Hopper: programmatic dependent launch, kernels/utils.py) the weight load comes before the wait for the
-kernel ahead: in a chain of projections each one's weights stream in while the one before it computes.
+With `pdl` (Hopper: programmatic dependent launch, kernels/utils.py: True or "late") the weight load comes before the
+wait for the kernel ahead: in a chain of projections each one's weights stream in while the one before it computes.
 
 Rounding is F.linear's: the fp32 sum (plus the bias, plus the residual, in fp32) rounded once to x's dtype, as
 cuBLAS's addmm with beta = 1 rounds the residual add.
@@ -153,7 +153,7 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     assert bias is None or (bias.shape == (weight.shape[0],) and bias.dtype == x.dtype), bias
 
 
-def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool = False,
+def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,
          residual: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] (M <= 16, K <= MAX_K), weight [N, K], bias [N] or None -> [M, N] in x's dtype; with `residual`
     [M, N], residual + that, written into residual in place (and returned)."""
@@ -184,12 +184,12 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     return out
 
 
-def gemv_add_(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl: bool = False) -> torch.Tensor:
+def gemv_add_(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl: bool | str = False) -> torch.Tensor:
     """residual [M, N] += x [M, K] @ weight^T in place, rounded once (cuBLAS's addmm_ with beta = 1); returns it."""
     return gemv(x, weight, None, pdl, residual=residual)
 
 
-def gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool = False,
+def gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,
              residual: torch.Tensor | None = None) -> torch.Tensor:
     """The same as F.linear (what cuBLAS runs), or with `residual` its addmm_ (beta = 1); `pdl` is ignored."""
     _check(x, weight, bias)
@@ -198,6 +198,7 @@ def gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
     return F.linear(x, weight, bias)
 
 
-def gemv_add_ref(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl: bool = False) -> torch.Tensor:
+def gemv_add_ref(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                 pdl: bool | str = False) -> torch.Tensor:
     """residual += x @ weight^T through cuBLAS's addmm_ (beta = 1, one rounding)."""
     return gemv_ref(x, weight, None, pdl, residual=residual)

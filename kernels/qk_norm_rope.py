@@ -137,7 +137,7 @@ def _check(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, co
 def qk_norm_rope(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, cos: torch.Tensor,
                  sin: torch.Tensor, positions: torch.Tensor, k_store: torch.Tensor, v_store: torch.Tensor,
                  slots: torch.Tensor, heads: int, kv_heads: int, eps: float,
-                 per_token: bool | None = None, residual: torch.Tensor | None = None, pdl: bool = False,
+                 per_token: bool | None = None, residual: torch.Tensor | None = None, pdl: bool | str = False,
                  ) -> torch.Tensor:
     """qkv [N, (heads + 2 kv_heads) * D], q_weight/k_weight [D], cos/sin [P, D] tables, positions/slots [N]
     int64; writes keys and values into k_store/v_store [S, kv_heads, P, D] at (slots[i], :, positions[i]) and

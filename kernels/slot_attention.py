@@ -77,7 +77,7 @@ def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots:
 
 
 def slot_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
-                   lengths: torch.Tensor, pdl: bool = False) -> torch.Tensor:
+                   lengths: torch.Tensor, pdl: bool | str = False) -> torch.Tensor:
     """q [N, Hq, D] (rotated), k_cache/v_cache [slots, Hkv, P, D] views, slots/lengths [N] int64 (1 <= lengths[i]
     <= P) -> o [N, Hq, D]: softmax(q k^T / sqrt(D)) v over keys 0 .. lengths[i]-1 of slot slots[i]. `pdl`:
     launched with programmatic dependent launch (kernels/utils.py)."""

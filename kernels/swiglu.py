@@ -57,7 +57,7 @@ def _check_residual(x: torch.Tensor, residual: torch.Tensor | None) -> None:
         None if residual is None else (residual.shape, x.shape)
 
 
-def swiglu(x: torch.Tensor, residual: torch.Tensor | None = None, eps: float = 0.0, pdl: bool = False,
+def swiglu(x: torch.Tensor, residual: torch.Tensor | None = None, eps: float = 0.0, pdl: bool | str = False,
            ) -> torch.Tensor:
     """x [N, 2I] contiguous, gate columns then up columns -> silu(gate) * up [N, I] in x's dtype. `residual`
     [N, H]: x is first scaled by 1 / RMS of its rows (the folded norm, with `eps`). `pdl`: launched with

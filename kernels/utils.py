@@ -71,7 +71,8 @@ def quick_bench(fn: Callable[[], object], quantiles: list[float] | None = None, 
 # whatever needs no earlier result (gemv.py loads its weight tile), lets the next kernel start too
 # (`gdc_launch_dependents`), then waits (`gdc_wait`) for the one ahead to finish and its writes to be visible.
 # Every kernel taking a PDL flag calls both, before it reads anything another kernel writes; compiled only (the
-# interpreter has neither: pdl_launch turns the flag off there).
+# interpreter has neither: pdl_launch turns the flag off there). A launcher's `pdl` is False, True (release the next
+# kernel, then wait: several kernels ahead may be loading at once) or "late" (wait, then release: one kernel ahead).
 
 try:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -81,10 +82,14 @@ except ImportError:  # Triton < 3.3: no grid dependency control; pdl_available s
 
 @triton.jit
 def wait_for_inputs(PDL: tl.constexpr):
-    """With PDL: let the next kernel start, then wait for the previous one's writes (a no-op without)."""
-    if PDL:
+    """PDL 1: let the next kernel start, then wait for the previous one's writes; 2: wait, then let the next one
+    start; 0: nothing."""
+    if PDL == 1:
         gdc_launch_dependents()
         gdc_wait()
+    elif PDL == 2:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 def pdl_available(device: object) -> bool:
@@ -97,11 +102,16 @@ def pdl_available(device: object) -> bool:
             and torch.cuda.get_device_capability(dev)[0] >= 9)
 
 
-def pdl_launch(kernel: object, pdl: bool) -> tuple[bool, dict[str, bool]]:
-    """(the kernel's PDL constexpr, the launch's extra keyword arguments) for a request `pdl`: off where `kernel`
-    runs interpreted."""
-    on = pdl and not interpreted(kernel)
-    return on, ({"launch_pdl": True} if on else {})
+PdlMode = bool | str  # False, True or "late" (above)
+
+
+def pdl_launch(kernel: object, pdl: PdlMode) -> tuple[int, dict[str, bool]]:
+    """(the kernel's PDL constexpr: 0 off, 1 release then wait, 2 wait then release; the launch's extra keyword
+    arguments) for a request `pdl`: off where `kernel` runs interpreted."""
+    assert pdl in (False, True, "late"), pdl
+    if not pdl or interpreted(kernel):
+        return 0, {}
+    return (2 if pdl == "late" else 1), {"launch_pdl": True}
 
 
 # -- folded norms (qk_norm_rope.py, swiglu.py: fused_stack.py's `fold_norms`) ----------------------------------

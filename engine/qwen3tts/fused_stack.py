@@ -48,14 +48,15 @@ class DecoderOps:
         return getattr(self.attend, "func", self.attend).__name__
 
     @property
-    def pdl(self) -> bool:
-        """Whether the ops launch with programmatic dependent launch."""
-        return isinstance(self.attend, partial) and bool(self.attend.keywords.get("pdl"))
+    def pdl(self) -> bool | str:
+        """How the ops launch: False, or with programmatic dependent launch (True, or "late": kernels/utils.py)."""
+        return self.attend.keywords.get("pdl", False) if isinstance(self.attend, partial) else False
 
     @classmethod
-    def for_device(cls, device: torch.device, kernels: str = "auto", pdl: bool = False) -> DecoderOps:
+    def for_device(cls, device: torch.device, kernels: str = "auto", pdl: bool | str = False) -> DecoderOps:
         """kernels: triton | torch | auto (Triton on CUDA, the references elsewhere). pdl: the Triton kernels are
-        launched with programmatic dependent launch (kernels/utils.py; the caller checks the GPU has it)."""
+        launched with programmatic dependent launch, True or "late" (kernels/utils.py; the caller checks the GPU
+        has it)."""
         use_triton = kernels == "triton" or (kernels == "auto" and device.type == "cuda")
         if use_triton:
             from ...kernels.add_rms_norm import add_rms_norm
@@ -65,7 +66,7 @@ class DecoderOps:
 
             ops = (add_rms_norm, qk_norm_rope, slot_attention, swiglu)
             if pdl:
-                ops = tuple(partial(op, pdl=True) for op in ops)
+                ops = tuple(partial(op, pdl=pdl) for op in ops)
             return cls(*ops, uses_triton=True)
         from ...kernels.add_rms_norm import add_rms_norm_ref
         from ...kernels.qk_norm_rope import qk_norm_rope_ref

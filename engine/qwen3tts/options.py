@@ -53,8 +53,9 @@ class Qwen3TTSOptions(EngineConfig):
                                "took 8.3 against 4.8 before 2-16 rows had a kernel of their own, not yet measured)")
     pdl: str = option("off", "programmatic dependent launch (Hopper) for the step's Triton kernels (the stacks' "
                              "q/k norm, attention, SwiGLU and final norm, and kernels/gemv.py's projections): each "
-                             "may start before the kernel ahead ends, a projection loading its weights first: on | "
-                             "off (default) | auto (on where the GPU and Triton have it)")
+                             "may start before the kernel ahead ends, a projection loading its weights first: on "
+                             "(each lets the next start before it waits) | late (only once it has waited: one "
+                             "kernel ahead) | off (default) | auto (on where the GPU and Triton have it)")
     fold_norms: bool = option(True, "the Talker's and the code predictor's layer norms folded into the "
                                     "projections they feed: 7 launches a layer instead of 9, the same function "
                                     "(engine/qwen3tts/fused_stack.py; default true: 5-7 % off every step on an "

@@ -93,7 +93,7 @@ class ModelRunner:
         self.ops = DecoderOps.for_device(self.device, c.attention)
         self.pdl = c.uses_pdl(self.device, self.ops.uses_triton)
         if self.pdl:
-            self.ops = DecoderOps.for_device(self.device, c.attention, pdl=True)
+            self.ops = DecoderOps.for_device(self.device, c.attention, pdl=self.pdl)
         depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth in ("fused", "persistent") else None
         projections = linears(c.small_gemm, self.ops.uses_triton, self.pdl, c.gemv_rows)
         self.model = StepModel(talker, self.ops, depth, *projections,

@@ -51,7 +51,7 @@ class RunnerConfig:
     # projections of <= 16 rows: cublas | gemv (the predictor's, kernels/gemv.py) | gemv_all (the Talker's too)
     small_gemm: str = DEFAULTS.small_gemm
     gemv_rows: int = DEFAULTS.gemv_rows  # small_gemm's kernel takes projections of at most this many rows
-    pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | off | auto
+    pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | late | off | auto
     fold_norms: bool = DEFAULTS.fold_norms  # layer norms folded into the projections (fused_stack.py)
     codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = DEFAULTS.enforce_eager
@@ -74,8 +74,8 @@ class RunnerConfig:
             raise ValueError(f"small_gemm must be one of {', '.join(SMALL_GEMM)}")
         if not 1 <= self.gemv_rows <= 16:
             raise ValueError("gemv_rows must be 1 to 16")
-        if self.pdl not in ("auto", "on", "off"):
-            raise ValueError("pdl must be on, off or auto")
+        if self.pdl not in ("auto", "on", "late", "off"):
+            raise ValueError("pdl must be on, late, off or auto")
         if self.codec not in ("auto", "fused", "reference"):
             raise ValueError("codec must be auto, fused or reference")
 
@@ -83,19 +83,21 @@ class RunnerConfig:
     def max_rows(self) -> int:
         return max(self.row_buckets)
 
-    def uses_pdl(self, device: torch.device, triton_ops: bool) -> bool:
-        """pdl for a step on `device` whose kernels are Triton's (`triton_ops`): on needs a GPU and Triton that have
-        it (an error otherwise: asked for, never silently dropped); auto takes it where they do."""
+    def uses_pdl(self, device: torch.device, triton_ops: bool) -> bool | str:
+        """The kernels' `pdl` (kernels/utils.py: False, True or "late") for a step on `device` whose kernels are
+        Triton's (`triton_ops`): on and late need a GPU and Triton that have it (an error otherwise: asked for,
+        never silently dropped); auto takes on where they do."""
+        asked = self.pdl in ("on", "late")
         if self.pdl == "off" or not triton_ops:
-            if self.pdl == "on" and not triton_ops:
-                raise ValueError("pdl=on needs the step's Triton kernels (attention=triton or auto on CUDA)")
+            if asked and not triton_ops:
+                raise ValueError(f"pdl={self.pdl} needs the step's Triton kernels (attention=triton or auto on CUDA)")
             return False
         from ...kernels.utils import pdl_available
 
         if pdl_available(device):
-            return True
-        if self.pdl == "on":
-            raise ValueError("pdl=on needs a Hopper (sm_90) or newer GPU and Triton >= 3.3")
+            return "late" if self.pdl == "late" else True
+        if asked:
+            raise ValueError(f"pdl={self.pdl} needs a Hopper (sm_90) or newer GPU and Triton >= 3.3")
         return False
 
     def folds_norms(self, dtype: torch.dtype) -> bool:

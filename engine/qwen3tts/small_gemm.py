@@ -29,7 +29,7 @@ class FewRows:
     `pdl` is passed to both (kernels/gemv.py: programmatic dependent launch)."""
 
     def __init__(self, gemv: Linear, max_rows: int, gemv_add: Callable[..., torch.Tensor] | None = None,
-                 pdl: bool = False, max_k: int | None = None) -> None:
+                 pdl: bool | str = False, max_k: int | None = None) -> None:
         self.gemv, self.gemv_add, self.max_rows, self.pdl, self.max_k = gemv, gemv_add, max_rows, pdl, max_k
 
     def takes(self, x: torch.Tensor) -> bool:
@@ -51,12 +51,12 @@ class FewRows:
 
 
 def few_rows(gemv: Linear, max_rows: int, gemv_add: Callable[..., torch.Tensor] | None = None,
-             pdl: bool = False, max_k: int | None = None) -> FewRows:
+             pdl: bool | str = False, max_k: int | None = None) -> FewRows:
     """F.linear, except `gemv` (which takes a `pdl` keyword) for calls of at most `max_rows` rows."""
     return FewRows(gemv, max_rows, gemv_add, pdl, max_k)
 
 
-def linears(small_gemm: str, use_triton: bool, pdl: bool = False, max_rows: int | None = None,
+def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows: int | None = None,
             ) -> tuple[Linear, Linear]:
     """(the code predictor's, the Talker's) projection function for a `small_gemm` choice; calls of at most
     `max_rows` rows (default: the kernel's limit) take the kernel; `pdl`: its launches use programmatic dependent

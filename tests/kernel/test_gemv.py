@@ -131,11 +131,11 @@ def test_gemv_refuses_bad_shapes(mod: ModuleType) -> None:
     assert mod.gemv(torch.randn(0, 8, device=DEVICE), torch.randn(4, 8, device=DEVICE)).shape == (0, 4)
 
 
-@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
-def test_the_weight_tile_is_loaded_whole_and_before_the_wait(pdl: bool) -> None:
+@pytest.mark.parametrize("pdl", [0, 1, 2], ids=["plain", "pdl", "pdl-late"])
+def test_the_weight_tile_is_loaded_whole_and_before_the_wait(pdl: int) -> None:
     """The compiler's sm_90 output (no GPU needed) for q|k|v at 1 row: the weight arrives in 16-byte vector loads
     with no K loop, and with PDL every weight load comes before griddepcontrol.wait, which comes before x's load;
-    the next kernel is released (launch_dependents) at the same point."""
+    the next kernel is released (launch_dependents) just before the wait (mode 1) or just after it (2, "late")."""
     g = compiled_copy("gemv")
     t = g.tiles(4096, 1024)
     consts = dict(HAS_BIAS=False, ADD=False, PDL=pdl, BLOCK_M=1, BLOCK_N=t.block_n, BLOCK_K=t.block_k)
@@ -149,7 +149,7 @@ def test_the_weight_tile_is_loaded_whole_and_before_the_wait(pdl: bool) -> None:
     release = next(i for i, line in enumerate(lines) if "griddepcontrol.launch_dependents" in line)
     loads = [i for i, line in enumerate(lines) if "ld.global" in line]
     vector_loads = [i for i in loads if "ld.global.v4" in lines[i]]
-    assert vector_loads and max(vector_loads) < wait and release < wait
+    assert vector_loads and max(vector_loads) < wait and (release < wait if pdl == 1 else release > wait)
     assert any(i > wait for i in loads)  # x, after the wait
 
 
@@ -161,7 +161,7 @@ def test_the_rows_kernel_reduces_each_row_inside_a_warp(rows: int) -> None:
     the PDL wait."""
     g = compiled_copy("gemv")
     r = g.rows_tiles(4096, 1024)
-    consts = dict(HAS_BIAS=False, ADD=True, PDL=True, BLOCK_M=rows, BLOCK_N=r.block_n, CHUNKS=r.chunks,
+    consts = dict(HAS_BIAS=False, ADD=True, PDL=1, BLOCK_M=rows, BLOCK_N=r.block_n, CHUNKS=r.chunks,
                   LANES_K=g.LANES_K)
     compiled = hopper_compile(g._gemv_rows_kernel, consts, warps=r.warps, stages=1, divisible_ints=("K",))
     ptx = compiled.asm["ptx"]
@@ -191,24 +191,26 @@ def test_gemv_at_the_predictors_shapes(mod: ModuleType, dtype: torch.dtype, rows
     _assert_close(got, mod.gemv_ref(x, w, b), dtype)
     assert torch.equal(mod.gemv(x, w, b), got)
     if pdl_available(torch.device("cuda")):
-        assert torch.equal(mod.gemv(x, w, b, pdl=True), got)
+        assert torch.equal(mod.gemv(x, w, b, pdl=True), got) and torch.equal(mod.gemv(x, w, b, pdl="late"), got)
     residual = torch.randn(rows, n, device=DEVICE).to(dtype)
     _assert_close(mod.gemv_add_(residual.clone(), x, w), mod.gemv_add_ref(residual.clone(), x, w), dtype)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
-def test_a_chain_of_gemvs_captures_in_a_cuda_graph(mod: ModuleType) -> None:
+@pytest.mark.parametrize("rows", [1, 8])
+@pytest.mark.parametrize("mode", [True, "late"], ids=["pdl", "pdl-late"])
+def test_a_chain_of_gemvs_captures_in_a_cuda_graph(mod: ModuleType, mode: bool | str, rows: int) -> None:
     """No host sync and no tuning: a chain of dependent projections (each reads the one before; residual adds in
     place) captures, with PDL where the GPU has it, and its replays follow new inputs bit for bit with eager calls
     without PDL. A kernel that read its input before the one ahead finished would break the chain's bits."""
     from voxgate.kernels.utils import pdl_available
 
-    pdl = pdl_available(torch.device("cuda"))
+    pdl = mode if pdl_available(torch.device("cuda")) else False
     h, inner = 1024, 3072
     ws = [(torch.randn(inner, h, device=DEVICE) / h**0.5).to(torch.bfloat16) for _ in range(6)]
     ds = [(torch.randn(h, inner, device=DEVICE) / inner**0.5).to(torch.bfloat16) for _ in range(6)]
-    x = torch.randn(1, h, device=DEVICE).to(torch.bfloat16)
+    x = torch.randn(rows, h, device=DEVICE).to(torch.bfloat16)
 
     def chain(use_pdl: bool) -> torch.Tensor:
         res = x.clone()

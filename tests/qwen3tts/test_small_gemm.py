@@ -147,9 +147,12 @@ def test_the_pdl_option_is_asked_for_or_taken_where_it_runs() -> None:
         RunnerConfig(pdl="on").uses_pdl(cpu, triton_ops=True)
     with pytest.raises(ValueError, match="pdl must be"):
         RunnerConfig(pdl="yes")
+    with pytest.raises(ValueError, match="pdl=late needs a Hopper"):
+        RunnerConfig(pdl="late").uses_pdl(cpu, triton_ops=True)
     with pytest.raises(ValueError, match="gemv_rows"):
         RunnerConfig(gemv_rows=17)
     plain, launched = DecoderOps.for_device(cpu, "triton"), DecoderOps.for_device(cpu, "triton", pdl=True)
-    assert not plain.pdl and launched.pdl
+    assert plain.pdl is False and launched.pdl is True
+    assert DecoderOps.for_device(cpu, "triton", pdl="late").pdl == "late"
     assert plain.attend_name == launched.attend_name == "slot_attention"
     assert DecoderOps.for_device(cpu).attend_name == "slot_attention_ref"
