@@ -35,18 +35,38 @@ MIN_PROGRAMS = 256  # ~2 a SM of the H100's / H200's 132: fewer, and too few byt
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K,
-                 HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _silu_mul(g, u, x_sq, K, eps, SCALED: tl.constexpr, dtype: tl.constexpr):
+    # gate and up fp32 sums -> silu(gate) * up, rounded as the projection's output is stored and then as
+    # kernels/swiglu.py rounds it; SCALED: both first times 1 / RMS of the x row whose squares sum to x_sq
+    g = g.to(dtype).to(tl.float32)
+    u = u.to(dtype).to(tl.float32)
+    if SCALED:
+        r = tl.rsqrt(x_sq / K + eps)
+        g = (g * r).to(dtype).to(tl.float32)
+        u = (u * r).to(dtype).to(tl.float32)
+    silu = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
+    return (silu * u).to(dtype)
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
+                 HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
+                 SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # x [M, K], w [N, K] contiguous; out [M, N] (ADD: out = res + x @ w^T, res [M, N], may be out itself).
-    # grid: cdiv(N, BLOCK_N); BLOCK_K >= K.
+    # SWIGLU: w is gate|up [2N, K]; out [M, N] = silu(gate) * up (_silu_mul), the gate and up rows of a column
+    # in the same program. grid: cdiv(N, BLOCK_N); BLOCK_K >= K.
     cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     col_ok = cols < N
     k_ok = ks < K
     w = tl.load(w_ptr + cols[:, None] * K + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+    if SWIGLU:
+        w_up = tl.load(w_ptr + (cols + N)[:, None] * K + ks[None, :], mask=col_ok[:, None] & k_ok[None, :],
+                       other=0.0)
     wait_for_inputs(PDL)  # the weight needs nothing from the kernel ahead; x, bias and res may
     w = w.to(tl.float32)
+    if SWIGLU:
+        w_up = w_up.to(tl.float32)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     for m in tl.static_range(BLOCK_M):
@@ -54,17 +74,22 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K,
         out_ok = col_ok & (cols * 0 + m < M)
         x = tl.load(x_ptr + m * K + ks, mask=x_ok, other=0.0).to(tl.float32)
         y = tl.reduce(w * x[None, :], 1, SUM)
-        if HAS_BIAS:
-            y += bias
-        if ADD:
-            y += tl.load(res_ptr + m * N + cols, mask=out_ok, other=0.0).to(tl.float32)
+        if SWIGLU:
+            y = _silu_mul(y, tl.reduce(w_up * x[None, :], 1, SUM), tl.reduce(x * x, 0, SUM), K, eps, SCALED,
+                          out_ptr.dtype.element_ty)
+        else:
+            if HAS_BIAS:
+                y += bias
+            if ADD:
+                y += tl.load(res_ptr + m * N + cols, mask=out_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + m * N + cols, y.to(out_ptr.dtype.element_ty), mask=out_ok)
 
 
 @triton.jit
-def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K,
-                      HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, LANES_K: tl.constexpr):
+def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
+                      HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
+                      SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr,
+                      LANES_K: tl.constexpr):
     # The same as _gemv_kernel for 2-16 rows, with the tile as [CHUNKS, BLOCK_N, LANES_K] (K = chunks of LANES_K, 8
     # values a lane): Triton then puts the warps along the columns, so each row's sum over K is one warp's (in-thread
     # over the chunks, then shuffles) instead of a shared-memory reduction across warps for every row. x is loaded
@@ -74,8 +99,12 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K,
     col_ok = cols < N
     w_ok = col_ok[None, :, None] & (kk < K)
     w = tl.load(w_ptr + cols[None, :, None] * K + kk, mask=w_ok, other=0.0)
+    if SWIGLU:
+        w_up = tl.load(w_ptr + (cols + N)[None, :, None] * K + kk, mask=w_ok, other=0.0)
     wait_for_inputs(PDL)
     w = w.to(tl.float32)
+    if SWIGLU:
+        w_up = w_up.to(tl.float32)
     xk = kk + cols[None, :, None] * 0  # the tile's shape, every column the same row of x
     if HAS_BIAS:
         bias = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
@@ -83,10 +112,14 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K,
         x = tl.load(x_ptr + m * K + xk, mask=(xk < K) & (xk * 0 + m < M), other=0.0).to(tl.float32)
         y = tl.reduce(tl.reduce(w * x, 0, SUM), 1, SUM)
         out_ok = col_ok & (cols * 0 + m < M)
-        if HAS_BIAS:
-            y += bias
-        if ADD:
-            y += tl.load(res_ptr + m * N + cols, mask=out_ok, other=0.0).to(tl.float32)
+        if SWIGLU:  # every column holds the whole row of x: its squares' sum is the same in each
+            y = _silu_mul(y, tl.reduce(tl.reduce(w_up * x, 0, SUM), 1, SUM),
+                          tl.reduce(tl.reduce(x * x, 0, SUM), 1, SUM), K, eps, SCALED, out_ptr.dtype.element_ty)
+        else:
+            if HAS_BIAS:
+                y += bias
+            if ADD:
+                y += tl.load(res_ptr + m * N + cols, mask=out_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + m * N + cols, y.to(out_ptr.dtype.element_ty), mask=out_ok)
 
 
@@ -168,20 +201,58 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
-    flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, BLOCK_M=triton.next_power_of_2(m))
-    r = rows_tiles(n, k)
-    if m == 1 or not r.warps_own_columns:
-        t = tiles(n, k)
-        on, extra = pdl_launch(_gemv_kernel, pdl)
-        _gemv_kernel[(triton.cdiv(n, t.block_n),)](
-            x, weight, bias if bias is not None else x, out, out, m, n, k, **flags, PDL=on, BLOCK_N=t.block_n,
-            BLOCK_K=t.block_k, num_warps=t.warps, **extra)
-        return out
-    on, extra = pdl_launch(_gemv_rows_kernel, pdl)
-    _gemv_rows_kernel[(triton.cdiv(n, r.block_n),)](
-        x, weight, bias if bias is not None else x, out, out, m, n, k, **flags, PDL=on, BLOCK_N=r.block_n,
-        CHUNKS=r.chunks, LANES_K=LANES_K, num_warps=r.warps, **extra)
+    flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, SWIGLU=False, SCALED=False,
+                 BLOCK_M=triton.next_power_of_2(m))
+    step_kernel, grid, shape, extra = _plan(m, n, k, pdl, pair=False)
+    step_kernel[grid](x, weight, bias if bias is not None else x, out, out, m, n, k, 0.0, **flags, **shape, **extra)
     return out
+
+
+def _plan(m: int, n: int, k: int, pdl: bool | str, pair: bool) -> tuple[object, tuple[int], dict, dict]:
+    """(kernel, grid, its shape's launch arguments with PDL and warps, the launch's extra arguments) for M = m
+    rows of n output columns over K = k; `pair`: each column reads two rows of W (gate and up), so a program takes
+    half the columns. 2-16 rows take the rows kernel where its warps own columns within 64 weight values a thread."""
+    per = 2 if pair else 1
+    if m > 1:
+        r = rows_tiles(per * n, k)
+        block_n = max(1, r.block_n // per)
+        warps = min(r.warps, block_n)  # a warp per column (or several columns)
+        if r.warps_own_columns and per * r.chunks * LANES_K * block_n <= 64 * 32 * warps:
+            on, extra = pdl_launch(_gemv_rows_kernel, pdl)
+            return (_gemv_rows_kernel, (triton.cdiv(n, block_n),),
+                    dict(PDL=on, BLOCK_N=block_n, CHUNKS=r.chunks, LANES_K=LANES_K, num_warps=warps), extra)
+    t = tiles(per * n, k)
+    block_n = max(1, t.block_n // per)
+    on, extra = pdl_launch(_gemv_kernel, pdl)
+    return (_gemv_kernel, (triton.cdiv(n, block_n),),
+            dict(PDL=on, BLOCK_N=block_n, BLOCK_K=t.block_k, num_warps=t.warps), extra)
+
+
+def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled: bool = False,
+                pdl: bool | str = False) -> torch.Tensor:
+    """x [M, K] @ gate_up^T ([2I, K]: gate rows then up rows) -> silu(gate) * up [M, I], in one launch instead of a
+    projection and kernels/swiglu.py's kernel, rounded as those two round. `scaled`: gate and up are first scaled
+    by 1 / RMS of x's rows (eps added to the mean square: the folded norm, where x is the residual stream)."""
+    _check(x, gate_up, None)
+    m, k = x.shape
+    assert gate_up.shape[0] % 2 == 0, gate_up.shape
+    n = gate_up.shape[0] // 2
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return out
+    flags = dict(HAS_BIAS=False, ADD=False, SWIGLU=True, SCALED=scaled, BLOCK_M=triton.next_power_of_2(m))
+    step_kernel, grid, shape, extra = _plan(m, n, k, pdl, pair=True)
+    step_kernel[grid](x, gate_up, x, out, out, m, n, k, eps, **flags, **shape, **extra)
+    return out
+
+
+def gemv_swiglu_ref(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled: bool = False,
+                    pdl: bool | str = False) -> torch.Tensor:
+    """The projection (F.linear, rounded to x's dtype), then kernels/swiglu.py's reference on it."""
+    from .swiglu import swiglu_ref
+
+    _check(x, gate_up, None)
+    return swiglu_ref(F.linear(x, gate_up), residual=x if scaled else None, eps=eps)
 
 
 def gemv_add_(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl: bool | str = False) -> torch.Tensor:

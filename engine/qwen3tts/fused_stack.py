@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .model.layers import DecoderStack
-from .small_gemm import Linear, add_linear
+from .small_gemm import Linear, add_linear, swiglu_linear
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ class FusedStack:
                 o = ops.attend(q, k_store[i], v_store[i], slots, lengths) if attend is None else \
                     attend(q, k_store[i], v_store[i])
                 add_linear(lin, x, o.view(n, -1), o_w)
-                add_linear(lin, x, ops.swiglu(lin(x, gate_up_w), residual=x, eps=self.eps), down_w)
+                add_linear(lin, x, swiglu_linear(lin, ops.swiglu, x, gate_up_w, self.eps, scaled=True), down_w)
             return ops.add_rms_norm(x, None, self.final_norm, self.eps)[1]
         x, h = ops.add_rms_norm(x.contiguous(), None, self.layers[0][0], self.eps)
         for i, (_, qkv_w, qn, kn, o_w, post_w, gate_up_w, down_w) in enumerate(self.layers):
@@ -172,7 +172,7 @@ class FusedStack:
             o = ops.attend(q, k_store[i], v_store[i], slots, lengths) if attend is None else \
                 attend(q, k_store[i], v_store[i])
             x, h = ops.add_rms_norm(x, lin(o.view(n, -1), o_w), post_w, self.eps)
-            down = lin(ops.swiglu(lin(h, gate_up_w)), down_w)
+            down = lin(swiglu_linear(lin, ops.swiglu, h, gate_up_w, self.eps, scaled=False), down_w)
             nxt = self.layers[i + 1][0] if i + 1 < len(self.layers) else self.final_norm
             x, h = ops.add_rms_norm(x, down, nxt, self.eps)
         return h

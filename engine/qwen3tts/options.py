@@ -51,6 +51,9 @@ class Qwen3TTSOptions(EngineConfig):
     gemv_rows: int = option(1, "small_gemm = gemv or gemv_all: projections of at most this many rows (1-16) take "
                                "kernels/gemv.py (default 1: on an H100 a 1-row step took 3.4 against 4.6 ms; 8 rows "
                                "took 8.3 against 4.8 before 2-16 rows had a kernel of their own, not yet measured)")
+    gemv_swiglu: bool = option(True, "small_gemm = gemv or gemv_all: gate|up and SwiGLU in one kernels/gemv.py "
+                                     "launch where the kernel takes the projection (default true; false: the "
+                                     "projection, then kernels/swiglu.py)")
     pdl: str = option("off", "programmatic dependent launch (Hopper) for the step's Triton kernels (the stacks' "
                              "q/k norm, attention, SwiGLU and final norm, and kernels/gemv.py's projections): each "
                              "may start before the kernel ahead ends, a projection loading its weights first: on "
@@ -153,8 +156,8 @@ class Qwen3TTSOptions(EngineConfig):
                     max_slots=self.slots, max_positions=self.max_positions,
                     kv_memory_fraction=self.kv_memory_fraction, enforce_eager=self.enforce_eager,
                     attention=self.attention, depth=self.depth, draw=self.draw, small_gemm=self.small_gemm,
-                    gemv_rows=self.gemv_rows, pdl=self.pdl, fold_norms=self.fold_norms, codec=self.codec,
-                    codec_width=self.codec_width, codec_buckets=self.codec_buckets)
+                    gemv_rows=self.gemv_rows, gemv_swiglu=self.gemv_swiglu, pdl=self.pdl, fold_norms=self.fold_norms,
+                    codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets)
 
 
 OPTIONS = option_help(Qwen3TTSOptions)  # name -> help, in field order

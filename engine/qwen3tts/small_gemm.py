@@ -29,8 +29,10 @@ class FewRows:
     `pdl` is passed to both (kernels/gemv.py: programmatic dependent launch)."""
 
     def __init__(self, gemv: Linear, max_rows: int, gemv_add: Callable[..., torch.Tensor] | None = None,
-                 pdl: bool | str = False, max_k: int | None = None) -> None:
+                 pdl: bool | str = False, max_k: int | None = None,
+                 gemv_swiglu: Callable[..., torch.Tensor] | None = None) -> None:
         self.gemv, self.gemv_add, self.max_rows, self.pdl, self.max_k = gemv, gemv_add, max_rows, pdl, max_k
+        self.gemv_swiglu = gemv_swiglu  # (x, gate_up, eps, scaled, pdl=) -> silu(gate) * up, one launch
 
     def takes(self, x: torch.Tensor) -> bool:
         return x.dim() == 2 and x.shape[0] <= self.max_rows and (self.max_k is None or x.shape[1] <= self.max_k)
@@ -51,16 +53,18 @@ class FewRows:
 
 
 def few_rows(gemv: Linear, max_rows: int, gemv_add: Callable[..., torch.Tensor] | None = None,
-             pdl: bool | str = False, max_k: int | None = None) -> FewRows:
+             pdl: bool | str = False, max_k: int | None = None,
+             gemv_swiglu: Callable[..., torch.Tensor] | None = None) -> FewRows:
     """F.linear, except `gemv` (which takes a `pdl` keyword) for calls of at most `max_rows` rows."""
-    return FewRows(gemv, max_rows, gemv_add, pdl, max_k)
+    return FewRows(gemv, max_rows, gemv_add, pdl, max_k, gemv_swiglu)
 
 
 def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows: int | None = None,
-            ) -> tuple[Linear, Linear]:
+            fuse_swiglu: bool = True) -> tuple[Linear, Linear]:
     """(the code predictor's, the Talker's) projection function for a `small_gemm` choice; calls of at most
     `max_rows` rows (default: the kernel's limit) take the kernel; `pdl`: its launches use programmatic dependent
-    launch (kernels/gemv.py)."""
+    launch (kernels/gemv.py); `fuse_swiglu`: gate|up and SwiGLU in one launch where the kernel takes the call
+    (swiglu_linear)."""
     assert small_gemm in CHOICES, small_gemm
     if small_gemm == "cublas":
         return F.linear, F.linear
@@ -68,10 +72,22 @@ def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows
 
     rows = min(max_rows or gemv.MAX_ROWS, gemv.MAX_ROWS)
     if use_triton:
-        small = few_rows(gemv.gemv, rows, gemv.gemv_add_, pdl, gemv.MAX_K)
+        small = few_rows(gemv.gemv, rows, gemv.gemv_add_, pdl, gemv.MAX_K, gemv.gemv_swiglu if fuse_swiglu else None)
     else:
-        small = few_rows(gemv.gemv_ref, rows, gemv.gemv_add_ref, max_k=gemv.MAX_K)
+        small = few_rows(gemv.gemv_ref, rows, gemv.gemv_add_ref, max_k=gemv.MAX_K,
+                         gemv_swiglu=gemv.gemv_swiglu_ref if fuse_swiglu else None)
     return small, small if small_gemm == "gemv_all" else F.linear
+
+
+def swiglu_linear(linear: Linear, swiglu: Callable[..., torch.Tensor], x: torch.Tensor, gate_up: torch.Tensor,
+                  eps: float, scaled: bool) -> torch.Tensor:
+    """silu(gate) * up of x @ gate_up^T ([2I, H]: gate rows, then up): one launch through FewRows's fused kernel
+    where it takes the call, else the projection, then `swiglu` (the stack's kernel or reference). `scaled`: x is the
+    residual stream of a folded stack, whose 1 / RMS scales gate and up first (with eps)."""
+    if isinstance(linear, FewRows) and linear.gemv_swiglu is not None and linear.takes(x):
+        return linear.gemv_swiglu(x.contiguous(), gate_up, eps, scaled, pdl=linear.pdl)
+    y = linear(x, gate_up)
+    return swiglu(y, residual=x, eps=eps) if scaled else swiglu(y)
 
 
 def apply(linear: Linear, module: nn.Module, x: torch.Tensor) -> torch.Tensor:

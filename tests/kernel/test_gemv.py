@@ -19,6 +19,9 @@ pytestmark = pytest.mark.usefixtures("no_tf32")  # fp32 against cuBLAS's true fp
 # fp32: the sums differ only in order. bf16: one rounding of the same fp32 sum on both sides, but the interpreter
 # truncates where the GPU rounds to nearest (one bf16 step, 2^-7 relative at worst): STEP_TOL's 2e-2.
 TOL = STEP_TOL
+# The fused SwiGLU rounds four times after the sum (gate, up, silu, product: kernels/swiglu.py's roundings), and the
+# interpreter truncates each (test_swiglu.py's tolerance for the same chain)
+SWIGLU_TOL = {torch.float32: STEP_TOL[torch.float32], torch.bfloat16: dict(rtol=4 * 2**-7, atol=4 * 2**-7)}
 # (K, N) interpreted: K neither a power of two nor a multiple of 16; N not a multiple of the columns a program takes
 SMALL = [(100, 50), (200, 70)]
 
@@ -77,6 +80,26 @@ def test_the_rows_kernel_at_several_columns_and_chunks_a_program(mod: ModuleType
     _assert_close(mod.gemv(x, w, b), mod.gemv_ref(x, w, b), dtype)
     residual = torch.randn(rows, n, device=DEVICE).to(dtype)
     _assert_close(mod.gemv_add_(residual.clone(), x, w), mod.gemv_add_ref(residual.clone(), x, w), dtype)
+    if n % 2 == 0 and k <= 2048:  # gate|up-shaped: the fused SwiGLU too, plain and scaled
+        for scaled in (False, True):
+            torch.testing.assert_close(mod.gemv_swiglu(x, w, 1e-6, scaled, pdl=True).float(),
+                                       mod.gemv_swiglu_ref(x, w, 1e-6, scaled).float(), **SWIGLU_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 3, 8])
+@pytest.mark.parametrize("scaled", [False, True], ids=["plain", "scaled"])
+@pytest.mark.parametrize("k,inner", [(200, 35), (300, 1050)])
+def test_gemv_swiglu_is_the_projection_then_swiglu(mod: ModuleType, dtype: torch.dtype, rows: int, scaled: bool,
+                                                   k: int, inner: int) -> None:
+    """silu(gate) * up of one projection, in one launch, against F.linear then kernels/swiglu.py's reference (with
+    `scaled`, the folded norm: 1 / RMS of x's rows); (300, 1050) gives the rows kernel 4 columns a program. x is
+    scaled up so that the folded norm's factor is far from 1."""
+    x, w, _ = _inputs(rows, k, 2 * inner, dtype)
+    x = (x.float() * 3).to(dtype)
+    got, want = mod.gemv_swiglu(x, w, 1e-6, scaled), mod.gemv_swiglu_ref(x, w, 1e-6, scaled)
+    assert got.shape == want.shape == (rows, inner) and got.dtype == dtype
+    torch.testing.assert_close(got.float(), want.float(), **SWIGLU_TOL[dtype])
 
 
 def test_gemv_repeats_bitwise(mod: ModuleType) -> None:
@@ -138,7 +161,8 @@ def test_the_weight_tile_is_loaded_whole_and_before_the_wait(pdl: int) -> None:
     the next kernel is released (launch_dependents) just before the wait (mode 1) or just after it (2, "late")."""
     g = compiled_copy("gemv")
     t = g.tiles(4096, 1024)
-    consts = dict(HAS_BIAS=False, ADD=False, PDL=pdl, BLOCK_M=1, BLOCK_N=t.block_n, BLOCK_K=t.block_k)
+    consts = dict(HAS_BIAS=False, ADD=False, PDL=pdl, SWIGLU=False, SCALED=False, BLOCK_M=1, BLOCK_N=t.block_n,
+                  BLOCK_K=t.block_k)
     ptx = hopper_compile(g._gemv_kernel, consts, warps=t.warps, stages=3, divisible_ints=("K",)).asm["ptx"]
     assert "ld.global.v4.b32" in ptx and "Loop Header" not in ptx
     if not pdl:
@@ -161,8 +185,8 @@ def test_the_rows_kernel_reduces_each_row_inside_a_warp(rows: int) -> None:
     the PDL wait."""
     g = compiled_copy("gemv")
     r = g.rows_tiles(4096, 1024)
-    consts = dict(HAS_BIAS=False, ADD=True, PDL=1, BLOCK_M=rows, BLOCK_N=r.block_n, CHUNKS=r.chunks,
-                  LANES_K=g.LANES_K)
+    consts = dict(HAS_BIAS=False, ADD=True, PDL=1, SWIGLU=False, SCALED=False, BLOCK_M=rows, BLOCK_N=r.block_n,
+                  CHUNKS=r.chunks, LANES_K=g.LANES_K)
     compiled = hopper_compile(g._gemv_rows_kernel, consts, warps=r.warps, stages=1, divisible_ints=("K",))
     ptx = compiled.asm["ptx"]
     assert f"warpsPerCTA = [1, {r.warps}, 1]" in compiled.asm["ttgir"]

@@ -47,11 +47,14 @@ def test_few_rows_takes_the_kernel_up_to_its_row_limit_only() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fold,fused", [(False, False), (True, True), (False, True)],
+                         ids=["plain", "folded-fused-swiglu", "fused-swiglu"])
 def test_depth_loop_and_talker_through_gemv_equal_f_linear(tiny_ckpt: Callable[[str], Path],
-                                                          gemv: ModuleType) -> None:
+                                                          gemv: ModuleType, fold: bool, fused: bool) -> None:
     """3 rows (pass 0 at 6 tokens, then 3): every codebook's logits of the predictor's depth loop, with its stack,
     input projection (1.7B: with bias) and heads through the kernel, against F.linear's; the Talker's stack on 3
-    tokens too. fp32: the sums differ only in order."""
+    tokens too; with `fused`, gate|up and SwiGLU in one launch (on a folded stack, scaled by the residual's RMS).
+    fp32: the sums differ only in order."""
     from voxgate.engine.qwen3tts.batch_step import StepModel
     from voxgate.engine.qwen3tts.fused_stack import DecoderOps
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
@@ -59,8 +62,10 @@ def test_depth_loop_and_talker_through_gemv_equal_f_linear(tiny_ckpt: Callable[[
 
     tts = Qwen3TTS.from_pretrained(tiny_ckpt("cv17"), dtype=torch.float32, device=DEVICE, progress=False)
     ops = DecoderOps.for_device(torch.device(DEVICE))
-    small = few_rows(gemv.gemv, gemv.MAX_ROWS)
-    models = {"cublas": StepModel(tts.talker, ops), "gemv": StepModel(tts.talker, ops, None, small, small)}
+    small = few_rows(gemv.gemv, gemv.MAX_ROWS, gemv.gemv_add_ if fused else None,
+                     gemv_swiglu=gemv.gemv_swiglu if fused else None)
+    models = {"cublas": StepModel(tts.talker, ops, fold_norms=fold),
+              "gemv": StepModel(tts.talker, ops, None, small, small, fold_norms=fold)}
     rows, hidden = 3, tts.talker.model.codec_embedding.weight.shape[1]
     h, c0 = torch.randn(rows, hidden, device=DEVICE), torch.randn(rows, hidden, device=DEVICE)
     forced = torch.randint(0, tts.talker.code_predictor.cfg.vocab_size, (rows, 15), device=DEVICE)
