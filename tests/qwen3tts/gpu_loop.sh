@@ -68,12 +68,14 @@ fi
 save() { tar -czf "$OUT/results.tar.gz" -C "$RES" .; }
 if has stepvariants; then
   # STEP_VARIANTS="name:option=value[&option=value] ...": `voxgate bench steps` once per variant (one process each,
-  # STEPS_ARGS shared, STEPV_S seconds each; the first also compiles), each decode bucket's line printed
+  # STEPS_ARGS shared, STEPV_S seconds each, the first 60 more), each decode bucket's line printed
+  limit=$(( ${STEPV_S:-150} + 60 ))  # the first run also reads the checkpoint cold and compiles
   for variant in ${STEP_VARIANTS:-}; do
     name=${variant%%:*}; IFS='&' read -ra options <<< "${variant#*:}"
     log "steps $name (${options[*]})"
-    timeout ${STEPV_S:-150} python3 -m voxgate.gateway.cli bench steps --checkpoint "$CKPT" --out "$RES/steps-$name" \
+    timeout $limit python3 -m voxgate.gateway.cli bench steps --checkpoint "$CKPT" --out "$RES/steps-$name" \
       ${STEPS_ARGS:-} "${options[@]/#/--engine-option=}" 2>&1 | grep -E "^\| [0-9]+ \| 0 \||rror" | head -8
+    limit=${STEPV_S:-150}
     save
   done
 fi
