@@ -8,7 +8,8 @@
 A GEMV of a few rows is bound by reading the weight once, and in the step's chain of dependent projections cuBLAS
 reads at ~1.2-1.6 TB/s (docs/benchmarks/h200-step-profile/chain). The row count is fixed per captured bucket, so the
 choice, made per call from x.shape[0], is static inside each graph. With the engine option `pdl` the kernel's
-launches overlap the kernel ahead (its weights load first). The kernel runs where the step's other kernels are Triton
+launches overlap the kernel ahead (its weights load first); with `gemv_swiglu`, gate|up and SwiGLU are one launch
+(swiglu_linear). The kernel runs where the step's other kernels are Triton
 (DecoderOps.uses_triton: CUDA, or attention=triton); elsewhere its reference, F.linear, stands in.
 """
 
