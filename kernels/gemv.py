@@ -49,6 +49,16 @@ def _silu_mul(g, u, x_sq, K, eps, SCALED: tl.constexpr, dtype: tl.constexpr):
 
 
 @triton.jit
+def _add_and_store(y, bias, res_ptr, out_ptr, offs, mask, HAS_BIAS: tl.constexpr, ADD: tl.constexpr):
+    # one row's outputs y (fp32) plus the bias and the residual where asked, rounded once and stored at offs
+    if HAS_BIAS:
+        y += bias
+    if ADD:
+        y += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
                  HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
                  SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -67,22 +77,16 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
     w = w.to(tl.float32)
     if SWIGLU:
         w_up = w_up.to(tl.float32)
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    bias = tl.load(bias_ptr + cols, mask=col_ok & HAS_BIAS, other=0.0).to(tl.float32)  # no load without one
     for m in tl.static_range(BLOCK_M):
         x_ok = k_ok & (ks * 0 + m < M)  # rows past M (BLOCK_M is a power of two) load and store nothing
         out_ok = col_ok & (cols * 0 + m < M)
         x = tl.load(x_ptr + m * K + ks, mask=x_ok, other=0.0).to(tl.float32)
         y = tl.reduce(w * x[None, :], 1, SUM)
-        if SWIGLU:
+        if SWIGLU:  # (no bias, no residual)
             y = _silu_mul(y, tl.reduce(w_up * x[None, :], 1, SUM), tl.reduce(x * x, 0, SUM), K, eps, SCALED,
-                          out_ptr.dtype.element_ty)
-        else:
-            if HAS_BIAS:
-                y += bias
-            if ADD:
-                y += tl.load(res_ptr + m * N + cols, mask=out_ok, other=0.0).to(tl.float32)
-        tl.store(out_ptr + m * N + cols, y.to(out_ptr.dtype.element_ty), mask=out_ok)
+                          out_ptr.dtype.element_ty).to(tl.float32)
+        _add_and_store(y, bias, res_ptr, out_ptr, m * N + cols, out_ok, HAS_BIAS, ADD)
 
 
 @triton.jit
@@ -106,21 +110,16 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
     if SWIGLU:
         w_up = w_up.to(tl.float32)
     xk = kk + cols[None, :, None] * 0  # the tile's shape, every column the same row of x
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    bias = tl.load(bias_ptr + cols, mask=col_ok & HAS_BIAS, other=0.0).to(tl.float32)  # no load without one
     for m in tl.static_range(BLOCK_M):
         x = tl.load(x_ptr + m * K + xk, mask=(xk < K) & (xk * 0 + m < M), other=0.0).to(tl.float32)
         y = tl.reduce(tl.reduce(w * x, 0, SUM), 1, SUM)
         out_ok = col_ok & (cols * 0 + m < M)
-        if SWIGLU:  # every column holds the whole row of x: its squares' sum is the same in each
+        if SWIGLU:  # (no bias, no residual) every column holds the whole row of x: the same squares' sum in each
             y = _silu_mul(y, tl.reduce(tl.reduce(w_up * x, 0, SUM), 1, SUM),
-                          tl.reduce(tl.reduce(x * x, 0, SUM), 1, SUM), K, eps, SCALED, out_ptr.dtype.element_ty)
-        else:
-            if HAS_BIAS:
-                y += bias
-            if ADD:
-                y += tl.load(res_ptr + m * N + cols, mask=out_ok, other=0.0).to(tl.float32)
-        tl.store(out_ptr + m * N + cols, y.to(out_ptr.dtype.element_ty), mask=out_ok)
+                          tl.reduce(tl.reduce(x * x, 0, SUM), 1, SUM), K, eps, SCALED,
+                          out_ptr.dtype.element_ty).to(tl.float32)
+        _add_and_store(y, bias, res_ptr, out_ptr, m * N + cols, out_ok, HAS_BIAS, ADD)
 
 
 LANES_K = 256  # K values a warp's 32 lanes hold per chunk (8 each: 16-byte bf16 loads)
