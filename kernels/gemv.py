@@ -4,11 +4,11 @@ projections of the depth loop and of one-stream steps, where cuBLAS runs a depen
 kernels by how fast each read ramps up, so each program loads its whole tile of W, [BLOCK_N, K], in one load: no K
 loop, every byte it needs in flight at once (8,192 values a program, 32 a thread at 8 warps). Then it multiplies the
 tile by each row of x in turn (fp32 FMAs and one reduction a row: M is too small for an MMA tile to pay) and stores
-each row's BLOCK_N outputs. One row takes `_gemv_kernel`; 2-16 rows take `_gemv_rows_kernel` where K <= 2,048,
-whose tile is laid out so that each row's reduction stays inside a warp (the first kernel's crosses warps through
-shared memory for every row: an 8-row step took 8.3 ms with it on an H100 against cuBLAS's 4.8). The columns alone
-give enough programs (BLOCK_N shrinks to 1 before the count drops under MIN_PROGRAMS), so nothing splits K: one
-launch, and the same bits on every GPU.
+each row's BLOCK_N outputs. One row takes `_gemv_kernel`; 2-16 rows take `_gemv_rows_kernel` where K <= 2,048
+(`fast`): one warp a program, so each row's reduction stays inside the warp (the first kernel's crosses warps
+through shared memory for every row: an 8-row step took 8.3 ms with it on an H100 against cuBLAS's 4.8). The
+columns alone give enough programs (BLOCK_N shrinks to 1 before the count drops under MIN_PROGRAMS), so nothing
+splits K: one launch, and the same bits on every GPU.
 
 With `pdl` (Hopper: programmatic dependent launch, kernels/utils.py: True or "late") the weight load comes before the
 wait for the kernel ahead: in a chain of projections each one's weights stream in while the one before it computes.
@@ -94,10 +94,10 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
                       HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
                       SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr,
                       LANES_K: tl.constexpr):
-    # The same as _gemv_kernel for 2-16 rows, with the tile as [CHUNKS, BLOCK_N, LANES_K] (K = chunks of LANES_K, 8
-    # values a lane): Triton then puts the warps along the columns, so each row's sum over K is one warp's (in-thread
-    # over the chunks, then shuffles) instead of a shared-memory reduction across warps for every row. x is loaded
-    # in the tile's own shape (each warp reads the row from L1) so that the product needs no layout conversion.
+    # The same as _gemv_kernel for 2-16 rows, launched with one warp: the tile [CHUNKS, BLOCK_N, LANES_K] (K =
+    # chunks of LANES_K, 8 values a lane) is the warp's alone, so each row's sum over K is in-thread over the chunks,
+    # then shuffles, never a shared-memory reduction across warps. x is loaded in the tile's own shape (from L1) so
+    # that the product needs no layout conversion.
     cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     kk = tl.arange(0, CHUNKS)[:, None, None] * LANES_K + tl.arange(0, LANES_K)[None, None, :]
     col_ok = cols < N
@@ -123,32 +123,45 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
 
 
 LANES_K = 256  # K values a warp's 32 lanes hold per chunk (8 each: 16-byte bf16 loads)
+WARP_VALUES = 2048  # weight values the rows kernel's one warp holds (64 a lane)
 
 
 @dataclass(frozen=True, slots=True)
 class RowsTiles:
-    """_gemv_rows_kernel's launch: columns a program takes, K chunks of LANES_K (a power of two covering K), warps."""
+    """_gemv_rows_kernel's launch (one warp a program): W rows a program loads (columns, or gate and up rows of
+    half as many columns), K chunks of LANES_K (a power of two covering K)."""
 
     block_n: int
     chunks: int
-    warps: int
 
     @property
-    def warps_own_columns(self) -> bool:
-        """Whether each row's reduction stays inside a warp; where not (K >= 3,072), _gemv_kernel does as well."""
-        return self.warps <= self.block_n
+    def fits(self) -> bool:
+        """Whether a program's rows fit one warp's WARP_VALUES (K <= 2,048; the predictor's down, K 3,072, does
+        not: callers take cuBLAS there, `gemv` the one-row kernel)."""
+        return self.block_n * self.chunks * LANES_K <= WARP_VALUES
 
 
 def rows_tiles(n: int, k: int) -> RowsTiles:
-    """The 2-16-row launch for W [n, k], from a fixed rule like `tiles`: PER_PROGRAM weight values a program, halved
-    while fewer than MIN_PROGRAMS programs; a warp per column where that leaves at most 64 values a thread (the
-    predictor's q|k|v: 8 columns, 8 warps, no reduction across warps), else up to 4 warps sharing the columns' chunks
-    (its down, K 3,072: 2 columns, 4 warps; `gemv` takes _gemv_kernel there)."""
+    """The 2-16-row launch for W [n, k]: one warp a program, so a row's sum never leaves the warp whatever layout
+    Triton picks (Triton 3.6 put the warps of a [chunks, columns, lanes] tile along the chunks, and each row's sum
+    crossed warps through shared memory: 14-150 us a call on an H100 where cuBLAS took 3.5-7). As many rows of W as
+    fill WARP_VALUES, halved while fewer than 4 x MIN_PROGRAMS programs (a one-warp program reads a quarter of
+    what an 8-warp one does). q|k|v (K 1,024, N 4,096): 2 rows, 2,048 programs; o (K 2,048): 1, 1,024."""
     chunks = triton.next_power_of_2(triton.cdiv(max(k, 1), LANES_K))
-    block_n = max(1, PER_PROGRAM // (chunks * LANES_K))
-    while block_n > 1 and triton.cdiv(n, block_n) < MIN_PROGRAMS:
+    block_n = max(1, WARP_VALUES // (chunks * LANES_K))
+    while block_n > 1 and triton.cdiv(n, block_n) < 4 * MIN_PROGRAMS:
         block_n //= 2
-    return RowsTiles(block_n, chunks, min(8, max(block_n, block_n * chunks * LANES_K // 2048)))
+    return RowsTiles(block_n, chunks)
+
+
+def fast(m: int, n: int, k: int, pair: bool = False) -> bool:
+    """Whether `gemv` (pair: `gemv_swiglu`, n its output columns) runs a call of m rows on a plan that beats
+    cuBLAS: one row up to MAX_K, or 2-16 rows where the rows kernel fits. Elsewhere it is correct but slower."""
+    if m > MAX_ROWS or k > MAX_K:
+        return False
+    per = 2 if pair else 1
+    r = rows_tiles(per * n, k)
+    return m <= 1 or (r.fits and r.block_n >= per)  # a pair's gate and up rows both in the one warp
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,16 +223,14 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 def _plan(m: int, n: int, k: int, pdl: bool | str, pair: bool) -> tuple[object, tuple[int], dict, dict]:
     """(kernel, grid, its shape's launch arguments with PDL and warps, the launch's extra arguments) for M = m
     rows of n output columns over K = k; `pair`: each column reads two rows of W (gate and up), so a program takes
-    half the columns. 2-16 rows take the rows kernel where its warps own columns within 64 weight values a thread."""
+    half the columns. 2-16 rows take the rows kernel where it fits (`fast`), else the one-row kernel."""
     per = 2 if pair else 1
-    if m > 1:
+    if m > 1 and fast(m, n, k, pair):
         r = rows_tiles(per * n, k)
         block_n = max(1, r.block_n // per)
-        warps = min(r.warps, block_n)  # a warp per column (or several columns)
-        if r.warps_own_columns and per * r.chunks * LANES_K * block_n <= 64 * 32 * warps:
-            on, extra = pdl_launch(_gemv_rows_kernel, pdl)
-            return (_gemv_rows_kernel, (triton.cdiv(n, block_n),),
-                    dict(PDL=on, BLOCK_N=block_n, CHUNKS=r.chunks, LANES_K=LANES_K, num_warps=warps), extra)
+        on, extra = pdl_launch(_gemv_rows_kernel, pdl)
+        return (_gemv_rows_kernel, (triton.cdiv(n, block_n),),
+                dict(PDL=on, BLOCK_N=block_n, CHUNKS=r.chunks, LANES_K=LANES_K, num_warps=1), extra)
     t = tiles(per * n, k)
     block_n = max(1, t.block_n // per)
     on, extra = pdl_launch(_gemv_kernel, pdl)

@@ -25,39 +25,48 @@ Linear = Callable[..., torch.Tensor]  # (x [M, K], weight [N, K], bias [N] | Non
 CHOICES = ("cublas", "gemv", "gemv_all")
 
 
+Fast = Callable[[int, int, int, bool], bool]  # (rows, output columns, K, gate|up pair) -> the kernel beats cuBLAS
+
+
 class FewRows:
-    """F.linear, except `gemv` for calls of at most `max_rows` rows (and `gemv_add` for residual adds, where given);
-    `pdl` is passed to both (kernels/gemv.py: programmatic dependent launch)."""
+    """F.linear, except `gemv` for calls of at most `max_rows` rows that `fast` says the kernel runs well (and
+    `gemv_add` for residual adds, where given); `pdl` is passed to both (kernels/gemv.py: programmatic dependent
+    launch)."""
 
     def __init__(self, gemv: Linear, max_rows: int, gemv_add: Callable[..., torch.Tensor] | None = None,
-                 pdl: bool | str = False, max_k: int | None = None,
+                 pdl: bool | str = False, fast: Fast | None = None,
                  gemv_swiglu: Callable[..., torch.Tensor] | None = None) -> None:
-        self.gemv, self.gemv_add, self.max_rows, self.pdl, self.max_k = gemv, gemv_add, max_rows, pdl, max_k
+        self.gemv, self.gemv_add, self.max_rows, self.pdl, self.fast = gemv, gemv_add, max_rows, pdl, fast
         self.gemv_swiglu = gemv_swiglu  # (x, gate_up, eps, scaled, pdl=) -> silu(gate) * up, one launch
 
-    def takes(self, x: torch.Tensor) -> bool:
-        return x.dim() == 2 and x.shape[0] <= self.max_rows and (self.max_k is None or x.shape[1] <= self.max_k)
+    def takes(self, x: torch.Tensor, weight: torch.Tensor, pair: bool = False) -> bool:
+        """Whether x @ weight^T (pair: weight is gate|up, half its rows the output's columns) takes the kernel."""
+        if x.dim() != 2 or x.shape[0] > self.max_rows:
+            return False
+        n = weight.shape[0] // 2 if pair else weight.shape[0]
+        return self.fast is None or self.fast(x.shape[0], n, x.shape[1], pair)
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if self.takes(x):
+        if self.takes(x, weight):
             return self.gemv(x.contiguous(), weight, bias, pdl=self.pdl)
         return F.linear(x, weight, bias)
 
     def add_(self, residual: torch.Tensor, a: torch.Tensor, weight: torch.Tensor) -> None:
         """residual += a @ weight^T in place: one launch through `gemv_add` where it takes the call."""
-        if self.gemv_add is not None and self.takes(a) and residual.is_contiguous():
+        if self.gemv_add is not None and self.takes(a, weight) and residual.is_contiguous():
             self.gemv_add(residual, a.contiguous(), weight, pdl=self.pdl)
-        elif self.takes(a):
+        elif self.takes(a, weight):
             residual.add_(self(a, weight))
         else:
             residual.addmm_(a, weight.t())
 
 
 def few_rows(gemv: Linear, max_rows: int, gemv_add: Callable[..., torch.Tensor] | None = None,
-             pdl: bool | str = False, max_k: int | None = None,
+             pdl: bool | str = False, fast: Fast | None = None,
              gemv_swiglu: Callable[..., torch.Tensor] | None = None) -> FewRows:
-    """F.linear, except `gemv` (which takes a `pdl` keyword) for calls of at most `max_rows` rows."""
-    return FewRows(gemv, max_rows, gemv_add, pdl, max_k, gemv_swiglu)
+    """F.linear, except `gemv` (which takes a `pdl` keyword) for calls of at most `max_rows` rows (and where
+    `fast`, given, says the kernel runs that shape well)."""
+    return FewRows(gemv, max_rows, gemv_add, pdl, fast, gemv_swiglu)
 
 
 def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows: int | None = None,
@@ -73,9 +82,9 @@ def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows
 
     rows = min(max_rows or gemv.MAX_ROWS, gemv.MAX_ROWS)
     if use_triton:
-        small = few_rows(gemv.gemv, rows, gemv.gemv_add_, pdl, gemv.MAX_K, gemv.gemv_swiglu if fuse_swiglu else None)
-    else:
-        small = few_rows(gemv.gemv_ref, rows, gemv.gemv_add_ref, max_k=gemv.MAX_K,
+        small = few_rows(gemv.gemv, rows, gemv.gemv_add_, pdl, gemv.fast, gemv.gemv_swiglu if fuse_swiglu else None)
+    else:  # the same calls take the reference, so that both paths split them alike
+        small = few_rows(gemv.gemv_ref, rows, gemv.gemv_add_ref, fast=gemv.fast,
                          gemv_swiglu=gemv.gemv_swiglu_ref if fuse_swiglu else None)
     return small, small if small_gemm == "gemv_all" else F.linear
 
@@ -85,7 +94,7 @@ def swiglu_linear(linear: Linear, swiglu: Callable[..., torch.Tensor], x: torch.
     """silu(gate) * up of x @ gate_up^T ([2I, H]: gate rows, then up): one launch through FewRows's fused kernel
     where it takes the call, else the projection, then `swiglu` (the stack's kernel or reference). `scaled`: x is the
     residual stream of a folded stack, whose 1 / RMS scales gate and up first (with eps)."""
-    if isinstance(linear, FewRows) and linear.gemv_swiglu is not None and linear.takes(x):
+    if isinstance(linear, FewRows) and linear.gemv_swiglu is not None and linear.takes(x, gate_up, pair=True):
         return linear.gemv_swiglu(x.contiguous(), gate_up, eps, scaled, pdl=linear.pdl)
     y = linear(x, gate_up)
     return swiglu(y, residual=x, eps=eps) if scaled else swiglu(y)

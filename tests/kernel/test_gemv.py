@@ -70,12 +70,15 @@ def test_gemv_add_adds_into_the_residual_in_place(mod: ModuleType, dtype: torch.
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_rows_kernel_at_several_columns_and_chunks_a_program(mod: ModuleType, dtype: torch.dtype) -> None:
-    """2-16 rows at a shape whose rule gives the rows kernel 8 columns and 2 K chunks a program (the small shapes
-    above give it one column and one chunk), plain and added into a residual."""
+def test_the_rows_kernel_at_several_columns_and_chunks_a_program(mod: ModuleType, dtype: torch.dtype,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """2-16 rows at a shape whose rule gives the rows kernel 4 rows of W and 2 K chunks a program (the small shapes
+    above give it one row and one chunk; a lower program floor keeps the shape small enough to interpret), plain,
+    added into a residual, and as gate|up (2 columns a program)."""
+    monkeypatch.setattr(mod, "MIN_PROGRAMS", 8)
     k, n, rows = 300, 2100, 8
     r = mod.rows_tiles(n, k)
-    assert (r.block_n, r.chunks) == (8, 2) and r.warps_own_columns, r
+    assert (r.block_n, r.chunks) == (4, 2) and r.fits, r
     x, w, b = _inputs(rows, k, n, dtype, bias=True)
     _assert_close(mod.gemv(x, w, b), mod.gemv_ref(x, w, b), dtype)
     residual = torch.randn(rows, n, device=DEVICE).to(dtype)
@@ -93,8 +96,8 @@ def test_the_rows_kernel_at_several_columns_and_chunks_a_program(mod: ModuleType
 def test_gemv_swiglu_is_the_projection_then_swiglu(mod: ModuleType, dtype: torch.dtype, rows: int, scaled: bool,
                                                    k: int, inner: int) -> None:
     """silu(gate) * up of one projection, in one launch, against F.linear then kernels/swiglu.py's reference (with
-    `scaled`, the folded norm: 1 / RMS of x's rows); (300, 1050) gives the rows kernel 4 columns a program. x is
-    scaled up so that the folded norm's factor is far from 1."""
+    `scaled`, the folded norm: 1 / RMS of x's rows); (300, 1050) gives the rows kernel 2 rows of W (one column's
+    gate and up) and 2 K chunks a program. x is scaled up so that the folded norm's factor is far from 1."""
     x, w, _ = _inputs(rows, k, 2 * inner, dtype)
     x = (x.float() * 3).to(dtype)
     got, want = mod.gemv_swiglu(x, w, 1e-6, scaled), mod.gemv_swiglu_ref(x, w, 1e-6, scaled)
@@ -125,18 +128,20 @@ def test_the_rule_fills_the_gpu_with_whole_rows() -> None:
     assert tiles(4096, 1024).block_n == 8 and tiles(1024, 3072).block_n == 2  # q|k|v and down of the predictor
 
 
-def test_the_rows_rule_puts_a_warp_on_each_column_up_to_k_2048() -> None:
-    """The 2-16-row rule (host side): whole rows of W in chunks of LANES_K; up to K 2,048 each warp owns columns (no
-    reduction across warps), beyond it (the predictor's down, the Talker's) the chunks are shared and `gemv` keeps
-    the one-row kernel."""
-    from voxgate.kernels.gemv import LANES_K, MIN_PROGRAMS, PER_PROGRAM, rows_tiles
+def test_the_rows_rule_fits_a_warp_up_to_k_2048() -> None:
+    """The 2-16-row rule (host side): whole rows of W in chunks of LANES_K, as many as one warp holds (WARP_VALUES),
+    with at least 4 x MIN_PROGRAMS programs unless down to one row; beyond K 2,048 (the predictor's down, the
+    Talker's) nothing fits and `fast` says no."""
+    from voxgate.kernels.gemv import LANES_K, MIN_PROGRAMS, WARP_VALUES, fast, rows_tiles
 
-    for k, n in [(1024, 4096), (2048, 1024), (1024, 6144), (1024, 2048), (2048, 4096), (2048, 12288)]:
+    for k, n in [(1024, 4096), (2048, 1024), (1024, 6144), (1024, 2048), (2048, 4096), (2048, 12288), (300, 2100)]:
         r = rows_tiles(n, k)
-        assert r.chunks * LANES_K >= k and r.block_n * r.chunks * LANES_K <= PER_PROGRAM, (k, n, r)
-        assert -(-n // r.block_n) >= MIN_PROGRAMS and r.warps_own_columns, (k, n, r)
+        assert r.chunks * LANES_K >= k and r.block_n * r.chunks * LANES_K <= WARP_VALUES and r.fits, (k, n, r)
+        assert -(-n // r.block_n) >= 4 * MIN_PROGRAMS or r.block_n == 1, (k, n, r)
+        assert fast(8, n, k) and fast(16, n, k)
+    assert rows_tiles(4096, 1024) == type(rows_tiles(1, 1))(2, 4)  # q|k|v: 2 rows of W a program, 2,048 programs
     for k, n in [(3072, 1024), (6144, 2048)]:
-        assert not rows_tiles(n, k).warps_own_columns
+        assert not rows_tiles(n, k).fits and not fast(8, n, k) and fast(1, n, k)
 
 
 def test_gemv_refuses_bad_shapes(mod: ModuleType) -> None:
@@ -179,18 +184,18 @@ def test_the_weight_tile_is_loaded_whole_and_before_the_wait(pdl: int) -> None:
 
 @pytest.mark.parametrize("rows", [8, 16])
 def test_the_rows_kernel_reduces_each_row_inside_a_warp(rows: int) -> None:
-    """sm_90 output of the rows kernel for q|k|v (no GPU needed): warps along the columns, so a row's sum is a
-    5-step shuffle butterfly and nothing else crosses lanes (40 shuffles at 8 rows; the one-row kernel at 8 rows had
-    224, with 47 barriers against at most 2 a row here: its store's layout change); weights in 16-byte loads before
-    the PDL wait."""
+    """sm_90 output of the rows kernel for q|k|v (no GPU needed): one warp, so each column's sum is a 5-step shuffle
+    butterfly and little else crosses lanes (88 shuffles at 8 rows and 2 columns; the one-row kernel at 8 rows had
+    224, with 47 barriers against at most 2 a row here: its store's layout change); weights in 16-byte loads before the PDL
+    wait."""
     g = compiled_copy("gemv")
     r = g.rows_tiles(4096, 1024)
     consts = dict(HAS_BIAS=False, ADD=True, PDL=1, SWIGLU=False, SCALED=False, BLOCK_M=rows, BLOCK_N=r.block_n,
                   CHUNKS=r.chunks, LANES_K=g.LANES_K)
-    compiled = hopper_compile(g._gemv_rows_kernel, consts, warps=r.warps, stages=1, divisible_ints=("K",))
+    compiled = hopper_compile(g._gemv_rows_kernel, consts, warps=1, stages=1, divisible_ints=("K",))
     ptx = compiled.asm["ptx"]
-    assert f"warpsPerCTA = [1, {r.warps}, 1]" in compiled.asm["ttgir"]
-    assert ptx.count("shfl") == 5 * rows and ptx.count("bar.sync") <= 2 * rows
+    assert "warpsPerCTA = [1, 1, 1]" in compiled.asm["ttgir"]
+    assert ptx.count("shfl") <= (5 * r.block_n + 1) * rows and ptx.count("bar.sync") <= 2 * rows
     lines = ptx.splitlines()
     wait = next(i for i, line in enumerate(lines) if "griddepcontrol.wait" in line)
     assert any("ld.global.v4" in line for line in lines[:wait])

@@ -37,13 +37,31 @@ def test_few_rows_takes_the_kernel_up_to_its_row_limit_only() -> None:
     for rows in (1, 16, 17, 64):
         assert linear(torch.randn(rows, 8), w).shape == (rows, 5)
     assert calls == [1, 16]
-    assert few_rows(kernel, 16, max_k=4)(torch.randn(1, 8), w).shape == (1, 5) and calls == [1, 16]
+    narrow = few_rows(kernel, 16, fast=lambda m, n, k, pair: k <= 4)
+    assert narrow(torch.randn(1, 8), w).shape == (1, 5) and calls == [1, 16]
     assert linears("cublas", True) == (F.linear, F.linear)
     predictor, talker = linears("gemv", False)
     assert predictor is not F.linear and talker is F.linear
     predictor, talker = linears("gemv_all", False)
     assert predictor is talker is not F.linear
     assert predictor.max_rows == 16 and linears("gemv", False, max_rows=1)[0].max_rows == 1
+
+
+def test_few_rows_leaves_cublas_the_shapes_the_rows_kernel_cannot_hold() -> None:
+    """kernels/gemv.py's `fast` routes the calls (the reference's too, so that both split alike): one row up to
+    MAX_K; 2-16 rows only where a warp holds the rows of W (K <= 2,048; gate|up's pair K <= 1,024), so the
+    predictor's down (K 3,072) and the Talker's wide projections take cuBLAS at 8 rows."""
+    from voxgate.engine.qwen3tts.small_gemm import linears
+    from voxgate.kernels import gemv
+
+    small = linears("gemv_all", False)[0]
+    for (m, k, n), takes in {(1, 3072, 1024): True, (1, 6144, 2048): True, (8, 1024, 4096): True,
+                             (8, 2048, 1024): True, (8, 3072, 1024): False, (16, 6144, 2048): False,
+                             (17, 1024, 4096): False, (1, gemv.MAX_K + 1, 64): False}.items():
+        assert small.takes(torch.empty(m, k), torch.empty(n, k)) is takes, (m, k, n)
+    assert small.takes(torch.empty(8, 1024), torch.empty(6144, 1024), pair=True)
+    assert not small.takes(torch.empty(8, 2048), torch.empty(6144, 2048), pair=True)
+    assert small.takes(torch.empty(1, 2048), torch.empty(6144, 2048), pair=True)
 
 
 @pytest.mark.slow

@@ -18,8 +18,8 @@ comes from HBM as in the depth loop), each depending on the one before:
 - `GEMV PDL released after the wait`: the same, but each kernel lets the next one start only after its own wait, so
   at most one kernel's weights stream ahead (the column before lets kernels release the next before waiting, so
   several can be loading at once; the PDL probe of 2026-12-05 released at each program's start).
-- `gemv 8 rows`: voxgate's own kernels/gemv.py at 8 rows (its 2-16-row kernel where K <= 2,048), plain and with PDL,
-  beside cuBLAS's 8 rows (needs voxgate on PYTHONPATH; "-" without it).
+- `gemv 8 rows`: voxgate's own kernels/gemv.py at 8 rows (its one-warp 2-16-row kernel where K <= 2,048, else
+  the one-row kernel's plan), plain and with PDL, beside cuBLAS's 8 rows (needs voxgate on PYTHONPATH; "-" without it).
 
 Expected if a dependent kernel is launch latency plus bytes at full bandwidth: empty ~2 us, and stream ~ empty +
 size / 3.3-4.8 TB/s. If `stream` stays ~4-6 us at 4-12 MB, a phase-per-kernel (or per barrier) plan cannot beat
@@ -173,9 +173,11 @@ def table_row(size: float, dev: torch.device, l2: int) -> str:
     xs = [torch.randn(side, device=dev).to(torch.bfloat16) / 4 for _ in range(2)]
 
     def triton_gemvs(pdl: bool, late: bool = False) -> float:
-        # Checked once against F.linear (one weight, fresh input), then timed as a chain.
-        got = gemv(weights[0], xs[0], torch.empty_like(xs[0]), pdl, late)
-        want = F.linear(xs[0].float(), weights[0].float())
+        # Checked once against F.linear (one weight, a fresh input: the chains before leave xs at any size,
+        # inf or NaN), then timed as a chain.
+        x = torch.randn(side, device=dev).to(torch.bfloat16) / 4
+        got = gemv(weights[0], x, torch.empty_like(x), pdl, late)
+        want = F.linear(x.float(), weights[0].float())
         assert torch.allclose(got.float(), want, rtol=2e-2, atol=2e-2), (got.float() - want).abs().max()
 
         def chain() -> None:
