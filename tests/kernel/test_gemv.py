@@ -186,8 +186,8 @@ def test_the_weight_tile_is_loaded_whole_and_before_the_wait(pdl: int) -> None:
 def test_the_rows_kernel_reduces_each_row_inside_a_warp(rows: int) -> None:
     """sm_90 output of the rows kernel for q|k|v (no GPU needed): one warp, so each column's sum is a 5-step shuffle
     butterfly and little else crosses lanes (88 shuffles at 8 rows and 2 columns; the one-row kernel at 8 rows had
-    224, with 47 barriers against at most 2 a row here: its store's layout change); weights in 16-byte loads before the PDL
-    wait."""
+    224, with 47 barriers against at most 2 a row here: its store's layout change); weights in 16-byte loads before
+    the PDL wait."""
     g = compiled_copy("gemv")
     r = g.rows_tiles(4096, 1024)
     consts = dict(HAS_BIAS=False, ADD=True, PDL=1, SWIGLU=False, SCALED=False, BLOCK_M=rows, BLOCK_N=r.block_n,
