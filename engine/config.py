@@ -29,11 +29,12 @@ class EngineConfig:
     defaults from here."""
 
     max_rows: int = option(128, "decode rows per step (the largest row bucket; default 128)")
-    # No bucket under 8 rows: cuBLAS's few-row kernels are slower than its 8-row ones (H200, 1.7B: a 1-row step
-    # 5.11 ms, 2 rows 4.96, 4 rows 4.98, 8 rows 4.81), so one stream's step pads to 8.
-    row_buckets: tuple[int, ...] = option((8, 16, 32, 64, 96, 128),
-                                          "captured row buckets (default 8,16,32,64,96,128: a step of fewer rows "
-                                          "pads to 8, faster on the H200 than 1, 2 or 4 rows)")
+    # One stream's step has a bucket of its own; 2-7 rows pad to 8. On a Hopper GPU its projections take
+    # kernels/gemv.py (small_gemm = auto): 3.4 ms a 1-row step against 4.8 for 8 rows through cuBLAS (H100). With
+    # cuBLAS alone a 1-row step is no faster than 8 rows (H200, 1.7B: 5.11 against 4.81 ms).
+    row_buckets: tuple[int, ...] = option((1, 8, 16, 32, 64, 96, 128),
+                                          "captured row buckets (default 1,8,16,32,64,96,128: one stream's step "
+                                          "takes 1, fewer than 8 rows pad to 8)")
     prefill_buckets: tuple[int, ...] = option((64, 256), "captured prompt-token buckets per step, e.g. 64,256")
     max_prefills: int = option(4, "new prompts per step (default 4)")
     enforce_eager: bool = option(False, "true: no CUDA graphs")

@@ -27,7 +27,7 @@ def describe(engine: Any) -> dict[str, Any]:
             out |= {"codec": type(runner.codec).__name__, "cuda_graphs": runner.steps.use_graphs,
                     "row_buckets": list(c.row_buckets), "prefill_buckets": list(c.prefill_buckets),
                     "codec_buckets": [list(b) for b in c.codec_buckets],
-                    "step_kernels": runner.ops.attend_name, "depth": c.depth, "small_gemm": c.small_gemm,
+                    "step_kernels": runner.ops.attend_name, "depth": c.depth, "small_gemm": runner.small_gemm,
                     "gemv_rows": c.gemv_rows, "pdl": runner.ops.pdl,
                     "deadline_order": engine.scheduler_config.deadline_order, **runner.memory()}
         if tts.device.type == "cuda":

@@ -45,20 +45,21 @@ class Qwen3TTSOptions(EngineConfig):
     draw: str = option("auto", "each codebook's draw: kernel (one launch a codebook, kernels/sample_draw.py; rows "
                                "needing top-p keep PyTorch's ops) | torch | auto (the kernel where the step runs "
                                "Triton)")
-    small_gemm: str = option("cublas", "projections of <= 16 rows: cublas (F.linear, default) | gemv (the code "
-                                       "predictor's through kernels/gemv.py, a whole weight tile a program, where "
-                                       "the step runs Triton) | gemv_all (the Talker's too)")
+    small_gemm: str = option("auto", "projections of <= 16 rows: auto (default: gemv_all on a Hopper GPU where the "
+                                     "step runs Triton, cublas elsewhere) | cublas (F.linear) | gemv (the code "
+                                     "predictor's through kernels/gemv.py, a whole weight tile a program) | gemv_all "
+                                     "(the Talker's too)")
     gemv_rows: int = option(1, "small_gemm = gemv or gemv_all: projections of at most this many rows (1-16) take "
-                               "kernels/gemv.py (default 1: on an H100 a 1-row step took 3.4 against 4.6 ms; 8 rows "
-                               "took 8.3 against 4.8 before 2-16 rows had a kernel of their own, not yet measured)")
+                               "kernels/gemv.py where it beats cuBLAS (default 1: on an H100 a 1-row step took 3.4 "
+                               "against 4.6 ms, an 8-row one 6.7 against 4.8)")
     gemv_swiglu: bool = option(True, "small_gemm = gemv or gemv_all: gate|up and SwiGLU in one kernels/gemv.py "
                                      "launch where the kernel takes the projection (default true; false: the "
                                      "projection, then kernels/swiglu.py)")
-    pdl: str = option("off", "programmatic dependent launch (Hopper) for the step's Triton kernels (the stacks' "
+    pdl: str = option("auto", "programmatic dependent launch (Hopper) for the step's Triton kernels (the stacks' "
                              "q/k norm, attention, SwiGLU and final norm, and kernels/gemv.py's projections): each "
                              "may start before the kernel ahead ends, a projection loading its weights first: on "
                              "(each lets the next start before it waits) | late (only once it has waited: one "
-                             "kernel ahead) | off (default) | auto (on where the GPU and Triton have it)")
+                             "kernel ahead) | off | auto (default: on where the GPU and Triton have it)")
     fold_norms: bool = option(True, "the Talker's and the code predictor's layer norms folded into the "
                                     "projections they feed: 7 launches a layer instead of 9, the same function "
                                     "(engine/qwen3tts/fused_stack.py; default true: 5-7 % off every step on an "

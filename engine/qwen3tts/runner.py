@@ -36,7 +36,7 @@ from .model.prompt import PromptRows
 from .model.sampling import NUM_PARAMS
 from .runner_config import RING, RunnerConfig, text_id
 from .slot_sizing import size_slots
-from .small_gemm import linears
+from .small_gemm import linears, resolve
 from .step_buffers import HostCopy, PackedBuffer
 
 # RING and RunnerConfig (runner_config.py) are imported from here too: this module is the runner's public face.
@@ -95,7 +95,8 @@ class ModelRunner:
         if self.pdl:
             self.ops = DecoderOps.for_device(self.device, c.attention, pdl=self.pdl)
         depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth in ("fused", "persistent") else None
-        projections = linears(c.small_gemm, self.ops.uses_triton, self.pdl, c.gemv_rows, c.gemv_swiglu)
+        self.small_gemm = resolve(c.small_gemm, self.device, self.ops.uses_triton)
+        projections = linears(self.small_gemm, self.ops.uses_triton, self.pdl, c.gemv_rows, c.gemv_swiglu)
         self.model = StepModel(talker, self.ops, depth, *projections,
                                persistent=c.depth == "persistent", fold_norms=c.folds_norms(self.dtype))
         # auto: the draw kernel wherever the step runs Triton (on the H200 it took 0.57-0.82 ms off every step:

@@ -47,6 +47,21 @@ def test_few_rows_takes_the_kernel_up_to_its_row_limit_only() -> None:
     assert predictor.max_rows == 16 and linears("gemv", False, max_rows=1)[0].max_rows == 1
 
 
+def test_auto_takes_the_kernel_only_on_a_hopper_gpu_running_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    """small_gemm = auto (the default): gemv_all where it was measured faster (Hopper, the step's Triton kernels),
+    cuBLAS on the CPU, on other GPUs and with attention = torch; an explicit choice stays as given."""
+    from voxgate.engine.qwen3tts.small_gemm import resolve
+
+    cuda = torch.device("cuda", 0)
+    assert resolve("auto", torch.device("cpu"), False) == "cublas"
+    for capability, use_triton, want in [((9, 0), True, "gemv_all"), ((9, 0), False, "cublas"),
+                                         ((8, 0), True, "cublas"), ((10, 0), True, "cublas")]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, cap=capability: cap)
+        assert resolve("auto", cuda, use_triton) == want, (capability, use_triton)
+    for choice in ("cublas", "gemv", "gemv_all"):
+        assert resolve(choice, cuda, True) == choice
+
+
 def test_few_rows_leaves_cublas_the_shapes_the_rows_kernel_cannot_hold() -> None:
     """kernels/gemv.py's `fast` routes the calls (the reference's too, so that both split alike): one row up to
     MAX_K; 2-16 rows only where a warp holds the rows of W (K <= 2,048; gate|up's pair K <= 1,024), so the
