@@ -3,12 +3,13 @@ projections of the depth loop and of one-stream steps, where cuBLAS runs a depen
 (docs/benchmarks/h200-step-profile/chain). A GEMV of M rows is bound by reading W once, and in a chain of dependent
 kernels by how fast each read ramps up, so each program loads its whole tile of W, [BLOCK_N, K], in one load: no K
 loop, every byte it needs in flight at once (8,192 values a program, 32 a thread at 8 warps). Then it multiplies the
-tile by each row of x in turn (fp32 FMAs and one reduction a row: M is too small for an MMA tile to pay) and stores
-each row's BLOCK_N outputs. One row takes `_gemv_kernel`; 2-16 rows take `_gemv_rows_kernel` where K <= 2,048
-(`fast`): one warp a program, so each row's reduction stays inside the warp (the first kernel's crosses warps
-through shared memory for every row: an 8-row step took 8.3 ms with it on an H100 against cuBLAS's 4.8). The
-columns alone give enough programs (BLOCK_N shrinks to 1 before the count drops under MIN_PROGRAMS), so nothing
-splits K: one launch, and the same bits on every GPU.
+tile by each row of x in turn (fp32 FMAs and one reduction a row) and stores each row's BLOCK_N outputs. One row
+takes `_gemv_kernel`; 2-16 rows take `_gemv_rows_kernel` where it fits
+(`fast`: K <= 2,048 and at least MMA_MIN_PROGRAMS programs of 16 columns): one tensor-core MMA of the tile by x's
+rows padded to 16, so W is read once and no row's sum crosses warps by hand (the one-row kernel's per-row
+reductions cross warps through shared memory: an 8-row step took 8.3 ms with it on an H100 against cuBLAS's 4.8;
+a one-warp FMA kernel took 6.7). The columns alone give enough programs (BLOCK_N shrinks to 1 before the count
+drops under MIN_PROGRAMS), so nothing splits K: one launch, and the same bits on every GPU.
 
 With `pdl` (Hopper: programmatic dependent launch, kernels/utils.py: True or "late") the weight load comes before the
 wait for the kernel ahead: in a chain of projections each one's weights stream in while the one before it computes.
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .utils import SUM, pdl_launch, wait_for_inputs
+from .utils import SUM, interpreted, pdl_launch, wait_for_inputs
 
 MAX_ROWS = 16  # callers take F.linear above this
 MAX_K = 8192  # a program holds whole rows of W: callers take F.linear above this (the Talker's widest K is 6,144)
@@ -92,76 +93,80 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
 @triton.jit
 def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
                       HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
-                      SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr,
-                      LANES_K: tl.constexpr):
-    # The same as _gemv_kernel for 2-16 rows, launched with one warp: the tile [CHUNKS, BLOCK_N, LANES_K] (K =
-    # chunks of LANES_K, 8 values a lane) is the warp's alone, so each row's sum over K is in-thread over the chunks,
-    # then shuffles, never a shared-memory reduction across warps. x is loaded in the tile's own shape (from L1) so
-    # that the product needs no layout conversion.
+                      SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      UPCAST: tl.constexpr):
+    # The same as _gemv_kernel for 2-16 rows, as one MMA: the tile of W [BLOCK_N, K] (loaded whole, before the PDL
+    # wait) times x^T [K, BLOCK_M] (the rows padded to BLOCK_M = 16 with zeros) gives out^T [BLOCK_N, BLOCK_M] in fp32,
+    # so W is read once for every row and no row's sum crosses warps by hand. "ieee": fp32 sums must not drop to
+    # TF32 (bf16 compiles to the same MMA either way). UPCAST: interpreted, the operands in fp32 (utils.interpreted).
     cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    kk = tl.arange(0, CHUNKS)[:, None, None] * LANES_K + tl.arange(0, LANES_K)[None, None, :]
+    ks = tl.arange(0, BLOCK_K)
+    rows = tl.arange(0, BLOCK_M)
     col_ok = cols < N
-    w_ok = col_ok[None, :, None] & (kk < K)
-    w = tl.load(w_ptr + cols[None, :, None] * K + kk, mask=w_ok, other=0.0)
+    k_ok = ks < K
+    w = tl.load(w_ptr + cols[:, None] * K + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
     if SWIGLU:
-        w_up = tl.load(w_ptr + (cols + N)[None, :, None] * K + kk, mask=w_ok, other=0.0)
+        w_up = tl.load(w_ptr + (cols + N)[:, None] * K + ks[None, :], mask=col_ok[:, None] & k_ok[None, :],
+                       other=0.0)
     wait_for_inputs(PDL)
-    w = w.to(tl.float32)
-    if SWIGLU:
-        w_up = w_up.to(tl.float32)
-    xk = kk + cols[None, :, None] * 0  # the tile's shape, every column the same row of x
+    xt = tl.load(x_ptr + rows[None, :] * K + ks[:, None], mask=k_ok[:, None] & (rows[None, :] < M), other=0.0)
+    if UPCAST:
+        w = w.to(tl.float32)
+        xt = xt.to(tl.float32)
+        if SWIGLU:
+            w_up = w_up.to(tl.float32)
+    y = tl.dot(w, xt, input_precision="ieee")
+    out_offs = rows[None, :] * N + cols[:, None]
+    out_ok = col_ok[:, None] & (rows[None, :] < M)
+    if SWIGLU:  # (no bias, no residual)
+        x32 = xt.to(tl.float32)
+        up = tl.dot(w_up, xt, input_precision="ieee")
+        x_sq = tl.reduce(x32 * x32, 0, SUM)[None, :]
+        y = _silu_mul(y, up, x_sq, K, eps, SCALED, out_ptr.dtype.element_ty).to(tl.float32)
     bias = tl.load(bias_ptr + cols, mask=col_ok & HAS_BIAS, other=0.0).to(tl.float32)  # no load without one
-    for m in tl.static_range(BLOCK_M):
-        x = tl.load(x_ptr + m * K + xk, mask=(xk < K) & (xk * 0 + m < M), other=0.0).to(tl.float32)
-        y = tl.reduce(tl.reduce(w * x, 0, SUM), 1, SUM)
-        out_ok = col_ok & (cols * 0 + m < M)
-        if SWIGLU:  # (no bias, no residual) every column holds the whole row of x: the same squares' sum in each
-            y = _silu_mul(y, tl.reduce(tl.reduce(w_up * x, 0, SUM), 1, SUM),
-                          tl.reduce(tl.reduce(x * x, 0, SUM), 1, SUM), K, eps, SCALED,
-                          out_ptr.dtype.element_ty).to(tl.float32)
-        _add_and_store(y, bias, res_ptr, out_ptr, m * N + cols, out_ok, HAS_BIAS, ADD)
+    _add_and_store(y, bias[:, None], res_ptr, out_ptr, out_offs, out_ok, HAS_BIAS, ADD)
 
 
-LANES_K = 256  # K values a warp's 32 lanes hold per chunk (8 each: 16-byte bf16 loads)
-WARP_VALUES = 2048  # weight values the rows kernel's one warp holds (64 a lane)
+_DOT_UPCAST = interpreted(_gemv_rows_kernel)  # the interpreter's bf16 dots are wrong (utils.interpreted)
+MMA_ROWS = 16  # x's rows padded to an MMA tile's side (tl.dot needs 16)
+MMA_COLUMNS = 16  # output columns a rows-kernel program takes
+MMA_MAX_VALUES = 32768  # weight values a rows-kernel program holds (16 columns x K 2,048; 8 warps, 128 a thread)
+MMA_MIN_PROGRAMS = 128  # ~1 a SM: fewer (the predictor's o, N 1,024: 64) and cuBLAS reads faster
 
 
 @dataclass(frozen=True, slots=True)
 class RowsTiles:
-    """_gemv_rows_kernel's launch (one warp a program): W rows a program loads (columns, or gate and up rows of
-    half as many columns), K chunks of LANES_K (a power of two covering K)."""
+    """_gemv_rows_kernel's launch: output columns a program takes, its K block (K rounded up to a power of two),
+    the weight values a program holds (twice the columns' with gate|up), warps, programs."""
 
     block_n: int
-    chunks: int
+    block_k: int
+    values: int
+    warps: int
+    programs: int
 
     @property
     def fits(self) -> bool:
-        """Whether a program's rows fit one warp's WARP_VALUES (K <= 2,048; the predictor's down, K 3,072, does
-        not: callers take cuBLAS there, `gemv` the one-row kernel)."""
-        return self.block_n * self.chunks * LANES_K <= WARP_VALUES
+        """Whether the launch is meant to beat cuBLAS: at most MMA_MAX_VALUES a program, MMA_MIN_PROGRAMS in all."""
+        return self.values <= MMA_MAX_VALUES and self.programs >= MMA_MIN_PROGRAMS
 
 
-def rows_tiles(n: int, k: int) -> RowsTiles:
-    """The 2-16-row launch for W [n, k]: one warp a program, so a row's sum never leaves the warp whatever layout
-    Triton picks (Triton 3.6 put the warps of a [chunks, columns, lanes] tile along the chunks, and each row's sum
-    crossed warps through shared memory: 14-150 us a call on an H100 where cuBLAS took 3.5-7). As many rows of W as
-    fill WARP_VALUES, halved while fewer than 4 x MIN_PROGRAMS programs (a one-warp program reads a quarter of
-    what an 8-warp one does). q|k|v (K 1,024, N 4,096): 2 rows, 2,048 programs; o (K 2,048): 1, 1,024."""
-    chunks = triton.next_power_of_2(triton.cdiv(max(k, 1), LANES_K))
-    block_n = max(1, WARP_VALUES // (chunks * LANES_K))
-    while block_n > 1 and triton.cdiv(n, block_n) < 4 * MIN_PROGRAMS:
-        block_n //= 2
-    return RowsTiles(block_n, chunks)
+def rows_tiles(n: int, k: int, pair: bool = False) -> RowsTiles:
+    """The 2-16-row launch for n output columns over K = k (pair: each column a gate and an up row of W):
+    MMA_COLUMNS columns a program, their rows whole, 4 warps up to 16,384 weight values and 8 above. The
+    predictor's q|k|v (K 1,024, N 4,096): 256 programs; a head (N 2,048): 128; gate|up (K 1,024): 192; its o
+    (N 1,024: 64 programs) and down (K 3,072) do not fit and take cuBLAS."""
+    block_k = triton.next_power_of_2(max(k, 16))
+    values = (2 if pair else 1) * MMA_COLUMNS * block_k
+    return RowsTiles(MMA_COLUMNS, block_k, values, 4 if values <= 16384 else 8, triton.cdiv(n, MMA_COLUMNS))
 
 
 def fast(m: int, n: int, k: int, pair: bool = False) -> bool:
-    """Whether `gemv` (pair: `gemv_swiglu`, n its output columns) runs a call of m rows on a plan that beats
+    """Whether `gemv` (pair: `gemv_swiglu`, n its output columns) runs a call of m rows on a plan meant to beat
     cuBLAS: one row up to MAX_K, or 2-16 rows where the rows kernel fits. Elsewhere it is correct but slower."""
     if m > MAX_ROWS or k > MAX_K:
         return False
-    per = 2 if pair else 1
-    r = rows_tiles(per * n, k)
-    return m <= 1 or (r.fits and r.block_n >= per)  # a pair's gate and up rows both in the one warp
+    return m <= 1 or rows_tiles(n, k, pair).fits
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,8 +218,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
-    flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, SWIGLU=False, SCALED=False,
-                 BLOCK_M=triton.next_power_of_2(m))
+    flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, SWIGLU=False, SCALED=False)
     step_kernel, grid, shape, extra = _plan(m, n, k, pdl, pair=False)
     step_kernel[grid](x, weight, bias if bias is not None else x, out, out, m, n, k, 0.0, **flags, **shape, **extra)
     return out
@@ -223,19 +227,21 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 def _plan(m: int, n: int, k: int, pdl: bool | str, pair: bool) -> tuple[object, tuple[int], dict, dict]:
     """(kernel, grid, its shape's launch arguments with PDL and warps, the launch's extra arguments) for M = m
     rows of n output columns over K = k; `pair`: each column reads two rows of W (gate and up), so a program takes
-    half the columns. 2-16 rows take the rows kernel where it fits (`fast`), else the one-row kernel."""
+    half the columns (one-row kernel). 2-16 rows take the rows kernel where it fits (`fast`), else the one-row
+    kernel."""
     per = 2 if pair else 1
     if m > 1 and fast(m, n, k, pair):
-        r = rows_tiles(per * n, k)
-        block_n = max(1, r.block_n // per)
+        r = rows_tiles(n, k, pair)
         on, extra = pdl_launch(_gemv_rows_kernel, pdl)
-        return (_gemv_rows_kernel, (triton.cdiv(n, block_n),),
-                dict(PDL=on, BLOCK_N=block_n, CHUNKS=r.chunks, LANES_K=LANES_K, num_warps=1), extra)
+        return (_gemv_rows_kernel, (r.programs,),
+                dict(PDL=on, BLOCK_M=MMA_ROWS, BLOCK_N=r.block_n, BLOCK_K=r.block_k, UPCAST=_DOT_UPCAST,
+                     num_warps=r.warps), extra)
     t = tiles(per * n, k)
     block_n = max(1, t.block_n // per)
     on, extra = pdl_launch(_gemv_kernel, pdl)
     return (_gemv_kernel, (triton.cdiv(n, block_n),),
-            dict(PDL=on, BLOCK_N=block_n, BLOCK_K=t.block_k, num_warps=t.warps), extra)
+            dict(PDL=on, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=block_n, BLOCK_K=t.block_k,
+                 num_warps=t.warps), extra)
 
 
 def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled: bool = False,
@@ -250,7 +256,7 @@ def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
-    flags = dict(HAS_BIAS=False, ADD=False, SWIGLU=True, SCALED=scaled, BLOCK_M=triton.next_power_of_2(m))
+    flags = dict(HAS_BIAS=False, ADD=False, SWIGLU=True, SCALED=scaled)
     step_kernel, grid, shape, extra = _plan(m, n, k, pdl, pair=True)
     step_kernel[grid](x, gate_up, x, out, out, m, n, k, eps, **flags, **shape, **extra)
     return out

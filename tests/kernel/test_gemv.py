@@ -31,6 +31,15 @@ def mod() -> ModuleType:
     return kernel_module("gemv")
 
 
+@pytest.fixture(params=["mma", "one-row"])
+def plan(request: pytest.FixtureRequest, mod: ModuleType, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which kernel takes 2-16 rows at the small shapes: the MMA rows kernel (its program floor lowered to 1, so
+    that shapes small enough to interpret take it) or the one-row kernel (the floor as shipped: too few programs)."""
+    if request.param == "mma":
+        monkeypatch.setattr(mod, "MMA_MIN_PROGRAMS", 1)
+    return request.param
+
+
 def _inputs(rows: int, k: int, n: int, dtype: torch.dtype, bias: bool = False):
     x = torch.randn(rows, k, device=DEVICE).to(dtype)
     w = (torch.randn(n, k, device=DEVICE) / k**0.5).to(dtype)
@@ -47,14 +56,15 @@ def _assert_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> 
 @pytest.mark.parametrize("rows", [1, 3, 16])
 @pytest.mark.parametrize("k,n", SMALL)
 @pytest.mark.parametrize("bias", [False, True], ids=["plain", "bias"])
-def test_gemv_matches_linear(mod: ModuleType, dtype: torch.dtype, rows: int, k: int, n: int, bias: bool) -> None:
+def test_gemv_matches_linear(mod: ModuleType, plan: str, dtype: torch.dtype, rows: int, k: int, n: int,
+                             bias: bool) -> None:
     x, w, b = _inputs(rows, k, n, dtype, bias)
     _assert_close(mod.gemv(x, w, b), mod.gemv_ref(x, w, b), dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 5])
-def test_gemv_add_adds_into_the_residual_in_place(mod: ModuleType, dtype: torch.dtype, rows: int) -> None:
+def test_gemv_add_adds_into_the_residual_in_place(mod: ModuleType, plan: str, dtype: torch.dtype, rows: int) -> None:
     """residual += x @ W^T, the sum rounded once, as cuBLAS's addmm_ with beta = 1; the residual tensor itself
     changes, and it is returned."""
     k, n = 200, 70
@@ -70,34 +80,33 @@ def test_gemv_add_adds_into_the_residual_in_place(mod: ModuleType, dtype: torch.
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_rows_kernel_at_several_columns_and_chunks_a_program(mod: ModuleType, dtype: torch.dtype,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """2-16 rows at a shape whose rule gives the rows kernel 4 rows of W and 2 K chunks a program (the small shapes
-    above give it one row and one chunk; a lower program floor keeps the shape small enough to interpret), plain,
-    added into a residual, and as gate|up (2 columns a program)."""
-    monkeypatch.setattr(mod, "MIN_PROGRAMS", 8)
+def test_the_rows_kernel_at_a_shape_it_takes_as_shipped(mod: ModuleType, dtype: torch.dtype) -> None:
+    """2-16 rows at a shape whose rule gives the MMA rows kernel its shipped floor of programs (N 2,100: 132
+    programs of 16 columns, the last part empty; K 300 in a block of 512), plain with a bias, added into a residual,
+    and as gate|up (a pair's 66 programs take the one-row kernel)."""
     k, n, rows = 300, 2100, 8
     r = mod.rows_tiles(n, k)
-    assert (r.block_n, r.chunks) == (4, 2) and r.fits, r
+    assert (r.block_n, r.block_k, r.programs) == (16, 512, 132) and r.fits and mod.fast(rows, n, k), r
+    assert not mod.fast(rows, n // 2, k, pair=True)
     x, w, b = _inputs(rows, k, n, dtype, bias=True)
     _assert_close(mod.gemv(x, w, b), mod.gemv_ref(x, w, b), dtype)
     residual = torch.randn(rows, n, device=DEVICE).to(dtype)
     _assert_close(mod.gemv_add_(residual.clone(), x, w), mod.gemv_add_ref(residual.clone(), x, w), dtype)
-    if n % 2 == 0 and k <= 2048:  # gate|up-shaped: the fused SwiGLU too, plain and scaled
-        for scaled in (False, True):
-            torch.testing.assert_close(mod.gemv_swiglu(x, w, 1e-6, scaled, pdl=True).float(),
-                                       mod.gemv_swiglu_ref(x, w, 1e-6, scaled).float(), **SWIGLU_TOL[dtype])
+    for scaled in (False, True):
+        torch.testing.assert_close(mod.gemv_swiglu(x, w, 1e-6, scaled, pdl=True).float(),
+                                   mod.gemv_swiglu_ref(x, w, 1e-6, scaled).float(), **SWIGLU_TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 3, 8])
 @pytest.mark.parametrize("scaled", [False, True], ids=["plain", "scaled"])
 @pytest.mark.parametrize("k,inner", [(200, 35), (300, 1050)])
-def test_gemv_swiglu_is_the_projection_then_swiglu(mod: ModuleType, dtype: torch.dtype, rows: int, scaled: bool,
-                                                   k: int, inner: int) -> None:
+def test_gemv_swiglu_is_the_projection_then_swiglu(mod: ModuleType, plan: str, dtype: torch.dtype, rows: int,
+                                                   scaled: bool, k: int, inner: int) -> None:
     """silu(gate) * up of one projection, in one launch, against F.linear then kernels/swiglu.py's reference (with
-    `scaled`, the folded norm: 1 / RMS of x's rows); (300, 1050) gives the rows kernel 2 rows of W (one column's
-    gate and up) and 2 K chunks a program. x is scaled up so that the folded norm's factor is far from 1."""
+    `scaled`, the folded norm: 1 / RMS of x's rows); at (300, 1050) the rows kernel's programs hold 16 columns'
+    gate and up rows, 66 programs, the last one part empty. x is scaled up so that the folded norm's factor is far
+    from 1."""
     x, w, _ = _inputs(rows, k, 2 * inner, dtype)
     x = (x.float() * 3).to(dtype)
     got, want = mod.gemv_swiglu(x, w, 1e-6, scaled), mod.gemv_swiglu_ref(x, w, 1e-6, scaled)
@@ -128,20 +137,21 @@ def test_the_rule_fills_the_gpu_with_whole_rows() -> None:
     assert tiles(4096, 1024).block_n == 8 and tiles(1024, 3072).block_n == 2  # q|k|v and down of the predictor
 
 
-def test_the_rows_rule_fits_a_warp_up_to_k_2048() -> None:
-    """The 2-16-row rule (host side): whole rows of W in chunks of LANES_K, as many as one warp holds (WARP_VALUES),
-    with at least 4 x MIN_PROGRAMS programs unless down to one row; beyond K 2,048 (the predictor's down, the
-    Talker's) nothing fits and `fast` says no."""
-    from voxgate.kernels.gemv import LANES_K, MIN_PROGRAMS, WARP_VALUES, fast, rows_tiles
+def test_the_rows_rule_takes_whole_rows_up_to_k_2048_and_enough_programs() -> None:
+    """The 2-16-row rule (host side): MMA_COLUMNS columns a program, their rows whole (a power of two >= K), at most
+    MMA_MAX_VALUES weight values and MMA_MIN_PROGRAMS programs for `fast` to send a call there: the predictor's
+    q|k|v, gate|up and heads fit; its o (64 programs) and down (K 3,072), the Talker's down (K 6,144) do not and
+    take cuBLAS, while one row takes the one-row kernel at every K up to MAX_K."""
+    from voxgate.kernels.gemv import MMA_COLUMNS, MMA_MAX_VALUES, MMA_MIN_PROGRAMS, fast, rows_tiles
 
-    for k, n in [(1024, 4096), (2048, 1024), (1024, 6144), (1024, 2048), (2048, 4096), (2048, 12288), (300, 2100)]:
-        r = rows_tiles(n, k)
-        assert r.chunks * LANES_K >= k and r.block_n * r.chunks * LANES_K <= WARP_VALUES and r.fits, (k, n, r)
-        assert -(-n // r.block_n) >= 4 * MIN_PROGRAMS or r.block_n == 1, (k, n, r)
-        assert fast(8, n, k) and fast(16, n, k)
-    assert rows_tiles(4096, 1024) == type(rows_tiles(1, 1))(2, 4)  # q|k|v: 2 rows of W a program, 2,048 programs
-    for k, n in [(3072, 1024), (6144, 2048)]:
-        assert not rows_tiles(n, k).fits and not fast(8, n, k) and fast(1, n, k)
+    for k, n, pair in [(1024, 4096, False), (1024, 3072, True), (1024, 2048, False), (2048, 4096, False),
+                       (2048, 3072, False)]:
+        r = rows_tiles(n, k, pair)
+        assert r.block_n == MMA_COLUMNS and r.block_k >= k and r.values <= MMA_MAX_VALUES, (k, n, r)
+        assert r.programs >= MMA_MIN_PROGRAMS and r.fits and fast(8, n, k, pair) and fast(16, n, k, pair)
+    assert rows_tiles(4096, 1024).programs == 256 and rows_tiles(4096, 1024).warps == 4
+    for k, n, pair in [(2048, 1024, False), (3072, 1024, False), (6144, 2048, False), (2048, 3072, True)]:
+        assert not rows_tiles(n, k, pair).fits and not fast(8, n, k, pair) and fast(1, n, k, pair), (k, n, pair)
 
 
 def test_gemv_refuses_bad_shapes(mod: ModuleType) -> None:
@@ -182,23 +192,21 @@ def test_the_weight_tile_is_loaded_whole_and_before_the_wait(pdl: int) -> None:
     assert any(i > wait for i in loads)  # x, after the wait
 
 
-@pytest.mark.parametrize("rows", [8, 16])
-def test_the_rows_kernel_reduces_each_row_inside_a_warp(rows: int) -> None:
-    """sm_90 output of the rows kernel for q|k|v (no GPU needed): one warp, so each column's sum is a 5-step shuffle
-    butterfly and little else crosses lanes (88 shuffles at 8 rows and 2 columns; the one-row kernel at 8 rows had
-    224, with 47 barriers against at most 2 a row here: its store's layout change); weights in 16-byte loads before
-    the PDL wait."""
+@pytest.mark.parametrize("swiglu", [False, True], ids=["qkv", "gate-up"])
+def test_the_rows_kernel_is_mma_after_its_weights(swiglu: bool) -> None:
+    """sm_90 output of the rows kernel (no GPU needed) for the predictor's q|k|v and its fused gate|up: the rows'
+    products are tensor-core MMAs (mma.sync, no per-row reduction across warps), and every weight arrives in
+    16-byte loads before the PDL wait."""
     g = compiled_copy("gemv")
-    r = g.rows_tiles(4096, 1024)
-    consts = dict(HAS_BIAS=False, ADD=True, PDL=1, SWIGLU=False, SCALED=False, BLOCK_M=rows, BLOCK_N=r.block_n,
-                  CHUNKS=r.chunks, LANES_K=g.LANES_K)
-    compiled = hopper_compile(g._gemv_rows_kernel, consts, warps=1, stages=1, divisible_ints=("K",))
-    ptx = compiled.asm["ptx"]
-    assert "warpsPerCTA = [1, 1, 1]" in compiled.asm["ttgir"]
-    assert ptx.count("shfl") <= (5 * r.block_n + 1) * rows and ptx.count("bar.sync") <= 2 * rows
+    r = g.rows_tiles(3072 if swiglu else 4096, 1024, swiglu)
+    consts = dict(HAS_BIAS=False, ADD=not swiglu, PDL=1, SWIGLU=swiglu, SCALED=swiglu, BLOCK_M=g.MMA_ROWS,
+                  BLOCK_N=r.block_n, BLOCK_K=r.block_k, UPCAST=False)
+    ptx = hopper_compile(g._gemv_rows_kernel, consts, warps=r.warps, stages=1, divisible_ints=("K",)).asm["ptx"]
+    assert "mma.sync" in ptx and "shfl" not in ptx.split("griddepcontrol.wait")[0]
     lines = ptx.splitlines()
     wait = next(i for i, line in enumerate(lines) if "griddepcontrol.wait" in line)
-    assert any("ld.global.v4" in line for line in lines[:wait])
+    weight_loads = [i for i, line in enumerate(lines) if "ld.global.v4" in line]
+    assert weight_loads and sum(i < wait for i in weight_loads) >= r.values // (8 * 32 * r.warps)
 
 
 # the 1.7B code predictor's projections (K, N): q|k|v, o, gate|up, down, a codebook's head; the Talker's down
