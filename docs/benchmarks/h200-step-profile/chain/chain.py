@@ -18,7 +18,7 @@ comes from HBM as in the depth loop), each depending on the one before:
 - `GEMV PDL released after the wait`: the same, but each kernel lets the next one start only after its own wait, so
   at most one kernel's weights stream ahead (the column before lets kernels release the next before waiting, so
   several can be loading at once; the PDL probe of 2026-12-05 released at each program's start).
-- `gemv 8 rows`: voxgate's own kernels/gemv.py at 8 rows (its one-warp 2-16-row kernel where K <= 2,048, else
+- `gemv 8 rows`: voxgate's own kernels/gemv.py at 8 rows (its MMA 2-16-row kernel where K <= 2,048, else
   the one-row kernel's plan), plain and with PDL, beside cuBLAS's 8 rows (needs voxgate on PYTHONPATH; "-" without it).
 
 Expected if a dependent kernel is launch latency plus bytes at full bandwidth: empty ~2 us, and stream ~ empty +
