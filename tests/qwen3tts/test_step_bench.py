@@ -23,3 +23,16 @@ def test_the_step_bench_reports_its_buckets_and_options(tiny_ckpt: Callable[[str
     assert "Engine options: `row_buckets=1,2`, `prefill_buckets=16`, `fold_norms=false`." in report
     steps = json.loads((out / "steps.json").read_text())["steps"]
     assert {(s["rows"], s["prefill_tokens"]) for s in steps} >= {(1, 0), (2, 0), (1, 16)}
+    assert {d["depth"] for d in json.loads((out / "steps.json").read_text())["depth"]} == {
+        "fused", "layers", "persistent"}
+
+
+def test_the_step_bench_takes_known_depth_forms_or_none() -> None:
+    import argparse
+
+    from voxgate.engine.qwen3tts.bench.step_bench import _depth_variants
+
+    assert _depth_variants("none") == () and _depth_variants("") == ()
+    assert _depth_variants("layers,fused") == ("layers", "fused")
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown depth forms"):
+        _depth_variants("layers,fast")

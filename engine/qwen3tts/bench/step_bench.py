@@ -27,6 +27,18 @@ def _engine_option(text: str) -> tuple[str, str]:
     return key, value
 
 
+DEPTH_VARIANTS = ("fused", "layers", "persistent")
+
+
+def _depth_variants(text: str) -> tuple[str, ...]:
+    names = tuple(name for name in text.split(",") if name and name != "none")
+    unknown = [name for name in names if name not in DEPTH_VARIANTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown depth forms {unknown}: choose from {', '.join(DEPTH_VARIANTS)} "
+                                         "or none")
+    return names
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="Qwen3-TTS checkpoint folder")
     p.add_argument("--make-like", help="write a synthetic checkpoint like this official one if the folder is empty")
@@ -37,6 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine-option", action="append", type=_engine_option, default=[], metavar="KEY=VALUE",
                    help="runner options, e.g. row_buckets=1,8,32 prefill_buckets=64 (as the qwen3tts engine takes "
                    "them)")
+    p.add_argument("--depth-variants", type=_depth_variants, default=DEPTH_VARIANTS, metavar="NAMES",
+                   help="the depth loop alone through these forms, comma-separated (default "
+                   f"{','.join(DEPTH_VARIANTS)}; 'none' skips it: the fused and persistent forms compile for a "
+                   "minute or more on a cold cache)")
     p.add_argument("--profile", action="store_true",
                    help="also trace one replay of each step bucket's graph kernel by kernel (CUDA only): launches, "
                    "GPU-busy time, idle gaps, the weights' bandwidth floor (step_profile.py)")
@@ -122,7 +138,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         io.upload()
         ms = median_ms(lambda key=key: runner.chunks.graphs(key), args.reps)
         codec.append({"rows": rows, "frames": width, "gpu_ms": ms, "ms_per_frame": ms / (rows * width)})
-    depth = depth_loop_times(runner, row, args.reps)
+    depth = depth_loop_times(runner, row, args.reps, args.depth_variants)
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)"
     extra: dict[str, Any] = {}
     if getattr(args, "profile", False) and device == "cuda":
@@ -139,10 +155,11 @@ DEPTH_ROWS = (1, 8, 64, 128)
 PERSISTENT_ROWS = (1, 8, 16)  # the persistent pass's buckets (it takes <= 16 rows)
 
 
-def depth_loop_times(runner: Any, param_row: list[float], reps: int) -> list[dict[str, Any]]:
+def depth_loop_times(runner: Any, param_row: list[float], reps: int,
+                     forms: tuple[str, ...] = DEPTH_VARIANTS) -> list[dict[str, Any]]:
     """The depth loop alone (codebooks 1..15 of one frame, with the engine's sampler) per row count, captured in a
     CUDA graph and replayed: passes 1..14 through the fused kernels (depth_fused.py), through the stack's layers,
-    and through the persistent pass (kernels/depth_pass.py; rows <= 16 only), on the same weights."""
+    and through the persistent pass (kernels/depth_pass.py; rows <= 16 only), on the same weights; only `forms`."""
     import torch
     from voxgate.engine.graphs import median_ms
     from voxgate.engine.qwen3tts.depth_fused import DepthOps, FusedDepth, PersistentDepth
@@ -159,11 +176,15 @@ def depth_loop_times(runner: Any, param_row: list[float], reps: int) -> list[dic
     ops = DepthOps.for_triton(runner.ops.uses_triton)
     weight = model.talker.model.codec_embedding.weight
     out = []
-    variants = {"fused": (fused or FusedDepth(model.predictor, model.predictor_stack, ops), None),
-                "layers": (None, None),
-                "persistent": (None, persistent or PersistentDepth(model.predictor, model.predictor_stack, ops))}
+    variants = {"fused": lambda: (fused or FusedDepth(model.predictor, model.predictor_stack, ops), None),
+                "layers": lambda: (None, None),
+                "persistent": lambda: (None, persistent or PersistentDepth(model.predictor, model.predictor_stack,
+                                                                           ops))}
     try:
-        for name, (fused_variant, persistent_variant) in variants.items():
+        for name, build in variants.items():
+            if name not in forms:
+                continue
+            fused_variant, persistent_variant = build()
             model.fused_depth, model.persistent_depth = fused_variant, persistent_variant
             for rows in PERSISTENT_ROWS if name == "persistent" else DEPTH_ROWS:
                 h = torch.randn(rows, weight.shape[1], device=weight.device, dtype=weight.dtype)
