@@ -59,7 +59,8 @@ class Qwen3TTSOptions(EngineConfig):
                              "q/k norm, attention, SwiGLU and final norm, and kernels/gemv.py's projections): each "
                              "may start before the kernel ahead ends, a projection loading its weights first: on "
                              "(each lets the next start before it waits) | late (only once it has waited: one "
-                             "kernel ahead) | off | auto (default: on where the GPU and Triton have it)")
+                             "kernel ahead) | off | auto (default: on where the GPU and Triton have it "
+                             "and a probe launch with it runs at start)")
     fold_norms: bool = option(True, "the Talker's and the code predictor's layer norms folded into the "
                                     "projections they feed: 7 launches a layer instead of 9, the same function "
                                     "(engine/qwen3tts/fused_stack.py; default true: 5-7 % off every step on an "

@@ -87,7 +87,7 @@ class RunnerConfig:
     def uses_pdl(self, device: torch.device, triton_ops: bool) -> bool | str:
         """The kernels' `pdl` (kernels/utils.py: False, True or "late") for a step on `device` whose kernels are
         Triton's (`triton_ops`): on and late need a GPU and Triton that have it (an error otherwise: asked for,
-        never silently dropped); auto takes on where they do."""
+        never silently dropped); auto takes on where a probe launch with PDL runs (kernels/utils.pdl_works)."""
         asked = self.pdl in ("on", "late")
         if self.pdl == "off" or not triton_ops:
             if asked and not triton_ops:
@@ -95,13 +95,39 @@ class RunnerConfig:
             return False
         from ...kernels.utils import pdl_available
 
-        if pdl_available(device):
-            return "late" if self.pdl == "late" else True
-        if asked:
+        if asked and not pdl_available(device):
             raise ValueError(f"pdl={self.pdl} needs a Hopper (sm_90) or newer GPU and Triton >= 3.3")
-        return False
+        if asked:
+            return "late" if self.pdl == "late" else True
+        return pdl_works(device)  # auto: only where a launch with PDL runs
 
     def folds_norms(self, dtype: torch.dtype) -> bool:
         """fold_norms for a model in `dtype`: never in fp16, where a projection of the unnormalized residual stream
         (Qwen3's has channels in the thousands) could pass fp16's 65,504 that the normalized rows never reach."""
         return self.fold_norms and dtype != torch.float16
+
+
+_PDL_WORKS: dict[str, bool] = {}
+
+
+def _probe_pdl(device: torch.device) -> bool:
+    """Two dependent kernels/gemv.py launches with PDL (the second reads the first's output) against F.linear."""
+    from ...kernels.gemv import gemv
+
+    x, w = torch.randn(1, 64, device=device), torch.randn(64, 64, device=device) / 8
+    got = gemv(gemv(x, w, pdl=True), w, pdl=True)
+    return bool(torch.allclose(got, x @ w.t() @ w.t(), rtol=1e-3, atol=1e-3))
+
+
+def pdl_works(device: torch.device) -> bool:
+    """kernels/utils.pdl_available, and a launch with PDL runs there (_probe_pdl, once per device): `pdl = auto`
+    takes PDL only then, so a driver or Triton that refuses the launch means PDL off, not a failed start."""
+    from ...kernels.utils import pdl_available
+
+    key = str(device)
+    if key not in _PDL_WORKS:
+        try:
+            _PDL_WORKS[key] = pdl_available(device) and _probe_pdl(device)
+        except Exception:  # any refusal of the launch means: no PDL here
+            _PDL_WORKS[key] = False
+    return _PDL_WORKS[key]

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from voxgate.kernels.utils import pdl_available
+from voxgate.engine.qwen3tts.runner_config import pdl_works
 
 from .loop_support import Stream, drive, make_runner, solo_codes, solo_logits
 
@@ -72,7 +72,7 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
                              depth=depth, small_gemm=small_gemm, gemv_rows=16, pdl=pdl, enforce_eager=not graphs,
                              **fold, **REAL)
         assert runner.steps.use_graphs == graphs
-        assert runner.pdl == (pdl == "auto" and pdl_available(torch.device("cuda")))
+        assert runner.pdl == (pdl == "auto" and pdl_works(torch.device("cuda")))
         recorder = drive(tts, runner, streams, greedy=False, max_rows=8, forced=lambda s: alone[id(s)])
         worst, per_stream = 0.0, []
         for s in streams:

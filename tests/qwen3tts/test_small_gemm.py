@@ -174,6 +174,42 @@ def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Call
     assert {1, 2} <= set(calls) and max(calls) <= 16, sorted(set(calls))
 
 
+def test_auto_turns_pdl_off_where_a_launch_with_it_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pdl = auto (the default) on a GPU that claims PDL (sm_90, Triton >= 3.3) whose driver refuses the launch:
+    the probe's error means PDL off, once per device, and the engine starts; pdl = on still asks for it."""
+    from voxgate.engine.qwen3tts import runner_config
+    from voxgate.engine.qwen3tts.runner_config import RunnerConfig
+    from voxgate.kernels import utils
+
+    probes: list[object] = []
+
+    def refused(device: object) -> bool:
+        probes.append(device)
+        raise RuntimeError("CUDA driver: launch attribute not supported")
+
+    monkeypatch.setattr(utils, "pdl_available", lambda device: True)
+    monkeypatch.setattr(runner_config, "_probe_pdl", refused)
+    monkeypatch.setattr(runner_config, "_PDL_WORKS", {})
+    gpu = torch.device("cuda", 3)
+    assert RunnerConfig().uses_pdl(gpu, triton_ops=True) is False
+    assert RunnerConfig(pdl="auto").uses_pdl(gpu, triton_ops=True) is False and len(probes) == 1
+    assert RunnerConfig(pdl="on").uses_pdl(gpu, triton_ops=True) is True
+    monkeypatch.setattr(runner_config, "_probe_pdl", lambda device: True)
+    assert runner_config.pdl_works(torch.device("cuda", 4)) and not runner_config.pdl_works(gpu)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
+def test_the_pdl_probe_runs_where_pdl_is_available() -> None:
+    """runner_config.pdl_works (what `pdl = auto` asks): its two dependent gemv launches with PDL run, agree with
+    F.linear, and with pdl_available on this GPU (Hopper: both true; older: both false, no launch tried)."""
+    from voxgate.engine.qwen3tts.runner_config import pdl_works
+    from voxgate.kernels.utils import pdl_available
+
+    cuda = torch.device("cuda")
+    assert pdl_works(cuda) == pdl_available(cuda)
+
+
 def test_the_pdl_option_is_asked_for_or_taken_where_it_runs() -> None:
     """pdl = on where it cannot run is one clear error (never dropped silently); auto takes it only on a Hopper GPU
     with the step's Triton kernels; the ops say they launch with it, and /health's kernel name stays the kernel's."""
@@ -182,7 +218,7 @@ def test_the_pdl_option_is_asked_for_or_taken_where_it_runs() -> None:
 
     cpu = torch.device("cpu")
     assert not RunnerConfig(pdl="auto").uses_pdl(cpu, triton_ops=True)
-    assert not RunnerConfig().uses_pdl(cpu, triton_ops=True)  # off by default
+    assert RunnerConfig().pdl == "auto" and not RunnerConfig().uses_pdl(cpu, triton_ops=True)
     with pytest.raises(ValueError, match="Triton kernels"):
         RunnerConfig(pdl="on").uses_pdl(cpu, triton_ops=False)
     with pytest.raises(ValueError, match="Hopper"):
@@ -193,6 +229,7 @@ def test_the_pdl_option_is_asked_for_or_taken_where_it_runs() -> None:
         RunnerConfig(pdl="late").uses_pdl(cpu, triton_ops=True)
     with pytest.raises(ValueError, match="gemv_rows"):
         RunnerConfig(gemv_rows=17)
+    assert RunnerConfig(pdl="off").uses_pdl(cpu, triton_ops=True) is False
     plain, launched = DecoderOps.for_device(cpu, "triton"), DecoderOps.for_device(cpu, "triton", pdl=True)
     assert plain.pdl is False and launched.pdl is True
     assert DecoderOps.for_device(cpu, "triton", pdl="late").pdl == "late"
