@@ -22,7 +22,8 @@
 # loop at ADM_C), passages-ws (open loop on passages at ADM_PASSAGE_RATES); ADM_SERVE_ARGS / ADM_TAG: a second
 # server's options and the suffix of its reports.
 # stepvariants: `voxgate bench steps` per STEP_VARIANTS entry (name:option=value[&option=value]), into
-# steps-<name>/ of the results (STEPS_ARGS shared by all).
+# steps-<name>/ of the results (STEPS_ARGS shared by all; the depth loop's other forms only with STEPV_DEPTH, e.g.
+# fused,layers,persistent: they compile for a minute or more on a cold cache).
 # ADM_SERVER_ENV: environment for the admission stage's server only, e.g. PYTHONPATH with a sitecustomize.py that
 # calls gc.set_debug(gc.DEBUG_STATS) (every collection's generation sizes, unreachable objects and time in its log).
 set -o pipefail
@@ -74,7 +75,8 @@ if has stepvariants; then
     name=${variant%%:*}; IFS='&' read -ra options <<< "${variant#*:}"
     log "steps $name (${options[*]})"
     timeout $limit python3 -m voxgate.gateway.cli bench steps --checkpoint "$CKPT" --out "$RES/steps-$name" \
-      ${STEPS_ARGS:-} "${options[@]/#/--engine-option=}" 2>&1 | grep -E "^\| [0-9]+ \| 0 \||rror" | head -8
+      --depth-variants "${STEPV_DEPTH:-none}" ${STEPS_ARGS:-} "${options[@]/#/--engine-option=}" 2>&1 \
+      | grep -E "^\| [0-9]+ \| 0 \||rror" | head -8
     limit=${STEPV_S:-150}
     save
   done
