@@ -60,20 +60,29 @@ def _add_and_store(y, bias, res_ptr, out_ptr, offs, mask, HAS_BIAS: tl.constexpr
 
 
 @triton.jit
+def _weight_tile(w_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SWIGLU: tl.constexpr):
+    # this program's BLOCK_N columns of W [N, K] (SWIGLU: gate|up [2N, K], the up rows too, else w again), whole
+    # rows in one load each: (cols, col_ok, ks, k_ok, w, w_up); it reads nothing another kernel writes
+    cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    col_ok = cols < N
+    k_ok = ks < K
+    w_ok = col_ok[:, None] & k_ok[None, :]
+    w = tl.load(w_ptr + cols[:, None] * K + ks[None, :], mask=w_ok, other=0.0)
+    w_up = w
+    if SWIGLU:
+        w_up = tl.load(w_ptr + (cols + N)[:, None] * K + ks[None, :], mask=w_ok, other=0.0)
+    return cols, col_ok, ks, k_ok, w, w_up
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
                  HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
                  SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # x [M, K], w [N, K] contiguous; out [M, N] (ADD: out = res + x @ w^T, res [M, N], may be out itself).
     # SWIGLU: w is gate|up [2N, K]; out [M, N] = silu(gate) * up (_silu_mul), the gate and up rows of a column
     # in the same program. grid: cdiv(N, BLOCK_N); BLOCK_K >= K.
-    cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
-    col_ok = cols < N
-    k_ok = ks < K
-    w = tl.load(w_ptr + cols[:, None] * K + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
-    if SWIGLU:
-        w_up = tl.load(w_ptr + (cols + N)[:, None] * K + ks[None, :], mask=col_ok[:, None] & k_ok[None, :],
-                       other=0.0)
+    cols, col_ok, ks, k_ok, w, w_up = _weight_tile(w_ptr, N, K, BLOCK_N, BLOCK_K, SWIGLU)
     wait_for_inputs(PDL)  # the weight needs nothing from the kernel ahead; x, bias and res may
     w = w.to(tl.float32)
     if SWIGLU:
@@ -99,16 +108,9 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
     # wait) times x^T [K, BLOCK_M] (the rows padded to BLOCK_M = 16 with zeros) gives out^T [BLOCK_N, BLOCK_M] in fp32,
     # so W is read once for every row and no row's sum crosses warps by hand. "ieee": fp32 sums must not drop to
     # TF32 (bf16 compiles to the same MMA either way). UPCAST: interpreted, the operands in fp32 (utils.interpreted).
-    cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
-    rows = tl.arange(0, BLOCK_M)
-    col_ok = cols < N
-    k_ok = ks < K
-    w = tl.load(w_ptr + cols[:, None] * K + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
-    if SWIGLU:
-        w_up = tl.load(w_ptr + (cols + N)[:, None] * K + ks[None, :], mask=col_ok[:, None] & k_ok[None, :],
-                       other=0.0)
+    cols, col_ok, ks, k_ok, w, w_up = _weight_tile(w_ptr, N, K, BLOCK_N, BLOCK_K, SWIGLU)
     wait_for_inputs(PDL)
+    rows = tl.arange(0, BLOCK_M)
     xt = tl.load(x_ptr + rows[None, :] * K + ks[:, None], mask=k_ok[:, None] & (rows[None, :] < M), other=0.0)
     if UPCAST:
         w = w.to(tl.float32)
