@@ -87,7 +87,7 @@ class RunnerConfig:
     def uses_pdl(self, device: torch.device, triton_ops: bool) -> bool | str:
         """The kernels' `pdl` (kernels/utils.py: False, True or "late") for a step on `device` whose kernels are
         Triton's (`triton_ops`): on and late need a GPU and Triton that have it (an error otherwise: asked for,
-        never silently dropped); auto takes on where a probe launch with PDL runs (kernels/utils.pdl_works)."""
+        never silently dropped); auto takes on where a probe launch with PDL runs (pdl_works)."""
         asked = self.pdl in ("on", "late")
         if self.pdl == "off" or not triton_ops:
             if asked and not triton_ops:

@@ -61,14 +61,6 @@ class FewRows:
             residual.addmm_(a, weight.t())
 
 
-def few_rows(gemv: Linear, max_rows: int, gemv_add: Callable[..., torch.Tensor] | None = None,
-             pdl: bool | str = False, fast: Fast | None = None,
-             gemv_swiglu: Callable[..., torch.Tensor] | None = None) -> FewRows:
-    """F.linear, except `gemv` (which takes a `pdl` keyword) for calls of at most `max_rows` rows (and where
-    `fast`, given, says the kernel runs that shape well)."""
-    return FewRows(gemv, max_rows, gemv_add, pdl, fast, gemv_swiglu)
-
-
 def resolve(small_gemm: str, device: torch.device, use_triton: bool) -> str:
     """`auto` made concrete: gemv_all where the step runs Triton on a Hopper GPU (sm_90, where it was measured: on
     an H100 one stream's step 3.4 ms against cuBLAS's 4.6, 20.1 against 15.3 audio-s/s through the gateway),
@@ -92,9 +84,9 @@ def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows
 
     rows = min(max_rows or gemv.MAX_ROWS, gemv.MAX_ROWS)
     if use_triton:
-        small = few_rows(gemv.gemv, rows, gemv.gemv_add_, pdl, gemv.fast, gemv.gemv_swiglu if fuse_swiglu else None)
+        small = FewRows(gemv.gemv, rows, gemv.gemv_add_, pdl, gemv.fast, gemv.gemv_swiglu if fuse_swiglu else None)
     else:  # the same calls take the reference, so that both paths split them alike
-        small = few_rows(gemv.gemv_ref, rows, gemv.gemv_add_ref, fast=gemv.fast,
+        small = FewRows(gemv.gemv_ref, rows, gemv.gemv_add_ref, fast=gemv.fast,
                          gemv_swiglu=gemv.gemv_swiglu_ref if fuse_swiglu else None)
     return small, small if small_gemm == "gemv_all" else F.linear
 

@@ -24,7 +24,7 @@ def gemv() -> ModuleType:
 
 
 def test_few_rows_takes_the_kernel_up_to_its_row_limit_only() -> None:
-    from voxgate.engine.qwen3tts.small_gemm import few_rows, linears
+    from voxgate.engine.qwen3tts.small_gemm import FewRows, linears
 
     calls: list[int] = []
 
@@ -32,12 +32,12 @@ def test_few_rows_takes_the_kernel_up_to_its_row_limit_only() -> None:
         calls.append(x.shape[0])
         return F.linear(x, w, b)
 
-    linear = few_rows(kernel, 16)
+    linear = FewRows(kernel, 16)
     w = torch.randn(5, 8)
     for rows in (1, 16, 17, 64):
         assert linear(torch.randn(rows, 8), w).shape == (rows, 5)
     assert calls == [1, 16]
-    narrow = few_rows(kernel, 16, fast=lambda m, n, k, pair: k <= 4)
+    narrow = FewRows(kernel, 16, fast=lambda m, n, k, pair: k <= 4)
     assert narrow(torch.randn(1, 8), w).shape == (1, 5) and calls == [1, 16]
     assert linears("cublas", True) == (F.linear, F.linear)
     predictor, talker = linears("gemv", False)
@@ -92,11 +92,11 @@ def test_depth_loop_and_talker_through_gemv_equal_f_linear(tiny_ckpt: Callable[[
     from voxgate.engine.qwen3tts.batch_step import StepModel
     from voxgate.engine.qwen3tts.fused_stack import DecoderOps
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
-    from voxgate.engine.qwen3tts.small_gemm import few_rows
+    from voxgate.engine.qwen3tts.small_gemm import FewRows
 
     tts = Qwen3TTS.from_pretrained(tiny_ckpt("cv17"), dtype=torch.float32, device=DEVICE, progress=False)
     ops = DecoderOps.for_device(torch.device(DEVICE))
-    small = few_rows(gemv.gemv, gemv.MAX_ROWS, gemv.gemv_add_ if fused else None,
+    small = FewRows(gemv.gemv, gemv.MAX_ROWS, gemv.gemv_add_ if fused else None,
                      gemv_swiglu=gemv.gemv_swiglu if fused else None)
     models = {"cublas": StepModel(tts.talker, ops, fold_norms=fold),
               "gemv": StepModel(tts.talker, ops, None, small, small, fold_norms=fold)}
