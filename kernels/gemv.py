@@ -100,10 +100,22 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
 
 
 @triton.jit
+def _split_dot(w, xt, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_M: tl.constexpr):
+    # w [BLOCK_N, BLOCK_K] @ xt [BLOCK_K, BLOCK_M] in fp32 as SPLIT independent MMA chains over K's SPLIT parts
+    # (a batched dot: the warps take the parts, where one dot would give every warp the whole K), summed in order
+    if SPLIT == 1:
+        return tl.dot(w, xt, input_precision="ieee")
+    part: tl.constexpr = BLOCK_K // SPLIT
+    wb = tl.permute(tl.reshape(w, [BLOCK_N, SPLIT, part]), (1, 0, 2))
+    xb = tl.reshape(xt, [SPLIT, part, BLOCK_M])
+    return tl.reduce(tl.dot(wb, xb, input_precision="ieee"), 0, SUM)
+
+
+@triton.jit
 def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
                       HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
                       SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      UPCAST: tl.constexpr):
+                      SPLIT: tl.constexpr, UPCAST: tl.constexpr):
     # The same as _gemv_kernel for 2-16 rows, as one MMA: the tile of W [BLOCK_N, K] (loaded whole, before the PDL
     # wait) times x^T [K, BLOCK_M] (the rows padded to BLOCK_M = 16 with zeros) gives out^T [BLOCK_N, BLOCK_M] in fp32,
     # so W is read once for every row and no row's sum crosses warps by hand. "ieee": fp32 sums must not drop to
@@ -117,12 +129,12 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
         xt = xt.to(tl.float32)
         if SWIGLU:
             w_up = w_up.to(tl.float32)
-    y = tl.dot(w, xt, input_precision="ieee")
+    y = _split_dot(w, xt, SPLIT, BLOCK_N, BLOCK_K, BLOCK_M)
     out_offs = rows[None, :] * N + cols[:, None]
     out_ok = col_ok[:, None] & (rows[None, :] < M)
     if SWIGLU:  # (no bias, no residual)
         x32 = xt.to(tl.float32)
-        up = tl.dot(w_up, xt, input_precision="ieee")
+        up = _split_dot(w_up, xt, SPLIT, BLOCK_N, BLOCK_K, BLOCK_M)
         x_sq = tl.reduce(x32 * x32, 0, SUM)[None, :]
         y = _silu_mul(y, up, x_sq, K, eps, SCALED, out_ptr.dtype.element_ty).to(tl.float32)
     bias = tl.load(bias_ptr + cols, mask=col_ok & HAS_BIAS, other=0.0).to(tl.float32)  # no load without one
@@ -134,18 +146,21 @@ MMA_ROWS = 16  # x's rows padded to an MMA tile's side (tl.dot needs 16)
 MMA_COLUMNS = 16  # output columns a rows-kernel program takes
 MMA_MAX_VALUES = 32768  # weight values a rows-kernel program holds (16 columns x K 2,048; 8 warps, 128 a thread)
 MMA_MIN_PROGRAMS = 128  # ~1 a SM: fewer (the predictor's o, N 1,024: 64) and cuBLAS reads faster
+MMA_PARTS_A_WARP = 2  # K's parts a warp's MMA chains take (two chains interleave; one dot: every warp all of K)
 
 
 @dataclass(frozen=True, slots=True)
 class RowsTiles:
     """_gemv_rows_kernel's launch: output columns a program takes, its K block (K rounded up to a power of two),
-    the weight values a program holds (twice the columns' with gate|up), warps, programs."""
+    the weight values a program holds (twice the columns' with gate|up), warps, programs, K's parts (one MMA chain
+    each, summed in order: _split_dot)."""
 
     block_n: int
     block_k: int
     values: int
     warps: int
     programs: int
+    split: int
 
     @property
     def fits(self) -> bool:
@@ -160,7 +175,9 @@ def rows_tiles(n: int, k: int, pair: bool = False) -> RowsTiles:
     (N 1,024: 64 programs) and down (K 3,072) do not fit and take cuBLAS."""
     block_k = triton.next_power_of_2(max(k, 16))
     values = (2 if pair else 1) * MMA_COLUMNS * block_k
-    return RowsTiles(MMA_COLUMNS, block_k, values, 4 if values <= 16384 else 8, triton.cdiv(n, MMA_COLUMNS))
+    warps = 4 if values <= 16384 else 8
+    split = max(1, min(MMA_PARTS_A_WARP * warps, block_k // 16))
+    return RowsTiles(MMA_COLUMNS, block_k, values, warps, triton.cdiv(n, MMA_COLUMNS), split)
 
 
 def fast(m: int, n: int, k: int, pair: bool = False) -> bool:
@@ -236,7 +253,8 @@ def _plan(m: int, n: int, k: int, pdl: bool | str, pair: bool) -> tuple[object, 
         r = rows_tiles(n, k, pair)
         on, extra = pdl_launch(_gemv_rows_kernel, pdl)
         return (_gemv_rows_kernel, (r.programs,),
-                dict(PDL=on, BLOCK_M=MMA_ROWS, BLOCK_N=r.block_n, BLOCK_K=r.block_k, UPCAST=_DOT_UPCAST,
+                dict(PDL=on, BLOCK_M=MMA_ROWS, BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split,
+                     UPCAST=_DOT_UPCAST,
                      num_warps=r.warps), extra)
     t = tiles(per * n, k)
     block_n = max(1, t.block_n // per)

@@ -200,7 +200,7 @@ def test_the_rows_kernel_is_mma_after_its_weights(swiglu: bool) -> None:
     g = compiled_copy("gemv")
     r = g.rows_tiles(3072 if swiglu else 4096, 1024, swiglu)
     consts = dict(HAS_BIAS=False, ADD=not swiglu, PDL=1, SWIGLU=swiglu, SCALED=swiglu, BLOCK_M=g.MMA_ROWS,
-                  BLOCK_N=r.block_n, BLOCK_K=r.block_k, UPCAST=False)
+                  BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split, UPCAST=False)
     ptx = hopper_compile(g._gemv_rows_kernel, consts, warps=r.warps, stages=1, divisible_ints=("K",)).asm["ptx"]
     assert "mma.sync" in ptx and "shfl" not in ptx.split("griddepcontrol.wait")[0]
     lines = ptx.splitlines()

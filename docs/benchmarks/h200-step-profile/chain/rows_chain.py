@@ -1,0 +1,142 @@
+"""The code predictor's projections at 1-16 rows, as the depth loop runs them: chains of dependent launches replayed
+from one CUDA graph, each launch reading its own weight (the chain's weights > 2x L2, so from HBM). Run it where
+voxgate and CUDA are (`python rows_chain.py`); it prints one table, the record of a run.
+
+Per row count, us a launch (and the weights' read rate) for each projection alone (a chain of that shape) and for
+a whole layer (q|k|v, o added into the residual, gate|up with SwiGLU, down added: 31.5 MB), by:
+
+- `cuBLAS`: F.linear / addmm_ (gate|up then PyTorch's SiLU and product), what `small_gemm = cublas` runs;
+- `engine`: the engine's routing with PDL (`small_gemm = gemv_all`, `gemv_rows = 16`: kernels/gemv.py where
+  `fast` says so, cuBLAS elsewhere);
+- `rows kernel`: kernels/gemv.py's 2-16-row MMA kernel on every projection (its `fast` floor lifted), with PDL;
+- `one chain`: the same kernel with the whole K in one MMA chain a warp (`MMA_PARTS_A_WARP = 0`, the form
+  measured on 2026-12-06: every warp ran the tile's whole K).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+from voxgate.kernels import gemv as g
+from voxgate.kernels.utils import pdl_available
+
+# (K, N) and whether W is gate|up (N its output columns, 2N rows); the 1.7B code predictor
+SHAPES = {"qkv": (1024, 4096, False), "o": (2048, 1024, False), "gate_up": (1024, 3072, True),
+          "down": (3072, 1024, False)}
+ROWS = (1, 2, 4, 8, 16)
+
+
+def _graph_us(body, count: int) -> float | None:
+    try:
+        return _replay_us(body, count)
+    except Exception as exc:  # a launch that does not compile or fit: the table says so, the rest still runs
+        print(f"<!-- failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''} -->")
+        torch.cuda.synchronize()
+        return None
+
+
+def _cell(us: float | None, nbytes: int, bold: bool = False) -> str:
+    if us is None:
+        return "failed"
+    t = f"**{us:.2f}**" if bold else f"{us:.2f}"
+    return f"{t} ({nbytes / us / 1e6:.2f})"
+
+
+def _replay_us(body, count: int) -> float:
+    body()  # compile and warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    return triton.testing.do_bench(graph.replay, warmup=20, rep=200) * 1e3 / count
+
+
+def _weights(dev: torch.device, k: int, n: int, pair: bool, count: int) -> list[torch.Tensor]:
+    rows = 2 * n if pair else n
+    return [(torch.randn(rows, k, device=dev) / k**0.5).to(torch.bfloat16) for _ in range(count)]
+
+
+def _call(arm: str, name: str, x: torch.Tensor, w: torch.Tensor, res: torch.Tensor | None, pdl: bool) -> None:
+    k, n, pair = SHAPES[name]
+    rows = x.shape[0]
+    if arm == "cuBLAS" or (arm == "engine" and rows > 1 and not g.fast(rows, n, k, pair)):
+        if pair:
+            gate, up = F.linear(x, w).chunk(2, dim=-1)
+            F.silu(gate) * up
+        elif res is not None:
+            res.addmm_(x, w.t())
+        else:
+            F.linear(x, w)
+    elif pair:
+        g.gemv_swiglu(x, w, pdl=pdl)
+    elif res is not None:
+        g.gemv_add_(res, x, w, pdl=pdl)
+    else:
+        g.gemv(x, w, pdl=pdl)
+
+
+def _arm(arm: str) -> None:
+    """The module's rule for the arm (the rows kernel everywhere, or in one chain a warp), or as shipped."""
+    lifted = arm in ("rows kernel", "one chain")
+    g.MMA_MIN_PROGRAMS = 1 if lifted else SHIPPED["MMA_MIN_PROGRAMS"]
+    g.MMA_MAX_VALUES = 1 << 20 if lifted else SHIPPED["MMA_MAX_VALUES"]
+    g.MMA_PARTS_A_WARP = 0 if arm == "one chain" else SHIPPED["MMA_PARTS_A_WARP"]
+
+
+SHIPPED = {name: getattr(g, name) for name in ("MMA_MIN_PROGRAMS", "MMA_MAX_VALUES", "MMA_PARTS_A_WARP")}
+
+
+def main() -> None:
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    l2 = getattr(props, "L2_cache_size", 50 << 20)
+    pdl = pdl_available(dev)
+    layer_bytes = sum(2 * k * n * (2 if pair else 1) for k, n, pair in SHAPES.values())
+    layers = max(8, int(2.2 * l2 / layer_bytes) + 1)
+    weights = {name: _weights(dev, k, n, pair, layers) for name, (k, n, pair) in SHAPES.items()}
+    print(f"{props.name}, L2 {l2 >> 20} MiB, {props.multi_processor_count} SMs, PDL {pdl}; us a launch in chains of "
+          f"{layers} per projection, us a layer ({layer_bytes / 2**20:.1f} MiB) in a chain of {layers} layers; "
+          f"(TB/s of weights)\n")
+    arms = ("cuBLAS", "engine", "rows kernel", "one chain")
+    print("| rows | projection | " + " | ".join(arms) + " |")
+    print("|---:|---|" + "---:|" * len(arms))
+    nbytes = {name: 2 * k * n * (2 if pair else 1) for name, (k, n, pair) in SHAPES.items()}
+    for rows in ROWS:
+        xs = {name: (torch.randn(rows, k, device=dev) / 2).to(torch.bfloat16) for name, (k, _, _) in SHAPES.items()}
+        res = {name: torch.zeros(rows, n, device=dev, dtype=torch.bfloat16) if name in ("o", "down") else None
+               for name, (_, n, _) in SHAPES.items()}
+        cells: dict[str, list[str]] = {name: [] for name in (*SHAPES, "layer")}
+        for arm in arms:
+            if rows == 1 and arm in ("rows kernel", "one chain"):  # one row takes the one-row kernel in every arm
+                for row in cells.values():
+                    row.append("-")
+                continue
+            _arm(arm)
+            us = _time_arm(arm, xs, res, weights, layers, pdl)
+            for name in SHAPES:
+                cells[name].append(_cell(us[name], nbytes[name]))
+            cells["layer"].append(_cell(us["layer"], layer_bytes, bold=True))
+        _arm("engine")
+        for name, row in cells.items():
+            print(f"| {rows} | {name} | " + " | ".join(row) + " |", flush=True)
+
+
+def _time_arm(arm: str, xs: dict, res: dict, weights: dict, layers: int, pdl: bool) -> dict[str, float | None]:
+    """us a launch of each projection's chain, and a layer's in the chain of layers, for one arm."""
+    def one(name: str):
+        def chain() -> None:
+            for w in weights[name]:
+                _call(arm, name, xs[name], w, res[name], pdl)
+        return chain
+
+    def layer_chain() -> None:
+        for i in range(layers):
+            for name in SHAPES:
+                _call(arm, name, xs[name], weights[name][i], res[name], pdl)
+    us = {name: _graph_us(one(name), layers) for name in SHAPES}
+    us["layer"] = _graph_us(layer_chain, layers)
+    return us
+
+if __name__ == "__main__":
+    main()
