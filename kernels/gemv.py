@@ -144,8 +144,8 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
 _DOT_UPCAST = interpreted(_gemv_rows_kernel)  # the interpreter's bf16 dots are wrong (utils.interpreted)
 MMA_ROWS = 16  # x's rows padded to an MMA tile's side (tl.dot needs 16)
 MMA_COLUMNS = 16  # output columns a rows-kernel program takes
-MMA_MAX_VALUES = 32768  # weight values a rows-kernel program holds (16 columns x K 2,048; 8 warps, 128 a thread)
-MMA_MIN_PROGRAMS = 128  # ~1 a SM: fewer (the predictor's o, N 1,024: 64) and cuBLAS reads faster
+MMA_MAX_VALUES = 65536  # weight values a rows-kernel program holds (16 columns x K 4,096; 8 warps, 256 a thread)
+MMA_MIN_PROGRAMS = 1  # (the predictor's o, N 1,024, is 64 programs and still faster than cuBLAS)
 MMA_PARTS_A_WARP = 2  # K's parts a warp's MMA chains take (two chains interleave; one dot: every warp all of K)
 
 

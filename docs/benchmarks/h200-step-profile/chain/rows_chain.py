@@ -1,9 +1,11 @@
 """The code predictor's projections at 1-16 rows, as the depth loop runs them: chains of dependent launches replayed
 from one CUDA graph, each launch reading its own weight (the chain's weights > 2x L2, so from HBM). Run it where
-voxgate and CUDA are (`python rows_chain.py`); it prints one table, the record of a run.
+voxgate and CUDA are (`python rows_chain.py [--stack talker] [--rows 1,8] [--arms cuBLAS,engine]`); it prints
+one table, the record of a run.
 
 Per row count, us a launch (and the weights' read rate) for each projection alone (a chain of that shape) and for
-a whole layer (q|k|v, o added into the residual, gate|up with SwiGLU, down added: 31.5 MB), by:
+a whole layer (q|k|v, o added into the residual, gate|up with SwiGLU, down added: the predictor's 30 MiB, or the
+Talker's 96 MiB with `--stack talker`), by:
 
 - `cuBLAS`: F.linear / addmm_ (gate|up then PyTorch's SiLU and product), what `small_gemm = cublas` runs;
 - `engine`: the engine's routing with PDL (`small_gemm = gemv_all`, `gemv_rows = 16`: kernels/gemv.py where
@@ -15,6 +17,8 @@ a whole layer (q|k|v, o added into the residual, gate|up with SwiGLU, down added
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 import torch.nn.functional as F
 import triton
@@ -22,8 +26,11 @@ from voxgate.kernels import gemv as g
 from voxgate.kernels.utils import pdl_available
 
 # (K, N) and whether W is gate|up (N its output columns, 2N rows); the 1.7B code predictor
-SHAPES = {"qkv": (1024, 4096, False), "o": (2048, 1024, False), "gate_up": (1024, 3072, True),
-          "down": (3072, 1024, False)}
+PREDICTOR = {"qkv": (1024, 4096, False), "o": (2048, 1024, False), "gate_up": (1024, 3072, True),
+             "down": (3072, 1024, False)}
+TALKER = {"qkv": (2048, 4096, False), "o": (2048, 2048, False), "gate_up": (2048, 6144, True),
+          "down": (6144, 2048, False)}
+SHAPES = PREDICTOR
 ROWS = (1, 2, 4, 8, 16)
 
 
@@ -88,6 +95,14 @@ SHIPPED = {name: getattr(g, name) for name in ("MMA_MIN_PROGRAMS", "MMA_MAX_VALU
 
 
 def main() -> None:
+    global SHAPES
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", choices=("predictor", "talker"), default="predictor")
+    parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated row counts")
+    parser.add_argument("--arms", default="cuBLAS,engine,rows kernel,one chain", help="comma-separated arms")
+    args = parser.parse_args()
+    SHAPES = PREDICTOR if args.stack == "predictor" else TALKER
+    arms = tuple(args.arms.split(","))
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     l2 = getattr(props, "L2_cache_size", 50 << 20)
@@ -95,14 +110,13 @@ def main() -> None:
     layer_bytes = sum(2 * k * n * (2 if pair else 1) for k, n, pair in SHAPES.values())
     layers = max(8, int(2.2 * l2 / layer_bytes) + 1)
     weights = {name: _weights(dev, k, n, pair, layers) for name, (k, n, pair) in SHAPES.items()}
-    print(f"{props.name}, L2 {l2 >> 20} MiB, {props.multi_processor_count} SMs, PDL {pdl}; us a launch in chains of "
-          f"{layers} per projection, us a layer ({layer_bytes / 2**20:.1f} MiB) in a chain of {layers} layers; "
-          f"(TB/s of weights)\n")
-    arms = ("cuBLAS", "engine", "rows kernel", "one chain")
+    print(f"{args.stack}: {props.name}, L2 {l2 >> 20} MiB, {props.multi_processor_count} SMs, PDL {pdl}; us a "
+          f"launch in chains of {layers} per projection, us a layer ({layer_bytes / 2**20:.1f} MiB) in a chain of "
+          f"{layers} layers; (TB/s of weights)\n")
     print("| rows | projection | " + " | ".join(arms) + " |")
     print("|---:|---|" + "---:|" * len(arms))
     nbytes = {name: 2 * k * n * (2 if pair else 1) for name, (k, n, pair) in SHAPES.items()}
-    for rows in ROWS:
+    for rows in map(int, args.rows.split(",")):
         xs = {name: (torch.randn(rows, k, device=dev) / 2).to(torch.bfloat16) for name, (k, _, _) in SHAPES.items()}
         res = {name: torch.zeros(rows, n, device=dev, dtype=torch.bfloat16) if name in ("o", "down") else None
                for name, (_, n, _) in SHAPES.items()}
