@@ -33,10 +33,10 @@ def mod() -> ModuleType:
 
 @pytest.fixture(params=["mma", "one-row"])
 def plan(request: pytest.FixtureRequest, mod: ModuleType, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Which kernel takes 2-16 rows at the small shapes: the MMA rows kernel (its program floor lowered to 1, so
-    that shapes small enough to interpret take it) or the one-row kernel (the floor as shipped: too few programs)."""
-    if request.param == "mma":
-        monkeypatch.setattr(mod, "MMA_MIN_PROGRAMS", 1)
+    """Which kernel takes 2-16 rows at the small shapes: the MMA rows kernel (as shipped) or the one-row kernel
+    (what a K too wide for the rows kernel takes: its weight ceiling lowered to 0 here)."""
+    if request.param == "one-row":
+        monkeypatch.setattr(mod, "MMA_MAX_VALUES", 0)
     return request.param
 
 
@@ -81,13 +81,12 @@ def test_gemv_add_adds_into_the_residual_in_place(mod: ModuleType, plan: str, dt
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_rows_kernel_at_a_shape_it_takes_as_shipped(mod: ModuleType, dtype: torch.dtype) -> None:
-    """2-16 rows at a shape whose rule gives the MMA rows kernel its shipped floor of programs (N 2,100: 132
-    programs of 16 columns, the last part empty; K 300 in a block of 512), plain with a bias, added into a residual,
-    and as gate|up (a pair's 66 programs take the one-row kernel)."""
-    k, n, rows = 300, 2100, 8
+    """2-16 rows as shipped (K 300 in a block of 512, 8 parts of 64 over 4 warps; N 70: 5 programs of 16 columns,
+    the last part empty), plain with a bias, added into a residual, and as gate|up."""
+    k, n, rows = 300, 70, 8
     r = mod.rows_tiles(n, k)
-    assert (r.block_n, r.block_k, r.programs) == (16, 512, 132) and r.fits and mod.fast(rows, n, k), r
-    assert not mod.fast(rows, n // 2, k, pair=True)
+    assert (r.block_n, r.block_k, r.programs, r.split) == (16, 512, 5, 8) and r.fits and mod.fast(rows, n, k), r
+    assert mod.fast(rows, n // 2, k, pair=True)
     x, w, b = _inputs(rows, k, n, dtype, bias=True)
     _assert_close(mod.gemv(x, w, b), mod.gemv_ref(x, w, b), dtype)
     residual = torch.randn(rows, n, device=DEVICE).to(dtype)
@@ -137,20 +136,22 @@ def test_the_rule_fills_the_gpu_with_whole_rows() -> None:
     assert tiles(4096, 1024).block_n == 8 and tiles(1024, 3072).block_n == 2  # q|k|v and down of the predictor
 
 
-def test_the_rows_rule_takes_whole_rows_up_to_k_2048_and_enough_programs() -> None:
+def test_the_rows_rule_takes_whole_rows_up_to_k_4096() -> None:
     """The 2-16-row rule (host side): MMA_COLUMNS columns a program, their rows whole (a power of two >= K), at most
-    MMA_MAX_VALUES weight values and MMA_MIN_PROGRAMS programs for `fast` to send a call there: the predictor's
-    q|k|v, gate|up and heads fit; its o (64 programs) and down (K 3,072), the Talker's down (K 6,144) do not and
-    take cuBLAS, while one row takes the one-row kernel at every K up to MAX_K."""
-    from voxgate.kernels.gemv import MMA_COLUMNS, MMA_MAX_VALUES, MMA_MIN_PROGRAMS, fast, rows_tiles
+    MMA_MAX_VALUES weight values for `fast` to send a call there: every projection of the predictor and its heads,
+    the Talker's q|k|v, o and gate|up fit; the Talker's down (K 6,144) does not and takes cuBLAS, while one row
+    takes the one-row kernel at every K up to MAX_K. Each warp's MMA chains take MMA_PARTS_A_WARP parts of K."""
+    from voxgate.kernels.gemv import MMA_COLUMNS, MMA_MAX_VALUES, MMA_PARTS_A_WARP, fast, rows_tiles
 
-    for k, n, pair in [(1024, 4096, False), (1024, 3072, True), (1024, 2048, False), (2048, 4096, False),
-                       (2048, 3072, False)]:
+    for k, n, pair in [(1024, 4096, False), (2048, 1024, False), (1024, 3072, True), (3072, 1024, False),
+                       (1024, 2048, False), (2048, 4096, False), (2048, 2048, False), (2048, 6144, True)]:
         r = rows_tiles(n, k, pair)
         assert r.block_n == MMA_COLUMNS and r.block_k >= k and r.values <= MMA_MAX_VALUES, (k, n, r)
-        assert r.programs >= MMA_MIN_PROGRAMS and r.fits and fast(8, n, k, pair) and fast(16, n, k, pair)
+        assert r.fits and fast(8, n, k, pair) and fast(16, n, k, pair) and fast(2, n, k, pair), (k, n, pair)
+        assert r.split == MMA_PARTS_A_WARP * r.warps and r.block_k // r.split >= 16, r
     assert rows_tiles(4096, 1024).programs == 256 and rows_tiles(4096, 1024).warps == 4
-    for k, n, pair in [(2048, 1024, False), (3072, 1024, False), (6144, 2048, False), (2048, 3072, True)]:
+    assert rows_tiles(32, 32).split == 2  # K's parts stay at least an MMA's 16 deep
+    for k, n, pair in [(6144, 2048, False), (4096, 3072, True)]:
         assert not rows_tiles(n, k, pair).fits and not fast(8, n, k, pair) and fast(1, n, k, pair), (k, n, pair)
 
 

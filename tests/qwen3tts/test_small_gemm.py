@@ -64,20 +64,19 @@ def test_auto_takes_the_kernel_only_on_a_hopper_gpu_running_triton(monkeypatch: 
 
 def test_few_rows_leaves_cublas_the_shapes_the_rows_kernel_cannot_hold() -> None:
     """kernels/gemv.py's `fast` routes the calls (the reference's too, so that both split alike): one row up to
-    MAX_K; 2-16 rows only where the MMA rows kernel holds whole rows of W (K <= 2,048; gate|up's pair K <= 1,024)
-    with enough programs, so the predictor's o (64 programs) and down (K 3,072) and the Talker's down take cuBLAS
-    at 8 rows."""
+    MAX_K; 2-16 rows only where the MMA rows kernel holds whole rows of W (K <= 4,096; gate|up's pair K <= 2,048),
+    so every projection of the predictor takes the kernel at 8 rows and the Talker's down (K 6,144) cuBLAS."""
     from voxgate.engine.qwen3tts.small_gemm import linears
     from voxgate.kernels import gemv
 
     small = linears("gemv_all", False)[0]
     for (m, k, n), takes in {(1, 3072, 1024): True, (1, 6144, 2048): True, (8, 1024, 4096): True,
-                             (8, 2048, 1024): False, (8, 2048, 4096): True, (8, 3072, 1024): False,
+                             (8, 2048, 1024): True, (8, 2048, 4096): True, (8, 3072, 1024): True,
                              (16, 6144, 2048): False,
                              (17, 1024, 4096): False, (1, gemv.MAX_K + 1, 64): False}.items():
         assert small.takes(torch.empty(m, k), torch.empty(n, k)) is takes, (m, k, n)
-    assert small.takes(torch.empty(8, 1024), torch.empty(6144, 1024), pair=True)
-    assert not small.takes(torch.empty(8, 2048), torch.empty(6144, 2048), pair=True)
+    assert small.takes(torch.empty(8, 2048), torch.empty(12288, 2048), pair=True)
+    assert not small.takes(torch.empty(8, 4096), torch.empty(6144, 4096), pair=True)
     assert small.takes(torch.empty(1, 2048), torch.empty(6144, 2048), pair=True)
 
 
@@ -159,7 +158,6 @@ def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Call
         calls.append(x.shape[0])
         return kernel(x, w, b, pdl=pdl)
 
-    monkeypatch.setattr(gemv, "MMA_MIN_PROGRAMS", 1)
     gemv.gemv = counted  # the runner takes the module's kernel when it is built
     try:
         runner = make_runner(tts, small_gemm="gemv_all", gemv_rows=16, attention="triton")
