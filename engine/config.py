@@ -44,9 +44,10 @@ class EngineConfig:
     max_ahead_s: float = option(30.0, "a stream this far ahead of its listener gets no row (default 30)")
     pipeline: bool = option(True, "false: read each step before launching the next (default true: launch it first, "
                                   "host work overlaps)")
-    pipeline_min_rows: int = option(4, "pipeline only steps that make at least this many frames (or none: prompt "
+    pipeline_min_rows: int = option(1, "pipeline only steps that make at least this many frames (or none: prompt "
                                        "pieces only): a smaller batch reads each step before the next, so a new "
-                                       "stream waits behind no queued step (default 4; 0: every step)")
+                                       "stream waits behind no queued step, at the cost of the host's time a step "
+                                       "(default 1: every step that makes a frame; 0: every step)")
     early_first_chunk: bool = option(True, "collect a codec call carrying a stream's first chunk as soon as it is "
                                            "decoded, before waiting for the step in flight (default true)")
     codec_fill: bool = option(True, "a codec call of pieces that could all wait goes only when its bucket is at "

@@ -3,7 +3,7 @@
     cublas    F.linear everywhere
     gemv      kernels/gemv.py for the code predictor's projections (q|k|v, o and down added into the residual in
               place, gate|up, the input projection, the 15 heads) when a call has at most 16 rows, F.linear above
-    gemv_all  the same for the Talker's too (its stack and codebook 0's head): decode-only buckets of <= 16 rows
+    gemv_all  the same for the Talker's too (its stack and codebook 0's head) at one row (TALKER_ROWS)
 
 A GEMV of a few rows is bound by reading the weight once, and in the step's chain of dependent projections cuBLAS
 reads at ~1.2-1.6 TB/s (docs/benchmarks/h200-step-profile/chain). The row count is fixed per captured bucket, so the
@@ -26,6 +26,10 @@ CHOICES = ("auto", "cublas", "gemv", "gemv_all")
 
 
 Fast = Callable[[int, int, int, bool], bool]  # (rows, output columns, K, gate|up pair) -> the kernel beats cuBLAS
+# The Talker's projections take the kernel at one row only: at 8-16 rows its q|k|v and gate|up (K 2,048) read slower
+# through the MMA rows kernel than through cuBLAS, and its down (K 6,144) does not fit (H100,
+# docs/benchmarks/h200-step-profile/chain/rows_chain.py); the predictor's all read faster there.
+TALKER_ROWS = 1
 
 
 class FewRows:
@@ -74,7 +78,7 @@ def resolve(small_gemm: str, device: torch.device, use_triton: bool) -> str:
 def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows: int | None = None,
             fuse_swiglu: bool = True) -> tuple[Linear, Linear]:
     """(the code predictor's, the Talker's) projection function for a `small_gemm` choice; calls of at most
-    `max_rows` rows (default: the kernel's limit) take the kernel; `pdl`: its launches use programmatic dependent
+    `max_rows` rows (default: the kernel's limit; the Talker's: TALKER_ROWS) take the kernel; `pdl`: its launches use programmatic dependent
     launch (kernels/gemv.py); `fuse_swiglu`: gate|up and SwiGLU in one launch where the kernel takes the call
     (swiglu_linear)."""
     assert small_gemm in CHOICES and small_gemm != "auto", small_gemm  # `resolve` it first
@@ -83,12 +87,15 @@ def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows
     from ...kernels import gemv
 
     rows = min(max_rows or gemv.MAX_ROWS, gemv.MAX_ROWS)
-    if use_triton:
-        small = FewRows(gemv.gemv, rows, gemv.gemv_add_, pdl, gemv.fast, gemv.gemv_swiglu if fuse_swiglu else None)
-    else:  # the same calls take the reference, so that both paths split them alike
-        small = FewRows(gemv.gemv_ref, rows, gemv.gemv_add_ref, fast=gemv.fast,
-                         gemv_swiglu=gemv.gemv_swiglu_ref if fuse_swiglu else None)
-    return small, small if small_gemm == "gemv_all" else F.linear
+
+    def few_rows(rows: int) -> FewRows:
+        if use_triton:
+            return FewRows(gemv.gemv, rows, gemv.gemv_add_, pdl, gemv.fast,
+                           gemv.gemv_swiglu if fuse_swiglu else None)
+        # the same calls take the reference, so that both paths split them alike
+        return FewRows(gemv.gemv_ref, rows, gemv.gemv_add_ref, fast=gemv.fast,
+                       gemv_swiglu=gemv.gemv_swiglu_ref if fuse_swiglu else None)
+    return few_rows(rows), few_rows(min(rows, TALKER_ROWS)) if small_gemm == "gemv_all" else F.linear
 
 
 def swiglu_linear(linear: Linear, swiglu: Callable[..., torch.Tensor], x: torch.Tensor, gate_up: torch.Tensor,

@@ -8,7 +8,7 @@
 # gateway (the gateway alone on the fake engine at 1,000x real time, closed loop c=128, long PCM frames),
 # schedules (the chunk schedules of SCHEDULES, each on its own server: closed c=1 and c=32, open 1 req/s),
 # variants (engine-option A/B, VARIANTS="name:option=value[&option=value] ...", each on its own server: closed
-# c=32 and c=128, open 1 req/s), textrate (`voxgate bench textrate` on the model: text streamed at $WPS words/s
+# c=32 and c=128, open 1 req/s for VARIANT_DUR s), textrate (`voxgate bench textrate` on the model: text streamed at $WPS words/s
 # beside sentence mode), opus (gateway/bench/gateway_run.sh's Opus encoder pool against inline, fake engine), voice (uploaded voices'
 # first audio on a 1.7B Base checkpoint it writes: tests/qwen3tts/gpu_voice_ttfa.py), ttsbench (tts-bench's five
 # HTTP targets and its WebSocket mode with their defaults: tests/qwen3tts/gpu_ttsbench.py). SKIP_CKPT=1: no CustomVoice
@@ -116,7 +116,7 @@ if has variants; then
     log "variant $name (${options[*]})"
     timeout ${VARIANT_S:-150} python3 -m voxgate.gateway.cli bench run --engine qwen3tts --engine-option "model=$CKPT" \
       "${options[@]/#/--engine-option=}" --concurrency ${VARIANT_C:-32,128} --closed-warmup 3 --closed-duration 10 --rates "${VARIANT_RATES-1}" \
-      --seeds 1 --warmup 3 --duration 10 --drain 15 --frame-ms 1280 --no-plots --out "$RES/variant-$name" \
+      --seeds 1 --warmup 3 --duration ${VARIANT_DUR:-10} --drain 15 --frame-ms 1280 --no-plots --out "$RES/variant-$name" \
       --name "h200-variant-$name" 2>&1 | grep -E "closed s|open s" | tail -4
     save
   done

@@ -43,8 +43,9 @@ def test_few_rows_takes_the_kernel_up_to_its_row_limit_only() -> None:
     predictor, talker = linears("gemv", False)
     assert predictor is not F.linear and talker is F.linear
     predictor, talker = linears("gemv_all", False)
-    assert predictor is talker is not F.linear
-    assert predictor.max_rows == 16 and linears("gemv", False, max_rows=1)[0].max_rows == 1
+    assert isinstance(predictor, FewRows) and isinstance(talker, FewRows) and predictor.gemv is talker.gemv
+    assert (predictor.max_rows, talker.max_rows) == (16, 1)  # the Talker's 2-16 rows: cuBLAS (TALKER_ROWS)
+    assert linears("gemv", False, max_rows=1)[0].max_rows == 1
 
 
 def test_auto_takes_the_kernel_only_on_a_hopper_gpu_running_triton(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,8 +142,7 @@ def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Call
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The option end to end: with attention=triton (the step's kernels, interpreted: ~20 s for this one stream of
     3 frames), gemv_all takes kernels/gemv.py for the predictor's projections and the Talker's (decode-only steps
-    and codebook 0's head); the greedy codes are the stream's alone. The tiny model's projections give the rows
-    kernel too few programs, so its floor is lowered here for 2 rows to take it."""
+    and codebook 0's head, at one row: TALKER_ROWS); the greedy codes are the stream's alone."""
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     from .loop_support import Stream, drive, make_runner, solo_codes
@@ -163,7 +163,9 @@ def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Call
         runner = make_runner(tts, small_gemm="gemv_all", gemv_rows=16, attention="triton")
     finally:
         gemv.gemv = kernel
-    assert runner.ops.uses_triton and runner.model.talker_linear is runner.model.predictor_linear
+    talker, predictor = runner.model.talker_linear, runner.model.predictor_linear
+    assert runner.ops.uses_triton and (talker.max_rows, predictor.max_rows) == (1, 16)
+    assert talker.gemv is predictor.gemv is counted
     calls.clear()  # from here on, the steps only
     stream = Stream("Hello there.", budget=3, join_step=0, speaker="ryan", non_streaming=False, schedule=(2,))
     recorder = drive(tts, runner, [stream])
