@@ -78,9 +78,9 @@ def resolve(small_gemm: str, device: torch.device, use_triton: bool) -> str:
 def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows: int | None = None,
             fuse_swiglu: bool = True) -> tuple[Linear, Linear]:
     """(the code predictor's, the Talker's) projection function for a `small_gemm` choice; calls of at most
-    `max_rows` rows (default: the kernel's limit; the Talker's: TALKER_ROWS) take the kernel; `pdl`: its launches use programmatic dependent
-    launch (kernels/gemv.py); `fuse_swiglu`: gate|up and SwiGLU in one launch where the kernel takes the call
-    (swiglu_linear)."""
+    `max_rows` rows (default: the kernel's limit; the Talker's: TALKER_ROWS) take the kernel; `pdl`: its launches
+    use programmatic dependent launch (kernels/gemv.py); `fuse_swiglu`: gate|up and SwiGLU in one launch where the
+    kernel takes the call (swiglu_linear)."""
     assert small_gemm in CHOICES and small_gemm != "auto", small_gemm  # `resolve` it first
     if small_gemm == "cublas":
         return F.linear, F.linear

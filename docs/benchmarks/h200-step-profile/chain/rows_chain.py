@@ -10,7 +10,7 @@ Talker's 96 MiB with `--stack talker`), by:
 - `cuBLAS`: F.linear / addmm_ (gate|up then PyTorch's SiLU and product), what `small_gemm = cublas` runs;
 - `engine`: the engine's routing with PDL (`small_gemm = gemv_all`, `gemv_rows = 16`: kernels/gemv.py where
   `fast` says so, cuBLAS elsewhere);
-- `rows kernel`: kernels/gemv.py's 2-16-row MMA kernel on every projection (its `fast` floor lifted), with PDL;
+- `rows kernel`: kernels/gemv.py's 2-16-row MMA kernel on every projection (its `fast` ceiling lifted), with PDL;
 - `one chain`: the same kernel with the whole K in one MMA chain a warp (`MMA_PARTS_A_WARP = 0`, the form
   measured on 2026-12-06: every warp ran the tile's whole K).
 """
@@ -86,12 +86,11 @@ def _call(arm: str, name: str, x: torch.Tensor, w: torch.Tensor, res: torch.Tens
 def _arm(arm: str) -> None:
     """The module's rule for the arm (the rows kernel everywhere, or in one chain a warp), or as shipped."""
     lifted = arm in ("rows kernel", "one chain")
-    g.MMA_MIN_PROGRAMS = 1 if lifted else SHIPPED["MMA_MIN_PROGRAMS"]
     g.MMA_MAX_VALUES = 1 << 20 if lifted else SHIPPED["MMA_MAX_VALUES"]
     g.MMA_PARTS_A_WARP = 0 if arm == "one chain" else SHIPPED["MMA_PARTS_A_WARP"]
 
 
-SHIPPED = {name: getattr(g, name) for name in ("MMA_MIN_PROGRAMS", "MMA_MAX_VALUES", "MMA_PARTS_A_WARP")}
+SHIPPED = {name: getattr(g, name) for name in ("MMA_MAX_VALUES", "MMA_PARTS_A_WARP")}
 
 
 def main() -> None:
