@@ -49,10 +49,10 @@ class Qwen3TTSOptions(EngineConfig):
                                      "step runs Triton, cublas elsewhere) | cublas (F.linear) | gemv (the code "
                                      "predictor's through kernels/gemv.py, a whole weight tile a program) | gemv_all "
                                      "(the Talker's too)")
-    gemv_rows: int = option(16, "small_gemm = gemv or gemv_all: the code predictor's projections of at most this "
-                                "many rows (1-16) take kernels/gemv.py where it fits (default 16; the Talker's take "
-                                "it at 1 row: on an H100 a 1-row step took 3.4 against 4.6 ms, an 8-row one 4.6 "
-                                "against 4.8 with the predictor's MMA rows kernel)")
+    gemv_rows: int = option(1, "small_gemm = gemv or gemv_all: the code predictor's projections of at most this "
+                               "many rows (1-16) take kernels/gemv.py where it fits (the Talker's: 1 row). Default "
+                               "1; 16 sends 2-16 rows through its MMA rows kernel: an 8-row step 4.59 against 4.76 "
+                               "ms on an H100, its gpu tests not run yet")
     gemv_swiglu: bool = option(True, "small_gemm = gemv or gemv_all: gate|up and SwiGLU in one kernels/gemv.py "
                                      "launch where the kernel takes the projection (default true; false: the "
                                      "projection, then kernels/swiglu.py)")
