@@ -3,9 +3,10 @@ from one CUDA graph, each launch reading its own weight (the chain's weights > 2
 voxgate and CUDA are (`python rows_chain.py [--stack talker] [--rows 1,8] [--arms cuBLAS,engine]`); it prints
 one table, the record of a run.
 
-Per row count, us a launch (and the weights' read rate) for each projection alone (a chain of that shape) and for
-a whole layer (q|k|v, o added into the residual, gate|up with SwiGLU, down added: the predictor's 30 MiB, or the
-Talker's 96 MiB with `--stack talker`), by:
+Each arm's output is first checked on fresh inputs against fp32 F.linear (a cell says "wrong by ..." where it
+differs by more than bf16's roundings). Per row count, us a launch (and the weights' read rate) for each
+projection alone (a chain of that shape) and for a whole layer (q|k|v, o added into the residual, gate|up with
+SwiGLU, down added: the predictor's 30 MiB, or the Talker's 96 MiB with `--stack talker`), by:
 
 - `cuBLAS`: F.linear / addmm_ (gate|up then PyTorch's SiLU and product), what `small_gemm = cublas` runs;
 - `engine`: the engine's routing with PDL (`small_gemm = gemv_all`, `gemv_rows = 16`: kernels/gemv.py where
@@ -64,23 +65,36 @@ def _weights(dev: torch.device, k: int, n: int, pair: bool, count: int) -> list[
     return [(torch.randn(rows, k, device=dev) / k**0.5).to(torch.bfloat16) for _ in range(count)]
 
 
-def _call(arm: str, name: str, x: torch.Tensor, w: torch.Tensor, res: torch.Tensor | None, pdl: bool) -> None:
+def _call(arm: str, name: str, x: torch.Tensor, w: torch.Tensor, res: torch.Tensor | None,
+          pdl: bool) -> torch.Tensor:
     k, n, pair = SHAPES[name]
     rows = x.shape[0]
     if arm == "cuBLAS" or (arm == "engine" and rows > 1 and not g.fast(rows, n, k, pair)):
         if pair:
             gate, up = F.linear(x, w).chunk(2, dim=-1)
-            F.silu(gate) * up
-        elif res is not None:
-            res.addmm_(x, w.t())
-        else:
-            F.linear(x, w)
-    elif pair:
-        g.gemv_swiglu(x, w, pdl=pdl)
-    elif res is not None:
-        g.gemv_add_(res, x, w, pdl=pdl)
-    else:
-        g.gemv(x, w, pdl=pdl)
+            return F.silu(gate) * up
+        return res.addmm_(x, w.t()) if res is not None else F.linear(x, w)
+    if pair:
+        return g.gemv_swiglu(x, w, pdl=pdl)
+    return g.gemv_add_(res, x, w, pdl=pdl) if res is not None else g.gemv(x, w, pdl=pdl)
+
+
+def _wrong(arm: str, name: str, rows: int, dev: torch.device, pdl: bool) -> str | None:
+    """None where the arm's output on fresh inputs matches fp32 F.linear (plus the residual; SwiGLU after it)
+    within bf16's roundings (one; four with SwiGLU), else the largest difference."""
+    k, n, pair = SHAPES[name]
+    x = (torch.randn(rows, k, device=dev) / 2).to(torch.bfloat16)
+    w = _weights(dev, k, n, pair, 1)[0]
+    res = torch.randn(rows, n, device=dev).to(torch.bfloat16) if name in ("o", "down") else None
+    want = F.linear(x.float(), w.float())
+    if pair:
+        gate, up = want.chunk(2, dim=-1)
+        want = F.silu(gate) * up
+    if res is not None:
+        want = want + res.float()
+    got = _call(arm, name, x, w, None if res is None else res.clone(), pdl).float()
+    tol = 4 * 2**-7 if pair else 2e-2
+    return None if torch.allclose(got, want, rtol=tol, atol=tol) else f"wrong by {(got - want).abs().max():.3g}"
 
 
 def _arm(arm: str) -> None:
@@ -128,7 +142,8 @@ def main() -> None:
             _arm(arm)
             us = _time_arm(arm, xs, res, weights, layers, pdl)
             for name in SHAPES:
-                cells[name].append(_cell(us[name], nbytes[name]))
+                wrong = _wrong(arm, name, rows, dev, pdl)
+                cells[name].append(wrong or _cell(us[name], nbytes[name]))
             cells["layer"].append(_cell(us["layer"], layer_bytes, bold=True))
         _arm("engine")
         for name, row in cells.items():
