@@ -75,9 +75,9 @@ class EngineCore:
         self.runner = runner
         self.scheduler = Scheduler(config or SchedulerConfig(), slots, first_frames=runner.first_frame_with_prompt)
         self.pipeline = pipeline
-        # A small batch gains little from the overlap (the host's part of a step is small) and pays for it in first
-        # audio: a new stream's prompt waits behind the step queued ahead of it, then its first frame is read a step
-        # late. Only steps with this many sampled rows (or none: prompt pieces only) leave a step queued.
+        # Steps with fewer sampled rows than this are read before the next is launched (a new stream's prompt then
+        # waits behind no queued step, at the cost of the host's time a step); steps with this many, or with prompt
+        # pieces only, leave a step queued. Default 1: one stream's steps overlap their host work too.
         self.pipeline_min_rows = pipeline_min_rows
         # A codec call that carries a stream's first chunk is collected before the step in flight is waited for (it
         # ran beside that step and is done first) and handed to `hand_over_early` at once: the first audio does not

@@ -104,7 +104,8 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
 @triton.jit
 def _split_dot(w, xt, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_M: tl.constexpr):
     # w [BLOCK_N, BLOCK_K] @ xt [BLOCK_K, BLOCK_M] in fp32 as SPLIT independent MMA chains over K's SPLIT parts
-    # (a batched dot: the warps take the parts, where one dot would give every warp the whole K), summed in order
+    # (a batched dot: the warps take the parts, where one dot would give every warp the whole K), summed in order.
+    # "ieee": fp32 sums must not drop to TF32 (bf16 compiles to the same MMA either way).
     if SPLIT == 1:
         return tl.dot(w, xt, input_precision="ieee")
     part: tl.constexpr = BLOCK_K // SPLIT
@@ -118,10 +119,10 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
                       HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
                       SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       SPLIT: tl.constexpr, UPCAST: tl.constexpr):
-    # The same as _gemv_kernel for 2-16 rows, as one MMA: the tile of W [BLOCK_N, K] (loaded whole, before the PDL
-    # wait) times x^T [K, BLOCK_M] (the rows padded to BLOCK_M = 16 with zeros) gives out^T [BLOCK_N, BLOCK_M] in fp32,
-    # so W is read once for every row and no row's sum crosses warps by hand. "ieee": fp32 sums must not drop to
-    # TF32 (bf16 compiles to the same MMA either way). UPCAST: interpreted, the operands in fp32 (utils.interpreted).
+    # The same as _gemv_kernel for 2-16 rows, in tensor-core MMAs: the tile of W [BLOCK_N, K] (loaded whole, before
+    # the PDL wait) times x^T [K, BLOCK_M] (the rows padded to BLOCK_M = 16 with zeros) gives out^T [BLOCK_N, BLOCK_M]
+    # in fp32 (_split_dot: SPLIT parts of K), so W is read once for every row and no row's sum crosses warps by
+    # hand. UPCAST: interpreted, the operands in fp32 (utils.interpreted).
     cols, col_ok, ks, k_ok, w, w_up = _weight_tile(w_ptr, N, K, BLOCK_N, BLOCK_K, SWIGLU)
     wait_for_inputs(PDL)
     rows = tl.arange(0, BLOCK_M)
@@ -257,8 +258,7 @@ def _plan(m: int, n: int, k: int, pdl: bool | str, pair: bool) -> tuple[object, 
         on, extra = pdl_launch(_gemv_rows_kernel, pdl)
         return (_gemv_rows_kernel, (r.programs,),
                 dict(PDL=on, BLOCK_M=MMA_ROWS, BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split,
-                     UPCAST=_DOT_UPCAST,
-                     num_warps=r.warps), extra)
+                     UPCAST=_DOT_UPCAST, num_warps=r.warps), extra)
     t = tiles(per * n, k)
     block_n = max(1, t.block_n // per)
     on, extra = pdl_launch(_gemv_kernel, pdl)

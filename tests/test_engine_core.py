@@ -145,15 +145,16 @@ def test_a_codec_call_takes_only_what_a_bucket_holds() -> None:
 def test_only_steps_with_pipeline_min_rows_rows_leave_a_step_queued(first_frames: bool) -> None:
     """pipeline_min_rows: a step with fewer sampled rows is read before the next is launched (a new stream then
     waits behind no queued step); one with that many, or with prompt pieces only (no frame to read), is not. The
-    audio is the same either way."""
-    def run(streams: int) -> tuple[list[tuple[str, int]], dict[int, int]]:
+    audio is the same either way. By default (1) every step that makes a frame leaves one queued."""
+    def run(streams: int, min_rows: int | None = 3) -> tuple[list[tuple[str, int]], dict[int, int]]:
         runner = FakeRunner(first_frame_with_prompt=first_frames)
         order: list[tuple[str, int]] = []
         launch, finish = runner.launch, runner.finish
         runner.launch = lambda plan: (order.append(("launch", len(plan.sampled))), launch(plan))[1]  # type: ignore
         runner.finish = lambda handle: (order.append(("finish", 0)), finish(handle))[1]  # type: ignore
+        kwargs = {} if min_rows is None else {"pipeline_min_rows": min_rows}  # None: the default
         core = EngineCore(runner, Pool(8), SchedulerConfig(max_rows=8, max_prefill_tokens=64, max_prefills=8,
-                                                           urgent_s=0), pipeline_min_rows=3)
+                                                           urgent_s=0), **kwargs)
         requests = [_request(tokens=100, budget=12) for _ in range(streams)]  # prompts over two steps or more
         for r in requests:
             core.add(r)
@@ -180,6 +181,8 @@ def test_only_steps_with_pipeline_min_rows_rows_leave_a_step_queued(first_frames
     assert set(queued_after(small)) == {0}  # two rows: read before the next; only steps with no frame stay queued
     large, _ = run(5)
     assert 5 in queued_after(large) and all(rows >= 3 or rows == 0 for rows in queued_after(large))
+    alone, _ = run(1, min_rows=None)  # the default (1): one stream's steps leave a step queued too
+    assert 1 in queued_after(alone)
 
 
 def test_pipelined_steps_overlap_and_an_end_learnt_late_drops_only_that_row() -> None:

@@ -196,14 +196,17 @@ def test_the_weight_tile_is_loaded_whole_and_before_the_wait(pdl: int) -> None:
 @pytest.mark.parametrize("swiglu", [False, True], ids=["qkv", "gate-up"])
 def test_the_rows_kernel_is_mma_after_its_weights(swiglu: bool) -> None:
     """sm_90 output of the rows kernel (no GPU needed) for the predictor's q|k|v and its fused gate|up: the rows'
-    products are tensor-core MMAs (mma.sync, no per-row reduction across warps), and every weight arrives in
-    16-byte loads before the PDL wait."""
+    products are tensor-core MMAs (mma.sync, no per-row reduction across warps), each warp its own share of K (no
+    warp repeats another's MMAs, as one dot of the whole tile made them), and every weight arrives in 16-byte loads
+    before the PDL wait."""
     g = compiled_copy("gemv")
     r = g.rows_tiles(3072 if swiglu else 4096, 1024, swiglu)
     consts = dict(HAS_BIAS=False, ADD=not swiglu, PDL=1, SWIGLU=swiglu, SCALED=swiglu, BLOCK_M=g.MMA_ROWS,
                   BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split, UPCAST=False)
     ptx = hopper_compile(g._gemv_rows_kernel, consts, warps=r.warps, stages=1, divisible_ints=("K",)).asm["ptx"]
     assert "mma.sync" in ptx and "shfl" not in ptx.split("griddepcontrol.wait")[0]
+    instructions = (r.block_n // 16) * (g.MMA_ROWS // 8) * (r.block_k // 16)  # m16n8k16 over the whole tile
+    assert ptx.count("mma.sync") == (2 if swiglu else 1) * instructions // r.warps
     lines = ptx.splitlines()
     wait = next(i for i, line in enumerate(lines) if "griddepcontrol.wait" in line)
     weight_loads = [i for i, line in enumerate(lines) if "ld.global.v4" in line]

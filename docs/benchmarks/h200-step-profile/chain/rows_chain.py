@@ -22,7 +22,7 @@ import argparse
 
 import torch
 import torch.nn.functional as F
-import triton
+from chain import _graph_us as _replay_us  # chain.py beside this file: one graph of the chain, us a launch
 from voxgate.kernels import gemv as g
 from voxgate.kernels.utils import pdl_available
 
@@ -49,15 +49,6 @@ def _cell(us: float | None, nbytes: int, bold: bool = False) -> str:
         return "failed"
     t = f"**{us:.2f}**" if bold else f"{us:.2f}"
     return f"{t} ({nbytes / us / 1e6:.2f})"
-
-
-def _replay_us(body, count: int) -> float:
-    body()  # compile and warm up outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        body()
-    return triton.testing.do_bench(graph.replay, warmup=20, rep=200) * 1e3 / count
 
 
 def _weights(dev: torch.device, k: int, n: int, pair: bool, count: int) -> list[torch.Tensor]:
