@@ -63,6 +63,7 @@ class ChunkAssembler:
         self.fill = fill  # engine option codec_fill: `_filled` picks the call's pieces (else every due piece)
         self._closing: list[bool] = []  # per piece of the call in flight: does it close its chunk
         self.first_in_flight = False  # that call closes some stream's first chunk
+        self.end_in_flight = False  # that call holds the last frames of some stream that ended
 
     def collect(self, now: float) -> list[Chunk]:
         """The call in flight's pieces, then every chunk that closes now: whole ones, and (a chunk whose decoded
@@ -76,7 +77,7 @@ class ChunkAssembler:
             if closes:
                 handed.append(self._hand_over(request, now))
         self._closing = []
-        self.first_in_flight = False
+        self.first_in_flight = self.end_in_flight = False
         for request in self.scheduler.running:
             if request.pcm_parts and request.pending_frames == 0 and self.scheduler.urgent(request):
                 handed.append(self._close_early(request, now))
@@ -97,6 +98,7 @@ class ChunkAssembler:
         self._closing = [closes for _, _, closes in pieces]
         # the call closes some stream's first chunk (its first audio waits for it): known now, not rescanned a step
         self.first_in_flight = any(closes and r.first_audio_at is None for r, _, closes in pieces)
+        self.end_in_flight = any(r.ended and r.pending_frames == 0 for r, _, _ in pieces)
         return True
 
     def finish_ended(self, now: float) -> tuple[list[Chunk], list[Request]]:

@@ -50,6 +50,8 @@ class EngineConfig:
                                        "(default 1: every step that makes a frame; 0: every step)")
     early_first_chunk: bool = option(True, "collect a codec call carrying a stream's first chunk as soon as it is "
                                            "decoded, before waiting for the step in flight (default true)")
+    early_end: bool = option(True, "collect a codec call holding a stream's last frames before waiting for the step "
+                                   "in flight, and hand over its last chunk and its end at once (default true)")
     codec_fill: bool = option(True, "a codec call of pieces that could all wait goes only when its bucket is at "
                                     "least 3/4 full, and one with pieces that cannot wait takes as many more as make "
                                     "its cost per piece least (default true; false: every due piece every step)")

@@ -46,8 +46,9 @@ class Runner(Protocol):
 @dataclass(slots=True)
 class StepOutput:
     chunks: list[tuple[Request, np.ndarray]] = field(default_factory=list)  # audio to hand over, in order
-    handed_early: list[tuple[Request, np.ndarray]] = field(default_factory=list)  # first chunks, already handed
+    handed_early: list[tuple[Request, np.ndarray]] = field(default_factory=list)  # chunks already handed over
     finished: list[Request] = field(default_factory=list)  # streams whose audio is complete (after chunks)
+    finished_early: list[Request] = field(default_factory=list)  # the same, already handed over (after handed_early)
     started: list[Request] = field(default_factory=list)  # streams whose first step this was
     num_rows: int = 0
     num_prefill_tokens: int = 0
@@ -71,7 +72,8 @@ class EngineCore:
 
     def __init__(self, runner: Runner, slots: SlotAllocator, config: SchedulerConfig | None = None,
                  pipeline: bool = _LOOP.pipeline, early_first_chunk: bool = _LOOP.early_first_chunk,
-                 pipeline_min_rows: int = _LOOP.pipeline_min_rows, codec_fill: bool = _LOOP.codec_fill) -> None:
+                 pipeline_min_rows: int = _LOOP.pipeline_min_rows, codec_fill: bool = _LOOP.codec_fill,
+                 early_end: bool = _LOOP.early_end) -> None:
         self.runner = runner
         self.scheduler = Scheduler(config or SchedulerConfig(), slots, first_frames=runner.first_frame_with_prompt)
         self.pipeline = pipeline
@@ -83,7 +85,12 @@ class EngineCore:
         # ran beside that step and is done first) and handed to `hand_over_early` at once: the first audio does not
         # wait for a whole decode step. Set by the engine loop; None: every chunk leaves with its step's output.
         self.early_first_chunk = early_first_chunk
-        self.hand_over_early: Callable[[list[tuple[Request, np.ndarray]]], None] | None = None
+        # Likewise a codec call that holds a stream's last frames: its last chunk and its end are handed over before
+        # the wait for the step in flight, so the client's next request can join the next step launched, not the
+        # one after (closed loop: one row-step a request) and a turn ends a step sooner.
+        self.early_end = early_end
+        # (chunks, streams finished), handed over early; set by the engine loop
+        self.hand_over_early: Callable[[list[tuple[Request, np.ndarray]], list[Request]], None] | None = None
         self._launched: deque[tuple[StepPlan, object]] = deque()  # steps launched, not yet read (oldest first)
         self._first_frame_due: list[Request] = []  # first frame's step launched, the frame not yet counted
         self.chunks = ChunkAssembler(runner.chunks, self.scheduler, codec_fill)
@@ -105,11 +112,17 @@ class EngineCore:
         clock.mark("schedule")
         out = self._launch(plan)
         clock.mark("launch")
-        if self.early_first_chunk and self.hand_over_early is not None and self.chunks.first_in_flight:
-            early = self.chunks.collect(time.monotonic())
+        if self.hand_over_early is not None and ((self.early_first_chunk and self.chunks.first_in_flight)
+                                                 or (self.early_end and self.chunks.end_in_flight)):
+            now = time.monotonic()
+            early = self.chunks.collect(now)
+            finished: list[Request] = []
+            if self.early_end:
+                handed, finished = self.chunks.finish_ended(now)
+                early += handed
             _stamp_first_chunks(early)
-            self.hand_over_early(early)
-            out.handed_early = early
+            self.hand_over_early(early, finished)
+            out.handed_early, out.finished_early = early, finished
         for done, eos in self._read_finished(plan):
             out.num_frames += self.scheduler.postprocess(done, eos)
         clock.mark("gpu")
@@ -122,7 +135,7 @@ class EngineCore:
         out.chunks += handed
         _stamp_first_chunks(out.chunks)
         out.idle = plan.empty and not launched_codec and not self._launched and not out.chunks \
-            and not out.finished and not out.handed_early and out.num_frames == 0
+            and not out.finished and not out.handed_early and not out.finished_early and out.num_frames == 0
         clock.mark("post")
         fill = self.runner.last_fill_s if not plan.empty else 0.0
         out.times = {"schedule": clock["schedule"], "fill": fill, "gpu": clock["gpu"], "codec": clock["codec"],

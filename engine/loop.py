@@ -91,7 +91,7 @@ class EngineLoop:
                  on_step: Callable[[StepOutput, float], None] | None = None,
                  gil_switch_s: float | None = 0.0005, forecaster: LoopForecaster | None = None) -> None:
         self.core = core
-        core.hand_over_early = self._hand_over  # (a stream's first chunk, as soon as it is decoded: core.py)
+        core.hand_over_early = self._hand_over_early  # (first and last chunks, as soon as decoded: core.py)
         self.forecaster = forecaster
         # The worker needs the GIL back after every wait for the GPU; with CPython's default 5 ms switch interval
         # a busy event loop can hold it that long each time, stretching every step. Process-wide, set at start.
@@ -195,7 +195,8 @@ class EngineLoop:
                 # The period: from the step before's end (hand-over and bookkeeping included) while they follow
                 # each other; after a wait, this step's own time.
                 period = end - (last_end if last_end is not None else t0)
-                self.forecaster.observe(out.num_rows, period, out.times.get("codec", 0.0), len(out.finished),
+                self.forecaster.observe(out.num_rows, period, out.times.get("codec", 0.0),
+                                        len(out.finished) + len(out.finished_early),
                                         time.monotonic())
                 self._publish()
                 last_end = end
@@ -227,6 +228,9 @@ class EngineLoop:
                     self.core.add(request)
             else:
                 self.core.abort(request)
+
+    def _hand_over_early(self, chunks: list[tuple[Request, np.ndarray]], finished: list[Request]) -> None:
+        self._hand_over([*chunks, *((r, _END) for r in finished)])
 
     def _hand_over(self, items: list[tuple[Request, Any]]) -> None:
         loop = self._aloop

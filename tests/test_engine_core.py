@@ -72,8 +72,8 @@ def test_a_first_chunk_is_handed_over_before_the_step_in_flight_is_waited_for(pi
         finish = runner.finish
         runner.finish = lambda handle: (events.append(("wait", 0)), finish(handle))[1]  # type: ignore[method-assign]
         core = EngineCore(runner, Pool(8), SchedulerConfig(max_rows=16, max_prefill_tokens=32, urgent_s=0),
-                          pipeline=pipeline, early_first_chunk=early)
-        core.hand_over_early = lambda chunks: events.extend(("early", r.request_id) for r, _ in chunks)
+                          pipeline=pipeline, early_first_chunk=early, early_end=False)
+        core.hand_over_early = lambda chunks, _: events.extend(("early", r.request_id) for r, _ in chunks)
         requests = [_request(tokens=10 + 20 * i, budget=6 + i, schedule=(1, 2, 4)) for i in range(4)]
         for r in requests:
             core.add(r)
@@ -94,6 +94,59 @@ def test_a_first_chunk_is_handed_over_before_the_step_in_flight_is_waited_for(pi
         if kind == "early" and at + 1 < len(events) and events[at + 1][0] != "early":
             assert events[at + 1] == ("wait", 0) or not pipeline
     assert not any(kind == "early" for kind, _ in plain_events)
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_a_streams_last_chunk_and_end_are_handed_over_before_the_step_in_flight_is_waited_for(pipeline: bool) -> None:
+    """core.early_end: the codec call that holds a stream's last frames is collected before the step's wait for the
+    GPU, and the stream's last chunk and its end go with it, so a stream that ends among others that keep speaking
+    ends before that step's wait, not after it. The audio is the same either way, none after an end, every stream
+    ends once."""
+    def run(early_end: bool) -> tuple[dict[int, list[int]], dict[int, int], list[tuple[str, int]]]:
+        runner = FakeRunner()
+        waits = [0]
+        finish = runner.finish
+        runner.finish = lambda handle: (waits.__setitem__(0, waits[0] + 1), finish(handle))[1]  # type: ignore
+        core = EngineCore(runner, Pool(8), SchedulerConfig(max_rows=16, max_prefill_tokens=64, urgent_s=0),
+                          pipeline=pipeline, early_first_chunk=False, early_end=early_end)
+        events: list[tuple[str, int]] = []
+        ended_at: dict[int, int] = {}  # request id -> GPU waits before its end was handed over
+
+        def hand(chunks: list, finished: list) -> None:
+            events.extend(("chunk", r.request_id) for r, _ in chunks)
+            for r in finished:
+                events.append(("end", r.request_id))
+                ended_at[r.request_id] = waits[0]
+        core.hand_over_early = hand
+        requests = [_request(tokens=8, budget=5 + 3 * i, schedule=(1, 2, 4)) for i in range(4)]
+        runner.eos_at[requests[2].request_id] = 6  # stops on EOS, learnt a step late when pipelined
+        for r in requests:
+            core.add(r)
+        audio: dict[int, list[int]] = {r.request_id: [] for r in requests}
+        while core.has_work:  # (step by step: the early hand-overs interleave with the steps' own)
+            out = core.step()
+            assert not (out.finished and out.finished_early)
+            for r, pcm in [*out.handed_early, *out.chunks]:
+                audio[r.request_id].append(len(pcm) // 1920)
+            events.extend(("chunk", r.request_id) for r, _ in out.chunks)
+            for r in out.finished:
+                events.append(("end", r.request_id))
+                ended_at[r.request_id] = waits[0]
+        for r in requests:
+            assert r.status is Status.FINISHED and sum(audio[r.request_id]) == r.num_frames
+        ids = [r.request_id for r in requests]
+        return ({i: audio[rid] for i, rid in enumerate(ids)}, {i: ended_at[rid] for i, rid in enumerate(ids)},
+                events)
+
+    audio, ended_at, events = run(early_end=True)
+    plain_audio, plain_ended_at, plain_events = run(early_end=False)
+    assert audio == plain_audio  # the same chunks, in the same order per stream
+    for kinds in (events, plain_events):
+        for rid in {rid for _, rid in kinds}:  # once each, nothing after its end
+            assert [k for k, r in kinds if r == rid][-1] == "end" and kinds.count(("end", rid)) == 1
+    assert all(ended_at[i] <= plain_ended_at[i] for i in ended_at)
+    # every stream but the last to end ends among others that speak on: a GPU wait sooner
+    assert [i for i in ended_at if ended_at[i] < plain_ended_at[i]] == [0, 1, 2]
 
 
 @pytest.mark.parametrize("first_frames", [True, False])

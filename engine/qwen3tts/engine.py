@@ -110,7 +110,7 @@ class Qwen3TTSEngine(Engine):
         self.scheduler_config.max_pending_frames = RING - runner.chunks.max_width
         o = self.options  # the forecaster learns this loop's step times (engine/admission.py)
         core = EngineCore(runner, runner.kv, self.scheduler_config, o.pipeline, o.early_first_chunk,
-                          o.pipeline_min_rows, o.codec_fill)
+                          o.pipeline_min_rows, o.codec_fill, o.early_end)
         forecaster = LoopForecaster(o.rows, o.max_prefills, self.chunk_schedule[0], runner.kv.max_streams, o.pipeline,
                                     pipeline_min_rows=o.pipeline_min_rows)
         self.loop = EngineLoop(core, "qwen3tts", self._on_step, self.gil_switch_s, forecaster)

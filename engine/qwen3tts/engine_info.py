@@ -14,7 +14,8 @@ def describe(engine: Any) -> dict[str, Any]:
                            "frame_budget": f"{engine.budget_factor} x expected frames, >= {engine.min_budget_s} s",
                            "batching": "engine loop (batched steps)", "pipeline": engine.pipeline,
                            "pipeline_min_rows": engine.options.pipeline_min_rows,
-                           "early_first_chunk": engine.options.early_first_chunk, "timings_s": engine.timings,
+                           "early_first_chunk": engine.options.early_first_chunk, "early_end": engine.options.early_end,
+                           "timings_s": engine.timings,
                            "aligner": engine.aligner_path}
     if tts is not None:
         import torch
