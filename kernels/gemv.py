@@ -148,6 +148,10 @@ _DOT_UPCAST = interpreted(_gemv_rows_kernel)  # the interpreter's bf16 dots are 
 MMA_ROWS = 16  # x's rows padded to an MMA tile's side (tl.dot needs 16)
 MMA_COLUMNS = 16  # output columns a rows-kernel program takes
 MMA_MAX_VALUES = 65536  # weight values a rows-kernel program holds (16 columns x K 4,096; 8 warps, 256 a thread)
+# fp32 (the tests' exact runs) has no bf16 MMA: Triton stages a dot's operands through shared memory, 8 bytes a
+# weight value (sm_90, Triton 3.6: the predictor's o, 32,768 values, asked 256 KB of the 227 KB an SM has), so a
+# 32-bit dot takes at most this many (128 KB); wider fp32 calls take the one-row kernel.
+MMA_MAX_FP32_DOT_VALUES = 16384
 MMA_PARTS_A_WARP = 2  # K's parts a warp's MMA chains take (two chains interleave; one dot: every warp all of K)
 
 
@@ -155,7 +159,7 @@ MMA_PARTS_A_WARP = 2  # K's parts a warp's MMA chains take (two chains interleav
 class RowsTiles:
     """_gemv_rows_kernel's launch: output columns a program takes, its K block (K rounded up to a power of two),
     the weight values a program holds (twice the columns' with gate|up), warps, programs, K's parts (one MMA chain
-    each, summed in order: _split_dot)."""
+    each, summed in order: _split_dot), and the bytes of a value (2: bf16 or fp16, 4: fp32)."""
 
     block_n: int
     block_k: int
@@ -163,16 +167,20 @@ class RowsTiles:
     warps: int
     programs: int
     split: int
+    value_bytes: int = 2
 
     @property
     def fits(self) -> bool:
         """Whether the launch is meant to beat cuBLAS: at most MMA_MAX_VALUES a program (the predictor's o, 64
-        programs, still reads faster than cuBLAS: no floor on the programs)."""
-        return self.values <= MMA_MAX_VALUES
+        programs, still reads faster than cuBLAS: no floor on the programs); in fp32 also at most
+        MMA_MAX_FP32_DOT_VALUES a dot (shared memory)."""
+        return self.values <= MMA_MAX_VALUES and (self.value_bytes <= 2
+                                                  or self.block_n * self.block_k <= MMA_MAX_FP32_DOT_VALUES)
 
 
-def rows_tiles(n: int, k: int, pair: bool = False) -> RowsTiles:
-    """The 2-16-row launch for n output columns over K = k (pair: each column a gate and an up row of W):
+def rows_tiles(n: int, k: int, pair: bool = False, value_bytes: int = 2) -> RowsTiles:
+    """The 2-16-row launch for n output columns over K = k (pair: each column a gate and an up row of W; W's
+    values `value_bytes` each):
     MMA_COLUMNS columns a program, their rows whole, 4 warps up to 16,384 weight values and 8 above, K in
     MMA_PARTS_A_WARP parts a warp (each at least 16 deep). The predictor's q|k|v (K 1,024, N 4,096): 256 programs of
     4 warps; its o (K 2,048, N 1,024): 64 of 8; down (K 3,072 in a block of 4,096): 64 of 8; gate|up: 192 of 8. The
@@ -181,15 +189,15 @@ def rows_tiles(n: int, k: int, pair: bool = False) -> RowsTiles:
     values = (2 if pair else 1) * MMA_COLUMNS * block_k
     warps = 4 if values <= 16384 else 8
     split = max(1, min(MMA_PARTS_A_WARP * warps, block_k // 16))
-    return RowsTiles(MMA_COLUMNS, block_k, values, warps, triton.cdiv(n, MMA_COLUMNS), split)
+    return RowsTiles(MMA_COLUMNS, block_k, values, warps, triton.cdiv(n, MMA_COLUMNS), split, value_bytes)
 
 
-def fast(m: int, n: int, k: int, pair: bool = False) -> bool:
+def fast(m: int, n: int, k: int, pair: bool = False, value_bytes: int = 2) -> bool:
     """Whether `gemv` (pair: `gemv_swiglu`, n its output columns) runs a call of m rows on a plan meant to beat
     cuBLAS: one row up to MAX_K, or 2-16 rows where the rows kernel fits. Elsewhere it is correct but slower."""
     if m > MAX_ROWS or k > MAX_K:
         return False
-    return m <= 1 or rows_tiles(n, k, pair).fits
+    return m <= 1 or rows_tiles(n, k, pair, value_bytes).fits
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,19 +250,20 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, SWIGLU=False, SCALED=False)
-    step_kernel, grid, shape, extra = _plan(m, n, k, pdl, pair=False)
+    step_kernel, grid, shape, extra = _plan(m, n, k, pdl, pair=False, value_bytes=x.element_size())
     step_kernel[grid](x, weight, bias if bias is not None else x, out, out, m, n, k, 0.0, **flags, **shape, **extra)
     return out
 
 
-def _plan(m: int, n: int, k: int, pdl: bool | str, pair: bool) -> tuple[object, tuple[int], dict, dict]:
+def _plan(m: int, n: int, k: int, pdl: bool | str, pair: bool,
+          value_bytes: int = 2) -> tuple[object, tuple[int], dict, dict]:
     """(kernel, grid, its shape's launch arguments with PDL and warps, the launch's extra arguments) for M = m
     rows of n output columns over K = k; `pair`: each column reads two rows of W (gate and up), so a program takes
     half the columns (one-row kernel). 2-16 rows take the rows kernel where it fits (`fast`), else the one-row
     kernel."""
     per = 2 if pair else 1
-    if m > 1 and fast(m, n, k, pair):
-        r = rows_tiles(n, k, pair)
+    if m > 1 and fast(m, n, k, pair, value_bytes):
+        r = rows_tiles(n, k, pair, value_bytes)
         on, extra = pdl_launch(_gemv_rows_kernel, pdl)
         return (_gemv_rows_kernel, (r.programs,),
                 dict(PDL=on, BLOCK_M=MMA_ROWS, BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split,
@@ -280,7 +289,7 @@ def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=False, ADD=False, SWIGLU=True, SCALED=scaled)
-    step_kernel, grid, shape, extra = _plan(m, n, k, pdl, pair=True)
+    step_kernel, grid, shape, extra = _plan(m, n, k, pdl, pair=True, value_bytes=x.element_size())
     step_kernel[grid](x, gate_up, x, out, out, m, n, k, eps, **flags, **shape, **extra)
     return out
 

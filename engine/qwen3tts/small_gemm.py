@@ -25,7 +25,8 @@ Linear = Callable[..., torch.Tensor]  # (x [M, K], weight [N, K], bias [N] | Non
 CHOICES = ("auto", "cublas", "gemv", "gemv_all")
 
 
-Fast = Callable[[int, int, int, bool], bool]  # (rows, output columns, K, gate|up pair) -> the kernel beats cuBLAS
+# (rows, output columns, K, gate|up pair, bytes a value) -> the kernel beats cuBLAS
+Fast = Callable[[int, int, int, bool, int], bool]
 # The Talker's projections take the kernel at one row only: at 8-16 rows its q|k|v and gate|up (K 2,048) read slower
 # through the MMA rows kernel than through cuBLAS, and its down (K 6,144) does not fit (H100,
 # docs/benchmarks/h200-step-profile/chain/rows_chain.py); the predictor's all read faster there.
@@ -48,7 +49,7 @@ class FewRows:
         if x.dim() != 2 or x.shape[0] > self.max_rows:
             return False
         n = weight.shape[0] // 2 if pair else weight.shape[0]
-        return self.fast is None or self.fast(x.shape[0], n, x.shape[1], pair)
+        return self.fast is None or self.fast(x.shape[0], n, x.shape[1], pair, x.element_size())
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.takes(x, weight):

@@ -213,6 +213,32 @@ def test_the_rows_kernel_is_mma_after_its_weights(swiglu: bool) -> None:
     assert weight_loads and sum(i < wait for i in weight_loads) >= r.values // (8 * 32 * r.warps)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_every_rows_launch_that_fits_compiles_within_an_sms_shared_memory(dtype: str) -> None:
+    """sm_90 output (no GPU needed) of each rows-kernel launch `fast` takes at the predictor's and the Talker's
+    shapes: its shared memory fits an H100's / H200's 227 KB a block. In fp32 (the tests' exact runs) the wide
+    tiles (the predictor's o and down) do not fit (256 and 512 KB asked) and take the one-row kernel."""
+    from triton_mode import cubin_resources
+
+    g = compiled_copy("gemv")
+    value_bytes = 4 if dtype == "fp32" else 2
+    shapes = [(1024, 4096, False), (2048, 1024, False), (1024, 3072, True), (3072, 1024, False),
+              (1024, 2048, False), (2048, 4096, False), (2048, 6144, True)]
+    taken = {(k, n, pair) for k, n, pair in shapes if g.fast(8, n, k, pair, value_bytes)}
+    wide = {(2048, 1024, False), (3072, 1024, False)}
+    assert wide <= taken if dtype == "bf16" else not wide & taken and (1024, 4096, False) in taken, taken
+    for k, n, pair in sorted(taken):
+        r = g.rows_tiles(n, k, pair, value_bytes)
+        consts = dict(HAS_BIAS=False, ADD=not pair, PDL=1, SWIGLU=pair, SCALED=pair, BLOCK_M=g.MMA_ROWS,
+                      BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split, UPCAST=False)
+        desc = {p: f"*{dtype}" for p in ("x_ptr", "w_ptr", "bias_ptr", "res_ptr", "out_ptr")}
+        compiled = hopper_compile(g._gemv_rows_kernel, consts, desc=desc, warps=r.warps, stages=1,
+                                  divisible_ints=("K",))
+        used = cubin_resources(compiled)
+        shared = compiled.metadata.shared if used is None else used["shared"] + used["static_shared"]
+        assert shared <= 232448, (k, n, pair, dtype, shared)
+
+
 # the 1.7B code predictor's projections (K, N): q|k|v, o, gate|up, down, a codebook's head; the Talker's down
 REAL = [(1024, 4096), (2048, 1024), (1024, 6144), (3072, 1024), (1024, 2048), (6144, 2048)]
 

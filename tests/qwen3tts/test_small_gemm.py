@@ -37,7 +37,7 @@ def test_few_rows_takes_the_kernel_up_to_its_row_limit_only() -> None:
     for rows in (1, 16, 17, 64):
         assert linear(torch.randn(rows, 8), w).shape == (rows, 5)
     assert calls == [1, 16]
-    narrow = FewRows(kernel, 16, fast=lambda m, n, k, pair: k <= 4)
+    narrow = FewRows(kernel, 16, fast=lambda m, n, k, pair, value_bytes: k <= 4)
     assert narrow(torch.randn(1, 8), w).shape == (1, 5) and calls == [1, 16]
     assert linears("cublas", True) == (F.linear, F.linear)
     predictor, talker = linears("gemv", False)
