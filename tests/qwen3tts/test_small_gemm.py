@@ -66,19 +66,26 @@ def test_auto_takes_the_kernel_only_on_a_hopper_gpu_running_triton(monkeypatch: 
 def test_few_rows_leaves_cublas_the_shapes_the_rows_kernel_cannot_hold() -> None:
     """kernels/gemv.py's `fast` routes the calls (the reference's too, so that both split alike): one row up to
     MAX_K; 2-16 rows only where the MMA rows kernel holds whole rows of W (K <= 4,096; gate|up's pair K <= 2,048),
-    so every projection of the predictor takes the kernel at 8 rows and the Talker's down (K 6,144) cuBLAS."""
+    so every projection of the predictor takes the kernel at 8 rows in bf16 and the Talker's down (K 6,144) cuBLAS.
+    In fp32 (exact test runs) the predictor's o and down at 2-16 rows take cuBLAS (shared memory: gemv.py)."""
     from voxgate.engine.qwen3tts.small_gemm import linears
     from voxgate.kernels import gemv
+
+    def empty(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        return torch.empty(*shape, dtype=dtype)
 
     small = linears("gemv_all", False)[0]
     for (m, k, n), takes in {(1, 3072, 1024): True, (1, 6144, 2048): True, (8, 1024, 4096): True,
                              (8, 2048, 1024): True, (8, 2048, 4096): True, (8, 3072, 1024): True,
                              (16, 6144, 2048): False,
                              (17, 1024, 4096): False, (1, gemv.MAX_K + 1, 64): False}.items():
-        assert small.takes(torch.empty(m, k), torch.empty(n, k)) is takes, (m, k, n)
-    assert small.takes(torch.empty(8, 2048), torch.empty(12288, 2048), pair=True)
-    assert not small.takes(torch.empty(8, 4096), torch.empty(6144, 4096), pair=True)
-    assert small.takes(torch.empty(1, 2048), torch.empty(6144, 2048), pair=True)
+        assert small.takes(empty(m, k), empty(n, k)) is takes, (m, k, n)
+    assert small.takes(empty(8, 2048), empty(12288, 2048), pair=True)
+    assert not small.takes(empty(8, 4096), empty(6144, 4096), pair=True)
+    assert small.takes(empty(1, 2048), empty(6144, 2048), pair=True)
+    for (m, k, n), takes in {(8, 1024, 4096): True, (8, 2048, 1024): False, (8, 3072, 1024): False,
+                             (1, 3072, 1024): True}.items():
+        assert small.takes(empty(m, k, dtype=torch.float32), empty(n, k, dtype=torch.float32)) is takes, (m, k, n)
 
 
 @pytest.mark.slow
@@ -140,9 +147,10 @@ def _talker_state(tts, rows: int):
 def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Callable[[str], Path],
                                                                  gemv: ModuleType,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """The option end to end: with attention=triton (the step's kernels, interpreted: ~20 s for this one stream of
-    3 frames), gemv_all takes kernels/gemv.py for the predictor's projections and the Talker's (decode-only steps
-    and codebook 0's head, at one row: TALKER_ROWS); the greedy codes are the stream's alone."""
+    """The option end to end: with attention=triton (the step's kernels, interpreted on the CPU: ~20 s for this one
+    stream of 3 frames; compiled on a GPU), gemv_all takes kernels/gemv.py for the predictor's projections and the
+    Talker's (decode-only steps and codebook 0's head, at one row: TALKER_ROWS); the greedy codes are the stream's
+    alone."""
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     from .loop_support import Stream, drive, make_runner, solo_codes
@@ -150,7 +158,7 @@ def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Call
     # the step's kernels, the draw's (draw=auto takes it where the step runs Triton) and those imported beside it
     for name in ("add_rms_norm", "qk_norm_rope", "slot_attention", "swiglu", "cp_linear", "cp_attend", "sample_draw"):
         kernel_module(name)
-    tts = Qwen3TTS.from_pretrained(tiny_ckpt("cv17"), dtype=torch.float32, progress=False)
+    tts = Qwen3TTS.from_pretrained(tiny_ckpt("cv17"), dtype=torch.float32, device=DEVICE, progress=False)
     calls: list[int] = []
     kernel = gemv.gemv
 
