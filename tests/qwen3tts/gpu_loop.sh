@@ -56,10 +56,11 @@ fi
 
 if has tests; then
   log "gpu tests"
+  # every test's outcome on a line of its own (pytest-all.log): a run cut by the timeout still names its failures
   VOXGATE_GPU_CKPT=$CKPT VOXGATE_GPU_RESULTS=$RES timeout ${TESTS_S:-240} python3 -m pytest ${TESTS:-tests/qwen3tts/test_gpu_loop.py} \
-    -k "${TESTS_K:-}" -c /dev/null --confcutdir=tests -p no:cacheprovider -q -rs \
+    -k "${TESTS_K:-}" -c /dev/null --confcutdir=tests -p no:cacheprovider -v -rfs \
     -W ignore::pytest.PytestUnknownMarkWarning \
-    2>&1 | tail -25 | tee "$RES/pytest.log"
+    2>&1 | tee "$RES/pytest-all.log" | grep -E "FAILED|ERROR|passed|failed|skipped|^E " | tail -25 | tee "$RES/pytest.log"
 fi
 if has steps; then
   log "bench steps"
