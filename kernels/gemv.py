@@ -150,7 +150,8 @@ MMA_COLUMNS = 16  # output columns a rows-kernel program takes
 MMA_MAX_VALUES = 65536  # weight values a rows-kernel program holds (16 columns x K 4,096; 8 warps, 256 a thread)
 # fp32 (the tests' exact runs) has no bf16 MMA: Triton stages a dot's operands through shared memory, 8 bytes a
 # weight value (sm_90, Triton 3.6: the predictor's o, 32,768 values, asked 256 KB of the 227 KB an SM has), so a
-# 32-bit dot takes at most this many (128 KB); wider fp32 calls take the one-row kernel.
+# 32-bit dot takes at most this many (128 KB); wider fp32 calls are not `fast` (gemv runs them on the one-row
+# kernel; engine/qwen3tts/small_gemm.py sends them to cuBLAS).
 MMA_MAX_FP32_DOT_VALUES = 16384
 MMA_PARTS_A_WARP = 2  # K's parts a warp's MMA chains take (two chains interleave; one dot: every warp all of K)
 
