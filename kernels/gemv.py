@@ -63,10 +63,11 @@ def _add_and_store(y, bias, res_ptr, out_ptr, offs, mask, HAS_BIAS: tl.constexpr
 
 @triton.jit
 def _weight_tile(w_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SWIGLU: tl.constexpr):
-    # this program's BLOCK_N columns of W [N, K] (SWIGLU: gate|up [2N, K], the up rows too, else w again), whole
-    # rows in one load each: (cols, col_ok, ks, k_ok, w, w_up); it reads nothing another kernel writes
+    # this program's BLOCK_N columns of W [N, K] (SWIGLU: gate|up [2N, K], the up rows too, else w again), over the
+    # program's part of K (grid axis 1: whole rows where the grid has one part), in one load each:
+    # (cols, col_ok, ks, k_ok, w, w_up); it reads nothing another kernel writes
     cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
+    ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     col_ok = cols < N
     k_ok = ks < K
     w_ok = col_ok[:, None] & k_ok[None, :]
@@ -115,14 +116,30 @@ def _split_dot(w, xt, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.co
 
 
 @triton.jit
-def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
+def _rows_epilogue(y, up, x_sq, cols, col_ok, rows, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
+                   HAS_BIAS: tl.constexpr, ADD: tl.constexpr, SWIGLU: tl.constexpr, SCALED: tl.constexpr):
+    # out^T [BLOCK_N, BLOCK_M] from the whole K's fp32 sums: SwiGLU (x_sq: each row's sum of squares) or the bias
+    # and the residual, rounded once and stored
+    out_offs = rows[None, :] * N + cols[:, None]
+    out_ok = col_ok[:, None] & (rows[None, :] < M)
+    if SWIGLU:  # (no bias, no residual)
+        y = _silu_mul(y, up, x_sq[None, :], K, eps, SCALED, out_ptr.dtype.element_ty).to(tl.float32)
+    bias = tl.load(bias_ptr + cols, mask=col_ok & HAS_BIAS, other=0.0).to(tl.float32)  # no load without one
+    _add_and_store(y, bias[:, None], res_ptr, out_ptr, out_offs, out_ok, HAS_BIAS, ADD)
+
+
+@triton.jit
+def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, count_ptr, M, N, K, eps,
                       HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
                       SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      SPLIT: tl.constexpr, UPCAST: tl.constexpr):
-    # The same as _gemv_kernel for 2-16 rows, in tensor-core MMAs: the tile of W [BLOCK_N, K] (loaded whole, before
-    # the PDL wait) times x^T [K, BLOCK_M] (the rows padded to BLOCK_M = 16 with zeros) gives out^T [BLOCK_N, BLOCK_M]
-    # in fp32 (_split_dot: SPLIT parts of K), so W is read once for every row and no row's sum crosses warps by
-    # hand. UPCAST: interpreted, the operands in fp32 (utils.interpreted).
+                      SPLIT: tl.constexpr, UPCAST: tl.constexpr, PARTS: tl.constexpr, PART_VALUES: tl.constexpr):
+    # The same as _gemv_kernel for 2-16 rows, in tensor-core MMAs: the tile of W [BLOCK_N, BLOCK_K] (loaded whole,
+    # before the PDL wait) times x^T [BLOCK_K, BLOCK_M] (the rows padded to BLOCK_M = 16 with zeros) gives out^T
+    # [BLOCK_N, BLOCK_M] in fp32 (_split_dot: SPLIT parts of the block), so W is read once for every row and no
+    # row's sum crosses warps by hand. UPCAST: interpreted, the operands in fp32 (utils.interpreted).
+    # PARTS > 1 (split-K): grid axis 1 cuts K into PARTS blocks; each program stores its fp32 sums (PART_VALUES
+    # floats: y, and with SWIGLU up and x's squares) at part_ptr, counts itself in at count_ptr[its columns], and
+    # the last to arrive adds the parts in order (the same bits whichever is last), resets the count and stores.
     cols, col_ok, ks, k_ok, w, w_up = _weight_tile(w_ptr, N, K, BLOCK_N, BLOCK_K, SWIGLU)
     wait_for_inputs(PDL)
     rows = tl.arange(0, BLOCK_M)
@@ -133,15 +150,39 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
         if SWIGLU:
             w_up = w_up.to(tl.float32)
     y = _split_dot(w, xt, SPLIT, BLOCK_N, BLOCK_K, BLOCK_M)
-    out_offs = rows[None, :] * N + cols[:, None]
-    out_ok = col_ok[:, None] & (rows[None, :] < M)
-    if SWIGLU:  # (no bias, no residual)
+    up = y
+    x_sq = rows.to(tl.float32) * 0.0  # (tl.zeros is a jit function the interpreter cannot call here)
+    if SWIGLU:
         x32 = xt.to(tl.float32)
         up = _split_dot(w_up, xt, SPLIT, BLOCK_N, BLOCK_K, BLOCK_M)
-        x_sq = tl.reduce(x32 * x32, 0, SUM)[None, :]
-        y = _silu_mul(y, up, x_sq, K, eps, SCALED, out_ptr.dtype.element_ty).to(tl.float32)
-    bias = tl.load(bias_ptr + cols, mask=col_ok & HAS_BIAS, other=0.0).to(tl.float32)  # no load without one
-    _add_and_store(y, bias[:, None], res_ptr, out_ptr, out_offs, out_ok, HAS_BIAS, ADD)
+        x_sq = tl.reduce(x32 * x32, 0, SUM)
+    if PARTS == 1:
+        _rows_epilogue(y, up, x_sq, cols, col_ok, rows, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
+                       HAS_BIAS, ADD, SWIGLU, SCALED)
+    else:
+        tile = tl.program_id(0)
+        at = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + rows[None, :]
+        parts = part_ptr + tile.to(tl.int64) * (PARTS * PART_VALUES)
+        mine = parts + tl.program_id(1) * PART_VALUES
+        tl.store(mine + at, y)
+        if SWIGLU:
+            tl.store(mine + BLOCK_N * BLOCK_M + at, up)
+            tl.store(mine + 2 * BLOCK_N * BLOCK_M + rows, x_sq)
+        tl.debug_barrier()  # every warp's sums are out before the count releases them to the last program
+        if tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu") == PARTS - 1:
+            tl.debug_barrier()
+            y = tl.load(parts + at, cache_modifier=".cg")  # from L2: another SM wrote it
+            if SWIGLU:
+                up = tl.load(parts + BLOCK_N * BLOCK_M + at, cache_modifier=".cg")
+                x_sq = tl.load(parts + 2 * BLOCK_N * BLOCK_M + rows, cache_modifier=".cg")
+            for p in tl.static_range(1, PARTS):
+                y += tl.load(parts + p * PART_VALUES + at, cache_modifier=".cg")
+                if SWIGLU:
+                    up += tl.load(parts + p * PART_VALUES + BLOCK_N * BLOCK_M + at, cache_modifier=".cg")
+                    x_sq += tl.load(parts + p * PART_VALUES + 2 * BLOCK_N * BLOCK_M + rows, cache_modifier=".cg")
+            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")  # zero for the next launch
+            _rows_epilogue(y, up, x_sq, cols, col_ok, rows, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
+                           HAS_BIAS, ADD, SWIGLU, SCALED)
 
 
 _DOT_UPCAST = interpreted(_gemv_rows_kernel)  # the interpreter's bf16 dots are wrong (utils.interpreted)
@@ -154,13 +195,18 @@ MMA_MAX_VALUES = 65536  # weight values a rows-kernel program holds (16 columns 
 # kernel; engine/qwen3tts/small_gemm.py sends them to cuBLAS).
 MMA_MAX_FP32_DOT_VALUES = 16384
 MMA_PARTS_A_WARP = 2  # K's parts a warp's MMA chains take (two chains interleave; one dot: every warp all of K)
+# Split-K: where a program's whole rows would hold more weight values than this, K is cut into parts across
+# programs (more, smaller programs: more SMs loading at once), each part's fp32 sums stored and added in order by the
+# last program of the columns to finish. As shipped no launch splits; the chains measure where it pays first.
+MMA_SPLIT_ABOVE = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
 class RowsTiles:
     """_gemv_rows_kernel's launch: output columns a program takes, its K block (K rounded up to a power of two),
-    the weight values a program holds (twice the columns' with gate|up), warps, programs, K's parts (one MMA chain
-    each, summed in order: _split_dot), and the bytes of a value (2: bf16 or fp16, 4: fp32)."""
+    the weight values a program holds (twice the columns' with gate|up), warps, column programs, the block's parts
+    (one MMA chain each, summed in order: _split_dot), the bytes of a value (2: bf16 or fp16, 4: fp32), and the
+    parts K is cut into across programs (split-K: the grid's second axis; 1: whole rows)."""
 
     block_n: int
     block_k: int
@@ -169,6 +215,14 @@ class RowsTiles:
     programs: int
     split: int
     value_bytes: int = 2
+    parts: int = 1
+
+    @property
+    def part_values(self) -> int:
+        """fp32 values a program of a split launch stores for the last one: its sums, and with gate|up the up
+        rows' sums and x's squares by row."""
+        pair = self.values > MMA_COLUMNS * self.block_k
+        return (2 * self.block_n * MMA_ROWS + MMA_ROWS) if pair else self.block_n * MMA_ROWS
 
     @property
     def fits(self) -> bool:
@@ -185,12 +239,18 @@ def rows_tiles(n: int, k: int, pair: bool = False, value_bytes: int = 2) -> Rows
     MMA_COLUMNS columns a program, their rows whole, 4 warps up to 16,384 weight values and 8 above, K in
     MMA_PARTS_A_WARP parts a warp (each at least 16 deep). The predictor's q|k|v (K 1,024, N 4,096): 256 programs of
     4 warps; its o (K 2,048, N 1,024): 64 of 8; down (K 3,072 in a block of 4,096): 64 of 8; gate|up: 192 of 8. The
-    Talker's down (K 6,144) does not fit and takes cuBLAS."""
-    block_k = triton.next_power_of_2(max(k, 16))
-    values = (2 if pair else 1) * MMA_COLUMNS * block_k
+    Talker's down (K 6,144) does not fit and takes cuBLAS. Where whole rows would hold more than MMA_SPLIT_ABOVE
+    values, K is cut into the fewest parts whose blocks hold at most that many (split-K)."""
+    per = 2 if pair else 1
+    parts, block_k = 1, triton.next_power_of_2(max(k, 16))
+    while per * MMA_COLUMNS * block_k > MMA_SPLIT_ABOVE and block_k > 16:
+        parts += 1
+        block_k = triton.next_power_of_2(max(triton.cdiv(k, parts), 16))
+    parts = triton.cdiv(k, block_k)  # no part left empty
+    values = per * MMA_COLUMNS * block_k
     warps = 4 if values <= 16384 else 8
     split = max(1, min(MMA_PARTS_A_WARP * warps, block_k // 16))
-    return RowsTiles(MMA_COLUMNS, block_k, values, warps, triton.cdiv(n, MMA_COLUMNS), split, value_bytes)
+    return RowsTiles(MMA_COLUMNS, block_k, values, warps, triton.cdiv(n, MMA_COLUMNS), split, value_bytes, parts)
 
 
 def fast(m: int, n: int, k: int, pair: bool = False, value_bytes: int = 2) -> bool:
@@ -240,7 +300,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     """x [M, K] (M <= 16, K <= MAX_K), weight [N, K], bias [N] or None -> [M, N] in x's dtype; with `residual`
     [M, N], residual + that, written into residual in place (and returned)."""
     _check(x, weight, bias)
-    m, k = x.shape
+    m = x.shape[0]
     n = weight.shape[0]
     if residual is not None:
         assert residual.is_contiguous() and residual.shape == (m, n), residual.shape
@@ -251,30 +311,64 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, SWIGLU=False, SCALED=False)
-    step_kernel, grid, shape, extra = _plan(m, n, k, pdl, pair=False, value_bytes=x.element_size())
-    step_kernel[grid](x, weight, bias if bias is not None else x, out, out, m, n, k, 0.0, **flags, **shape, **extra)
+    _launch(x, weight, bias if bias is not None else x, out, 0.0, pdl, pair=False, flags=flags)
     return out
 
 
-def _plan(m: int, n: int, k: int, pdl: bool | str, pair: bool,
-          value_bytes: int = 2) -> tuple[object, tuple[int], dict, dict]:
-    """(kernel, grid, its shape's launch arguments with PDL and warps, the launch's extra arguments) for M = m
-    rows of n output columns over K = k; `pair`: each column reads two rows of W (gate and up), so a program takes
-    half the columns (one-row kernel). 2-16 rows take the rows kernel where it fits (`fast`), else the one-row
-    kernel."""
-    per = 2 if pair else 1
+def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, eps: float,
+            pdl: bool | str, pair: bool, flags: dict[str, bool]) -> None:
+    """One launch of out [M, N] from x [M, K] and weight (N rows, or 2N with `pair`: gate|up); the residual, where
+    flags ask it, is out itself. 2-16 rows take the rows kernel where it fits (`fast`), else the one-row kernel,
+    whose programs take half the columns with `pair` (each column reads two rows of W)."""
+    m, k = x.shape
+    n = out.shape[1]
+    value_bytes = x.element_size()
     if m > 1 and fast(m, n, k, pair, value_bytes):
         r = rows_tiles(n, k, pair, value_bytes)
         on, extra = pdl_launch(_gemv_rows_kernel, pdl)
-        return (_gemv_rows_kernel, (r.programs,),
-                dict(PDL=on, BLOCK_M=MMA_ROWS, BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split,
-                     UPCAST=_DOT_UPCAST, num_warps=r.warps), extra)
+        parts, counts = (x, x) if r.parts == 1 else _split_scratch(x.device, r.programs * r.parts * r.part_values,
+                                                                      r.programs)
+        _gemv_rows_kernel[(r.programs, r.parts)](
+            x, weight, bias, out, out, parts, counts, m, n, k, eps, **flags, PDL=on, BLOCK_M=MMA_ROWS,
+            BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split, UPCAST=_DOT_UPCAST, PARTS=r.parts,
+            PART_VALUES=r.part_values, num_warps=r.warps, **extra)
+        return
+    per = 2 if pair else 1
     t = tiles(per * n, k)
     block_n = max(1, t.block_n // per)
     on, extra = pdl_launch(_gemv_kernel, pdl)
-    return (_gemv_kernel, (triton.cdiv(n, block_n),),
-            dict(PDL=on, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=block_n, BLOCK_K=t.block_k,
-                 num_warps=t.warps), extra)
+    _gemv_kernel[(triton.cdiv(n, block_n),)](
+        x, weight, bias, out, out, m, n, k, eps, **flags, PDL=on, BLOCK_M=triton.next_power_of_2(m),
+        BLOCK_N=block_n, BLOCK_K=t.block_k, num_warps=t.warps, **extra)
+
+
+@dataclass
+class _Scratch:
+    partials: torch.Tensor  # fp32: split launches' sums by part
+    counts: torch.Tensor  # int32 a column tile: programs arrived; every launch leaves them zero
+    retired: list[torch.Tensor]  # smaller buffers a captured graph may still point at: never freed
+
+
+_SCRATCH: dict[tuple[torch.device, int], _Scratch] = {}
+
+
+def _split_scratch(device: torch.device, floats: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(partials, counts) for a split launch, one pair per device and stream: launches on one stream run one after
+    another (a PDL launch waits for the one ahead before it touches them), and a graph replays where its capture ran
+    alone (engine/graphs.py: a set captures on a stream of its own). Made at a graph's eager warm-up as a rule; made
+    or grown inside a capture, the counts' zeroing joins the graph, where they are zero anyway. Never freed: a
+    captured graph keeps its pointers."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device, stream)
+    have = _SCRATCH.get(key)
+    if have is not None and have.partials.numel() >= floats and have.counts.numel() >= tiles:
+        return have.partials, have.counts
+    floats = max(floats, have.partials.numel() if have else 0, 1 << 16)
+    tiles = max(tiles, have.counts.numel() if have else 0, 1024)
+    retired = [*have.retired, have.partials, have.counts] if have else []
+    _SCRATCH[key] = _Scratch(torch.empty(floats, dtype=torch.float32, device=device),
+                             torch.zeros(tiles, dtype=torch.int32, device=device), retired)
+    return _SCRATCH[key].partials, _SCRATCH[key].counts
 
 
 def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled: bool = False,
@@ -283,15 +377,14 @@ def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled
     projection and kernels/swiglu.py's kernel, rounded as those two round. `scaled`: gate and up are first scaled
     by 1 / RMS of x's rows (eps added to the mean square: the folded norm, where x is the residual stream)."""
     _check(x, gate_up, None)
-    m, k = x.shape
+    m = x.shape[0]
     assert gate_up.shape[0] % 2 == 0, gate_up.shape
     n = gate_up.shape[0] // 2
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=False, ADD=False, SWIGLU=True, SCALED=scaled)
-    step_kernel, grid, shape, extra = _plan(m, n, k, pdl, pair=True, value_bytes=x.element_size())
-    step_kernel[grid](x, gate_up, x, out, out, m, n, k, eps, **flags, **shape, **extra)
+    _launch(x, gate_up, x, out, eps, pdl, pair=True, flags=flags)
     return out
 
 

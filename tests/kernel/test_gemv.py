@@ -31,13 +31,22 @@ def mod() -> ModuleType:
     return kernel_module("gemv")
 
 
-@pytest.fixture(params=["mma", "one-row"])
+# split-K at the small shapes: a program's block of K 32 deep (K 100 in 4 parts, 200 in 7, 300 in 10)
+SMALL_SPLIT_ABOVE = 16 * 32
+
+
+@pytest.fixture(params=["mma", "mma-split", "one-row"])
 def plan(request: pytest.FixtureRequest, mod: ModuleType, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Which kernel takes 2-16 rows at the small shapes: the MMA rows kernel (as shipped) or the one-row kernel
-    (what a K too wide for the rows kernel takes: its weight ceiling lowered to 0 here)."""
+    """Which kernel takes 2-16 rows at the small shapes: the MMA rows kernel (as shipped), the same with K cut
+    into parts across programs (split-K), or the one-row kernel (what a K too wide for the rows kernel takes: its
+    weight ceiling lowered to 0 here). A split launch leaves every count it used at zero."""
     if request.param == "one-row":
         monkeypatch.setattr(mod, "MMA_MAX_VALUES", 0)
-    return request.param
+    if request.param == "mma-split":
+        monkeypatch.setattr(mod, "MMA_SPLIT_ABOVE", SMALL_SPLIT_ABOVE)
+    yield request.param
+    for scratch in mod._SCRATCH.values():
+        assert not scratch.counts.any(), "a split launch left a count behind"
 
 
 def _inputs(rows: int, k: int, n: int, dtype: torch.dtype, bias: bool = False):
@@ -113,11 +122,26 @@ def test_gemv_swiglu_is_the_projection_then_swiglu(mod: ModuleType, plan: str, d
     torch.testing.assert_close(got.float(), want.float(), **SWIGLU_TOL[dtype])
 
 
-def test_gemv_repeats_bitwise(mod: ModuleType) -> None:
-    """One launch, no atomics: every call gives the same bits."""
+def test_gemv_repeats_bitwise(mod: ModuleType, plan: str) -> None:
+    """One launch; split, the parts are added in order whichever program finishes last: every call gives the same
+    bits."""
     x, w, b = _inputs(3, 200, 70, torch.float32, bias=True)
     first = mod.gemv(x, w, b)
     assert torch.equal(mod.gemv(x, w, b), first)
+
+
+def test_split_k_takes_the_same_sums_as_whole_rows(mod: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """K cut into 7 parts (each program's sums stored, the last to arrive adding them in order) against the same
+    call with whole rows: fp32 sums in another order only, rounded once; gate|up with the folded norm's squares
+    summed across parts too."""
+    x, w, b = _inputs(8, 200, 70, torch.float32, bias=True)
+    x = x * 3
+    whole = mod.gemv(x, w, b), mod.gemv_swiglu(x, w, 1e-6, True)
+    monkeypatch.setattr(mod, "MMA_SPLIT_ABOVE", SMALL_SPLIT_ABOVE)
+    assert mod.rows_tiles(70, 200).parts == 7 and mod.rows_tiles(35, 200, pair=True).parts == 13
+    split = mod.gemv(x, w, b), mod.gemv_swiglu(x, w, 1e-6, True)
+    for got, want in zip(split, whole, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_the_rule_fills_the_gpu_with_whole_rows() -> None:
@@ -153,6 +177,27 @@ def test_the_rows_rule_takes_whole_rows_up_to_k_4096() -> None:
     assert rows_tiles(32, 32).split == 2  # K's parts stay at least an MMA's 16 deep
     for k, n, pair in [(6144, 2048, False), (4096, 3072, True)]:
         assert not rows_tiles(n, k, pair).fits and not fast(8, n, k, pair) and fast(1, n, k, pair), (k, n, pair)
+        assert rows_tiles(n, k, pair).parts == 1  # as shipped, nothing splits K
+
+
+@pytest.mark.parametrize("above", [32768, 16384, 8192])
+def test_the_split_rule_cuts_k_into_the_fewest_full_parts(mod: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                          above: int) -> None:
+    """With MMA_SPLIT_ABOVE lowered, a program's block holds at most that many weight values, K takes the fewest
+    parts that allows, and no part is empty: the predictor's o (K 2,048) in 1 / 2 / 4 parts, its down (K 3,072)
+    in 2 / 3 / 6, the Talker's down (K 6,144, too wide whole) in 3 / 6 / 12, and it then fits."""
+    monkeypatch.setattr(mod, "MMA_SPLIT_ABOVE", above)
+    shapes = [(1024, 4096, False), (2048, 1024, False), (1024, 3072, True), (3072, 1024, False),
+              (2048, 4096, False), (2048, 6144, True), (6144, 2048, False)]
+    for k, n, pair in shapes:
+        r = mod.rows_tiles(n, k, pair)
+        assert r.values <= above and (r.parts - 1) * r.block_k < k <= r.parts * r.block_k, (k, n, pair, r)
+        assert r.fits and mod.fast(8, n, k, pair), (k, n, pair, r)
+        smaller = (2 if pair else 1) * r.block_k * mod.MMA_COLUMNS * 2  # the block one size up holds too many
+        assert r.parts == 1 or smaller > above, (k, n, pair, r)
+    parts = {k: mod.rows_tiles(1024 if k < 6144 else 2048, k).parts for k in (2048, 3072, 6144)}
+    assert parts == {32768: {2048: 1, 3072: 2, 6144: 3}, 16384: {2048: 2, 3072: 3, 6144: 6},
+                     8192: {2048: 4, 3072: 6, 6144: 12}}[above], parts
 
 
 def test_gemv_refuses_bad_shapes(mod: ModuleType) -> None:
@@ -202,7 +247,8 @@ def test_the_rows_kernel_is_mma_after_its_weights(swiglu: bool) -> None:
     g = compiled_copy("gemv")
     r = g.rows_tiles(3072 if swiglu else 4096, 1024, swiglu)
     consts = dict(HAS_BIAS=False, ADD=not swiglu, PDL=1, SWIGLU=swiglu, SCALED=swiglu, BLOCK_M=g.MMA_ROWS,
-                  BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split, UPCAST=False)
+                  BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split, UPCAST=False, PARTS=r.parts,
+                  PART_VALUES=r.part_values)
     ptx = hopper_compile(g._gemv_rows_kernel, consts, warps=r.warps, stages=1, divisible_ints=("K",)).asm["ptx"]
     assert "mma.sync" in ptx and "shfl" not in ptx.split("griddepcontrol.wait")[0]
     instructions = (r.block_n // 16) * (g.MMA_ROWS // 8) * (r.block_k // 16)  # m16n8k16 over the whole tile
@@ -230,13 +276,47 @@ def test_every_rows_launch_that_fits_compiles_within_an_sms_shared_memory(dtype:
     for k, n, pair in sorted(taken):
         r = g.rows_tiles(n, k, pair, value_bytes)
         consts = dict(HAS_BIAS=False, ADD=not pair, PDL=1, SWIGLU=pair, SCALED=pair, BLOCK_M=g.MMA_ROWS,
-                      BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split, UPCAST=False)
+                      BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split, UPCAST=False, PARTS=r.parts,
+                      PART_VALUES=r.part_values)
         desc = {p: f"*{dtype}" for p in ("x_ptr", "w_ptr", "bias_ptr", "res_ptr", "out_ptr")}
         compiled = hopper_compile(g._gemv_rows_kernel, consts, desc=desc, warps=r.warps, stages=1,
                                   divisible_ints=("K",))
         used = cubin_resources(compiled)
         shared = compiled.metadata.shared if used is None else used["shared"] + used["static_shared"]
         assert shared <= 232448, (k, n, pair, dtype, shared)
+
+
+@pytest.mark.parametrize("above", [16384, 8192])
+def test_split_launches_compile_within_an_sms_shared_memory(monkeypatch: pytest.MonkeyPatch, above: int) -> None:
+    """sm_90 output (no GPU needed) of the split-K launches at the predictor's and the Talker's shapes in bf16, the
+    Talker's down included: shared memory within 227 KB a block, every weight load before the PDL wait, the count
+    taken with one acquire-release atomic at GPU scope, and the parts read back from L2 (not L1, which another SM's
+    stores do not reach)."""
+    from triton_mode import cubin_resources
+
+    g = compiled_copy("gemv")
+    monkeypatch.setattr(g, "MMA_SPLIT_ABOVE", above)
+    shapes = [(1024, 4096, False), (2048, 1024, False), (1024, 3072, True), (3072, 1024, False),
+              (2048, 4096, False), (2048, 2048, False), (2048, 6144, True), (6144, 2048, False)]
+    split = [(k, n, pair) for k, n, pair in shapes if g.rows_tiles(n, k, pair).parts > 1]
+    assert (6144, 2048, False) in split and (2048, 6144, True) in split and len(split) >= 5, split
+    for k, n, pair in split:
+        r = g.rows_tiles(n, k, pair)
+        consts = dict(HAS_BIAS=False, ADD=not pair, PDL=1, SWIGLU=pair, SCALED=pair, BLOCK_M=g.MMA_ROWS,
+                      BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split, UPCAST=False, PARTS=r.parts,
+                      PART_VALUES=r.part_values)
+        desc = {"part_ptr": "*fp32", "count_ptr": "*i32"}
+        compiled = hopper_compile(g._gemv_rows_kernel, consts, desc=desc, warps=r.warps, stages=1,
+                                  divisible_ints=("K",))
+        used = cubin_resources(compiled)
+        shared = compiled.metadata.shared if used is None else used["shared"] + used["static_shared"]
+        assert shared <= 232448, (k, n, pair, shared)
+        lines = compiled.asm["ptx"].splitlines()
+        wait = next(i for i, line in enumerate(lines) if "griddepcontrol.wait" in line)
+        weight_loads = [i for i, line in enumerate(lines) if "ld.global.v4" in line and ".cg" not in line]
+        assert weight_loads and sum(i < wait for i in weight_loads) >= r.values // (8 * 32 * r.warps), (k, n)
+        assert sum("atom.global.gpu.acq_rel.add" in line for line in lines) == 1, (k, n)
+        assert any("ld.global.cg" in line for line in lines[wait:]), (k, n)
 
 
 # the 1.7B code predictor's projections (K, N): q|k|v, o, gate|up, down, a codebook's head; the Talker's down
@@ -264,15 +344,51 @@ def test_gemv_at_the_predictors_shapes(mod: ModuleType, dtype: torch.dtype, rows
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
-@pytest.mark.parametrize("rows", [1, 8])
-@pytest.mark.parametrize("mode", [True, "late"], ids=["pdl", "pdl-late"])
-def test_a_chain_of_gemvs_captures_in_a_cuda_graph(mod: ModuleType, mode: bool | str, rows: int) -> None:
-    """No host sync and no tuning: a chain of dependent projections (each reads the one before; residual adds in
-    place) captures, with PDL where the GPU has it, and its replays follow new inputs bit for bit with eager calls
-    without PDL. A kernel that read its input before the one ahead finished would break the chain's bits."""
+@pytest.mark.skipif(DEVICE != "cuda", reason="the real shapes need a GPU (seconds each interpreted)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [2, 8, 16])
+@pytest.mark.parametrize("above", [16384, 8192])
+@pytest.mark.parametrize("k,n", REAL)
+def test_split_k_at_the_predictors_shapes(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype,
+                                          rows: int, above: int, k: int, n: int) -> None:
+    """K cut across programs on the GPU (every SM's parts, the last program adding them): within one bf16 step of
+    cuBLAS, added into a residual and as gate|up with the folded norm too, the same bits on every call and with
+    PDL, and every count back at zero."""
     from voxgate.kernels.utils import pdl_available
 
+    monkeypatch.setattr(mod, "MMA_SPLIT_ABOVE", above)
+    x, w, b = _inputs(rows, k, n, dtype, bias=k == 2048)
+    got = mod.gemv(x, w, b)
+    _assert_close(got, mod.gemv_ref(x, w, b), dtype)
+    for _ in range(3):
+        assert torch.equal(mod.gemv(x, w, b), got)
+    if pdl_available(torch.device("cuda")):
+        assert torch.equal(mod.gemv(x, w, b, pdl=True), got)
+    residual = torch.randn(rows, n, device=DEVICE).to(dtype)
+    _assert_close(mod.gemv_add_(residual.clone(), x, w), mod.gemv_add_ref(residual.clone(), x, w), dtype)
+    if n % 2 == 0:
+        xs = (x.float() * 3).to(dtype)
+        torch.testing.assert_close(mod.gemv_swiglu(xs, w, 1e-6, True, pdl=True).float(),
+                                   mod.gemv_swiglu_ref(xs, w, 1e-6, True).float(), **SWIGLU_TOL[dtype])
+    torch.cuda.synchronize()
+    assert all(not s.counts.any() for s in mod._SCRATCH.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
+@pytest.mark.parametrize("rows", [1, 8])
+@pytest.mark.parametrize("mode", [True, "late", "split"], ids=["pdl", "pdl-late", "pdl-split-k"])
+def test_a_chain_of_gemvs_captures_in_a_cuda_graph(mod: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                   mode: bool | str, rows: int) -> None:
+    """No host sync and no tuning: a chain of dependent projections (each reads the one before; residual adds in
+    place) captures, with PDL where the GPU has it, and its replays follow new inputs bit for bit with eager calls
+    without PDL. A kernel that read its input before the one ahead finished would break the chain's bits. `split`:
+    K cut across programs at 8 rows (each program's parts, counts and the last program's sums inside the graph)."""
+    from voxgate.kernels.utils import pdl_available
+
+    if mode == "split":
+        monkeypatch.setattr(mod, "MMA_SPLIT_ABOVE", 8192)
+        mode = True
     pdl = mode if pdl_available(torch.device("cuda")) else False
     h, inner = 1024, 3072
     ws = [(torch.randn(inner, h, device=DEVICE) / h**0.5).to(torch.bfloat16) for _ in range(6)]

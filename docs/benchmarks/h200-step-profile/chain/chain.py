@@ -115,10 +115,13 @@ def stream_ref(w: torch.Tensor, dep: torch.Tensor, programs: int) -> torch.Tenso
 
 
 def _graph_us(body, count: int) -> float:
-    body()  # compile and warm up outside the capture
+    side = torch.cuda.Stream()  # warmed up and captured on one stream, as engine/graphs.py does
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        body()  # compile and warm up outside the capture (split-K launches make their scratch here)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):
         body()
     ms = triton.testing.do_bench(graph.replay, warmup=20, rep=200)
     return ms * 1e3 / count

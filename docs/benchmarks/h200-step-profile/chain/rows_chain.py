@@ -13,7 +13,9 @@ SwiGLU, down added: the predictor's 30 MiB, or the Talker's 96 MiB with `--stack
   `fast` says so, cuBLAS elsewhere);
 - `rows kernel`: kernels/gemv.py's 2-16-row MMA kernel on every projection (its `fast` ceiling lifted), with PDL;
 - `one chain`: the same kernel with the whole K in one MMA chain a warp (`MMA_PARTS_A_WARP = 0`, the form
-  measured on 2026-12-06: every warp ran the tile's whole K).
+  measured on 2026-12-06: every warp ran the tile's whole K);
+- `split V`: the rows kernel on every projection with K cut across programs wherever a program's whole rows hold
+  more than V weight values (`MMA_SPLIT_ABOVE = V`: split-K, each part's sums added in order by the last program).
 """
 
 from __future__ import annotations
@@ -88,14 +90,18 @@ def _wrong(arm: str, name: str, rows: int, dev: torch.device, pdl: bool) -> str 
     return None if torch.allclose(got, want, rtol=tol, atol=tol) else f"wrong by {(got - want).abs().max():.3g}"
 
 
+def _rows_arm(arm: str) -> bool:
+    return arm in ("rows kernel", "one chain") or arm.startswith("split ")
+
+
 def _arm(arm: str) -> None:
-    """The module's rule for the arm (the rows kernel everywhere, or in one chain a warp), or as shipped."""
-    lifted = arm in ("rows kernel", "one chain")
-    g.MMA_MAX_VALUES = 1 << 20 if lifted else SHIPPED["MMA_MAX_VALUES"]
+    """The module's rule for the arm (the rows kernel everywhere, in one chain a warp, or split), or as shipped."""
+    g.MMA_MAX_VALUES = 1 << 20 if _rows_arm(arm) else SHIPPED["MMA_MAX_VALUES"]
     g.MMA_PARTS_A_WARP = 0 if arm == "one chain" else SHIPPED["MMA_PARTS_A_WARP"]
+    g.MMA_SPLIT_ABOVE = int(arm.split()[1]) if arm.startswith("split ") else SHIPPED["MMA_SPLIT_ABOVE"]
 
 
-SHIPPED = {name: getattr(g, name) for name in ("MMA_MAX_VALUES", "MMA_PARTS_A_WARP")}
+SHIPPED = {name: getattr(g, name) for name in ("MMA_MAX_VALUES", "MMA_PARTS_A_WARP", "MMA_SPLIT_ABOVE")}
 
 
 def main() -> None:
@@ -126,7 +132,7 @@ def main() -> None:
                for name, (_, n, _) in SHAPES.items()}
         cells: dict[str, list[str]] = {name: [] for name in (*SHAPES, "layer")}
         for arm in arms:
-            if rows == 1 and arm in ("rows kernel", "one chain"):  # one row takes the one-row kernel in every arm
+            if rows == 1 and _rows_arm(arm):  # one row takes the one-row kernel in every arm
                 for row in cells.values():
                     row.append("-")
                 continue
