@@ -233,17 +233,19 @@ class RowsTiles:
                                                   or self.block_n * self.block_k <= MMA_MAX_FP32_DOT_VALUES)
 
 
-def rows_tiles(n: int, k: int, pair: bool = False, value_bytes: int = 2) -> RowsTiles:
+def rows_tiles(n: int, k: int, pair: bool = False, value_bytes: int = 2,
+               split_above: int | None = None) -> RowsTiles:
     """The 2-16-row launch for n output columns over K = k (pair: each column a gate and an up row of W; W's
     values `value_bytes` each):
     MMA_COLUMNS columns a program, their rows whole, 4 warps up to 16,384 weight values and 8 above, K in
     MMA_PARTS_A_WARP parts a warp (each at least 16 deep). The predictor's q|k|v (K 1,024, N 4,096): 256 programs of
     4 warps; its o (K 2,048, N 1,024): 64 of 8; down (K 3,072 in a block of 4,096): 64 of 8; gate|up: 192 of 8. The
-    Talker's down (K 6,144) does not fit and takes cuBLAS. Where whole rows would hold more than MMA_SPLIT_ABOVE
-    values, K is cut into the fewest parts whose blocks hold at most that many (split-K)."""
+    Talker's down (K 6,144) does not fit and takes cuBLAS. Where whole rows would hold more than `split_above`
+    values (default MMA_SPLIT_ABOVE), K is cut into the fewest parts whose blocks hold at most that many (split-K)."""
     per = 2 if pair else 1
+    above = MMA_SPLIT_ABOVE if split_above is None else split_above
     parts, block_k = 1, triton.next_power_of_2(max(k, 16))
-    while per * MMA_COLUMNS * block_k > MMA_SPLIT_ABOVE and block_k > 16:
+    while per * MMA_COLUMNS * block_k > above and block_k > 16:
         parts += 1
         block_k = triton.next_power_of_2(max(triton.cdiv(k, parts), 16))
     parts = triton.cdiv(k, block_k)  # no part left empty
@@ -253,12 +255,13 @@ def rows_tiles(n: int, k: int, pair: bool = False, value_bytes: int = 2) -> Rows
     return RowsTiles(MMA_COLUMNS, block_k, values, warps, triton.cdiv(n, MMA_COLUMNS), split, value_bytes, parts)
 
 
-def fast(m: int, n: int, k: int, pair: bool = False, value_bytes: int = 2) -> bool:
+def fast(m: int, n: int, k: int, pair: bool = False, value_bytes: int = 2, split_above: int | None = None) -> bool:
     """Whether `gemv` (pair: `gemv_swiglu`, n its output columns) runs a call of m rows on a plan meant to beat
-    cuBLAS: one row up to MAX_K, or 2-16 rows where the rows kernel fits. Elsewhere it is correct but slower."""
+    cuBLAS: one row up to MAX_K, or 2-16 rows where the rows kernel fits (`split_above`: rows_tiles'). Elsewhere it
+    is correct but slower."""
     if m > MAX_ROWS or k > MAX_K:
         return False
-    return m <= 1 or rows_tiles(n, k, pair, value_bytes).fits
+    return m <= 1 or rows_tiles(n, k, pair, value_bytes, split_above).fits
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,9 +299,9 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,
-         residual: torch.Tensor | None = None) -> torch.Tensor:
+         residual: torch.Tensor | None = None, split_above: int | None = None) -> torch.Tensor:
     """x [M, K] (M <= 16, K <= MAX_K), weight [N, K], bias [N] or None -> [M, N] in x's dtype; with `residual`
-    [M, N], residual + that, written into residual in place (and returned)."""
+    [M, N], residual + that, written into residual in place (and returned). `split_above`: rows_tiles'."""
     _check(x, weight, bias)
     m = x.shape[0]
     n = weight.shape[0]
@@ -311,20 +314,20 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, SWIGLU=False, SCALED=False)
-    _launch(x, weight, bias if bias is not None else x, out, 0.0, pdl, pair=False, flags=flags)
+    _launch(x, weight, bias if bias is not None else x, out, 0.0, pdl, False, flags, split_above)
     return out
 
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, eps: float,
-            pdl: bool | str, pair: bool, flags: dict[str, bool]) -> None:
+            pdl: bool | str, pair: bool, flags: dict[str, bool], split_above: int | None) -> None:
     """One launch of out [M, N] from x [M, K] and weight (N rows, or 2N with `pair`: gate|up); the residual, where
     flags ask it, is out itself. 2-16 rows take the rows kernel where it fits (`fast`), else the one-row kernel,
     whose programs take half the columns with `pair` (each column reads two rows of W)."""
     m, k = x.shape
     n = out.shape[1]
     value_bytes = x.element_size()
-    if m > 1 and fast(m, n, k, pair, value_bytes):
-        r = rows_tiles(n, k, pair, value_bytes)
+    if m > 1 and fast(m, n, k, pair, value_bytes, split_above):
+        r = rows_tiles(n, k, pair, value_bytes, split_above)
         on, extra = pdl_launch(_gemv_rows_kernel, pdl)
         parts, counts = (x, x) if r.parts == 1 else _split_scratch(x.device, r.programs * r.parts * r.part_values,
                                                                       r.programs)
@@ -372,7 +375,7 @@ def _split_scratch(device: torch.device, floats: int, tiles: int) -> tuple[torch
 
 
 def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled: bool = False,
-                pdl: bool | str = False) -> torch.Tensor:
+                pdl: bool | str = False, split_above: int | None = None) -> torch.Tensor:
     """x [M, K] @ gate_up^T ([2I, K]: gate rows then up rows) -> silu(gate) * up [M, I], in one launch instead of a
     projection and kernels/swiglu.py's kernel, rounded as those two round. `scaled`: gate and up are first scaled
     by 1 / RMS of x's rows (eps added to the mean square: the folded norm, where x is the residual stream)."""
@@ -384,7 +387,7 @@ def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=False, ADD=False, SWIGLU=True, SCALED=scaled)
-    _launch(x, gate_up, x, out, eps, pdl, pair=True, flags=flags)
+    _launch(x, gate_up, x, out, eps, pdl, True, flags, split_above)
     return out
 
 
@@ -397,9 +400,10 @@ def gemv_swiglu_ref(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, sc
     return swiglu_ref(F.linear(x, gate_up), residual=x if scaled else None, eps=eps)
 
 
-def gemv_add_(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl: bool | str = False) -> torch.Tensor:
+def gemv_add_(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl: bool | str = False,
+              split_above: int | None = None) -> torch.Tensor:
     """residual [M, N] += x [M, K] @ weight^T in place, rounded once (cuBLAS's addmm_ with beta = 1); returns it."""
-    return gemv(x, weight, None, pdl, residual=residual)
+    return gemv(x, weight, None, pdl, residual=residual, split_above=split_above)
 
 
 def gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,

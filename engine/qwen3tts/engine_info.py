@@ -29,7 +29,8 @@ def describe(engine: Any) -> dict[str, Any]:
                     "row_buckets": list(c.row_buckets), "prefill_buckets": list(c.prefill_buckets),
                     "codec_buckets": [list(b) for b in c.codec_buckets],
                     "step_kernels": runner.ops.attend_name, "depth": c.depth, "small_gemm": runner.small_gemm,
-                    "gemv_rows": c.gemv_rows, "pdl": runner.ops.pdl,
+                    "gemv_rows": c.gemv_rows, "gemv_talker_rows": c.gemv_talker_rows, "gemv_split": c.gemv_split,
+                    "pdl": runner.ops.pdl,
                     "deadline_order": engine.scheduler_config.deadline_order, **runner.memory()}
         if tts.device.type == "cuda":
             out["gpu"] = torch.cuda.get_device_name(tts.device)

@@ -53,6 +53,13 @@ class Qwen3TTSOptions(EngineConfig):
                                 "many rows (1-16) take kernels/gemv.py where it fits (the Talker's: 1 row). Default "
                                 "16: 2-16 rows through its MMA rows kernel (c = 8 118.9 against 116.4 audio-s/s with "
                                 "1 on an H100); 1: cuBLAS above one row")
+    gemv_talker_rows: int = option(1, "small_gemm = gemv_all: the Talker's projections of at most this many rows "
+                                      "(1-16) take kernels/gemv.py where it fits. Default 1: at 8 rows its q|k|v "
+                                      "and gate|up read slower through the rows kernel than cuBLAS (H100)")
+    gemv_split: int = option(0, "small_gemm's rows kernel (2-16 rows): K cut across programs where a program's "
+                                "whole rows would hold more than this many weight values (a power of two; "
+                                "split-K, the parts' fp32 sums added in order: the same bits every run). Default "
+                                "0: never")
     gemv_swiglu: bool = option(True, "small_gemm = gemv or gemv_all: gate|up and SwiGLU in one kernels/gemv.py "
                                      "launch where the kernel takes the projection (default true; false: the "
                                      "projection, then kernels/swiglu.py)")
@@ -159,7 +166,8 @@ class Qwen3TTSOptions(EngineConfig):
                     max_slots=self.slots, max_positions=self.max_positions,
                     kv_memory_fraction=self.kv_memory_fraction, enforce_eager=self.enforce_eager,
                     attention=self.attention, depth=self.depth, draw=self.draw, small_gemm=self.small_gemm,
-                    gemv_rows=self.gemv_rows, gemv_swiglu=self.gemv_swiglu, pdl=self.pdl, fold_norms=self.fold_norms,
+                    gemv_rows=self.gemv_rows, gemv_talker_rows=self.gemv_talker_rows, gemv_split=self.gemv_split,
+                    gemv_swiglu=self.gemv_swiglu, pdl=self.pdl, fold_norms=self.fold_norms,
                     codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets)
 
 

@@ -51,6 +51,8 @@ class RunnerConfig:
     # projections of <= 16 rows: cublas | gemv (the predictor's, kernels/gemv.py) | gemv_all (the Talker's too)
     small_gemm: str = DEFAULTS.small_gemm
     gemv_rows: int = DEFAULTS.gemv_rows  # small_gemm's kernel takes projections of at most this many rows
+    gemv_talker_rows: int = DEFAULTS.gemv_talker_rows  # the same for the Talker's (small_gemm = gemv_all)
+    gemv_split: int = DEFAULTS.gemv_split  # the rows kernel cuts K across programs above this many values (0: never)
     gemv_swiglu: bool = DEFAULTS.gemv_swiglu  # gate|up and SwiGLU in one launch where small_gemm's kernel runs
     pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | late | off | auto
     fold_norms: bool = DEFAULTS.fold_norms  # layer norms folded into the projections (fused_stack.py)
@@ -73,8 +75,10 @@ class RunnerConfig:
             raise ValueError("draw must be auto, kernel or torch")
         if self.small_gemm not in SMALL_GEMM:
             raise ValueError(f"small_gemm must be one of {', '.join(SMALL_GEMM)}")
-        if not 1 <= self.gemv_rows <= 16:
-            raise ValueError("gemv_rows must be 1 to 16")
+        if not 1 <= self.gemv_rows <= 16 or not 1 <= self.gemv_talker_rows <= 16:
+            raise ValueError("gemv_rows and gemv_talker_rows must be 1 to 16")
+        if self.gemv_split and (self.gemv_split < 256 or self.gemv_split & (self.gemv_split - 1)):
+            raise ValueError("gemv_split must be 0 (never) or a power of two from 256")
         if self.pdl not in ("auto", "on", "late", "off"):
             raise ValueError("pdl must be on, late, off or auto")
         if self.codec not in ("auto", "fused", "reference"):

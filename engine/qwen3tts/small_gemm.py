@@ -16,6 +16,7 @@ launches overlap the kernel ahead (its weights load first); with `gemv_swiglu`, 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -77,26 +78,31 @@ def resolve(small_gemm: str, device: torch.device, use_triton: bool) -> str:
 
 
 def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows: int | None = None,
-            fuse_swiglu: bool = True) -> tuple[Linear, Linear]:
+            fuse_swiglu: bool = True, split_above: int | None = None,
+            talker_rows: int = TALKER_ROWS) -> tuple[Linear, Linear]:
     """(the code predictor's, the Talker's) projection function for a `small_gemm` choice; calls of at most
-    `max_rows` rows (default: the kernel's limit; the Talker's: TALKER_ROWS) take the kernel; `pdl`: its launches
-    use programmatic dependent launch (kernels/gemv.py); `fuse_swiglu`: gate|up and SwiGLU in one launch where the
-    kernel takes the call (swiglu_linear)."""
+    `max_rows` rows (default: the kernel's limit; the Talker's: at most `talker_rows`) take the kernel; `pdl`: its
+    launches use programmatic dependent launch (kernels/gemv.py); `fuse_swiglu`: gate|up and SwiGLU in one launch
+    where the kernel takes the call (swiglu_linear); `split_above`: the rows kernel's split-K rule (gemv.rows_tiles;
+    None: as the kernel ships), which also decides what fits."""
     assert small_gemm in CHOICES and small_gemm != "auto", small_gemm  # `resolve` it first
     if small_gemm == "cublas":
         return F.linear, F.linear
     from ...kernels import gemv
 
     rows = min(max_rows or gemv.MAX_ROWS, gemv.MAX_ROWS)
+    def ruled(fn: Callable[..., object]) -> Callable[..., object]:  # the split-K rule passed to every call
+        return fn if split_above is None else partial(fn, split_above=split_above)
+    fast = ruled(gemv.fast)
 
     def few_rows(rows: int) -> FewRows:
         if use_triton:
-            return FewRows(gemv.gemv, rows, gemv.gemv_add_, pdl, gemv.fast,
-                           gemv.gemv_swiglu if fuse_swiglu else None)
+            return FewRows(ruled(gemv.gemv), rows, ruled(gemv.gemv_add_), pdl, fast,
+                           ruled(gemv.gemv_swiglu) if fuse_swiglu else None)
         # the same calls take the reference, so that both paths split them alike
-        return FewRows(gemv.gemv_ref, rows, gemv.gemv_add_ref, fast=gemv.fast,
+        return FewRows(gemv.gemv_ref, rows, gemv.gemv_add_ref, fast=fast,
                        gemv_swiglu=gemv.gemv_swiglu_ref if fuse_swiglu else None)
-    return few_rows(rows), few_rows(min(rows, TALKER_ROWS)) if small_gemm == "gemv_all" else F.linear
+    return few_rows(rows), few_rows(min(rows, talker_rows)) if small_gemm == "gemv_all" else F.linear
 
 
 def swiglu_linear(linear: Linear, swiglu: Callable[..., torch.Tensor], x: torch.Tensor, gate_up: torch.Tensor,

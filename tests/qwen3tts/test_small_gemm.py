@@ -61,6 +61,32 @@ def test_the_defaults_send_the_predictors_2_16_rows_through_the_kernel_and_the_t
     assert talker.takes(torch.empty(1, 1024, dtype=torch.bfloat16), torch.empty(4096, 1024, dtype=torch.bfloat16))
 
 
+def test_gemv_split_and_talker_rows_route_the_talkers_8_rows_through_the_split_kernel() -> None:
+    """gemv_split and gemv_talker_rows (engine options, off as shipped): with K cut above 16,384 values a program,
+    the Talker's down (K 6,144, too wide whole) fits, and with gemv_talker_rows = 16 its 8-row calls take the rows
+    kernel; the reference path routes the same calls (so that the CPU runs what the GPU would). Each passes the
+    rule to every launch."""
+    from voxgate.engine.qwen3tts.runner_config import RunnerConfig
+    from voxgate.engine.qwen3tts.small_gemm import linears
+
+    config = RunnerConfig(gemv_split=16384, gemv_talker_rows=16)
+    x, down = torch.empty(8, 6144, dtype=torch.bfloat16), torch.empty(2048, 6144, dtype=torch.bfloat16)
+    for use_triton in (True, False):
+        predictor, talker = linears("gemv_all", use_triton, max_rows=config.gemv_rows,
+                                    split_above=config.gemv_split, talker_rows=config.gemv_talker_rows)
+        assert talker.max_rows == 16 and talker.takes(x, down) and predictor.takes(x, down), use_triton
+        shipped = linears("gemv_all", use_triton, max_rows=16, talker_rows=16)[1]
+        assert not shipped.takes(x, down)  # whole rows of K 6,144 do not fit
+        if use_triton:
+            assert talker.gemv.keywords == talker.gemv_add.keywords == {"split_above": 16384}
+    for bad in (100, 3000, -1):
+        with pytest.raises(ValueError, match="gemv_split"):
+            RunnerConfig(gemv_split=bad)
+    with pytest.raises(ValueError, match="gemv_talker_rows"):
+        RunnerConfig(gemv_talker_rows=0)
+    assert (RunnerConfig().gemv_split, RunnerConfig().gemv_talker_rows) == (0, 1)
+
+
 def test_auto_takes_the_kernel_only_on_a_hopper_gpu_running_triton(monkeypatch: pytest.MonkeyPatch) -> None:
     """small_gemm = auto (the default): gemv_all where it was measured faster (Hopper, the step's Triton kernels),
     cuBLAS on the CPU, on other GPUs and with attention = torch; an explicit choice stays as given."""
