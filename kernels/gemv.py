@@ -314,35 +314,33 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, SWIGLU=False, SCALED=False)
-    _launch(x, weight, bias if bias is not None else x, out, 0.0, pdl, False, flags, split_above)
+    step_kernel, grid, launch = _plan(x, n, pdl, False, split_above)
+    step_kernel[grid](x, weight, bias if bias is not None else x, out, out, M=m, N=n, K=x.shape[1], eps=0.0,
+                      **flags, **launch)
     return out
 
 
-def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, eps: float,
-            pdl: bool | str, pair: bool, flags: dict[str, bool], split_above: int | None) -> None:
-    """One launch of out [M, N] from x [M, K] and weight (N rows, or 2N with `pair`: gate|up); the residual, where
-    flags ask it, is out itself. 2-16 rows take the rows kernel where it fits (`fast`), else the one-row kernel,
-    whose programs take half the columns with `pair` (each column reads two rows of W)."""
+def _plan(x: torch.Tensor, n: int, pdl: bool | str, pair: bool,
+          split_above: int | None) -> tuple[object, tuple[int, ...], dict]:
+    """(kernel, grid, its keyword arguments) for out [M, n] from x [M, K]: 2-16 rows take the rows kernel where it
+    fits (`fast`; split K's scratch included), else the one-row kernel, whose programs take half the columns with
+    `pair` (each column reads two rows of W: gate and up)."""
     m, k = x.shape
-    n = out.shape[1]
     value_bytes = x.element_size()
     if m > 1 and fast(m, n, k, pair, value_bytes, split_above):
         r = rows_tiles(n, k, pair, value_bytes, split_above)
         on, extra = pdl_launch(_gemv_rows_kernel, pdl)
         parts, counts = (x, x) if r.parts == 1 else _split_scratch(x.device, r.programs * r.parts * r.part_values,
                                                                       r.programs)
-        _gemv_rows_kernel[(r.programs, r.parts)](
-            x, weight, bias, out, out, parts, counts, m, n, k, eps, **flags, PDL=on, BLOCK_M=MMA_ROWS,
-            BLOCK_N=r.block_n, BLOCK_K=r.block_k, SPLIT=r.split, UPCAST=_DOT_UPCAST, PARTS=r.parts,
-            PART_VALUES=r.part_values, num_warps=r.warps, **extra)
-        return
+        return _gemv_rows_kernel, (r.programs, r.parts), dict(
+            part_ptr=parts, count_ptr=counts, PDL=on, BLOCK_M=MMA_ROWS, BLOCK_N=r.block_n, BLOCK_K=r.block_k,
+            SPLIT=r.split, UPCAST=_DOT_UPCAST, PARTS=r.parts, PART_VALUES=r.part_values, num_warps=r.warps, **extra)
     per = 2 if pair else 1
     t = tiles(per * n, k)
     block_n = max(1, t.block_n // per)
     on, extra = pdl_launch(_gemv_kernel, pdl)
-    _gemv_kernel[(triton.cdiv(n, block_n),)](
-        x, weight, bias, out, out, m, n, k, eps, **flags, PDL=on, BLOCK_M=triton.next_power_of_2(m),
-        BLOCK_N=block_n, BLOCK_K=t.block_k, num_warps=t.warps, **extra)
+    return _gemv_kernel, (triton.cdiv(n, block_n),), dict(
+        PDL=on, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=block_n, BLOCK_K=t.block_k, num_warps=t.warps, **extra)
 
 
 @dataclass
@@ -387,7 +385,8 @@ def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=False, ADD=False, SWIGLU=True, SCALED=scaled)
-    _launch(x, gate_up, x, out, eps, pdl, True, flags, split_above)
+    step_kernel, grid, launch = _plan(x, n, pdl, True, split_above)
+    step_kernel[grid](x, gate_up, x, out, out, M=m, N=n, K=x.shape[1], eps=eps, **flags, **launch)
     return out
 
 
