@@ -10,8 +10,9 @@ one-row kernel's per-row reductions cross warps through shared memory: an 8-row 
 against cuBLAS's 4.8). K is cut into MMA_PARTS_A_WARP parts a warp, one MMA chain each, summed in order: one tl.dot
 of the whole tile gave every warp the whole K, a chain of 64 dependent MMAs. On an H100 the predictor's layer at 8
 rows reads at 1.24 TB/s against cuBLAS's 0.94; the Talker's q|k|v and gate|up (K 2,048) read slower than cuBLAS
-(small_gemm.TALKER_ROWS). The columns alone give the programs, so nothing splits K across programs: one launch,
-and the same bits on every GPU.
+(small_gemm.TALKER_ROWS). As shipped the columns alone give the programs; split-K (`split_above`, the engine's
+`gemv_split`) cuts K across programs too, each storing its fp32 sums for the last of its columns to add in order:
+still one launch, and the same bits on every run.
 
 With `pdl` (Hopper: programmatic dependent launch, kernels/utils.py: True or "late") the weight load comes before the
 wait for the kernel ahead: in a chain of projections each one's weights stream in while the one before it computes.
