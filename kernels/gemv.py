@@ -188,7 +188,7 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, count_
 
 _DOT_UPCAST = interpreted(_gemv_rows_kernel)  # the interpreter's bf16 dots are wrong (utils.interpreted)
 MMA_ROWS = 16  # x's rows padded to an MMA tile's side (tl.dot needs 16)
-MMA_COLUMNS = 16  # output columns a rows-kernel program takes
+MMA_COLUMNS = 16  # output columns a rows-kernel program takes (wider: fewer programs, each reading x once for more)
 MMA_MAX_VALUES = 65536  # weight values a rows-kernel program holds (16 columns x K 4,096; 8 warps, 256 a thread)
 # fp32 (the tests' exact runs) has no bf16 MMA: Triton stages a dot's operands through shared memory, 8 bytes a
 # weight value (sm_90, Triton 3.6: the predictor's o, 32,768 values, asked 256 KB of the 227 KB an SM has), so a
@@ -222,7 +222,7 @@ class RowsTiles:
     def part_values(self) -> int:
         """fp32 values a program of a split launch stores for the last one: its sums, and with gate|up the up
         rows' sums and x's squares by row."""
-        pair = self.values > MMA_COLUMNS * self.block_k
+        pair = self.values > self.block_n * self.block_k
         return (2 * self.block_n * MMA_ROWS + MMA_ROWS) if pair else self.block_n * MMA_ROWS
 
     @property

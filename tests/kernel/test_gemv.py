@@ -130,15 +130,20 @@ def test_gemv_repeats_bitwise(mod: ModuleType, plan: str) -> None:
     assert torch.equal(mod.gemv(x, w, b), first)
 
 
-def test_split_k_takes_the_same_sums_as_whole_rows(mod: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
-    """K cut into 7 parts (each program's sums stored, the last to arrive adding them in order) against the same
+@pytest.mark.parametrize("columns", [16, 32])
+def test_split_k_takes_the_same_sums_as_whole_rows(mod: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                   columns: int) -> None:
+    """K cut into parts (each program's sums stored, the last to arrive adding them in order) against the same
     call with whole rows: fp32 sums in another order only, rounded once; gate|up with the folded norm's squares
-    summed across parts too."""
+    summed across parts too; with 16 columns a program (as shipped) and 32 (MMA_COLUMNS, which the rows chain
+    varies)."""
     x, w, b = _inputs(8, 200, 70, torch.float32, bias=True)
     x = x * 3
     whole = mod.gemv(x, w, b), mod.gemv_swiglu(x, w, 1e-6, True)
-    monkeypatch.setattr(mod, "MMA_SPLIT_ABOVE", SMALL_SPLIT_ABOVE)
+    monkeypatch.setattr(mod, "MMA_COLUMNS", columns)
+    monkeypatch.setattr(mod, "MMA_SPLIT_ABOVE", SMALL_SPLIT_ABOVE * columns // 16)
     assert mod.rows_tiles(70, 200).parts == 7 and mod.rows_tiles(35, 200, pair=True).parts == 13
+    assert mod.rows_tiles(70, 200).programs == -(-70 // columns)
     split = mod.gemv(x, w, b), mod.gemv_swiglu(x, w, 1e-6, True)
     for got, want in zip(split, whole, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -286,8 +291,9 @@ def test_every_rows_launch_that_fits_compiles_within_an_sms_shared_memory(dtype:
         assert shared <= 232448, (k, n, pair, dtype, shared)
 
 
-@pytest.mark.parametrize("above", [16384, 8192])
-def test_split_launches_compile_within_an_sms_shared_memory(monkeypatch: pytest.MonkeyPatch, above: int) -> None:
+@pytest.mark.parametrize("above,columns", [(16384, 16), (8192, 16), (16384, 64)])
+def test_split_launches_compile_within_an_sms_shared_memory(monkeypatch: pytest.MonkeyPatch, above: int,
+                                                            columns: int) -> None:
     """sm_90 output (no GPU needed) of the split-K launches at the predictor's and the Talker's shapes in bf16, the
     Talker's down included: shared memory within 227 KB a block, every weight load before the PDL wait, the count
     taken with one acquire-release atomic at GPU scope, and the parts read back from L2 (not L1, which another SM's
@@ -296,6 +302,7 @@ def test_split_launches_compile_within_an_sms_shared_memory(monkeypatch: pytest.
 
     g = compiled_copy("gemv")
     monkeypatch.setattr(g, "MMA_SPLIT_ABOVE", above)
+    monkeypatch.setattr(g, "MMA_COLUMNS", columns)
     shapes = [(1024, 4096, False), (2048, 1024, False), (1024, 3072, True), (3072, 1024, False),
               (2048, 4096, False), (2048, 2048, False), (2048, 6144, True), (6144, 2048, False)]
     split = [(k, n, pair) for k, n, pair in shapes if g.rows_tiles(n, k, pair).parts > 1]

@@ -15,7 +15,9 @@ SwiGLU, down added: the predictor's 30 MiB, or the Talker's 96 MiB with `--stack
 - `one chain`: the same kernel with the whole K in one MMA chain a warp (`MMA_PARTS_A_WARP = 0`, the form
   measured on 2026-12-06: every warp ran the tile's whole K);
 - `split V`: the rows kernel on every projection with K cut across programs wherever a program's whole rows hold
-  more than V weight values (`MMA_SPLIT_ABOVE = V`: split-K, each part's sums added in order by the last program).
+  more than V weight values (`MMA_SPLIT_ABOVE = V`: split-K, each part's sums added in order by the last program);
+- `cols C` or `split V cols C`: the same with C output columns a program (`MMA_COLUMNS = C`, 16 as shipped): fewer
+  programs, each reading x's rows once for more columns.
 """
 
 from __future__ import annotations
@@ -91,17 +93,21 @@ def _wrong(arm: str, name: str, rows: int, dev: torch.device, pdl: bool) -> str 
 
 
 def _rows_arm(arm: str) -> bool:
-    return arm in ("rows kernel", "one chain") or arm.startswith("split ")
+    return arm in ("rows kernel", "one chain") or arm.startswith(("split ", "cols "))
 
 
 def _arm(arm: str) -> None:
-    """The module's rule for the arm (the rows kernel everywhere, in one chain a warp, or split), or as shipped."""
+    """The module's rule for the arm (the rows kernel everywhere, in one chain a warp, split, wider), or as
+    shipped."""
+    words = arm.split()
     g.MMA_MAX_VALUES = 1 << 20 if _rows_arm(arm) else SHIPPED["MMA_MAX_VALUES"]
     g.MMA_PARTS_A_WARP = 0 if arm == "one chain" else SHIPPED["MMA_PARTS_A_WARP"]
-    g.MMA_SPLIT_ABOVE = int(arm.split()[1]) if arm.startswith("split ") else SHIPPED["MMA_SPLIT_ABOVE"]
+    g.MMA_SPLIT_ABOVE = int(words[1]) if words[0] == "split" else SHIPPED["MMA_SPLIT_ABOVE"]
+    g.MMA_COLUMNS = int(words[words.index("cols") + 1]) if "cols" in words else SHIPPED["MMA_COLUMNS"]
 
 
-SHIPPED = {name: getattr(g, name) for name in ("MMA_MAX_VALUES", "MMA_PARTS_A_WARP", "MMA_SPLIT_ABOVE")}
+SHIPPED = {name: getattr(g, name) for name in ("MMA_MAX_VALUES", "MMA_PARTS_A_WARP", "MMA_SPLIT_ABOVE",
+                                               "MMA_COLUMNS")}
 
 
 def main() -> None:
