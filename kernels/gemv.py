@@ -245,11 +245,10 @@ def rows_tiles(n: int, k: int, pair: bool = False, value_bytes: int = 2,
     values (default MMA_SPLIT_ABOVE), K is cut into the fewest parts whose blocks hold at most that many (split-K)."""
     per = 2 if pair else 1
     above = MMA_SPLIT_ABOVE if split_above is None else split_above
-    parts, block_k = 1, triton.next_power_of_2(max(k, 16))
+    block_k = triton.next_power_of_2(max(k, 16))
     while per * MMA_COLUMNS * block_k > above and block_k > 16:
-        parts += 1
-        block_k = triton.next_power_of_2(max(triton.cdiv(k, parts), 16))
-    parts = triton.cdiv(k, block_k)  # no part left empty
+        block_k //= 2  # the widest block within the bound gives the fewest parts
+    parts = triton.cdiv(k, block_k)  # none left empty
     values = per * MMA_COLUMNS * block_k
     warps = 4 if values <= 16384 else 8
     split = max(1, min(MMA_PARTS_A_WARP * warps, block_k // 16))

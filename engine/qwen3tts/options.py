@@ -59,7 +59,7 @@ class Qwen3TTSOptions(EngineConfig):
     gemv_split: int = option(0, "small_gemm's rows kernel (2-16 rows): K cut across programs where a program's "
                                 "whole rows would hold more than this many weight values (a power of two; "
                                 "split-K, the parts' fp32 sums added in order: the same bits every run). Default "
-                                "0: never")
+                                "0: kernels/gemv.py's own rule, which splits nothing")
     gemv_swiglu: bool = option(True, "small_gemm = gemv or gemv_all: gate|up and SwiGLU in one kernels/gemv.py "
                                      "launch where the kernel takes the projection (default true; false: the "
                                      "projection, then kernels/swiglu.py)")

@@ -91,6 +91,7 @@ def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows
     from ...kernels import gemv
 
     rows = min(max_rows or gemv.MAX_ROWS, gemv.MAX_ROWS)
+
     def ruled(fn: Callable[..., object]) -> Callable[..., object]:  # the split-K rule passed to every call
         return fn if split_above is None else partial(fn, split_above=split_above)
     fast = ruled(gemv.fast)
