@@ -128,12 +128,13 @@ class StepModel:
         return self._constants[name]
 
     def talker_tokens(self, x: torch.Tensor, state: SlotState, slots: torch.Tensor,
-                      positions: torch.Tensor, scratch: bool = False) -> torch.Tensor:
+                      positions: torch.Tensor, scratch: bool = False, one_per_slot: bool = False) -> torch.Tensor:
         """x [N, H]: one token each at (slots[i], positions[i]) -> post-norm hidden [N, H]; keys and values go
         into the slot pool, and each token attends to its own slot's positions 0..positions[i]. scratch: x may be
-        overwritten (a folded stack then adds into it in place instead of copying it first)."""
+        overwritten (a folded stack then adds into it in place instead of copying it first). one_per_slot: no two
+        tokens share a slot (decode rows only; FusedStack.forward)."""
         return self.talker_stack.forward(x, state.k_cache, state.v_cache, slots, positions, state.cos, state.sin,
-                                         scratch=scratch)
+                                         scratch=scratch, one_per_slot=one_per_slot)
 
     def frame_embed(self, frames: torch.Tensor) -> torch.Tensor:
         """Talker.frame_embed in one lookup: frames [N, Q] -> F(frame) [N, H], the same rows summed the same way
@@ -190,7 +191,8 @@ class StepModel:
                 x = self.depth_input(code, k)
                 if deep is None:
                     length = self.constant(f"len{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 3, device=dev))
-                    out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin, length, scratch=True)
+                    out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin, length, scratch=True,
+                                        one_per_slot=True)
                 else:  # `out` is now the residual stream, not normalized
                     out = deep.layers(x, store, rows, pos, self.depth_cos, self.depth_sin)
         return torch.stack(codes, dim=-1)

@@ -18,6 +18,10 @@ with beta = 1). The fold rounds each folded weight once (in bf16, the rounding t
 normalized activation instead). `DecoderOps` picks the Triton kernels (CUDA) or their plain-PyTorch
 references (CPU, tests); the projections run through `linear` (F.linear, or kernels/gemv.py for a few rows:
 small_gemm.py).
+
+With `fuse_attention`, a call whose tokens are each the only one of their slot (a decode step without a prompt's
+tokens, the depth loop's passes 1..14) takes q/k-norm + RoPE + the KV write and the attention in one launch
+(kernels/cp_attend.py): one launch a layer fewer.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ class DecoderOps:
     attend: Callable[..., torch.Tensor]
     swiglu: Callable[..., torch.Tensor]  # gate|up [N, 2I] (, residual, eps) -> silu(gate) * up [N, I]
     uses_triton: bool = False
+    # q/k-norm + RoPE + KV write + attention in one launch, for calls with one token a slot (None: two launches)
+    attend_new: Callable[..., torch.Tensor] | None = None
 
     @property
     def attend_name(self) -> str:
@@ -53,27 +59,31 @@ class DecoderOps:
         return self.attend.keywords.get("pdl", False) if isinstance(self.attend, partial) else False
 
     @classmethod
-    def for_device(cls, device: torch.device, kernels: str = "auto", pdl: bool | str = False) -> DecoderOps:
+    def for_device(cls, device: torch.device, kernels: str = "auto", pdl: bool | str = False,
+                   fuse_attention: bool = False) -> DecoderOps:
         """kernels: triton | torch | auto (Triton on CUDA, the references elsewhere). pdl: the Triton kernels are
         launched with programmatic dependent launch, True or "late" (kernels/utils.py; the caller checks the GPU
-        has it)."""
+        has it). fuse_attention: `attend_new` set (kernels/cp_attend.py, or its reference)."""
         use_triton = kernels == "triton" or (kernels == "auto" and device.type == "cuda")
         if use_triton:
             from ...kernels.add_rms_norm import add_rms_norm
+            from ...kernels.cp_attend import cp_attend
             from ...kernels.qk_norm_rope import qk_norm_rope
             from ...kernels.slot_attention import slot_attention
             from ...kernels.swiglu import swiglu
 
-            ops = (add_rms_norm, qk_norm_rope, slot_attention, swiglu)
+            ops = (add_rms_norm, qk_norm_rope, slot_attention, swiglu, cp_attend)
             if pdl:
                 ops = tuple(partial(op, pdl=pdl) for op in ops)
-            return cls(*ops, uses_triton=True)
+            return cls(*ops[:4], uses_triton=True, attend_new=ops[4] if fuse_attention else None)
         from ...kernels.add_rms_norm import add_rms_norm_ref
+        from ...kernels.cp_attend import cp_attend_ref
         from ...kernels.qk_norm_rope import qk_norm_rope_ref
         from ...kernels.slot_attention import slot_attention_ref
         from ...kernels.swiglu import swiglu_ref
 
-        return cls(add_rms_norm_ref, qk_norm_rope_ref, slot_attention_ref, swiglu_ref)
+        return cls(add_rms_norm_ref, qk_norm_rope_ref, slot_attention_ref, swiglu_ref,
+                   attend_new=cp_attend_ref if fuse_attention else None)
 
 
 def _share(module: nn.Module, view: torch.Tensor) -> None:
@@ -145,33 +155,40 @@ class FusedStack:
                 positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 lengths: torch.Tensor | None = None,
                 attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-                scratch: bool = False) -> torch.Tensor:
+                scratch: bool = False, one_per_slot: bool = False) -> torch.Tensor:
         """x [N, H] tokens at (slots[i], positions[i]) of the per-layer stores [S, Hkv, P, D]; cos/sin [P', D]
         tables indexed by position -> the stack's post-norm output [N, H]. Each token's key and value are written
         before it attends to positions 0..positions[i] of its slot. lengths: positions + 1 where the caller holds it
         as a constant (the depth loop's positions are: one launch fewer a pass). attend: (q, k store, v store) -> o
         instead of the ops' per-token attention, for a caller that knows more about its tokens (whole prompts:
         kernels/prefill_attention.py). scratch: x is the caller's to overwrite (folded stacks add into the residual
-        stream in place; else they copy x first)."""
+        stream in place; else they copy x first). one_per_slot: no two tokens share a slot, so the ops' `attend_new`
+        (where set) takes each layer's attention inputs and attention in one launch; lengths must then be
+        positions + 1."""
         ops, lin, n = self.ops, self.linear, x.shape[0]
         lengths = positions + 1 if lengths is None else lengths
+        new = ops.attend_new if one_per_slot and attend is None else None
+
+        def attention(i: int, qkv: torch.Tensor, qn: torch.Tensor, kn: torch.Tensor,
+                      residual: torch.Tensor | None) -> torch.Tensor:
+            if new is not None:
+                return new(qkv, qn, kn, cos, sin, positions, k_store[i], v_store[i], slots, self.heads,
+                           self.kv_heads, self.eps, residual=residual)
+            q = ops.qk_norm_rope(qkv, qn, kn, cos, sin, positions, k_store[i], v_store[i], slots, self.heads,
+                                 self.kv_heads, self.eps, residual=residual)
+            o = ops.attend(q, k_store[i], v_store[i], slots, lengths) if attend is None else \
+                attend(q, k_store[i], v_store[i])
+            return o.view(n, -1)
+
         if self.folded:
             x = x if scratch and x.is_contiguous() else x.clone(memory_format=torch.contiguous_format)
             for i, (_, qkv_w, qn, kn, o_w, _, gate_up_w, down_w) in enumerate(self.layers):
-                q = ops.qk_norm_rope(lin(x, qkv_w), qn, kn, cos, sin, positions, k_store[i], v_store[i], slots,
-                                     self.heads, self.kv_heads, self.eps, residual=x)
-                o = ops.attend(q, k_store[i], v_store[i], slots, lengths) if attend is None else \
-                    attend(q, k_store[i], v_store[i])
-                add_linear(lin, x, o.view(n, -1), o_w)
+                add_linear(lin, x, attention(i, lin(x, qkv_w), qn, kn, x), o_w)
                 add_linear(lin, x, swiglu_linear(lin, ops.swiglu, x, gate_up_w, self.eps, scaled=True), down_w)
             return ops.add_rms_norm(x, None, self.final_norm, self.eps)[1]
         x, h = ops.add_rms_norm(x.contiguous(), None, self.layers[0][0], self.eps)
         for i, (_, qkv_w, qn, kn, o_w, post_w, gate_up_w, down_w) in enumerate(self.layers):
-            q = ops.qk_norm_rope(lin(h, qkv_w), qn, kn, cos, sin, positions, k_store[i], v_store[i], slots,
-                                 self.heads, self.kv_heads, self.eps)
-            o = ops.attend(q, k_store[i], v_store[i], slots, lengths) if attend is None else \
-                attend(q, k_store[i], v_store[i])
-            x, h = ops.add_rms_norm(x, lin(o.view(n, -1), o_w), post_w, self.eps)
+            x, h = ops.add_rms_norm(x, lin(attention(i, lin(h, qkv_w), qn, kn, None), o_w), post_w, self.eps)
             down = lin(swiglu_linear(lin, ops.swiglu, h, gate_up_w, self.eps, scaled=False), down_w)
             nxt = self.layers[i + 1][0] if i + 1 < len(self.layers) else self.final_norm
             x, h = ops.add_rms_norm(x, down, nxt, self.eps)

@@ -74,6 +74,11 @@ class Qwen3TTSOptions(EngineConfig):
                                     "(engine/qwen3tts/fused_stack.py; default true: 5-7 % off every step on an "
                                     "H100; never in fp16, whose range the unnormalized projections could pass; "
                                     "false: the norms as loaded)")
+    fuse_attention: bool = option(False, "a layer's q/k norm, RoPE and key/value write and its attention in one "
+                                         "launch wherever each token of the call is the only one of its slot "
+                                         "(decode steps without a prompt, the depth loop's passes 1..14; "
+                                         "kernels/cp_attend.py): one launch a layer fewer, 98 a 1.7B step. "
+                                         "Default false until measured on a GPU")
     codec: str = option("auto", "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto")
     text_min_tokens: int = option(4, "a stream whose text is still arriving starts after this many text tokens "
                                      "(default 4)")
@@ -168,6 +173,7 @@ class Qwen3TTSOptions(EngineConfig):
                     attention=self.attention, depth=self.depth, draw=self.draw, small_gemm=self.small_gemm,
                     gemv_rows=self.gemv_rows, gemv_talker_rows=self.gemv_talker_rows, gemv_split=self.gemv_split,
                     gemv_swiglu=self.gemv_swiglu, pdl=self.pdl, fold_norms=self.fold_norms,
+                    fuse_attention=self.fuse_attention,
                     codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets)
 
 

@@ -90,10 +90,10 @@ class ModelRunner:
         suppress[lc.vocab_size - 1024:] = True  # language, control and speaker rows; EOS stays
         suppress[self.eos_id] = False
         self.suppress = suppress.to(self.device)
-        self.ops = DecoderOps.for_device(self.device, c.attention)
+        self.ops = DecoderOps.for_device(self.device, c.attention, fuse_attention=c.fuse_attention)
         self.pdl = c.uses_pdl(self.device, self.ops.uses_triton)
         if self.pdl:
-            self.ops = DecoderOps.for_device(self.device, c.attention, pdl=self.pdl)
+            self.ops = DecoderOps.for_device(self.device, c.attention, pdl=self.pdl, fuse_attention=c.fuse_attention)
         depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth in ("fused", "persistent") else None
         self.small_gemm = resolve(c.small_gemm, self.device, self.ops.uses_triton)
         projections = linears(self.small_gemm, self.ops.uses_triton, self.pdl, c.gemv_rows, c.gemv_swiglu,
@@ -199,8 +199,9 @@ class ModelRunner:
                 parts.append(embed_rows(talker, d["pre_text"], d["pre_codec"], state.x_vector[d["pre_slot"]]))
                 slots.append(d["pre_slot"])
                 positions.append(d["pre_pos"])
+            # decode rows only: each its own slot (padding rows share slot 0, whose outputs nobody reads)
             out = self.model.talker_tokens(torch.cat(parts), state, torch.cat(slots), torch.cat(positions),
-                                           scratch=True)
+                                           scratch=True, one_per_slot=not tokens)
             hidden = torch.cat([out[:rows], out[rows + d["done_idx"]]]) if np_ else out  # a prompt's: its last token
             logits = io.logits if self.records_logits else None
             if logits is not None:

@@ -56,6 +56,7 @@ class RunnerConfig:
     gemv_swiglu: bool = DEFAULTS.gemv_swiglu  # gate|up and SwiGLU in one launch where small_gemm's kernel runs
     pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | late | off | auto
     fold_norms: bool = DEFAULTS.fold_norms  # layer norms folded into the projections (fused_stack.py)
+    fuse_attention: bool = DEFAULTS.fuse_attention  # one launch for q/k-norm, RoPE, KV write, attention (cp_attend.py)
     codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = DEFAULTS.enforce_eager
     progress: bool = True

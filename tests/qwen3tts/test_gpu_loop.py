@@ -44,16 +44,21 @@ def _streams() -> list[Stream]:
     return streams
 
 
-@pytest.mark.parametrize("graphs,kernels,depth,small_gemm,fold_norms,pdl", [
-    (True, "triton", "layers", "cublas", None, "off"), (False, "triton", "layers", "cublas", None, "off"),
-    (True, "torch", "layers", "cublas", None, "off"), (True, "triton", "fused", "cublas", None, "off"),
-    (True, "triton", "layers", "gemv_all", None, "off"), (True, "triton", "persistent", "cublas", None, "off"),
-    (True, "triton", "layers", "cublas", False, "off"), (True, "triton", "layers", "gemv_all", None, "auto"),
-    (False, "triton", "layers", "gemv", None, "auto")],
+@pytest.mark.parametrize("graphs,kernels,depth,small_gemm,fold_norms,pdl,fuse", [
+    (True, "triton", "layers", "cublas", None, "off", False), (False, "triton", "layers", "cublas", None, "off", False),
+    (True, "torch", "layers", "cublas", None, "off", False), (True, "triton", "fused", "cublas", None, "off", False),
+    (True, "triton", "layers", "gemv_all", None, "off", False),
+    (True, "triton", "persistent", "cublas", None, "off", False),
+    (True, "triton", "layers", "cublas", False, "off", False),
+    (True, "triton", "layers", "gemv_all", None, "auto", False),
+    (False, "triton", "layers", "gemv", None, "auto", False), (True, "triton", "layers", "cublas", False, "off", True),
+    (True, "triton", "layers", "gemv_all", None, "auto", True)],
     ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-fused", "graphs-triton-gemv",
-         "graphs-triton-persistent", "graphs-triton-unfolded", "graphs-triton-gemv-pdl", "eager-triton-gemv-pdl"])
+         "graphs-triton-persistent", "graphs-triton-unfolded", "graphs-triton-gemv-pdl", "eager-triton-gemv-pdl",
+         "graphs-triton-unfolded-fused-attention", "graphs-triton-gemv-pdl-fused-attention"])
 def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str, depth: str,
-                                                   small_gemm: str, fold_norms: bool | None, pdl: str) -> None:
+                                                   small_gemm: str, fold_norms: bool | None, pdl: str,
+                                                   fuse: bool) -> None:
     """Every row's fp32 logits of every codebook within 1e-4 (relative) of the stream alone through the eager
     path, teacher-forced; the reference logits are taken before the runner is built (fold_norms changes the
     model's weights in place, not its function)."""
@@ -70,7 +75,8 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
         fold = {} if fold_norms is None else {"fold_norms": fold_norms}  # None: the engine's default
         runner = make_runner(tts, num_slots=8, record_logits=True, codec="reference", attention=kernels,
                              depth=depth, small_gemm=small_gemm, gemv_rows=16, pdl=pdl, enforce_eager=not graphs,
-                             **fold, **REAL)
+                             fuse_attention=fuse, **fold, **REAL)
+        assert (runner.ops.attend_new is not None) == fuse
         assert runner.steps.use_graphs == graphs
         assert runner.pdl == (pdl == "auto" and pdl_works(torch.device("cuda")))
         recorder = drive(tts, runner, streams, greedy=False, max_rows=8, forced=lambda s: alone[id(s)])
@@ -92,7 +98,7 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
             per_stream.append({"join_step": s.join_step, "cancel_step": s.cancel_step, "frames": len(got),
                                "worst_rel": stream_worst, "first_bad_frame_codebook": first_bad})
         gemm = ("" if small_gemm == "cublas" else f"_{small_gemm}") + ("_unfolded" if fold_norms is False else "") \
-            + ("_pdl" if runner.pdl else "")
+            + ("_pdl" if runner.pdl else "") + ("_fused_attention" if fuse else "")
         _record(f"loop_teacher_forced_fp32_{'graphs' if graphs else 'eager'}_{kernels}_{depth}{gemm}",
                 {"worst_rel": worst, "streams": per_stream, "max_rows": max(recorder.rows_per_step),
                  "rows_per_step": recorder.rows_per_step})
@@ -102,8 +108,9 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
 
 
 @pytest.mark.parametrize("fold_norms,extra", [(None, {}), (False, {}),
-                                              (None, {"small_gemm": "gemv_all", "gemv_rows": 16, "pdl": "auto"})],
-                         ids=["default", "unfolded", "gemv-pdl"])
+                                              (None, {"small_gemm": "gemv_all", "gemv_rows": 16, "pdl": "auto"}),
+                                              (None, {"fuse_attention": True})],
+                         ids=["default", "unfolded", "gemv-pdl", "fused-attention"])
 def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: bool | None, extra: dict) -> None:
     """bf16: batched rows round differently from batch 1, so greedy codes may part ways after a near tie; report
     how many frames agree before the first difference, and require every stream to complete with finite audio.
@@ -125,7 +132,8 @@ def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: b
         agree.append(int(np.argmin(same)) if not same.all() else len(same))
         audio = np.concatenate(s.audio)
         assert len(audio) == len(codes) * 1920 and np.abs(audio).max() > 0
-    _record("loop_free_running_bf16" + ("_unfolded" if fold_norms is False else "") + ("_gemv_pdl" if extra else ""),
+    suffix = "_fused_attention" if extra.get("fuse_attention") else "_gemv_pdl" if extra else ""
+    _record("loop_free_running_bf16" + ("_unfolded" if fold_norms is False else "") + suffix,
             {"frames_equal_before_first_difference": agree, "frames": total})
 
 

@@ -180,6 +180,78 @@ def test_folded_norms_are_the_same_function(tiny_ckpt: Callable[[str], Path], ac
     torch.testing.assert_close(eager[1], eager[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.usefixtures("no_tf32")  # true fp32 on CUDA too
+@pytest.mark.parametrize("kind", ["cv17", "cv06"])
+@pytest.mark.parametrize("fold", [True, False], ids=["folded", "plain"])
+def test_fused_attention_is_the_same_function(tiny_ckpt: Callable[[str], Path], kind: str, fold: bool) -> None:
+    """fp32: a step model whose layers take their attention inputs and attention in one launch where a call has one
+    token a slot (kernels/cp_attend.py, interpreted without a GPU) against the two-launch kernels (qk_norm_rope,
+    slot_attention) on a copy of the same weights: the Talker's hidden and KV for 3 decode tokens at positions 0,
+    1 and 2 of their slots, and all 15 codebooks' logits of the depth loop with forced codes; the fused kernel runs
+    in every Talker layer and in passes 1..14, and pass 0 (two tokens a row) keeps the pair."""
+    from voxgate.engine.qwen3tts.batch_step import StepModel
+    from voxgate.engine.qwen3tts.fused_stack import DecoderOps
+
+    from .test_small_gemm import _talker_state
+
+    tts, fused_tts = _load(tiny_ckpt, kind), _load(tiny_ckpt, kind)
+    _far_from_one_norms(tts.talker, fused_tts.talker)
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape[0])
+        return kernel_module("cp_attend").cp_attend(*args, **kwargs)
+
+    ops = replace(DecoderOps.for_device(torch.device(DEVICE), "torch"),
+                  qk_norm_rope=kernel_module("qk_norm_rope").qk_norm_rope,
+                  attend=kernel_module("slot_attention").slot_attention)
+    models = {"pair": StepModel(tts.talker, ops, fold_norms=fold),
+              "fused": StepModel(fused_tts.talker, replace(ops, attend_new=counted), fold_norms=fold)}
+    rows, hidden = 3, tts.talker.model.codec_embedding.weight.shape[1]
+    talker_layers = tts.talker.cfg.layers.num_hidden_layers
+    depth_layers = tts.talker.cfg.code_predictor.num_hidden_layers
+    h, c0 = torch.randn(rows, hidden, device=DEVICE), torch.randn(rows, hidden, device=DEVICE)
+    forced = torch.randint(0, tts.talker.code_predictor.cfg.vocab_size, (rows, 15), device=DEVICE)
+    logits = {name: _depth_logits(model, h, c0, forced) for name, model in models.items()}
+    assert calls == [rows] * 14 * depth_layers
+    for k, (got, want) in enumerate(zip(logits["fused"], logits["pair"], strict=True)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"codebook {k + 1}")
+    talker_out, states = {}, {}
+    for name, model in models.items():
+        states[name] = _talker_state(tts, rows)
+        x = [torch.randn(rows, hidden, device=DEVICE, generator=torch.Generator(DEVICE).manual_seed(i))
+             for i in range(3)]
+        with torch.no_grad():
+            talker_out[name] = [model.talker_tokens(x[p], states[name], torch.arange(rows, device=DEVICE),
+                                                    torch.full((rows,), p, device=DEVICE), one_per_slot=True)
+                                for p in range(3)]
+    assert len(calls) == 14 * depth_layers + 3 * talker_layers
+    for p in range(3):
+        torch.testing.assert_close(talker_out["fused"][p], talker_out["pair"][p], rtol=1e-5, atol=1e-5)
+    for got, want in zip(states["fused"].k_cache + states["fused"].v_cache,
+                         states["pair"].k_cache + states["pair"].v_cache, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["cv17", "cv06"])
+def test_an_engine_with_fused_attention_makes_each_streams_codes(tiny_ckpt: Callable[[str], Path], kind: str) -> None:
+    """The option end to end (fp32, the kernels' references): an engine built with fuse_attention makes each of
+    two streams' greedy codes (the second joining a step later, so that steps with a prompt's tokens, which keep
+    the pair, and decode-only steps both run) as the model makes that stream alone."""
+    import numpy as np
+
+    from .loop_support import Stream, drive, make_runner, solo_codes
+
+    tts, plain = _load(tiny_ckpt, kind), _load(tiny_ckpt, kind)
+    runner = make_runner(tts, fuse_attention=True)
+    assert runner.model.talker_stack.ops.attend_new is not None
+    streams = [Stream("Hello there.", budget=4, join_step=0, speaker="ryan", non_streaming=False),
+               Stream("A second one.", budget=3, join_step=1, speaker="ryan", non_streaming=False)]
+    recorder = drive(tts, runner, streams)
+    for s in streams:
+        np.testing.assert_array_equal(np.stack(recorder.codes[s.codes_id]), solo_codes(plain, s))
+
+
 def test_the_depth_loop_hands_the_heads_logits_over_uncast(tiny_ckpt: Callable[[str], Path]) -> None:
     """bf16: with float_logits=False the pick gets the heads' bf16 output, whose fp32 values are the cast logits."""
     from voxgate.engine.qwen3tts.batch_step import StepModel
@@ -283,6 +355,11 @@ def test_each_path_takes_its_launches_off_a_decode_step(tiny_ckpt: Callable[[str
     assert total["after"] - total["folded norms"] == 2 * all_layers, total
     assert folded["triton:add_rms_norm"] == 1 + 15 and folded["aten.addmm_"] == 2 * all_layers, folded
     assert folded["triton:qk_norm_rope"] == folded["triton:swiglu"] == all_layers, folded
+    # fused attention: one launch a layer fewer in the Talker and in passes 1..14 (pass 0 has two tokens a row)
+    fused = counts["fused attention"]
+    assert total["folded norms"] - total["fused attention"] == layers + 14 * depth_layers, total
+    assert fused["triton:cp_attend"] == layers + 14 * depth_layers, fused
+    assert fused["triton:qk_norm_rope"] == fused["triton:slot_attention"] == depth_layers, fused
     # codebook 0's row for the predictor, passes 1..14's inputs, the frame's (one lookup), the text's
     assert after["aten.embedding"] == 1 + 14 + 1 + 1 and after["aten.stack"] == 1  # the codes' stack only
 

@@ -13,7 +13,8 @@ rows and the codec call are not in it.
 counts a model of that config's layer counts and vocabularies (narrow widths, random weights: a count depends on
 neither) at 1 row, before and after each launch-saving path (kernels/swiglu.py, the folded depth-input tables,
 the heads' logits read by the draw kernel without a cast), with `depth = persistent`, and with the layer norms
-folded into the projections (`fold_norms`, the engine's default: 819 launches a 1.7B step against 1,025).
+folded into the projections (`fold_norms`, the engine's default: 819 launches a 1.7B step against 1,025), and with
+each layer's attention inputs and attention in one launch on top (`fuse_attention`: 721).
 """
 
 from __future__ import annotations
@@ -67,13 +68,15 @@ class LaunchCounter(TorchDispatchMode):
 
 
 def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_projection: bool = True,
-                  cast_logits: bool = False, persistent: bool = False, fold_norms: bool = False) -> Counter[str]:
+                  cast_logits: bool = False, persistent: bool = False, fold_norms: bool = False,
+                  fuse_attention: bool = False) -> Counter[str]:
     """The launches of one decode step at `rows` rows (the module docstring), with the step's other kernels as one
     launch each: swiglu_kernel False takes PyTorch's SiLU and product, fold_projection False the depth loop's
     lookup + input projection, cast_logits True the heads' `.float()` before each draw (as a step that records
     its logits still does), persistent True passes 1..14 as `depth = persistent` runs them (kernels/depth_pass.py
     and the fused head, kernels/cp_linear.py), fold_norms True the stacks with their layer norms folded
-    (fused_stack.py; this folds `talker`'s weights in place, which changes no count)."""
+    (fused_stack.py; this folds `talker`'s weights in place, which changes no count), fuse_attention True each
+    layer's attention inputs and attention in one launch where a call has one token a slot (kernels/cp_attend.py)."""
     from voxgate.engine.qwen3tts.batch_step import SampledRows, SamplingFeatures, StepModel, sample_frames
     from voxgate.engine.qwen3tts.depth_fused import DepthOps
     from voxgate.engine.qwen3tts.fused_stack import DecoderOps
@@ -89,7 +92,8 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
     ref = DecoderOps.for_device(torch.device("cpu"))
     ops = DecoderOps(counter.kernel("add_rms_norm", ref.add_rms_norm), counter.kernel("qk_norm_rope", ref.qk_norm_rope),
                      counter.kernel("slot_attention", ref.attend),
-                     counter.kernel("swiglu", swiglu_ref) if swiglu_kernel else swiglu_ref, uses_triton=True)
+                     counter.kernel("swiglu", swiglu_ref) if swiglu_kernel else swiglu_ref, uses_triton=True,
+                     attend_new=counter.kernel("cp_attend", cp_attend_ref) if fuse_attention else None)
     depth = DepthOps(counter.kernel("cp_linear", cp_linear_ref), counter.kernel("cp_attend", cp_attend_ref),
                      counter.kernel("sample_draw", sample_draw_ref), counter.kernel("depth_pass", depth_pass_ref))
     model = StepModel(talker, ops, depth if persistent else None, fold_projection=fold_projection,
@@ -104,7 +108,7 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
     positions = torch.full((rows,), 3)
 
     def step(x: torch.Tensor) -> None:  # x: the step's own input, as the runner's (a fresh torch.cat)
-        hidden = model.talker_tokens(x, state, slots, positions, scratch=True)
+        hidden = model.talker_tokens(x, state, slots, positions, scratch=True, one_per_slot=True)
         sample_frames(model, state, hidden, sampled, talker.cfg.codec_eos_token_id, suppress, features,
                       logits_out=[] if cast_logits else None)
 
@@ -158,6 +162,8 @@ VARIANTS = {  # name -> step_launches options: the step as it was, then with eac
     "after": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False),
     "persistent depth": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, persistent=True),
     "folded norms": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True),
+    "fused attention": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
+                            fuse_attention=True),
 }
 
 
