@@ -189,7 +189,7 @@ def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Call
     """The option end to end: with attention=triton (the step's kernels, interpreted on the CPU: ~20 s for this one
     stream of 3 frames; compiled on a GPU), gemv_all takes kernels/gemv.py for the predictor's projections and the
     Talker's (decode-only steps and codebook 0's head, at one row: TALKER_ROWS); the greedy codes are the stream's
-    alone."""
+    alone. The steps run eagerly, so that each call reaches the counter (a graph's replay calls nothing)."""
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     from .loop_support import Stream, drive, make_runner, solo_codes
@@ -206,11 +206,11 @@ def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Call
         calls.append(x.shape[0])
         return kernel(x, w, b, pdl=pdl, **rest)
 
-    # the runner takes the module's kernel when it is built; on a GPU its graphs' warm-ups run then too, where
-    # gemv_add_ calls the module's gemv (with the residual) while it is still this one
+    # the runner takes the module's kernel when it is built; gemv_add_ calls the module's gemv (with the residual),
+    # which is this one while it is built
     gemv.gemv = counted
     try:
-        runner = make_runner(tts, small_gemm="gemv_all", gemv_rows=16, attention="triton")
+        runner = make_runner(tts, small_gemm="gemv_all", gemv_rows=16, attention="triton", enforce_eager=True)
     finally:
         gemv.gemv = kernel
     talker, predictor = runner.model.talker_linear, runner.model.predictor_linear
