@@ -8,8 +8,9 @@ channels), on CUDA.
     python -m voxgate.kernels.bench depth_pass       # also a line per row count (1, 8, 16) against the layers
 
 Each entry builds its inputs and returns (kernel call, reference call); `run` times both with Triton's do_bench
-(median, after its warm-up); depth_pass's reference is the `layers` stack's pass and prefill_attention's is
-slot_attention, which they replace (their plain references are tested against them). Not run in CI (no GPU);
+(median, after its warm-up); depth_pass's reference is the `layers` stack's pass, prefill_attention's is
+slot_attention and cp_attend's is qk_norm_rope then slot_attention, which they replace (their plain references are
+tested against them). Not run in CI (no GPU);
 tests/kernel/test_layout.py checks that every kernel module has an entry here.
 """
 
@@ -146,10 +147,16 @@ def bench_gemv(dev: torch.device) -> tuple[Call, Call]:
 
 @entry("cp_attend")
 def bench_cp_attend(dev: torch.device) -> tuple[Call, Call]:
-    from .cp_attend import cp_attend, cp_attend_ref
+    """Against the two launches it replaces where a call has one token a slot (fuse_attention): 8 decode tokens of
+    the Talker, slots of 1,024 positions."""
+    from .cp_attend import cp_attend
+    from .qk_norm_rope import qk_norm_rope
+    from .slot_attention import slot_attention
 
-    args = _attention_inputs(dev, 64, 16)  # 64 rows of the depth loop, its store of 16 positions
-    return lambda: cp_attend(*args), lambda: cp_attend_ref(*args)
+    args = _attention_inputs(dev, 8, 1024)
+    k_store, v_store, slots, pos = args[6], args[7], args[8], args[5]
+    lengths = pos + 1
+    return lambda: cp_attend(*args), lambda: slot_attention(qk_norm_rope(*args), k_store, v_store, slots, lengths)
 
 
 DEPTH_PASS_ROWS = (1, 8, 16)
