@@ -156,12 +156,14 @@ def cp_attend_ref(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Ten
                   slots: torch.Tensor, heads: int, kv_heads: int, eps: float,
                   residual: torch.Tensor | None = None) -> torch.Tensor:
     """The unfused pair's references: q/k-norm + RoPE + the store writes, then attention over positions 0..pos.
-    Checks what the kernel needs: tokens sharing a store row share its position too (padding rows, whose outputs
-    nobody reads), so that no program reads a key another one writes."""
+    On the CPU (the tests, the CPU engine) it checks what the kernel needs: tokens sharing a store row share its
+    position too (padding rows, whose outputs nobody reads), so that no program reads a key another one writes.
+    On a GPU the check would wait for the device, and cannot run inside a graph's capture: skipped there."""
     d = q_weight.shape[0]
     _check(qkv, k_store, positions, slots, heads, kv_heads, d, residual)
-    pairs = torch.unique(torch.stack([slots, positions]), dim=1)
-    assert pairs.shape[1] == slots.unique().numel(), "two tokens of one store row at different positions"
+    if slots.device.type == "cpu":
+        pairs = torch.unique(torch.stack([slots, positions]), dim=1)
+        assert pairs.shape[1] == slots.unique().numel(), "two tokens of one store row at different positions"
     q = qk_norm_rope_ref(qkv, q_weight, k_weight, cos, sin, positions, k_store, v_store, slots, heads, kv_heads,
                          eps, residual=residual)
     return slot_attention_ref(q, k_store, v_store, slots, positions + 1).reshape(qkv.shape[0], heads * d)

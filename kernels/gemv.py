@@ -10,9 +10,9 @@ one-row kernel's per-row reductions cross warps through shared memory: an 8-row 
 against cuBLAS's 4.8). K is cut into MMA_PARTS_A_WARP parts a warp, one MMA chain each, summed in order: one tl.dot
 of the whole tile gave every warp the whole K, a chain of 64 dependent MMAs. On an H100 the predictor's layer at 8
 rows reads at 1.24 TB/s against cuBLAS's 0.94; the Talker's q|k|v and gate|up (K 2,048) read slower than cuBLAS
-(small_gemm.TALKER_ROWS). As shipped the columns alone give the programs; split-K (`split_above`, the engine's
-`gemv_split`) cuts K across programs too, each storing its fp32 sums for the last of its columns to add in order:
-still one launch, and the same bits on every run.
+(small_gemm.TALKER_ROWS). By the kernel's own rule the columns alone give the programs; split-K (`split_above`, the
+engine's `gemv_split`, 16,384 by default there) cuts K across programs too, each storing its fp32 sums for the last
+of its columns to add in order: still one launch, and the same bits on every run.
 
 With `pdl` (Hopper: programmatic dependent launch, kernels/utils.py: True or "late") the weight load comes before the
 wait for the kernel ahead: in a chain of projections each one's weights stream in while the one before it computes.
@@ -198,7 +198,8 @@ MMA_MAX_FP32_DOT_VALUES = 16384
 MMA_PARTS_A_WARP = 2  # K's parts a warp's MMA chains take (two chains interleave; one dot: every warp all of K)
 # Split-K: where a program's whole rows would hold more weight values than this, K is cut into parts across
 # programs (more, smaller programs: more SMs loading at once), each part's fp32 sums stored and added in order by the
-# last program of the columns to finish. As shipped no launch splits; the chains measure where it pays first.
+# last program of the columns to finish. The kernel's own rule splits nothing; the engine passes its `gemv_split`
+# (the code predictor's o and down in 2 and 3 parts at 16,384: docs/engine-loop.md).
 MMA_SPLIT_ABOVE = 1 << 30
 
 
