@@ -18,6 +18,9 @@ SwiGLU, down added: the predictor's 30 MiB, or the Talker's 96 MiB with `--stack
   more than V weight values (`MMA_SPLIT_ABOVE = V`: split-K, each part's sums added in order by the last program);
 - `cols C` or `split V cols C`: the same with C output columns a program (`MMA_COLUMNS = C`, 16 as shipped): fewer
   programs, each reading x's rows once for more columns.
+- `dot BN BK S [pf] [late] [wW]`: dot_loop.py's K loop of tensor-core dots (BN columns a program, K tiles of BK
+  through S pipeline stages in shared memory, W warps, 4 by default), with PDL; `pf`: each program's weight rows
+  sent toward L2 before its wait; `late`: PDL's one-kernel lookahead (wait, then release the next launch).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 from chain import _graph_us as _replay_us  # chain.py beside this file: one graph of the chain, us a launch
+from dot_loop import dot_loop  # beside this file: the K-looped candidate
 from voxgate.kernels import gemv as g
 from voxgate.kernels.utils import pdl_available
 
@@ -64,6 +68,12 @@ def _call(arm: str, name: str, x: torch.Tensor, w: torch.Tensor, res: torch.Tens
           pdl: bool) -> torch.Tensor:
     k, n, pair = SHAPES[name]
     rows = x.shape[0]
+    if arm.startswith("dot "):
+        words = arm.split()
+        warps = next((int(word[1:]) for word in words if word.startswith("w")), 4)
+        return dot_loop(x, w, res, pair, pdl=("late" if "late" in words else True) if pdl else False,
+                        prefetch="pf" in words, block_n=int(words[1]), block_k=int(words[2]), stages=int(words[3]),
+                        warps=warps)
     if arm == "cuBLAS" or (arm == "engine" and rows > 1 and not g.fast(rows, n, k, pair)):
         if pair:
             gate, up = F.linear(x, w).chunk(2, dim=-1)
