@@ -22,9 +22,10 @@ from voxgate.kernels.utils import interpreted, pdl_launch, prefetch_l2, wait_for
 def _dot_loop_kernel(x_ptr, w_ptr, res_ptr, out_ptr, M, N, K,
                      ADD: tl.constexpr, SWIGLU: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LINE: tl.constexpr,
-                     LINES: tl.constexpr, UPCAST: tl.constexpr):
+                     LINES: tl.constexpr, UPCAST: tl.constexpr, W_FIRST: tl.constexpr):
     # out [M, N] = x [M, K] @ w[:N]^T (+ res, ADD), or SWIGLU: silu(x @ gate^T) * (x @ up^T), w = gate|up [2N, K].
     # N divides by BLOCK_N and K by BLOCK_K (the launcher checks); rows past M load zeros and store nothing.
+    # W_FIRST: out^T = w @ x^T (w the MMA's A operand, [BLOCK_N, BLOCK_K] tiles), else out = x @ w^T.
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     if PREFETCH:  # this program's rows of w toward L2, one address a 128-byte line, before the wait
         lines = tl.minimum(tl.arange(0, LINES) * LINE, K - LINE)
@@ -34,23 +35,40 @@ def _dot_loop_kernel(x_ptr, w_ptr, res_ptr, out_ptr, M, N, K,
     wait_for_inputs(PDL)
     rows = tl.arange(0, BLOCK_M)
     row_ok = rows < M
-    acc = (rows[:, None] * 0 + cols[None, :] * 0).to(tl.float32)
+    if W_FIRST:
+        acc = (cols[:, None] * 0 + rows[None, :] * 0).to(tl.float32)
+    else:
+        acc = (rows[:, None] * 0 + cols[None, :] * 0).to(tl.float32)
     acc_up = acc
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + rows[:, None] * K + ks[None, :], mask=row_ok[:, None], other=0.0)
-        w = tl.load(w_ptr + cols[None, :].to(tl.int64) * K + ks[:, None])
+        if W_FIRST:
+            x = tl.load(x_ptr + rows[None, :] * K + ks[:, None], mask=row_ok[None, :], other=0.0)
+            w = tl.load(w_ptr + cols[:, None].to(tl.int64) * K + ks[None, :])
+        else:
+            x = tl.load(x_ptr + rows[:, None] * K + ks[None, :], mask=row_ok[:, None], other=0.0)
+            w = tl.load(w_ptr + cols[None, :].to(tl.int64) * K + ks[:, None])
         if UPCAST:
             x = x.to(tl.float32)
             w = w.to(tl.float32)
-        acc = tl.dot(x, w, acc, input_precision="ieee")
+        acc = tl.dot(w, x, acc, input_precision="ieee") if W_FIRST else tl.dot(x, w, acc, input_precision="ieee")
         if SWIGLU:
-            wu = tl.load(w_ptr + (cols + N)[None, :].to(tl.int64) * K + ks[:, None])
+            if W_FIRST:
+                wu = tl.load(w_ptr + (cols + N)[:, None].to(tl.int64) * K + ks[None, :])
+            else:
+                wu = tl.load(w_ptr + (cols + N)[None, :].to(tl.int64) * K + ks[:, None])
             if UPCAST:
                 wu = wu.to(tl.float32)
-            acc_up = tl.dot(x, wu, acc_up, input_precision="ieee")
-    offs = rows[:, None] * N + cols[None, :]
-    ok = row_ok[:, None] & (cols[None, :] < N)
+            if W_FIRST:
+                acc_up = tl.dot(wu, x, acc_up, input_precision="ieee")
+            else:
+                acc_up = tl.dot(x, wu, acc_up, input_precision="ieee")
+    if W_FIRST:
+        offs = rows[None, :] * N + cols[:, None]
+        ok = row_ok[None, :] & (cols[:, None] < N)
+    else:
+        offs = rows[:, None] * N + cols[None, :]
+        ok = row_ok[:, None] & (cols[None, :] < N)
     if SWIGLU:  # the gate rounded to the output's type first, as F.silu of a bf16 gate would see it
         gate = acc.to(out_ptr.dtype.element_ty).to(tl.float32)
         up = acc_up.to(out_ptr.dtype.element_ty).to(tl.float32)
@@ -62,10 +80,10 @@ def _dot_loop_kernel(x_ptr, w_ptr, res_ptr, out_ptr, M, N, K,
 
 def dot_loop(x: torch.Tensor, w: torch.Tensor, res: torch.Tensor | None = None, swiglu: bool = False,
              pdl: bool | str = False, prefetch: bool = False, block_n: int = 16, block_k: int = 256,
-             stages: int = 4, warps: int = 4) -> torch.Tensor:
+             stages: int = 4, warps: int = 4, w_first: bool = False) -> torch.Tensor:
     """x [M <= 16, K] times w [N, K] (swiglu: gate|up [2N, K], SwiGLU of the pair); with `res` [M, N] the product is
     added into it in place (and returned). pdl: as kernels/utils.pdl_launch; prefetch: the program's weight rows
-    toward L2 before the wait (compiled only)."""
+    toward L2 before the wait (compiled only); w_first: w is the MMA's A operand (out^T = w @ x^T)."""
     m, k = x.shape
     n = w.shape[0] // (2 if swiglu else 1)
     assert m <= 16 and w.shape[1] == k and n % block_n == 0 and k % block_k == 0, (x.shape, w.shape)
@@ -76,7 +94,8 @@ def dot_loop(x: torch.Tensor, w: torch.Tensor, res: torch.Tensor | None = None, 
     _dot_loop_kernel[(n // block_n,)](
         x, w, out if res is None else res, out, m, n, k, ADD=res is not None, SWIGLU=swiglu, PDL=flag,
         PREFETCH=prefetch and not upcast, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, LINE=line,
-        LINES=triton.next_power_of_2(-(-k // line)), UPCAST=upcast, num_warps=warps, num_stages=stages, **extra)
+        LINES=triton.next_power_of_2(-(-k // line)), UPCAST=upcast, W_FIRST=w_first, num_warps=warps,
+        num_stages=stages, **extra)
     return out
 
 

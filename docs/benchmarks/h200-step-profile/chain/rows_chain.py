@@ -18,9 +18,10 @@ SwiGLU, down added: the predictor's 30 MiB, or the Talker's 96 MiB with `--stack
   more than V weight values (`MMA_SPLIT_ABOVE = V`: split-K, each part's sums added in order by the last program);
 - `cols C` or `split V cols C`: the same with C output columns a program (`MMA_COLUMNS = C`, 16 as shipped): fewer
   programs, each reading x's rows once for more columns.
-- `dot BN BK S [pf] [late] [wW]`: dot_loop.py's K loop of tensor-core dots (BN columns a program, K tiles of BK
+- `dot BN BK S [pf] [late] [wW] [t]`: dot_loop.py's K loop of tensor-core dots (BN columns a program, K tiles of BK
   through S pipeline stages in shared memory, W warps, 4 by default), with PDL; `pf`: each program's weight rows
-  sent toward L2 before its wait; `late`: PDL's one-kernel lookahead (wait, then release the next launch).
+  sent toward L2 before its wait; `late`: PDL's one-kernel lookahead (wait, then release the next launch); `t`:
+  the weight tile as the MMA's first operand (out^T = w @ x^T, as kernels/gemv.py's rows kernel).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _call(arm: str, name: str, x: torch.Tensor, w: torch.Tensor, res: torch.Tens
         warps = next((int(word[1:]) for word in words if word.startswith("w")), 4)
         return dot_loop(x, w, res, pair, pdl=("late" if "late" in words else True) if pdl else False,
                         prefetch="pf" in words, block_n=int(words[1]), block_k=int(words[2]), stages=int(words[3]),
-                        warps=warps)
+                        warps=warps, w_first="t" in words)
     if arm == "cuBLAS" or (arm == "engine" and rows > 1 and not g.fast(rows, n, k, pair)):
         if pair:
             gate, up = F.linear(x, w).chunk(2, dim=-1)
