@@ -30,7 +30,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .utils import SUM, interpreted, pdl_launch, prefetch_l2, wait_for_inputs
+from .utils import SUM, interpreted, pdl_launch, wait_for_inputs
 
 MAX_ROWS = 16  # callers take F.linear above this
 MAX_K = 8192  # a program holds whole rows of W: callers take F.linear above this (the Talker's widest K is 6,144)
@@ -186,52 +186,6 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, count_
                            HAS_BIAS, ADD, SWIGLU, SCALED)
 
 
-@triton.jit
-def _gemv_loop_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
-                      HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
-                      SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      PREFETCH: tl.constexpr, LINE: tl.constexpr, LINES: tl.constexpr, UPCAST: tl.constexpr):
-    # The same as _gemv_rows_kernel (2-16 rows, out^T [BLOCK_N, BLOCK_M] from tensor-core MMAs of W's tile by x^T),
-    # but K in a loop of BLOCK_K tiles that Triton's software pipeline streams through shared memory (num_stages):
-    # a program keeps a few tiles in flight instead of its whole rows in registers, so an SM holds several programs
-    # and the next launch's beside them. PREFETCH: before the PDL wait, the program sends its columns' whole rows
-    # toward L2 (one address a LINE-value line; LINES a power of two >= K / LINE), so a launch's weights stream
-    # while the kernel ahead still runs; the loop then reads them from L2.
-    cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < N
-    if PREFETCH:
-        lines = tl.minimum(tl.arange(0, LINES) * LINE, K - LINE)
-        last = tl.minimum(cols, N - 1)  # columns past N prefetch the last one again
-        prefetch_l2(w_ptr + last[:, None] * K + lines[None, :])
-        if SWIGLU:
-            prefetch_l2(w_ptr + (last + N)[:, None] * K + lines[None, :])
-    wait_for_inputs(PDL)
-    rows = tl.arange(0, BLOCK_M)
-    row_ok = rows < M
-    y = (cols[:, None] * 0 + rows[None, :] * 0).to(tl.float32)  # (tl.zeros: not callable interpreted here)
-    up = y
-    x_sq = rows.to(tl.float32) * 0.0
-    for k0 in range(0, K, BLOCK_K):
-        ks = k0 + tl.arange(0, BLOCK_K)
-        k_ok = ks < K
-        xt = tl.load(x_ptr + rows[None, :] * K + ks[:, None], mask=k_ok[:, None] & row_ok[None, :], other=0.0)
-        w_ok = col_ok[:, None] & k_ok[None, :]
-        w = tl.load(w_ptr + cols[:, None] * K + ks[None, :], mask=w_ok, other=0.0)
-        if UPCAST:
-            xt = xt.to(tl.float32)
-            w = w.to(tl.float32)
-        y = tl.dot(w, xt, y, input_precision="ieee")
-        if SWIGLU:
-            w_up = tl.load(w_ptr + (cols + N)[:, None] * K + ks[None, :], mask=w_ok, other=0.0)
-            if UPCAST:
-                w_up = w_up.to(tl.float32)
-            up = tl.dot(w_up, xt, up, input_precision="ieee")
-            x32 = xt.to(tl.float32)
-            x_sq += tl.reduce(x32 * x32, 0, SUM)
-    _rows_epilogue(y, up, x_sq, cols, col_ok, rows, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
-                   HAS_BIAS, ADD, SWIGLU, SCALED)
-
-
 _DOT_UPCAST = interpreted(_gemv_rows_kernel)  # the interpreter's bf16 dots are wrong (utils.interpreted)
 MMA_ROWS = 16  # x's rows padded to an MMA tile's side (tl.dot needs 16)
 MMA_COLUMNS = 16  # output columns a rows-kernel program takes (wider: fewer programs, each reading x once for more)
@@ -247,14 +201,6 @@ MMA_PARTS_A_WARP = 2  # K's parts a warp's MMA chains take (two chains interleav
 # last program of the columns to finish. The kernel's own rule splits nothing; the engine passes its `gemv_split`
 # (the code predictor's o and down in 2 and 3 parts at 16,384: docs/engine-loop.md).
 MMA_SPLIT_ABOVE = 1 << 30
-# The K-looped rows kernel (_gemv_loop_kernel): 2-16 rows take it instead where a call asks (`loop`; the engine's
-# `gemv_loop`) or this says so: LOOP_COLUMNS columns a program, K in tiles of LOOP_BLOCK_K (or K's power of two
-# above it, if smaller) through LOOP_STAGES pipeline stages, LOOP_WARPS warps, the L2 prefetch where compiled.
-LOOP_ROWS = False
-LOOP_COLUMNS = 16
-LOOP_BLOCK_K = 256
-LOOP_STAGES = 4
-LOOP_WARPS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,19 +256,13 @@ def rows_tiles(n: int, k: int, pair: bool = False, value_bytes: int = 2,
     return RowsTiles(MMA_COLUMNS, block_k, values, warps, triton.cdiv(n, MMA_COLUMNS), split, value_bytes, parts)
 
 
-def fast(m: int, n: int, k: int, pair: bool = False, value_bytes: int = 2, split_above: int | None = None,
-         loop: bool | None = None) -> bool:
+def fast(m: int, n: int, k: int, pair: bool = False, value_bytes: int = 2, split_above: int | None = None) -> bool:
     """Whether `gemv` (pair: `gemv_swiglu`, n its output columns) runs a call of m rows on a plan meant to beat
-    cuBLAS: one row up to MAX_K, or 2-16 rows through the K-looped kernel (`loop`; None: LOOP_ROWS), which takes any
-    K up to MAX_K, or else where the whole-rows kernel fits (`split_above`: rows_tiles'). Elsewhere it is correct
-    but slower."""
+    cuBLAS: one row up to MAX_K, or 2-16 rows where the rows kernel fits (`split_above`: rows_tiles'). Elsewhere it
+    is correct but slower."""
     if m > MAX_ROWS or k > MAX_K:
         return False
-    return m <= 1 or _loops(loop) or rows_tiles(n, k, pair, value_bytes, split_above).fits
-
-
-def _loops(loop: bool | None) -> bool:
-    return LOOP_ROWS if loop is None else loop
+    return m <= 1 or rows_tiles(n, k, pair, value_bytes, split_above).fits
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,11 +300,9 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,
-         residual: torch.Tensor | None = None, split_above: int | None = None,
-         loop: bool | None = None) -> torch.Tensor:
+         residual: torch.Tensor | None = None, split_above: int | None = None) -> torch.Tensor:
     """x [M, K] (M <= 16, K <= MAX_K), weight [N, K], bias [N] or None -> [M, N] in x's dtype; with `residual`
-    [M, N], residual + that, written into residual in place (and returned). `split_above`: rows_tiles'; `loop`:
-    2-16 rows through the K-looped kernel (None: LOOP_ROWS)."""
+    [M, N], residual + that, written into residual in place (and returned). `split_above`: rows_tiles'."""
     _check(x, weight, bias)
     m = x.shape[0]
     n = weight.shape[0]
@@ -377,28 +315,19 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, SWIGLU=False, SCALED=False)
-    step_kernel, grid, launch = _plan(x, n, pdl, False, split_above, loop)
+    step_kernel, grid, launch = _plan(x, n, pdl, False, split_above)
     step_kernel[grid](x, weight, bias if bias is not None else x, out, out, M=m, N=n, K=x.shape[1], eps=0.0,
                       **flags, **launch)
     return out
 
 
-def _plan(x: torch.Tensor, n: int, pdl: bool | str, pair: bool, split_above: int | None,
-          loop: bool | None = None) -> tuple[object, tuple[int, ...], dict]:
-    """(kernel, grid, its keyword arguments) for out [M, n] from x [M, K]: 2-16 rows take the K-looped kernel
-    where `loop` says so, else the whole-rows kernel where it fits (`fast`; split K's scratch included), else the
-    one-row kernel, whose programs take half the columns with `pair` (each column reads two rows of W: gate and
-    up)."""
+def _plan(x: torch.Tensor, n: int, pdl: bool | str, pair: bool,
+          split_above: int | None) -> tuple[object, tuple[int, ...], dict]:
+    """(kernel, grid, its keyword arguments) for out [M, n] from x [M, K]: 2-16 rows take the rows kernel where it
+    fits (`fast`; split K's scratch included), else the one-row kernel, whose programs take half the columns with
+    `pair` (each column reads two rows of W: gate and up)."""
     m, k = x.shape
     value_bytes = x.element_size()
-    if m > 1 and _loops(loop):
-        on, extra = pdl_launch(_gemv_loop_kernel, pdl)
-        line = min(128 // value_bytes, k)  # the prefetch's values a 128-byte line
-        block_k = min(LOOP_BLOCK_K, triton.next_power_of_2(max(k, 16)))
-        return _gemv_loop_kernel, (triton.cdiv(n, LOOP_COLUMNS),), dict(
-            PDL=on, BLOCK_M=MMA_ROWS, BLOCK_N=LOOP_COLUMNS, BLOCK_K=block_k,
-            PREFETCH=not _DOT_UPCAST, LINE=line, LINES=triton.next_power_of_2(triton.cdiv(k, line)),
-            UPCAST=_DOT_UPCAST, num_warps=LOOP_WARPS, num_stages=LOOP_STAGES, **extra)
     if m > 1 and fast(m, n, k, pair, value_bytes, split_above):
         r = rows_tiles(n, k, pair, value_bytes, split_above)
         on, extra = pdl_launch(_gemv_rows_kernel, pdl)
@@ -445,7 +374,7 @@ def _split_scratch(device: torch.device, floats: int, tiles: int) -> tuple[torch
 
 
 def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled: bool = False,
-                pdl: bool | str = False, split_above: int | None = None, loop: bool | None = None) -> torch.Tensor:
+                pdl: bool | str = False, split_above: int | None = None) -> torch.Tensor:
     """x [M, K] @ gate_up^T ([2I, K]: gate rows then up rows) -> silu(gate) * up [M, I], in one launch instead of a
     projection and kernels/swiglu.py's kernel, rounded as those two round. `scaled`: gate and up are first scaled
     by 1 / RMS of x's rows (eps added to the mean square: the folded norm, where x is the residual stream)."""
@@ -457,7 +386,7 @@ def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=False, ADD=False, SWIGLU=True, SCALED=scaled)
-    step_kernel, grid, launch = _plan(x, n, pdl, True, split_above, loop)
+    step_kernel, grid, launch = _plan(x, n, pdl, True, split_above)
     step_kernel[grid](x, gate_up, x, out, out, M=m, N=n, K=x.shape[1], eps=eps, **flags, **launch)
     return out
 
@@ -472,9 +401,9 @@ def gemv_swiglu_ref(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, sc
 
 
 def gemv_add_(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl: bool | str = False,
-              split_above: int | None = None, loop: bool | None = None) -> torch.Tensor:
+              split_above: int | None = None) -> torch.Tensor:
     """residual [M, N] += x [M, K] @ weight^T in place, rounded once (cuBLAS's addmm_ with beta = 1); returns it."""
-    return gemv(x, weight, None, pdl, residual=residual, split_above=split_above, loop=loop)
+    return gemv(x, weight, None, pdl, residual=residual, split_above=split_above)
 
 
 def gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,

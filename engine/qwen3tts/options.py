@@ -62,10 +62,6 @@ class Qwen3TTSOptions(EngineConfig):
                                     "run). Default 16384: the code predictor's o and down in 2 and 3 parts, 8- and "
                                     "16-row steps 0.26-0.29 ms faster on an H100; 0: kernels/gemv.py's own rule, "
                                     "which splits nothing")
-    gemv_loop: bool = option(False, "small_gemm's 2-16 rows through kernels/gemv.py's K-looped kernel (tiles of K "
-                                    "streamed through shared memory, each program's weights sent toward L2 before "
-                                    "its PDL wait) instead of whole rows a program; it takes every K, so with "
-                                    "gemv_talker_rows the Talker's too. Default false: not measured in a step yet")
     gemv_swiglu: bool = option(True, "small_gemm = gemv or gemv_all: gate|up and SwiGLU in one kernels/gemv.py "
                                      "launch where the kernel takes the projection (default true; false: the "
                                      "projection, then kernels/swiglu.py)")
@@ -179,7 +175,7 @@ class Qwen3TTSOptions(EngineConfig):
                     kv_memory_fraction=self.kv_memory_fraction, enforce_eager=self.enforce_eager,
                     attention=self.attention, depth=self.depth, draw=self.draw, small_gemm=self.small_gemm,
                     gemv_rows=self.gemv_rows, gemv_talker_rows=self.gemv_talker_rows, gemv_split=self.gemv_split,
-                    gemv_loop=self.gemv_loop, gemv_swiglu=self.gemv_swiglu, pdl=self.pdl, fold_norms=self.fold_norms,
+                    gemv_swiglu=self.gemv_swiglu, pdl=self.pdl, fold_norms=self.fold_norms,
                     fuse_attention=self.fuse_attention,
                     codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets)
 

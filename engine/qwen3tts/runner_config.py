@@ -53,7 +53,6 @@ class RunnerConfig:
     gemv_rows: int = DEFAULTS.gemv_rows  # small_gemm's kernel takes projections of at most this many rows
     gemv_talker_rows: int = DEFAULTS.gemv_talker_rows  # the same for the Talker's (small_gemm = gemv_all)
     gemv_split: int = DEFAULTS.gemv_split  # the rows kernel cuts K across programs above this many values (0: its rule)
-    gemv_loop: bool = DEFAULTS.gemv_loop  # 2-16 rows through the K-looped kernel
     gemv_swiglu: bool = DEFAULTS.gemv_swiglu  # gate|up and SwiGLU in one launch where small_gemm's kernel runs
     pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | late | off | auto
     fold_norms: bool = DEFAULTS.fold_norms  # layer norms folded into the projections (fused_stack.py)

@@ -35,15 +35,11 @@ def mod() -> ModuleType:
 SMALL_SPLIT_ABOVE = 16 * 32
 
 
-@pytest.fixture(params=["mma", "mma-split", "one-row", "loop"])
+@pytest.fixture(params=["mma", "mma-split", "one-row"])
 def plan(request: pytest.FixtureRequest, mod: ModuleType, monkeypatch: pytest.MonkeyPatch) -> str:
     """Which kernel takes 2-16 rows at the small shapes: the MMA rows kernel (as shipped), the same with K cut
-    into parts across programs (split-K), the one-row kernel (what a K too wide for the rows kernel takes: its
-    weight ceiling lowered to 0 here), or the K-looped kernel (`loop`: K tiles of 64 here, so K 100-300 takes 2-5
-    of them, the last one part empty). A split launch leaves every count it used at zero."""
-    if request.param == "loop":
-        monkeypatch.setattr(mod, "LOOP_ROWS", True)
-        monkeypatch.setattr(mod, "LOOP_BLOCK_K", 64)
+    into parts across programs (split-K), or the one-row kernel (what a K too wide for the rows kernel takes: its
+    weight ceiling lowered to 0 here). A split launch leaves every count it used at zero."""
     if request.param == "one-row":
         monkeypatch.setattr(mod, "MMA_MAX_VALUES", 0)
     if request.param == "mma-split":
@@ -330,41 +326,6 @@ def test_split_launches_compile_within_an_sms_shared_memory(monkeypatch: pytest.
         assert any("ld.global.cg" in line for line in lines[wait:]), (k, n)
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-def test_the_loop_kernel_streams_k_and_prefetches_before_the_wait(dtype: str) -> None:
-    """sm_90 output (no GPU needed) of the K-looped rows kernel at the predictor's and the Talker's shapes, gate|up
-    with the folded norm included: a K loop whose tiles arrive by cp.async into shared memory (the software
-    pipeline) within 227 KB a block, tensor-core MMAs, and every weight line's L2 prefetch before the PDL wait with
-    no global load ahead of it (x and the weights are read after the kernel ahead has finished)."""
-    import triton
-    from triton_mode import cubin_resources
-
-    g = compiled_copy("gemv")
-    for k, n, pair in [(1024, 4096, False), (2048, 1024, False), (1024, 3072, True), (2048, 6144, True),
-                       (6144, 2048, False)]:
-        value_bytes = 4 if dtype == "fp32" else 2
-        line = 128 // value_bytes
-        consts = dict(HAS_BIAS=False, ADD=not pair, PDL=1, SWIGLU=pair, SCALED=pair, BLOCK_M=g.MMA_ROWS,
-                      BLOCK_N=g.LOOP_COLUMNS, BLOCK_K=g.LOOP_BLOCK_K, PREFETCH=True, LINE=line,
-                      LINES=triton.next_power_of_2(k // line), UPCAST=False)
-        desc = {p: f"*{dtype}" for p in ("x_ptr", "w_ptr", "bias_ptr", "res_ptr", "out_ptr")}
-        compiled = hopper_compile(g._gemv_loop_kernel, consts, desc=desc, warps=g.LOOP_WARPS,
-                                  stages=g.LOOP_STAGES, divisible_ints=("K",))
-        used = cubin_resources(compiled)
-        shared = compiled.metadata.shared if used is None else used["shared"] + used["static_shared"]
-        assert shared <= 232448, (k, n, pair, dtype, shared)
-        ptx = compiled.asm["ptx"]
-        lines = ptx.splitlines()
-        wait = next(i for i, text in enumerate(lines) if "griddepcontrol.wait" in text)
-        prefetches = [i for i, text in enumerate(lines) if "prefetch.global.L2" in text]
-        per_thread = (2 if pair else 1) * g.LOOP_COLUMNS * (k // line) // (32 * g.LOOP_WARPS)
-        assert len(prefetches) >= per_thread and max(prefetches) < wait, (k, n, len(prefetches), per_thread)
-        assert not any("ld.global" in text or "cp.async.ca" in text or "cp.async.cg" in text
-                       for text in lines[:wait]), (k, n)
-        if dtype == "bf16":  # (fp32's "ieee" dots are FMAs: no tensor core takes fp32 operands)
-            assert "cp.async" in ptx and ("mma.sync" in ptx or "wgmma" in ptx), (k, n)
-
-
 # the 1.7B code predictor's projections (K, N): q|k|v, o, gate|up, down, a codebook's head; the Talker's down
 REAL = [(1024, 4096), (2048, 1024), (1024, 6144), (3072, 1024), (1024, 2048), (6144, 2048)]
 
@@ -421,49 +382,19 @@ def test_split_k_at_the_predictors_shapes(mod: ModuleType, monkeypatch: pytest.M
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(DEVICE != "cuda", reason="the real shapes need a GPU (seconds each interpreted)")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("rows", [2, 8, 16])
-@pytest.mark.parametrize("k,n", REAL)
-def test_the_loop_kernel_at_real_shapes(mod: ModuleType, dtype: torch.dtype, rows: int, k: int, n: int) -> None:
-    """The K-looped rows kernel on the GPU (its L2 prefetch compiled in): within one bf16 step of cuBLAS, plain
-    with a bias, added into a residual and as gate|up with the folded norm; the same bits on every call and with
-    PDL."""
-    from voxgate.kernels.utils import pdl_available
-
-    x, w, b = _inputs(rows, k, n, dtype, bias=k == 2048)
-    got = mod.gemv(x, w, b, loop=True)
-    _assert_close(got, mod.gemv_ref(x, w, b), dtype)
-    assert torch.equal(mod.gemv(x, w, b, loop=True), got)
-    if pdl_available(torch.device("cuda")):
-        assert torch.equal(mod.gemv(x, w, b, pdl=True, loop=True), got)
-        assert torch.equal(mod.gemv(x, w, b, pdl="late", loop=True), got)
-    residual = torch.randn(rows, n, device=DEVICE).to(dtype)
-    _assert_close(mod.gemv_add_(residual.clone(), x, w, loop=True), mod.gemv_add_ref(residual.clone(), x, w), dtype)
-    if n % 2 == 0:
-        xs = (x.float() * 3).to(dtype)
-        torch.testing.assert_close(mod.gemv_swiglu(xs, w, 1e-6, True, pdl=True, loop=True).float(),
-                                   mod.gemv_swiglu_ref(xs, w, 1e-6, True).float(), **SWIGLU_TOL[dtype])
-
-
-@pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
 @pytest.mark.parametrize("rows", [1, 8])
-@pytest.mark.parametrize("mode", [True, "late", "split", "loop"], ids=["pdl", "pdl-late", "pdl-split-k", "pdl-loop"])
+@pytest.mark.parametrize("mode", [True, "late", "split"], ids=["pdl", "pdl-late", "pdl-split-k"])
 def test_a_chain_of_gemvs_captures_in_a_cuda_graph(mod: ModuleType, monkeypatch: pytest.MonkeyPatch,
                                                    mode: bool | str, rows: int) -> None:
     """No host sync and no tuning: a chain of dependent projections (each reads the one before; residual adds in
     place) captures, with PDL where the GPU has it, and its replays follow new inputs bit for bit with eager calls
     without PDL. A kernel that read its input before the one ahead finished would break the chain's bits. `split`:
-    K cut across programs at 8 rows (each program's parts, counts and the last program's sums inside the graph);
-    `loop`: the K-looped kernel at 8 rows (its L2 prefetch before each wait)."""
+    K cut across programs at 8 rows (each program's parts, counts and the last program's sums inside the graph)."""
     from voxgate.kernels.utils import pdl_available
 
     if mode == "split":
         monkeypatch.setattr(mod, "MMA_SPLIT_ABOVE", 8192)
-        mode = True
-    if mode == "loop":
-        monkeypatch.setattr(mod, "LOOP_ROWS", True)
         mode = True
     pdl = mode if pdl_available(torch.device("cuda")) else False
     h, inner = 1024, 3072

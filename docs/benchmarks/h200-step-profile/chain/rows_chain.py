@@ -18,8 +18,6 @@ SwiGLU, down added: the predictor's 30 MiB, or the Talker's 96 MiB with `--stack
   more than V weight values (`MMA_SPLIT_ABOVE = V`: split-K, each part's sums added in order by the last program);
 - `cols C` or `split V cols C`: the same with C output columns a program (`MMA_COLUMNS = C`, 16 as shipped): fewer
   programs, each reading x's rows once for more columns.
-- `loop`: kernels/gemv.py's K-looped rows kernel (`gemv_loop`: dot_loop.py's `dot 16 256 4 pf t`, shipped) on
-  every projection, with PDL;
 - `dot BN BK S [pf] [late] [wW] [t]`: dot_loop.py's K loop of tensor-core dots (BN columns a program, K tiles of BK
   through S pipeline stages in shared memory, W warps, 4 by default), with PDL; `pf`: each program's weight rows
   sent toward L2 before its wait; `late`: PDL's one-kernel lookahead (wait, then release the next launch); `t`:
@@ -77,10 +75,6 @@ def _call(arm: str, name: str, x: torch.Tensor, w: torch.Tensor, res: torch.Tens
         return dot_loop(x, w, res, pair, pdl=("late" if "late" in words else True) if pdl else False,
                         prefetch="pf" in words, block_n=int(words[1]), block_k=int(words[2]), stages=int(words[3]),
                         warps=warps, w_first="t" in words)
-    if arm == "loop" and rows > 1:  # kernels/gemv.py's K-looped kernel (the engine's gemv_loop), any K
-        if pair:
-            return g.gemv_swiglu(x, w, pdl=pdl, loop=True)
-        return g.gemv_add_(res, x, w, pdl=pdl, loop=True) if res is not None else g.gemv(x, w, pdl=pdl, loop=True)
     if arm == "cuBLAS" or (arm == "engine" and rows > 1 and not g.fast(rows, n, k, pair)):
         if pair:
             gate, up = F.linear(x, w).chunk(2, dim=-1)
