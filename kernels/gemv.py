@@ -236,36 +236,33 @@ class RowsTiles:
 
 
 def rows_tiles(n: int, k: int, pair: bool = False, value_bytes: int = 2,
-               split_above: int | None = None, columns: int | None = None) -> RowsTiles:
+               split_above: int | None = None) -> RowsTiles:
     """The 2-16-row launch for n output columns over K = k (pair: each column a gate and an up row of W; W's
     values `value_bytes` each):
     MMA_COLUMNS columns a program, their rows whole, 4 warps up to 16,384 weight values and 8 above, K in
     MMA_PARTS_A_WARP parts a warp (each at least 16 deep). The predictor's q|k|v (K 1,024, N 4,096): 256 programs of
     4 warps; its o (K 2,048, N 1,024): 64 of 8; down (K 3,072 in a block of 4,096): 64 of 8; gate|up: 192 of 8. The
-    Talker's down (K 6,144) does not fit and takes cuBLAS. `columns`: a program's columns (default MMA_COLUMNS).
-    Where whole rows would hold more than `split_above`
+    Talker's down (K 6,144) does not fit and takes cuBLAS. Where whole rows would hold more than `split_above`
     values (default MMA_SPLIT_ABOVE), K is cut into the fewest parts whose blocks hold at most that many (split-K)."""
     per = 2 if pair else 1
     above = MMA_SPLIT_ABOVE if split_above is None else split_above
-    cols = MMA_COLUMNS if columns is None else columns
     block_k = triton.next_power_of_2(max(k, 16))
-    while per * cols * block_k > above and block_k > 16:
+    while per * MMA_COLUMNS * block_k > above and block_k > 16:
         block_k //= 2  # the widest block within the bound gives the fewest parts
     parts = triton.cdiv(k, block_k)  # none left empty
-    values = per * cols * block_k
+    values = per * MMA_COLUMNS * block_k
     warps = 4 if values <= 16384 else 8
     split = max(1, min(MMA_PARTS_A_WARP * warps, block_k // 16))
-    return RowsTiles(cols, block_k, values, warps, triton.cdiv(n, cols), split, value_bytes, parts)
+    return RowsTiles(MMA_COLUMNS, block_k, values, warps, triton.cdiv(n, MMA_COLUMNS), split, value_bytes, parts)
 
 
-def fast(m: int, n: int, k: int, pair: bool = False, value_bytes: int = 2, split_above: int | None = None,
-         columns: int | None = None) -> bool:
+def fast(m: int, n: int, k: int, pair: bool = False, value_bytes: int = 2, split_above: int | None = None) -> bool:
     """Whether `gemv` (pair: `gemv_swiglu`, n its output columns) runs a call of m rows on a plan meant to beat
-    cuBLAS: one row up to MAX_K, or 2-16 rows where the rows kernel fits (`split_above`, `columns`: rows_tiles').
-    Elsewhere it is correct but slower."""
+    cuBLAS: one row up to MAX_K, or 2-16 rows where the rows kernel fits (`split_above`: rows_tiles'). Elsewhere it
+    is correct but slower."""
     if m > MAX_ROWS or k > MAX_K:
         return False
-    return m <= 1 or rows_tiles(n, k, pair, value_bytes, split_above, columns).fits
+    return m <= 1 or rows_tiles(n, k, pair, value_bytes, split_above).fits
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,11 +300,9 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,
-         residual: torch.Tensor | None = None, split_above: int | None = None,
-         columns: int | None = None) -> torch.Tensor:
+         residual: torch.Tensor | None = None, split_above: int | None = None) -> torch.Tensor:
     """x [M, K] (M <= 16, K <= MAX_K), weight [N, K], bias [N] or None -> [M, N] in x's dtype; with `residual`
-    [M, N], residual + that, written into residual in place (and returned). `split_above`, `columns`: rows_tiles'
-    (the 2-16-row plan)."""
+    [M, N], residual + that, written into residual in place (and returned). `split_above`: rows_tiles'."""
     _check(x, weight, bias)
     m = x.shape[0]
     n = weight.shape[0]
@@ -320,21 +315,21 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, SWIGLU=False, SCALED=False)
-    step_kernel, grid, launch = _plan(x, n, pdl, False, split_above, columns)
+    step_kernel, grid, launch = _plan(x, n, pdl, False, split_above)
     step_kernel[grid](x, weight, bias if bias is not None else x, out, out, M=m, N=n, K=x.shape[1], eps=0.0,
                       **flags, **launch)
     return out
 
 
 def _plan(x: torch.Tensor, n: int, pdl: bool | str, pair: bool,
-          split_above: int | None, columns: int | None = None) -> tuple[object, tuple[int, ...], dict]:
+          split_above: int | None) -> tuple[object, tuple[int, ...], dict]:
     """(kernel, grid, its keyword arguments) for out [M, n] from x [M, K]: 2-16 rows take the rows kernel where it
     fits (`fast`; split K's scratch included), else the one-row kernel, whose programs take half the columns with
     `pair` (each column reads two rows of W: gate and up)."""
     m, k = x.shape
     value_bytes = x.element_size()
-    if m > 1 and fast(m, n, k, pair, value_bytes, split_above, columns):
-        r = rows_tiles(n, k, pair, value_bytes, split_above, columns)
+    if m > 1 and fast(m, n, k, pair, value_bytes, split_above):
+        r = rows_tiles(n, k, pair, value_bytes, split_above)
         on, extra = pdl_launch(_gemv_rows_kernel, pdl)
         parts, counts = (x, x) if r.parts == 1 else _split_scratch(x.device, r.programs * r.parts * r.part_values,
                                                                       r.programs)
@@ -379,7 +374,7 @@ def _split_scratch(device: torch.device, floats: int, tiles: int) -> tuple[torch
 
 
 def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled: bool = False,
-                pdl: bool | str = False, split_above: int | None = None, columns: int | None = None) -> torch.Tensor:
+                pdl: bool | str = False, split_above: int | None = None) -> torch.Tensor:
     """x [M, K] @ gate_up^T ([2I, K]: gate rows then up rows) -> silu(gate) * up [M, I], in one launch instead of a
     projection and kernels/swiglu.py's kernel, rounded as those two round. `scaled`: gate and up are first scaled
     by 1 / RMS of x's rows (eps added to the mean square: the folded norm, where x is the residual stream)."""
@@ -391,7 +386,7 @@ def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=False, ADD=False, SWIGLU=True, SCALED=scaled)
-    step_kernel, grid, launch = _plan(x, n, pdl, True, split_above, columns)
+    step_kernel, grid, launch = _plan(x, n, pdl, True, split_above)
     step_kernel[grid](x, gate_up, x, out, out, M=m, N=n, K=x.shape[1], eps=eps, **flags, **launch)
     return out
 
@@ -406,9 +401,9 @@ def gemv_swiglu_ref(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, sc
 
 
 def gemv_add_(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl: bool | str = False,
-              split_above: int | None = None, columns: int | None = None) -> torch.Tensor:
+              split_above: int | None = None) -> torch.Tensor:
     """residual [M, N] += x [M, K] @ weight^T in place, rounded once (cuBLAS's addmm_ with beta = 1); returns it."""
-    return gemv(x, weight, None, pdl, residual=residual, split_above=split_above, columns=columns)
+    return gemv(x, weight, None, pdl, residual=residual, split_above=split_above)
 
 
 def gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,

@@ -62,9 +62,6 @@ class Qwen3TTSOptions(EngineConfig):
                                     "run). Default 16384: the code predictor's o and down in 2 and 3 parts, 8- and "
                                     "16-row steps 0.26-0.29 ms faster on an H100; 0: kernels/gemv.py's own rule, "
                                     "which splits nothing")
-    gemv_columns: int = option(16, "small_gemm's rows kernel (2-16 rows): output columns a program takes (16, 32 or "
-                                   "64; wider: fewer programs, each reading x's rows once for more columns). Default "
-                                   "16")
     gemv_swiglu: bool = option(True, "small_gemm = gemv or gemv_all: gate|up and SwiGLU in one kernels/gemv.py "
                                      "launch where the kernel takes the projection (default true; false: the "
                                      "projection, then kernels/swiglu.py)")
@@ -178,8 +175,8 @@ class Qwen3TTSOptions(EngineConfig):
                     kv_memory_fraction=self.kv_memory_fraction, enforce_eager=self.enforce_eager,
                     attention=self.attention, depth=self.depth, draw=self.draw, small_gemm=self.small_gemm,
                     gemv_rows=self.gemv_rows, gemv_talker_rows=self.gemv_talker_rows, gemv_split=self.gemv_split,
-                    gemv_columns=self.gemv_columns, gemv_swiglu=self.gemv_swiglu, pdl=self.pdl,
-                    fold_norms=self.fold_norms, fuse_attention=self.fuse_attention,
+                    gemv_swiglu=self.gemv_swiglu, pdl=self.pdl, fold_norms=self.fold_norms,
+                    fuse_attention=self.fuse_attention,
                     codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets)
 
 

@@ -53,7 +53,6 @@ class RunnerConfig:
     gemv_rows: int = DEFAULTS.gemv_rows  # small_gemm's kernel takes projections of at most this many rows
     gemv_talker_rows: int = DEFAULTS.gemv_talker_rows  # the same for the Talker's (small_gemm = gemv_all)
     gemv_split: int = DEFAULTS.gemv_split  # the rows kernel cuts K across programs above this many values (0: its rule)
-    gemv_columns: int = DEFAULTS.gemv_columns  # the rows kernel's output columns a program
     gemv_swiglu: bool = DEFAULTS.gemv_swiglu  # gate|up and SwiGLU in one launch where small_gemm's kernel runs
     pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | late | off | auto
     fold_norms: bool = DEFAULTS.fold_norms  # layer norms folded into the projections (fused_stack.py)
@@ -81,8 +80,6 @@ class RunnerConfig:
             raise ValueError("gemv_rows and gemv_talker_rows must be 1 to 16")
         if self.gemv_split and (self.gemv_split < 256 or self.gemv_split & (self.gemv_split - 1)):
             raise ValueError("gemv_split must be 0 (the kernel's own rule) or a power of two from 256")
-        if self.gemv_columns not in (16, 32, 64):
-            raise ValueError("gemv_columns must be 16, 32 or 64")
         if self.pdl not in ("auto", "on", "late", "off"):
             raise ValueError("pdl must be on, late, off or auto")
         if self.codec not in ("auto", "fused", "reference"):

@@ -149,27 +149,6 @@ def test_split_k_takes_the_same_sums_as_whole_rows(mod: ModuleType, monkeypatch:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("columns", [32, 64])
-def test_the_columns_argument_plans_as_the_module_rule(mod: ModuleType, monkeypatch: pytest.MonkeyPatch,
-                                                       columns: int) -> None:
-    """`columns` (the engine's gemv_columns) takes the same launch as MMA_COLUMNS set to it: the same tiles and the
-    same bits, plain, added into a residual and as gate|up, split or not."""
-    x, w, b = _inputs(8, 300, 140, torch.bfloat16, bias=True)
-    residual = torch.randn(8, 140, device=DEVICE).to(torch.bfloat16)
-    for above in (None, SMALL_SPLIT_ABOVE):
-        got = (mod.gemv(x, w, b, split_above=above, columns=columns),
-               mod.gemv_add_(residual.clone(), x, w, split_above=above, columns=columns),
-               mod.gemv_swiglu(x, w, 1e-6, True, split_above=above, columns=columns))
-        plan = mod.rows_tiles(70, 300, True, 2, above, columns)
-        with monkeypatch.context() as m:
-            m.setattr(mod, "MMA_COLUMNS", columns)
-            assert mod.rows_tiles(70, 300, True, 2, above) == plan and plan.block_n == columns
-            want = (mod.gemv(x, w, b, split_above=above), mod.gemv_add_(residual.clone(), x, w, split_above=above),
-                    mod.gemv_swiglu(x, w, 1e-6, True, split_above=above))
-        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), above
-        _assert_close(got[0], mod.gemv_ref(x, w, b), torch.bfloat16)
-
-
 def test_the_rule_fills_the_gpu_with_whole_rows() -> None:
     """The rule (host side only): each program reads whole rows of W (BLOCK_K >= K), holds at most PER_PROGRAM
     values, and the columns give at least MIN_PROGRAMS programs unless a program is down to one column."""

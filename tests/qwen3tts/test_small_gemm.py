@@ -87,22 +87,6 @@ def test_gemv_split_and_talker_rows_route_the_talkers_8_rows_through_the_split_k
     assert (RunnerConfig().gemv_split, RunnerConfig().gemv_talker_rows) == (16384, 1)
 
 
-def test_gemv_columns_reaches_every_rows_kernel_call() -> None:
-    """gemv_columns (engine option, 16 as shipped): each kernel call and the routing rule get the columns a program,
-    beside gemv_split's rule; only 16, 32 and 64 are taken."""
-    from voxgate.engine.qwen3tts.runner_config import RunnerConfig
-    from voxgate.engine.qwen3tts.small_gemm import linears
-
-    predictor, talker = linears("gemv_all", True, split_above=16384, columns=32)
-    for fn in (predictor.gemv, predictor.gemv_add, predictor.gemv_swiglu, predictor.fast, talker.gemv):
-        assert fn.keywords == {"split_above": 16384, "columns": 32}, fn
-    assert linears("gemv_all", True)[0].gemv.__name__ == "gemv"  # nothing passed: the kernel's own plan
-    assert RunnerConfig().gemv_columns == 16
-    for bad in (8, 48, 128):
-        with pytest.raises(ValueError, match="gemv_columns"):
-            RunnerConfig(gemv_columns=bad)
-
-
 def test_auto_takes_the_kernel_only_on_a_hopper_gpu_running_triton(monkeypatch: pytest.MonkeyPatch) -> None:
     """small_gemm = auto (the default): gemv_all where it was measured faster (Hopper, the step's Triton kernels),
     cuBLAS on the CPU, on other GPUs and with attention = torch; an explicit choice stays as given."""
