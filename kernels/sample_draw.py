@@ -39,11 +39,13 @@ def _first_argmax(x, i, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _sample_draw_kernel(logits_ptr, noise_ptr, params_ptr, out_ptr, V, num_params, col_temperature, col_top_k,
-                        col_do_sample, candidates, BLOCK_V: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr):
+def _sample_draw_kernel(logits_ptr, noise_ptr, params_ptr, out_ptr, table_ptr, rows_ptr, V, H, num_params,
+                        col_temperature, col_top_k, col_do_sample, candidates, BLOCK_V: tl.constexpr,
+                        WAYS: tl.constexpr, STEPS: tl.constexpr, GATHER: tl.constexpr, BLOCK_H: tl.constexpr):
     # logits [R, V] fp32 or 16-bit, noise [R, V] fp32, both contiguous; params [R, num_params] fp32 contiguous (a
     # row's temperature, top_k and do_sample in the given columns); out [R] int64. grid: R, one row per program.
     # WAYS: the search's fan-out a step (a power of two), STEPS: enough steps to narrow 2^32 keys to one.
+    # GATHER: also rows [R, H] = table [V', H] at the drawn id (the next pass's input: no lookup launch of its own).
     row = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, BLOCK_V)
     ok = i < V
@@ -75,9 +77,14 @@ def _sample_draw_kernel(logits_ptr, noise_ptr, params_ptr, out_ptr, V, num_param
         temperature = tl.maximum(tl.load(param + col_temperature), 1e-5)
         noise = tl.load(noise_ptr + row * V + i, mask=ok, other=1.0)
         race = tl.where(key >= lo, logit / temperature - tl.log(noise), float("-inf"))
-        tl.store(out_ptr + row, _first_argmax(race, i, BLOCK_V).to(tl.int64))
+        drawn = _first_argmax(race, i, BLOCK_V)
     else:
-        tl.store(out_ptr + row, greedy.to(tl.int64))
+        drawn = greedy
+    tl.store(out_ptr + row, drawn.to(tl.int64))
+    if GATHER:
+        h = tl.arange(0, BLOCK_H)
+        at = drawn.to(tl.int64) * H
+        tl.store(rows_ptr + row * H + h, tl.load(table_ptr + at + h, mask=h < H), mask=h < H)
 
 
 def _check(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, columns: tuple[int, int, int]) -> None:
@@ -88,27 +95,52 @@ def _check(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, colu
 
 
 def sample_draw(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, columns: tuple[int, int, int],
-                candidates: int, ways: int = WAYS) -> torch.Tensor:
+                candidates: int, ways: int = WAYS, table: torch.Tensor | None = None,
+                rows_out: torch.Tensor | None = None) -> torch.Tensor:
     """Logits [R, V] (fp32, or 16-bit: read as fp32, exactly; -inf where masked), Exp(1) noise [R, V] fp32, the
     rows' parameter table [R, P] fp32 with `columns` = (temperature, top_k, do_sample), `candidates` the widest top-k
     any row may have -> ids [R] int64. ways: the threshold search's fan-out a step (a power of two >= 2; 2 is a
-    binary search); every fan-out finds the same threshold."""
+    binary search); every fan-out finds the same threshold. With `table` [V', H] (V' >= V) and `rows_out` [R, H]
+    (both contiguous, one dtype), rows_out also receives table[ids] (an embedding lookup in the same launch)."""
     assert ways >= 2 and ways & (ways - 1) == 0, ways
     _check(logits, noise, params, columns)
+    _check_gather(logits, table, rows_out)
     rows, vocab = logits.shape
     out = torch.empty(rows, dtype=torch.int64, device=logits.device)
     if rows == 0:
         return out
-    _sample_draw_kernel[(rows,)](logits, noise, params, out, vocab, params.shape[1], *columns,
+    width = table.shape[1] if table is not None else 1
+    _sample_draw_kernel[(rows,)](logits, noise, params, out, table if table is not None else out,
+                                 rows_out if rows_out is not None else out, vocab, width, params.shape[1], *columns,
                                  min(candidates, vocab), BLOCK_V=triton.next_power_of_2(vocab), WAYS=ways,
-                                 STEPS=-(-32 // (ways.bit_length() - 1)), num_warps=4)
+                                 STEPS=-(-32 // (ways.bit_length() - 1)), GATHER=table is not None,
+                                 BLOCK_H=triton.next_power_of_2(width), num_warps=4)
     return out
 
 
+def _check_gather(logits: torch.Tensor, table: torch.Tensor | None, rows_out: torch.Tensor | None) -> None:
+    assert (table is None) == (rows_out is None), "table and rows_out come together"
+    if table is not None:
+        assert table.dim() == 2 and table.is_contiguous() and table.shape[0] >= logits.shape[1], table.shape
+        assert rows_out.shape == (logits.shape[0], table.shape[1]) and rows_out.dtype == table.dtype, rows_out.shape
+        assert rows_out.is_contiguous(), rows_out.stride()
+
+
 def sample_draw_ref(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, columns: tuple[int, int, int],
-                    candidates: int) -> torch.Tensor:
-    """The same in plain PyTorch: the k-th largest logit by a sort, the same race (in fp32, as the kernel)."""
+                    candidates: int, table: torch.Tensor | None = None,
+                    rows_out: torch.Tensor | None = None) -> torch.Tensor:
+    """The same in plain PyTorch: the k-th largest logit by a sort, the same race (in fp32, as the kernel); with
+    `table`, rows_out = F.embedding(ids, table)."""
     _check(logits, noise, params, columns)
+    _check_gather(logits, table, rows_out)
+    ids = _draw_ref(logits, noise, params, columns, candidates)
+    if table is not None:
+        rows_out.copy_(torch.nn.functional.embedding(ids, table))
+    return ids
+
+
+def _draw_ref(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, columns: tuple[int, int, int],
+              candidates: int) -> torch.Tensor:
     logits = logits.float()
     temperature, top_k, do_sample = (params[:, c] for c in columns)
     vocab = logits.shape[1]

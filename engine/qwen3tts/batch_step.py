@@ -103,6 +103,7 @@ class StepModel:
         self.predictor_linear, self.talker_linear = predictor_linear, talker_linear
         # every codebook's draw in one launch (kernels/sample_draw.py) where no row needs top-p; None: PyTorch's ops
         self.draw: Callable[..., torch.Tensor] | None = depth.draw if depth is not None else None
+        self.draw_gathers = True  # the draw also writes each next depth pass's input (kernels/sample_draw.py's table)
         self.predictor = talker.code_predictor
         self.talker_stack = FusedStack(talker.model, ops, talker_linear, fold_norms=fold_norms)
         self.predictor_stack = FusedStack(self.predictor.model, ops, predictor_linear, stacked=True,
@@ -156,12 +157,16 @@ class StepModel:
         return self.fused_depth
 
     def depth_loop(self, hidden: torch.Tensor, c0_embed: torch.Tensor,
-                   pick: Callable[[torch.Tensor], torch.Tensor], float_logits: bool = True) -> torch.Tensor:
+                   pick: Callable[[torch.Tensor], torch.Tensor], float_logits: bool = True,
+                   pick_into: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                   ) -> torch.Tensor:
         """CodePredictor.predict for R rows at once: codes 1..15 [R, Q-1]. Pass 0 runs proj(h) and proj(C(c0)) at
         positions 0 and 1, pass k the previous code's embedding at position k+1; the keys and values live in a
         small per-step store [R, Hkv, Q, D] per layer (each row is its own "slot"). `pick` gets fp32 logits, or
         with float_logits=False the stack's head output as it is (the model dtype: the draw kernel widens it as it
-        reads, so no cast is launched; the fused loop's heads are fp32 either way)."""
+        reads, so no cast is launched; the fused loop's heads are fp32 either way). pick_into (logits, table, out):
+        `pick` that also writes table[ids] into out, in the draw's own launch (kernels/sample_draw.py): with the
+        folded depth tables, the next pass's input then needs no lookup launch (14 a step)."""
         pred, cfg, lin = self.predictor, self.predictor.cfg, self.predictor_linear
         r = hidden.shape[0]
         stack = self.predictor_stack
@@ -184,11 +189,17 @@ class StepModel:
                 logits = logits.float() if float_logits else logits
             else:
                 logits = deep.head(out, k)
-            code = pick(logits)
+            feed = k + 1 < self.num_codes - 1  # E_15 is never fed back: it only enters the Talker's frame sum
+            if feed and pick_into is not None and self.depth_tables is not None:
+                table = self.depth_tables[k]
+                x = torch.empty((r, table.shape[1]), dtype=table.dtype, device=table.device)
+                code = pick_into(logits, table, x)  # x = table[code], written by the draw
+            else:
+                code = pick(logits)
+                x = self.depth_input(code, k) if feed else None
             codes.append(code)
-            if k + 1 < self.num_codes - 1:  # E_15 is never fed back: it only enters the Talker's frame sum
+            if feed:
                 pos = self.constant(f"pos{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 2, device=dev))
-                x = self.depth_input(code, k)
                 if deep is None:
                     length = self.constant(f"len{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 3, device=dev))
                     out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin, length, scratch=True,
@@ -262,12 +273,13 @@ def sample_frames(model: StepModel, state: SlotState, hidden: torch.Tensor, rows
                  *torch.empty((model.num_codes - 1, *logits.shape[:1], model.predictor.cfg.vocab_size),
                               device=logits.device).exponential_()]
 
-    def pick(lg: torch.Tensor) -> torch.Tensor:
+    def pick(lg: torch.Tensor, table: torch.Tensor | None = None, rows_out: torch.Tensor | None = None) -> torch.Tensor:
         nonlocal code_k
         cols = (TEMPERATURE, TOP_K, TOP_P, DO_SAMPLE) if code_k == 0 else \
             (SUB_TEMPERATURE, SUB_TOP_K, SUB_TOP_P, SUB_DO_SAMPLE)
         if draw is not None:
-            ids = draw(lg, noise[code_k], p, (cols[0], cols[1], cols[3]), features.candidates)
+            gather = {} if table is None else {"table": table, "rows_out": rows_out}
+            ids = draw(lg, noise[code_k], p, (cols[0], cols[1], cols[3]), features.candidates, **gather)
         else:
             ids = sample_rows(lg, *(p[:, c] for c in cols), features.candidates, features.top_p, features.sampling)
         if logits_out is not None:
@@ -280,7 +292,10 @@ def sample_frames(model: StepModel, state: SlotState, hidden: torch.Tensor, rows
     c0 = pick(logits)
     state.seen.index_put_((slots, c0), torch.ones_like(c0, dtype=torch.bool))
     # the draw kernel reads the heads' model-dtype logits itself; the recording (tests) keeps them fp32
-    rest = model.depth_loop(hidden, talker.codec_embed(c0), pick, float_logits=draw is None or logits_out is not None)
+    # the draw writes each next pass's input itself, except where forced ids (tests) replace what it drew
+    gathers = draw is not None and model.draw_gathers and (rows.forced is None or rows.force is None)
+    rest = model.depth_loop(hidden, talker.codec_embed(c0), pick, float_logits=draw is None or logits_out is not None,
+                            pick_into=pick if gathers else None)
     frames = torch.cat([c0[:, None], rest], dim=1)
     state.ring[slots, rows.frame_index % state.ring.shape[1]] = frames
     state.next_input.index_copy_(0, slots, model.frame_embed(frames) + talker.text_embed(rows.text))

@@ -133,3 +133,23 @@ def test_sample_draw_matches_the_engines_distribution(draw: ModuleType) -> None:
         assert freq[expected == 0].sum() == 0
         # 4,000 draws: a frequency's standard error is at most 0.008; 4 of them
         assert (freq - expected).abs().max() < 0.032, (freq, expected)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_draw_writes_the_drawn_ids_table_rows(draw: ModuleType, rows: int, dtype: torch.dtype) -> None:
+    """With a table (the depth loop's next-pass input, one launch fewer a pass), the same ids as without it and
+    rows_out equal to table[ids] bit for bit, greedy and sampled rows alike; the table may be longer than the
+    vocabulary and its rows of any width (here not a power of two)."""
+    logits, noise, params, cols = _draw_inputs(rows, 200)
+    table = torch.randn(230, 96, device=DEVICE).to(dtype)
+    rows_out = torch.full((rows, 96), float("nan"), device=DEVICE).to(dtype)
+    ids = draw.sample_draw(logits, noise, params, cols, 64, table=table, rows_out=rows_out)
+    assert torch.equal(ids, draw.sample_draw(logits, noise, params, cols, 64))
+    assert torch.equal(ids, draw.sample_draw_ref(logits, noise, params, cols, 64))
+    assert torch.equal(rows_out, table[ids])
+    want = torch.empty_like(rows_out)
+    assert torch.equal(draw.sample_draw_ref(logits, noise, params, cols, 64, table=table, rows_out=want), ids)
+    assert torch.equal(want, rows_out)
+    with pytest.raises(AssertionError, match="together"):
+        draw.sample_draw(logits, noise, params, cols, 64, table=table)

@@ -328,7 +328,8 @@ def test_the_counter_counts_ops_and_kernels_not_views() -> None:
 def test_each_path_takes_its_launches_off_a_decode_step(tiny_ckpt: Callable[[str], Path], kind: str) -> None:
     """bf16, 1 row: the SwiGLU kernel one launch a layer of the Talker and of each of the depth loop's 15 passes;
     the tables one GEMM a pass 1..14 where there is a projection (1.7B), none where there is not (0.6B); the uncast
-    logits one launch a depth pass. The kernels the step runs are counted as one launch each."""
+    logits one launch a depth pass; the draws' table rows one lookup a pass 1..14. The kernels the step runs are
+    counted as one launch each."""
     from voxgate.engine.qwen3tts.bench.launch_count import VARIANTS, step_launches
 
     talker = _load(tiny_ckpt, kind, torch.bfloat16).talker.cpu()
@@ -362,6 +363,11 @@ def test_each_path_takes_its_launches_off_a_decode_step(tiny_ckpt: Callable[[str
     assert fused["triton:qk_norm_rope"] == fused["triton:slot_attention"] == depth_layers, fused
     # codebook 0's row for the predictor, passes 1..14's inputs, the frame's (one lookup), the text's
     assert after["aten.embedding"] == 1 + 14 + 1 + 1 and after["aten.stack"] == 1  # the codes' stack only
+    # the draw writes passes 1..14's inputs (where they are a table: the folded projection, or the 0.6B's own
+    # embeddings): their 14 lookups gone, the draws as many as before
+    gathers = counts["draw gathers"]
+    assert total["fused attention"] - total["draw gathers"] == 14, total
+    assert gathers["aten.embedding"] == 1 + 1 + 1 and gathers["triton:sample_draw"] == 16, gathers
 
 
 @pytest.mark.parametrize("kind", ["cv17", "cv06"])

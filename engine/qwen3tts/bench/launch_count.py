@@ -14,7 +14,8 @@ counts a model of that config's layer counts and vocabularies (narrow widths, ra
 neither) at 1 row, before and after each launch-saving path (kernels/swiglu.py, the folded depth-input tables,
 the heads' logits read by the draw kernel without a cast), with `depth = persistent`, and with the layer norms
 folded into the projections (`fold_norms`, the engine's default: 819 launches a 1.7B step against 1,025), and with
-each layer's attention inputs and attention in one launch on top (`fuse_attention`: 721).
+each layer's attention inputs and attention in one launch on top (`fuse_attention`: 721), and with each depth
+pass's input written by the draw before it (kernels/sample_draw.py's table; the engine's default: 707).
 """
 
 from __future__ import annotations
@@ -69,14 +70,15 @@ class LaunchCounter(TorchDispatchMode):
 
 def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_projection: bool = True,
                   cast_logits: bool = False, persistent: bool = False, fold_norms: bool = False,
-                  fuse_attention: bool = False) -> Counter[str]:
+                  fuse_attention: bool = False, draw_gathers: bool = False) -> Counter[str]:
     """The launches of one decode step at `rows` rows (the module docstring), with the step's other kernels as one
     launch each: swiglu_kernel False takes PyTorch's SiLU and product, fold_projection False the depth loop's
     lookup + input projection, cast_logits True the heads' `.float()` before each draw (as a step that records
     its logits still does), persistent True passes 1..14 as `depth = persistent` runs them (kernels/depth_pass.py
     and the fused head, kernels/cp_linear.py), fold_norms True the stacks with their layer norms folded
     (fused_stack.py; this folds `talker`'s weights in place, which changes no count), fuse_attention True each
-    layer's attention inputs and attention in one launch where a call has one token a slot (kernels/cp_attend.py)."""
+    layer's attention inputs and attention in one launch where a call has one token a slot (kernels/cp_attend.py),
+    draw_gathers True each depth pass's input written by the draw before it (no lookup launch)."""
     from voxgate.engine.qwen3tts.batch_step import SampledRows, SamplingFeatures, StepModel, sample_frames
     from voxgate.engine.qwen3tts.depth_fused import DepthOps
     from voxgate.engine.qwen3tts.fused_stack import DecoderOps
@@ -99,6 +101,7 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
     model = StepModel(talker, ops, depth if persistent else None, fold_projection=fold_projection,
                       persistent=persistent, fold_norms=fold_norms)
     model.draw = counter.kernel("sample_draw", sample_draw_ref)
+    model.draw_gathers = draw_gathers
     state = _slot_state(talker, rows, rope_tables, NUM_PARAMS)
     state.params[:, TEMPERATURE], state.params[:, TOP_K] = 0.9, 50.0
     slots = torch.arange(1, rows + 1)
@@ -164,6 +167,8 @@ VARIANTS = {  # name -> step_launches options: the step as it was, then with eac
     "folded norms": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True),
     "fused attention": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
                             fuse_attention=True),
+    "draw gathers": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
+                         fuse_attention=True, draw_gathers=True),
 }
 
 
