@@ -53,6 +53,13 @@ def _silu_mul(g, u, x_sq, K, eps, SCALED: tl.constexpr, dtype: tl.constexpr):
 
 
 @triton.jit
+def _rms_scaled(y, x_sq, K, eps, dtype: tl.constexpr):
+    # a plain projection of a residual row whose RMSNorm was folded into W: the product rounded as stored, then
+    # times the row's 1 / RMS (x_sq: its sum of squares), as attention's rms_scaled rounds it
+    return y.to(dtype).to(tl.float32) * tl.rsqrt(x_sq / K + eps)
+
+
+@triton.jit
 def _add_and_store(y, bias, res_ptr, out_ptr, offs, mask, HAS_BIAS: tl.constexpr, ADD: tl.constexpr):
     # one row's outputs y (fp32) plus the bias and the residual where asked, rounded once and stored at offs
     if HAS_BIAS:
@@ -85,7 +92,8 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
                  SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # x [M, K], w [N, K] contiguous; out [M, N] (ADD: out = res + x @ w^T, res [M, N], may be out itself).
     # SWIGLU: w is gate|up [2N, K]; out [M, N] = silu(gate) * up (_silu_mul), the gate and up rows of a column
-    # in the same program. grid: cdiv(N, BLOCK_N); BLOCK_K >= K.
+    # in the same program. SCALED without SWIGLU: out = x @ w^T times x's 1 / RMS (_rms_scaled; no bias, no
+    # residual). grid: cdiv(N, BLOCK_N); BLOCK_K >= K.
     cols, col_ok, ks, k_ok, w, w_up = _weight_tile(w_ptr, N, K, BLOCK_N, BLOCK_K, SWIGLU)
     wait_for_inputs(PDL)  # the weight needs nothing from the kernel ahead; x, bias and res may
     w = w.to(tl.float32)
@@ -100,6 +108,8 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
         if SWIGLU:  # (no bias, no residual)
             y = _silu_mul(y, tl.reduce(w_up * x[None, :], 1, SUM), tl.reduce(x * x, 0, SUM), K, eps, SCALED,
                           out_ptr.dtype.element_ty).to(tl.float32)
+        elif SCALED:
+            y = _rms_scaled(y, tl.reduce(x * x, 0, SUM), K, eps, out_ptr.dtype.element_ty)
         _add_and_store(y, bias, res_ptr, out_ptr, m * N + cols, out_ok, HAS_BIAS, ADD)
 
 
@@ -119,12 +129,14 @@ def _split_dot(w, xt, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.co
 @triton.jit
 def _rows_epilogue(y, up, x_sq, cols, col_ok, rows, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
                    HAS_BIAS: tl.constexpr, ADD: tl.constexpr, SWIGLU: tl.constexpr, SCALED: tl.constexpr):
-    # out^T [BLOCK_N, BLOCK_M] from the whole K's fp32 sums: SwiGLU (x_sq: each row's sum of squares) or the bias
-    # and the residual, rounded once and stored
+    # out^T [BLOCK_N, BLOCK_M] from the whole K's fp32 sums: SwiGLU (x_sq: each row's sum of squares), the folded
+    # norm's 1 / RMS (SCALED alone), or the bias and the residual, rounded once and stored
     out_offs = rows[None, :] * N + cols[:, None]
     out_ok = col_ok[:, None] & (rows[None, :] < M)
     if SWIGLU:  # (no bias, no residual)
         y = _silu_mul(y, up, x_sq[None, :], K, eps, SCALED, out_ptr.dtype.element_ty).to(tl.float32)
+    elif SCALED:
+        y = _rms_scaled(y, x_sq[None, :], K, eps, out_ptr.dtype.element_ty)
     bias = tl.load(bias_ptr + cols, mask=col_ok & HAS_BIAS, other=0.0).to(tl.float32)  # no load without one
     _add_and_store(y, bias[:, None], res_ptr, out_ptr, out_offs, out_ok, HAS_BIAS, ADD)
 
@@ -154,8 +166,9 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, count_
     up = y
     x_sq = rows.to(tl.float32) * 0.0  # (tl.zeros is a jit function the interpreter cannot call here)
     if SWIGLU:
-        x32 = xt.to(tl.float32)
         up = _split_dot(w_up, xt, SPLIT, BLOCK_N, BLOCK_K, BLOCK_M)
+    if SWIGLU or SCALED:  # (SCALED alone never splits K: _plan)
+        x32 = xt.to(tl.float32)
         x_sq = tl.reduce(x32 * x32, 0, SUM)
     if PARTS == 1:
         _rows_epilogue(y, up, x_sq, cols, col_ok, rows, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
@@ -300,9 +313,12 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,
-         residual: torch.Tensor | None = None, split_above: int | None = None) -> torch.Tensor:
+         residual: torch.Tensor | None = None, split_above: int | None = None,
+         norm_eps: float | None = None) -> torch.Tensor:
     """x [M, K] (M <= 16, K <= MAX_K), weight [N, K], bias [N] or None -> [M, N] in x's dtype; with `residual`
-    [M, N], residual + that, written into residual in place (and returned). `split_above`: rows_tiles'."""
+    [M, N], residual + that, written into residual in place (and returned). `split_above`: rows_tiles'. norm_eps:
+    x is a residual stream whose RMSNorm (this eps; its weight folded into `weight`) the call applies: the product
+    times each row's 1 / RMS (no bias, no residual; as rms_scaled rounds it)."""
     _check(x, weight, bias)
     m = x.shape[0]
     n = weight.shape[0]
@@ -314,20 +330,24 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
-    flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, SWIGLU=False, SCALED=False)
-    step_kernel, grid, launch = _plan(x, n, pdl, False, split_above)
-    step_kernel[grid](x, weight, bias if bias is not None else x, out, out, M=m, N=n, K=x.shape[1], eps=0.0,
-                      **flags, **launch)
+    scaled = norm_eps is not None
+    assert not scaled or (bias is None and residual is None), "a normed call takes no bias and no residual"
+    flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, SWIGLU=False, SCALED=scaled)
+    step_kernel, grid, launch = _plan(x, n, pdl, False, split_above, whole=scaled)
+    step_kernel[grid](x, weight, bias if bias is not None else x, out, out, M=m, N=n, K=x.shape[1],
+                      eps=norm_eps if scaled else 0.0, **flags, **launch)
     return out
 
 
-def _plan(x: torch.Tensor, n: int, pdl: bool | str, pair: bool,
-          split_above: int | None) -> tuple[object, tuple[int, ...], dict]:
+def _plan(x: torch.Tensor, n: int, pdl: bool | str, pair: bool, split_above: int | None,
+          whole: bool = False) -> tuple[object, tuple[int, ...], dict]:
     """(kernel, grid, its keyword arguments) for out [M, n] from x [M, K]: 2-16 rows take the rows kernel where it
-    fits (`fast`; split K's scratch included), else the one-row kernel, whose programs take half the columns with
-    `pair` (each column reads two rows of W: gate and up)."""
+    fits (`fast`; split K's scratch included; `whole`: only unsplit, as a normed call needs each row's whole sum of
+    squares in one program), else the one-row kernel, whose programs take half the columns with `pair` (each column
+    reads two rows of W: gate and up)."""
     m, k = x.shape
     value_bytes = x.element_size()
+    split_above = 1 << 30 if whole else split_above  # (whole rows, whatever MMA_SPLIT_ABOVE says)
     if m > 1 and fast(m, n, k, pair, value_bytes, split_above):
         r = rows_tiles(n, k, pair, value_bytes, split_above)
         on, extra = pdl_launch(_gemv_rows_kernel, pdl)
@@ -407,9 +427,15 @@ def gemv_add_(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl
 
 
 def gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,
-             residual: torch.Tensor | None = None) -> torch.Tensor:
-    """The same as F.linear (what cuBLAS runs), or with `residual` its addmm_ (beta = 1); `pdl` is ignored."""
+             residual: torch.Tensor | None = None, norm_eps: float | None = None) -> torch.Tensor:
+    """The same as F.linear (what cuBLAS runs), or with `residual` its addmm_ (beta = 1), or with norm_eps the
+    product scaled by x's 1 / RMS (kernels/add_rms_norm.py's rms_scaled); `pdl` is ignored."""
     _check(x, weight, bias)
+    if norm_eps is not None:
+        from .add_rms_norm import rms_scaled
+
+        assert bias is None and residual is None, "a normed call takes no bias and no residual"
+        return rms_scaled(F.linear(x, weight), x, norm_eps)
     if residual is not None:
         return residual.addmm_(x, weight.t()) if bias is None else residual.add_(F.linear(x, weight, bias))
     return F.linear(x, weight, bias)

@@ -33,7 +33,7 @@ from .model.sampling import (
     sample_rows,
 )
 from .model.talker import Talker
-from .small_gemm import Linear, apply
+from .small_gemm import FewRows, Linear, apply
 
 
 @dataclass
@@ -109,6 +109,15 @@ class StepModel:
         self.predictor_stack = FusedStack(self.predictor.model, ops, predictor_linear, stacked=True,
                                           fold_norms=fold_norms)
         assert depth is not None or not persistent, "the persistent pass takes its kernels from `depth`"
+        # the predictor's final RMSNorm folded into its 15 heads (their columns times its weight, which becomes ones:
+        # the modules' function is unchanged), so that a head of a few rows normalizes as it projects (small_gemm's
+        # FewRows.normed: one launch a pass fewer); the layers' depth loop only (the fused ones have their own heads)
+        self.heads_normed = fold_norms and depth is None and isinstance(predictor_linear, FewRows)
+        if self.heads_normed:
+            with torch.no_grad():
+                for head in self.predictor.lm_head:
+                    head.weight.mul_(self.predictor_stack.final_norm[None, :])
+                self.predictor_stack.final_norm.fill_(1.0)
         self.fused_depth = FusedDepth(self.predictor, self.predictor_stack, depth) \
             if depth is not None and not persistent else None
         self.persistent_depth = PersistentDepth(self.predictor, self.predictor_stack, depth) \
@@ -176,16 +185,19 @@ class StepModel:
         deep = self.depth_for(r)  # None: passes 1..14 through the stack's layers
         rows = self.constant(f"rows{r}", lambda dev: torch.arange(r, device=dev))
         x = apply(lin, pred.small_to_mtp_projection, torch.cat([hidden, c0_embed]))  # [2R, Hcp]: position 0, then 1
+        # heads that normalize as they project: the stack hands over its residual stream, no final-norm launch
+        normed = self.heads_normed and lin.takes_rows(r, pred.lm_head[0].weight)
         out = stack.forward(x, ks, vs, self.constant(f"rows{r}x2", lambda dev: torch.arange(2 * r, device=dev) % r),
                             self.constant(f"pos01-{r}", lambda dev: torch.arange(2 * r, device=dev) // r),
                             self.depth_cos, self.depth_sin,
                             self.constant(f"len01-{r}", lambda dev: torch.arange(2 * r, device=dev) // r + 1),
-                            scratch=True)[r:]
+                            scratch=True, normed=not normed)[r:]
         codes = []
         for k in range(self.num_codes - 1):
             # after pass 0 of the fused loop, `out` is the residual stream: its head normalizes in its prologue
             if k == 0 or deep is None:
-                logits = lin(out, pred.lm_head[k].weight)
+                w = pred.lm_head[k].weight
+                logits = lin.normed(out, w, stack.eps) if normed else lin(out, w)
                 logits = logits.float() if float_logits else logits
             else:
                 logits = deep.head(out, k)
@@ -203,7 +215,7 @@ class StepModel:
                 if deep is None:
                     length = self.constant(f"len{k + 2}-{r}", lambda dev, k=k: torch.full((r,), k + 3, device=dev))
                     out = stack.forward(x, ks, vs, rows, pos, self.depth_cos, self.depth_sin, length, scratch=True,
-                                        one_per_slot=True)
+                                        one_per_slot=True, normed=not normed)
                 else:  # `out` is now the residual stream, not normalized
                     out = deep.layers(x, store, rows, pos, self.depth_cos, self.depth_sin)
         return torch.stack(codes, dim=-1)

@@ -155,7 +155,7 @@ class FusedStack:
                 positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 lengths: torch.Tensor | None = None,
                 attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-                scratch: bool = False, one_per_slot: bool = False) -> torch.Tensor:
+                scratch: bool = False, one_per_slot: bool = False, normed: bool = True) -> torch.Tensor:
         """x [N, H] tokens at (slots[i], positions[i]) of the per-layer stores [S, Hkv, P, D]; cos/sin [P', D]
         tables indexed by position -> the stack's post-norm output [N, H]. Each token's key and value are written
         before it attends to positions 0..positions[i] of its slot. lengths: positions + 1 where the caller holds it
@@ -164,7 +164,8 @@ class FusedStack:
         kernels/prefill_attention.py). scratch: x is the caller's to overwrite (folded stacks add into the residual
         stream in place; else they copy x first). one_per_slot: no two tokens share a slot, so the ops' `attend_new`
         (where set) takes each layer's attention inputs and attention in one launch; lengths must then be
-        positions + 1."""
+        positions + 1. normed=False (folded stacks): the residual stream itself, for a caller whose next projection
+        applies the final norm (its weight folded into that projection: StepModel's heads)."""
         ops, lin, n = self.ops, self.linear, x.shape[0]
         lengths = positions + 1 if lengths is None else lengths
         new = ops.attend_new if one_per_slot and attend is None else None
@@ -185,7 +186,8 @@ class FusedStack:
             for i, (_, qkv_w, qn, kn, o_w, _, gate_up_w, down_w) in enumerate(self.layers):
                 add_linear(lin, x, attention(i, lin(x, qkv_w), qn, kn, x), o_w)
                 add_linear(lin, x, swiglu_linear(lin, ops.swiglu, x, gate_up_w, self.eps, scaled=True), down_w)
-            return ops.add_rms_norm(x, None, self.final_norm, self.eps)[1]
+            return ops.add_rms_norm(x, None, self.final_norm, self.eps)[1] if normed else x
+        assert normed, "only a folded stack leaves its final norm to the caller"
         x, h = ops.add_rms_norm(x.contiguous(), None, self.layers[0][0], self.eps)
         for i, (_, qkv_w, qn, kn, o_w, post_w, gate_up_w, down_w) in enumerate(self.layers):
             x, h = ops.add_rms_norm(x, lin(attention(i, lin(h, qkv_w), qn, kn, None), o_w), post_w, self.eps)

@@ -52,6 +52,16 @@ class FewRows:
         n = weight.shape[0] // 2 if pair else weight.shape[0]
         return self.fast is None or self.fast(x.shape[0], n, x.shape[1], pair, x.element_size())
 
+    def takes_rows(self, rows: int, weight: torch.Tensor) -> bool:
+        """Whether a call of `rows` rows of x (weight's width and dtype) @ weight^T takes the kernel."""
+        return self.takes(torch.empty((rows, weight.shape[1]), dtype=weight.dtype, device="meta"), weight)
+
+    def normed(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """x @ weight^T times each row's 1 / RMS (x: a residual stream whose final RMSNorm, this eps, is folded
+        into weight; kernels/gemv.py's norm_eps) in one launch; only for calls it `takes`."""
+        assert self.takes(x, weight), (x.shape, weight.shape)
+        return self.gemv(x.contiguous(), weight, None, pdl=self.pdl, norm_eps=eps)
+
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.takes(x, weight):
             return self.gemv(x.contiguous(), weight, bias, pdl=self.pdl)

@@ -122,6 +122,20 @@ def test_gemv_swiglu_is_the_projection_then_swiglu(mod: ModuleType, plan: str, d
     torch.testing.assert_close(got.float(), want.float(), **SWIGLU_TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 3, 16])
+def test_a_normed_gemv_scales_each_row_by_its_rms(mod: ModuleType, plan: str, dtype: torch.dtype, rows: int) -> None:
+    """norm_eps (a head whose stack's final RMSNorm is folded into it): the product times each row's 1 / RMS, as
+    kernels/add_rms_norm.py's rms_scaled rounds it, whatever the plan (a split plan takes whole rows here: each
+    row's sum of squares in one program); no bias or residual with it. x is scaled up so that 1 / RMS is far
+    from 1."""
+    x, w, _ = _inputs(rows, 300, 70, dtype)
+    x = (x.float() * 3).to(dtype)
+    _assert_close(mod.gemv(x, w, norm_eps=1e-6, pdl=True), mod.gemv_ref(x, w, norm_eps=1e-6), dtype)
+    with pytest.raises(AssertionError, match="no bias"):
+        mod.gemv(x, w, torch.zeros(70, dtype=dtype, device=DEVICE), norm_eps=1e-6)
+
+
 def test_gemv_repeats_bitwise(mod: ModuleType, plan: str) -> None:
     """One launch; split, the parts are added in order whichever program finishes last: every call gives the same
     bits."""
@@ -337,7 +351,7 @@ REAL = [(1024, 4096), (2048, 1024), (1024, 6144), (3072, 1024), (1024, 2048), (6
 @pytest.mark.parametrize("k,n", REAL)
 def test_gemv_at_the_predictors_shapes(mod: ModuleType, dtype: torch.dtype, rows: int, k: int, n: int) -> None:
     """On the GPU, bf16 rounds to nearest on both sides: within one bf16 step of cuBLAS (2e-2 covers it); with PDL
-    (where the GPU has it) the same bits."""
+    (where the GPU has it) the same bits; normed (norm_eps) within the same of cuBLAS then rms_scaled."""
     from voxgate.kernels.utils import pdl_available
 
     x, w, b = _inputs(rows, k, n, dtype, bias=k == 2048)
@@ -348,6 +362,8 @@ def test_gemv_at_the_predictors_shapes(mod: ModuleType, dtype: torch.dtype, rows
         assert torch.equal(mod.gemv(x, w, b, pdl=True), got) and torch.equal(mod.gemv(x, w, b, pdl="late"), got)
     residual = torch.randn(rows, n, device=DEVICE).to(dtype)
     _assert_close(mod.gemv_add_(residual.clone(), x, w), mod.gemv_add_ref(residual.clone(), x, w), dtype)
+    xs = (x.float() * 3).to(dtype)  # normed (a head of a folded stack): 1 / RMS far from 1
+    _assert_close(mod.gemv(xs, w, norm_eps=1e-6, pdl=True), mod.gemv_ref(xs, w, norm_eps=1e-6), dtype)
 
 
 @pytest.mark.gpu

@@ -368,6 +368,13 @@ def test_each_path_takes_its_launches_off_a_decode_step(tiny_ckpt: Callable[[str
     gathers = counts["draw gathers"]
     assert total["fused attention"] - total["draw gathers"] == 14, total
     assert gathers["aten.embedding"] == 1 + 1 + 1 and gathers["triton:sample_draw"] == 16, gathers
+    # small_gemm's kernels (gemv_all, as on a Hopper GPU): gate|up and SwiGLU one launch a layer; then the
+    # predictor's 15 heads normalize as they project, the stack's final norm gone from every pass
+    small, normed = counts["small gemm"], counts["normed heads"]
+    assert total["draw gathers"] - total["small gemm"] == layers + 15 * depth_layers, total
+    assert small["triton:gemv_swiglu"] == layers + 15 * depth_layers and "triton:swiglu" not in small, small
+    assert total["small gemm"] - total["normed heads"] == 15, total
+    assert normed["triton:add_rms_norm"] == 1, normed  # the Talker's final norm (its head and the predictor's input)
 
 
 @pytest.mark.parametrize("kind", ["cv17", "cv06"])

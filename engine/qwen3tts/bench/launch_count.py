@@ -15,7 +15,9 @@ neither) at 1 row, before and after each launch-saving path (kernels/swiglu.py, 
 the heads' logits read by the draw kernel without a cast), with `depth = persistent`, and with the layer norms
 folded into the projections (`fold_norms`, the engine's default: 819 launches a 1.7B step against 1,025), and with
 each layer's attention inputs and attention in one launch on top (`fuse_attention`: 721), and with each depth
-pass's input written by the draw before it (kernels/sample_draw.py's table; the engine's default: 707).
+pass's input written by the draw before it (kernels/sample_draw.py's table: 707). On a Hopper GPU the projections
+take kernels/gemv.py (`small gemm`: gate|up and SwiGLU one launch, 604), and there the predictor's heads normalize
+as they project (`normed heads`, the engine's default there: 589).
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ class LaunchCounter(TorchDispatchMode):
 
 def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_projection: bool = True,
                   cast_logits: bool = False, persistent: bool = False, fold_norms: bool = False,
-                  fuse_attention: bool = False, draw_gathers: bool = False) -> Counter[str]:
+                  fuse_attention: bool = False, draw_gathers: bool = False, few_rows: bool = False,
+                  normed_heads: bool = True) -> Counter[str]:
     """The launches of one decode step at `rows` rows (the module docstring), with the step's other kernels as one
     launch each: swiglu_kernel False takes PyTorch's SiLU and product, fold_projection False the depth loop's
     lookup + input projection, cast_logits True the heads' `.float()` before each draw (as a step that records
@@ -78,7 +81,10 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
     and the fused head, kernels/cp_linear.py), fold_norms True the stacks with their layer norms folded
     (fused_stack.py; this folds `talker`'s weights in place, which changes no count), fuse_attention True each
     layer's attention inputs and attention in one launch where a call has one token a slot (kernels/cp_attend.py),
-    draw_gathers True each depth pass's input written by the draw before it (no lookup launch)."""
+    draw_gathers True each depth pass's input written by the draw before it (no lookup launch), few_rows True the
+    projections through small_gemm's FewRows as `small_gemm = gemv_all` routes them on a Hopper GPU (kernels/gemv.py,
+    gate|up with SwiGLU in one launch), there with normed_heads the predictor's heads normalizing as they project
+    (no final-norm launch a pass)."""
     from voxgate.engine.qwen3tts.batch_step import SampledRows, SamplingFeatures, StepModel, sample_frames
     from voxgate.engine.qwen3tts.depth_fused import DepthOps
     from voxgate.engine.qwen3tts.fused_stack import DecoderOps
@@ -98,8 +104,20 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
                      attend_new=counter.kernel("cp_attend", cp_attend_ref) if fuse_attention else None)
     depth = DepthOps(counter.kernel("cp_linear", cp_linear_ref), counter.kernel("cp_attend", cp_attend_ref),
                      counter.kernel("sample_draw", sample_draw_ref), counter.kernel("depth_pass", depth_pass_ref))
+    linears = {}
+    if few_rows:
+        from voxgate.engine.qwen3tts.small_gemm import TALKER_ROWS, FewRows
+        from voxgate.kernels import gemv
+
+        kernels = (counter.kernel("gemv", gemv.gemv_ref), counter.kernel("gemv_add", gemv.gemv_add_ref))
+        swiglu = counter.kernel("gemv_swiglu", gemv.gemv_swiglu_ref)
+        linears = dict(predictor_linear=FewRows(*kernels[:1], gemv.MAX_ROWS, kernels[1], fast=gemv.fast,
+                                                gemv_swiglu=swiglu),
+                       talker_linear=FewRows(*kernels[:1], TALKER_ROWS, kernels[1], fast=gemv.fast,
+                                             gemv_swiglu=swiglu))
     model = StepModel(talker, ops, depth if persistent else None, fold_projection=fold_projection,
-                      persistent=persistent, fold_norms=fold_norms)
+                      persistent=persistent, fold_norms=fold_norms, **linears)
+    model.heads_normed = model.heads_normed and normed_heads
     model.draw = counter.kernel("sample_draw", sample_draw_ref)
     model.draw_gathers = draw_gathers
     state = _slot_state(talker, rows, rope_tables, NUM_PARAMS)
@@ -169,6 +187,10 @@ VARIANTS = {  # name -> step_launches options: the step as it was, then with eac
                             fuse_attention=True),
     "draw gathers": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
                          fuse_attention=True, draw_gathers=True),
+    "small gemm": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
+                       fuse_attention=True, draw_gathers=True, few_rows=True, normed_heads=False),
+    "normed heads": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
+                         fuse_attention=True, draw_gathers=True, few_rows=True),
 }
 
 
