@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Eleventh session (2026-12-06), call D (issue 27), ~6 min: the launch cuts' GPU tests (the normed GEMV at real
+# shapes, the draw's table rows, teacher-forced fp32 through the defaults' graphs, free-running bf16), then the step
+# at 1 / 8 / 16 rows: this tree against d918ecb (before the cuts), one process each, then this tree again.
+T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+export VOXGATE_COMMIT=${VOXGATE_COMMIT:-unknown}
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"
+RES=/tmp/res; mkdir -p $RES
+STAGES=tests TESTS="tests/kernel/test_gemv.py tests/kernel/test_sample_draw.py tests/qwen3tts/test_gpu_loop.py" \
+  TESTS_K="predictors_shapes or table_rows or graphs-triton-gemv-pdl-fused-attention or eager-triton-gemv-pdl or (free_running and default)" \
+  TESTS_S=170 bash tests/qwen3tts/gpu_loop.sh 2>&1 | grep -E "passed|failed|FAILED|ERROR" | tail -8
+t tests
+mkdir -p /tmp/old /tmp/vxold/voxgate && tar -xzf .baseline/d918ecb.tar.gz -C /tmp/old
+for d in engine gateway kernels web configs; do ln -sfn /tmp/old/$d /tmp/vxold/voxgate/$d; done
+ln -sfn /tmp/old/gateway/sdk /tmp/vxold/voxgate/client; ln -sfn /tmp/old/gateway/integrations /tmp/vxold/voxgate/integrations
+SA="--engine-option row_buckets=1,8,16 --engine-option prefill_buckets=64"
+step() {  # name, PYTHONPATH tail
+  PYTHONPATH=/tmp/site-gw:$2 TRITON_CACHE_DIR=/tmp/tcache timeout 100 python3 -m voxgate.gateway.cli bench steps \
+    --checkpoint /tmp/ck17 --out "$RES/steps-$1" --depth-variants none $SA 2>&1 | grep -E "^\| (1|8|16) \| 0 \||rror" | head -4
+  t "steps $1"
+}
+step new /tmp/vx; step old /tmp/vxold; step new2 /tmp/vx
+tar -czf "$OUT/results.tar.gz" -C "$RES" .
+t end
