@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import MAX, MIN, SUM
+from .utils import MAX, MIN, SUM, pdl_launch, wait_for_inputs
 
 # 16-bit logits are widened to fp32 in the kernel (exact), so the engine's head need not launch a cast first
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -44,17 +44,20 @@ def _first_argmax(x, i, BLOCK_V: tl.constexpr):
 def _sample_draw_kernel(logits_ptr, noise_ptr, params_ptr, out_ptr, table_ptr, rows_ptr, seen_ptr, slots_ptr,
                         frames_ptr, suppress_ptr, V, H, num_params, col_temperature, col_top_k, col_do_sample,
                         col_penalty, col_min_new, eos_id, candidates, BLOCK_V: tl.constexpr, WAYS: tl.constexpr,
-                        STEPS: tl.constexpr, GATHER: tl.constexpr, BLOCK_H: tl.constexpr, RULES: tl.constexpr):
+                        STEPS: tl.constexpr, GATHER: tl.constexpr, BLOCK_H: tl.constexpr, RULES: tl.constexpr,
+                        PDL: tl.constexpr):
     # logits [R, V] fp32 or 16-bit, noise [R, V] fp32, both contiguous; params [R, num_params] fp32 contiguous (a
     # row's temperature, top_k and do_sample in the given columns); out [R] int64. grid: R, one row per program.
     # WAYS: the search's fan-out a step (a power of two), STEPS: enough steps to narrow 2^32 keys to one.
     # GATHER: also rows [R, H] = table [V', H] at the drawn id (the next pass's input: no lookup launch of its own).
     # RULES (codebook 0): first the repetition penalty over the ids seen [S, V] (bool, row slots[r]) so far, EOS
     # blocked while frames[r] < the row's min_new, the suppressed ids [V] (bool) at -inf, as codebook_zero_rules
-    # does in fp32; after the draw the drawn id is marked seen.
+    # does in fp32; after the draw the drawn id is marked seen. PDL: the next kernel may start (its weights
+    # loading) while this one draws; this one waits for the kernel ahead before it reads anything.
     row = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, BLOCK_V)
     ok = i < V
+    wait_for_inputs(PDL)
     logit = tl.load(logits_ptr + row * V + i, mask=ok, other=float("-inf")).to(tl.float32)
     param = params_ptr + row * num_params
     if RULES:
@@ -129,13 +132,16 @@ class ZeroRules:
 
 def sample_draw(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, columns: tuple[int, int, int],
                 candidates: int, ways: int = WAYS, table: torch.Tensor | None = None,
-                rows_out: torch.Tensor | None = None, rules: ZeroRules | None = None) -> torch.Tensor:
+                rows_out: torch.Tensor | None = None, rules: ZeroRules | None = None,
+                pdl: bool | str = False) -> torch.Tensor:
     """Logits [R, V] (fp32, or 16-bit: read as fp32, exactly; -inf where masked), Exp(1) noise [R, V] fp32, the
     rows' parameter table [R, P] fp32 with `columns` = (temperature, top_k, do_sample), `candidates` the widest top-k
     any row may have -> ids [R] int64. ways: the threshold search's fan-out a step (a power of two >= 2; 2 is a
     binary search); every fan-out finds the same threshold. With `table` [V', H] (V' >= V) and `rows_out` [R, H]
     (both contiguous, one dtype), rows_out also receives table[ids] (an embedding lookup in the same launch). With
-    `rules`, codebook 0's rules apply to the logits first and the drawn ids are marked seen (ZeroRules)."""
+    `rules`, codebook 0's rules apply to the logits first and the drawn ids are marked seen (ZeroRules). `pdl`:
+    launched with programmatic dependent launch (kernels/utils.py), so that the next kernel's weights stream in
+    while the rows draw."""
     assert ways >= 2 and ways & (ways - 1) == 0, ways
     _check(logits, noise, params, columns)
     _check_gather(logits, table, rows_out)
@@ -146,13 +152,14 @@ def sample_draw(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor,
         return out
     width = table.shape[1] if table is not None else 1
     r = rules
+    on, extra = pdl_launch(_sample_draw_kernel, pdl)
     _sample_draw_kernel[(rows,)](
         logits, noise, params, out, table if table is not None else out, rows_out if rows_out is not None else out,
         r.seen if r else out, r.slots if r else out, r.frames if r else out, r.suppress if r else out, vocab, width,
         params.shape[1], *columns, r.penalty_column if r else 0, r.min_new_column if r else 0, r.eos_id if r else 0,
         min(candidates, vocab), BLOCK_V=triton.next_power_of_2(vocab), WAYS=ways,
         STEPS=-(-32 // (ways.bit_length() - 1)), GATHER=table is not None, BLOCK_H=triton.next_power_of_2(width),
-        RULES=r is not None, num_warps=4)
+        RULES=r is not None, PDL=on, num_warps=4, **extra)
     return out
 
 
@@ -177,9 +184,10 @@ def _check_gather(logits: torch.Tensor, table: torch.Tensor | None, rows_out: to
 
 def sample_draw_ref(logits: torch.Tensor, noise: torch.Tensor, params: torch.Tensor, columns: tuple[int, int, int],
                     candidates: int, table: torch.Tensor | None = None, rows_out: torch.Tensor | None = None,
-                    rules: ZeroRules | None = None) -> torch.Tensor:
+                    rules: ZeroRules | None = None, pdl: bool | str = False) -> torch.Tensor:
     """The same in plain PyTorch: the k-th largest logit by a sort, the same race (in fp32, as the kernel); with
-    `table`, rows_out = F.embedding(ids, table); with `rules`, codebook_zero_rules first and the ids marked seen."""
+    `table`, rows_out = F.embedding(ids, table); with `rules`, codebook_zero_rules first and the ids marked seen;
+    `pdl` is ignored."""
     _check(logits, noise, params, columns)
     _check_gather(logits, table, rows_out)
     _check_rules(logits, params, rules)

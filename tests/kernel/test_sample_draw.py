@@ -187,3 +187,26 @@ def test_the_draw_applies_codebook_zeros_rules_and_marks_the_id_seen(draw: Modul
     ref_rules = draw.ZeroRules(seen.clone(), slots, frames, 5, 6, eos, suppress)
     assert torch.equal(draw.sample_draw_ref(logits, noise, params, cols, 64, rules=ref_rules), got)
     assert torch.equal(ref_rules.seen, want_seen)
+
+
+@pytest.mark.parametrize("rules", [False, True], ids=["depth", "codebook-0"])
+def test_with_pdl_the_draw_reads_nothing_before_its_wait(rules: bool) -> None:
+    """sm_90 output (compiled here, no GPU needed) with PDL: the next kernel is released and the kernel ahead
+    waited for before the first global load (logits, noise, parameters, seen rows, the table are all written by
+    earlier kernels of the step); without PDL no grid dependency control at all."""
+    from triton_mode import compiled_copy, hopper_compile
+
+    d = compiled_copy("sample_draw")
+    desc = {"logits_ptr": "*bf16", "noise_ptr": "*fp32", "params_ptr": "*fp32", "out_ptr": "*i64",
+            "table_ptr": "*bf16", "rows_ptr": "*bf16", "seen_ptr": "*i1", "slots_ptr": "*i64", "frames_ptr": "*i64",
+            "suppress_ptr": "*i1"}
+    for pdl in (0, 1):
+        consts = dict(BLOCK_V=2048, WAYS=4, STEPS=16, GATHER=True, BLOCK_H=1024, RULES=rules, PDL=pdl)
+        lines = hopper_compile(d._sample_draw_kernel, consts, desc=desc, warps=4, stages=1).asm["ptx"].splitlines()
+        loads = [i for i, line in enumerate(lines) if "ld.global" in line]
+        if not pdl:
+            assert not any("griddepcontrol" in line for line in lines)
+            continue
+        wait = next(i for i, line in enumerate(lines) if "griddepcontrol.wait" in line)
+        release = next(i for i, line in enumerate(lines) if "griddepcontrol.launch_dependents" in line)
+        assert release < wait < min(loads), (release, wait, min(loads))
