@@ -39,24 +39,24 @@ MIN_PROGRAMS = 256  # ~2 a SM of the H100's / H200's 132: fewer, and too few byt
 
 
 @triton.jit
-def _silu_mul(g, u, x_sq, K, eps, SCALED: tl.constexpr, dtype: tl.constexpr):
-    # gate and up fp32 sums -> silu(gate) * up, rounded as the projection's output is stored and then as
-    # kernels/swiglu.py rounds it; SCALED: both first times 1 / RMS of the x row whose squares sum to x_sq
-    g = g.to(dtype).to(tl.float32)
-    u = u.to(dtype).to(tl.float32)
-    if SCALED:
-        r = tl.rsqrt(x_sq / K + eps)
-        g = (g * r).to(dtype).to(tl.float32)
-        u = (u * r).to(dtype).to(tl.float32)
-    silu = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
-    return (silu * u).to(dtype)
+def _rms_scaled(y, x_sq, K, eps, dtype: tl.constexpr):
+    # a projection of a residual row whose RMSNorm weight was folded into W: the fp32 product rounded as stored, then
+    # times the row's 1 / RMS (x_sq: its sum of squares), as kernels/add_rms_norm.py's rms_scaled rounds it
+    return y.to(dtype).to(tl.float32) * tl.rsqrt(x_sq / K + eps)
 
 
 @triton.jit
-def _rms_scaled(y, x_sq, K, eps, dtype: tl.constexpr):
-    # a plain projection of a residual row whose RMSNorm was folded into W: the product rounded as stored, then
-    # times the row's 1 / RMS (x_sq: its sum of squares), as attention's rms_scaled rounds it
-    return y.to(dtype).to(tl.float32) * tl.rsqrt(x_sq / K + eps)
+def _silu_mul(g, u, x_sq, K, eps, SCALED: tl.constexpr, dtype: tl.constexpr):
+    # gate and up fp32 sums -> silu(gate) * up, rounded as the projection's output is stored and then as
+    # kernels/swiglu.py rounds it; SCALED: both first times 1 / RMS of the x row whose squares sum to x_sq
+    if SCALED:
+        g = _rms_scaled(g, x_sq, K, eps, dtype).to(dtype).to(tl.float32)
+        u = _rms_scaled(u, x_sq, K, eps, dtype).to(dtype).to(tl.float32)
+    else:
+        g = g.to(dtype).to(tl.float32)
+        u = u.to(dtype).to(tl.float32)
+    silu = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
+    return (silu * u).to(dtype)
 
 
 @triton.jit
