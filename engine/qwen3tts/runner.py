@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 import torch
@@ -105,10 +104,7 @@ class ModelRunner:
         # docs/benchmarks/h200-step-profile), PyTorch's ops elsewhere (unless depth=fused or persistent brought the
         # kernel's own)
         if c.draw == "kernel" or (c.draw == "auto" and self.ops.uses_triton):
-            draw = DepthOps.for_triton(self.ops.uses_triton).draw
-            # with PDL the pass after a draw starts loading its weights while the rows draw (the draw would
-            # otherwise be the one launch a depth pass that the next kernel waits out whole)
-            self.model.draw = partial(draw, pdl=self.pdl) if self.pdl else draw
+            self.model.draw = DepthOps.for_triton(self.ops.uses_triton).draw
         elif c.draw == "torch":
             self.model.draw = None
         # Two frame buffers: with the loop pipelined, one step is read while the next is in flight.

@@ -375,11 +375,6 @@ def test_each_path_takes_its_launches_off_a_decode_step(tiny_ckpt: Callable[[str
     assert small["triton:gemv_swiglu"] == layers + 15 * depth_layers and "triton:swiglu" not in small, small
     assert total["small gemm"] - total["normed heads"] == 15, total
     assert normed["triton:add_rms_norm"] == 1, normed  # the Talker's final norm (its head and the predictor's input)
-    # codebook 0's rules (the seen rows' gather, the casts, penalty, EOS block, suppression), its seen mark and its
-    # embedding row in its draw's launch: 17 launches fewer, the draws as many
-    drawn = counts["codebook 0 drawn"]
-    assert total["normed heads"] - total["codebook 0 drawn"] == 17, total
-    assert drawn["triton:sample_draw"] == 16 and drawn["aten.embedding"] == 2 and "aten.masked_fill" not in drawn
 
 
 @pytest.mark.parametrize("kind", ["cv17", "cv06"])

@@ -17,8 +17,7 @@ folded into the projections (`fold_norms`, the engine's default: 819 launches a 
 each layer's attention inputs and attention in one launch on top (`fuse_attention`: 721), and with each depth
 pass's input written by the draw before it (kernels/sample_draw.py's table: 707). On a Hopper GPU the projections
 take kernels/gemv.py (`small gemm`: gate|up and SwiGLU one launch, 604), and there the predictor's heads normalize
-as they project (`normed heads`: 589), and codebook 0's draw applies its rules, marks its id seen and writes its
-embedding row in its one launch (`codebook 0 drawn`, the engine's default there: 572).
+as they project (`normed heads`, the engine's default there: 589).
 """
 
 from __future__ import annotations
@@ -73,8 +72,8 @@ class LaunchCounter(TorchDispatchMode):
 
 def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_projection: bool = True,
                   cast_logits: bool = False, persistent: bool = False, fold_norms: bool = False,
-                  fuse_attention: bool = False, draw_gathers: bool = False, zero_rules: bool = False,
-                  few_rows: bool = False, normed_heads: bool = True) -> Counter[str]:
+                  fuse_attention: bool = False, draw_gathers: bool = False, few_rows: bool = False,
+                  normed_heads: bool = True) -> Counter[str]:
     """The launches of one decode step at `rows` rows (the module docstring), with the step's other kernels as one
     launch each: swiglu_kernel False takes PyTorch's SiLU and product, fold_projection False the depth loop's
     lookup + input projection, cast_logits True the heads' `.float()` before each draw (as a step that records
@@ -82,8 +81,7 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
     and the fused head, kernels/cp_linear.py), fold_norms True the stacks with their layer norms folded
     (fused_stack.py; this folds `talker`'s weights in place, which changes no count), fuse_attention True each
     layer's attention inputs and attention in one launch where a call has one token a slot (kernels/cp_attend.py),
-    draw_gathers True each depth pass's input written by the draw before it (no lookup launch), zero_rules True
-    codebook 0's rules, seen mark and embedding row in its draw's launch too, few_rows True the
+    draw_gathers True each depth pass's input written by the draw before it (no lookup launch), few_rows True the
     projections through small_gemm's FewRows as `small_gemm = gemv_all` routes them on a Hopper GPU (kernels/gemv.py,
     gate|up with SwiGLU in one launch), there with normed_heads the predictor's heads normalizing as they project
     (no final-norm launch a pass)."""
@@ -122,7 +120,6 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
     model.heads_normed = model.heads_normed and normed_heads
     model.draw = counter.kernel("sample_draw", sample_draw_ref)
     model.draw_gathers = draw_gathers
-    model.draw_zero_rules = zero_rules
     state = _slot_state(talker, rows, rope_tables, NUM_PARAMS)
     state.params[:, TEMPERATURE], state.params[:, TOP_K] = 0.9, 50.0
     slots = torch.arange(1, rows + 1)
@@ -194,8 +191,6 @@ VARIANTS = {  # name -> step_launches options: the step as it was, then with eac
                        fuse_attention=True, draw_gathers=True, few_rows=True, normed_heads=False),
     "normed heads": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
                          fuse_attention=True, draw_gathers=True, few_rows=True),
-    "codebook 0 drawn": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
-                             fuse_attention=True, draw_gathers=True, few_rows=True, zero_rules=True),
 }
 
 
