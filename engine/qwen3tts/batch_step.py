@@ -83,6 +83,19 @@ def joined_tables(talker: Talker) -> tuple[torch.Tensor, torch.Tensor]:
     return joined, torch.tensor(starts[:-1], device=joined.device)
 
 
+def projected_text(talker: Talker, chunk: int = 16384) -> torch.Tensor:
+    """T(id) for every text id: the text projection (an MLP of two GEMMs) run once over the whole text table, in
+    pieces of `chunk` rows, through the module itself (the model dtype's roundings), so that a decode step's text row
+    is one lookup instead of a lookup and the MLP's three launches. The 1.7B's 151,936 ids x 2,048: 594 MiB in
+    bf16, once per model (the 0.6B's x 1,024: 297 MiB)."""
+    weight = talker.model.text_embedding.weight
+    out = torch.empty((weight.shape[0], talker.cfg.layers.hidden_size), dtype=weight.dtype, device=weight.device)
+    with torch.no_grad():
+        for start in range(0, weight.shape[0], chunk):
+            out[start: start + chunk] = talker.text_projection(weight[start: start + chunk])
+    return out
+
+
 class StepModel:
     """The Talker and its code predictor as the batched step runs them: both stacks fused (fused_stack.py, the
     predictor's weights stacked), the depth loop's passes 1..14 in five launches a layer when given `depth` kernels
@@ -104,6 +117,9 @@ class StepModel:
         # every codebook's draw in one launch (kernels/sample_draw.py) where no row needs top-p; None: PyTorch's ops
         self.draw: Callable[..., torch.Tensor] | None = depth.draw if depth is not None else None
         self.draw_gathers = True  # the draw also writes each next depth pass's input (kernels/sample_draw.py's table)
+        # a step's ring entries and next inputs in one launch (kernels/frame_epilogue.py); None: PyTorch's ops
+        self.epilogue: Callable[..., None] | None = None
+        self.text_table: torch.Tensor | None = None  # projected_text(talker) where the runner keeps one, else None
         self.predictor = talker.code_predictor
         self.talker_stack = FusedStack(talker.model, ops, talker_linear, fold_norms=fold_norms)
         self.predictor_stack = FusedStack(self.predictor.model, ops, predictor_linear, stacked=True,
@@ -168,14 +184,15 @@ class StepModel:
     def depth_loop(self, hidden: torch.Tensor, c0_embed: torch.Tensor,
                    pick: Callable[[torch.Tensor], torch.Tensor], float_logits: bool = True,
                    pick_into: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-                   ) -> torch.Tensor:
+                   lead: torch.Tensor | None = None) -> torch.Tensor:
         """CodePredictor.predict for R rows at once: codes 1..15 [R, Q-1]. Pass 0 runs proj(h) and proj(C(c0)) at
         positions 0 and 1, pass k the previous code's embedding at position k+1; the keys and values live in a
         small per-step store [R, Hkv, Q, D] per layer (each row is its own "slot"). `pick` gets fp32 logits, or
         with float_logits=False the stack's head output as it is (the model dtype: the draw kernel widens it as it
         reads, so no cast is launched; the fused loop's heads are fp32 either way). pick_into (logits, table, out):
         `pick` that also writes table[ids] into out, in the draw's own launch (kernels/sample_draw.py): with the
-        folded depth tables, the next pass's input then needs no lookup launch (14 a step)."""
+        folded depth tables, the next pass's input then needs no lookup launch (14 a step). lead [R]: codebook 0's
+        ids, stacked before the rest (the whole frame [R, Q] in the one stack launch)."""
         pred, cfg, lin = self.predictor, self.predictor.cfg, self.predictor_linear
         r = hidden.shape[0]
         stack = self.predictor_stack
@@ -218,7 +235,7 @@ class StepModel:
                                         one_per_slot=True, normed=not normed)
                 else:  # `out` is now the residual stream, not normalized
                     out = deep.layers(x, store, rows, pos, self.depth_cos, self.depth_sin)
-        return torch.stack(codes, dim=-1)
+        return torch.stack(codes if lead is None else [lead, *codes], dim=-1)
 
 
 def embed_rows(talker: Talker, text: torch.Tensor, codec: torch.Tensor, x_vector: torch.Tensor) -> torch.Tensor:
@@ -306,9 +323,19 @@ def sample_frames(model: StepModel, state: SlotState, hidden: torch.Tensor, rows
     # the draw kernel reads the heads' model-dtype logits itself; the recording (tests) keeps them fp32
     # the draw writes each next pass's input itself, except where forced ids (tests) replace what it drew
     gathers = draw is not None and model.draw_gathers and (rows.forced is None or rows.force is None)
-    rest = model.depth_loop(hidden, talker.codec_embed(c0), pick, float_logits=draw is None or logits_out is not None,
-                            pick_into=pick if gathers else None)
-    frames = torch.cat([c0[:, None], rest], dim=1)
-    state.ring[slots, rows.frame_index % state.ring.shape[1]] = frames
-    state.next_input.index_copy_(0, slots, model.frame_embed(frames) + talker.text_embed(rows.text))
+    frames = model.depth_loop(hidden, talker.codec_embed(c0), pick,
+                              float_logits=draw is None or logits_out is not None, pick_into=pick if gathers else None,
+                              lead=None if model.epilogue is None else c0)
+    if model.epilogue is None:
+        frames = torch.cat([c0[:, None], frames], dim=1)
+        text = talker.text_embed(rows.text) if model.text_table is None else F.embedding(rows.text, model.text_table)
+        state.ring[slots, rows.frame_index % state.ring.shape[1]] = frames
+        state.next_input.index_copy_(0, slots, model.frame_embed(frames) + text)
+    elif model.text_table is not None:
+        model.epilogue(frames, model.frame_table, model.frame_offsets, model.text_table, rows.text, slots,
+                       rows.frame_index, state.ring, state.next_input)
+    else:  # this step's text rows projected, then looked up by their row number
+        model.epilogue(frames, model.frame_table, model.frame_offsets, talker.text_embed(rows.text),
+                       model.constant(f"rows{len(slots)}", lambda dev: torch.arange(len(slots), device=dev)), slots,
+                       rows.frame_index, state.ring, state.next_input)
     return frames

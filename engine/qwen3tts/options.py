@@ -45,6 +45,13 @@ class Qwen3TTSOptions(EngineConfig):
     draw: str = option("auto", "each codebook's draw: kernel (one launch a codebook, kernels/sample_draw.py; rows "
                                "needing top-p keep PyTorch's ops) | torch | auto (the kernel where the step runs "
                                "Triton)")
+    epilogue: str = option("auto", "a step's last writes (each row's ring entry and its stream's next Talker "
+                                   "input): kernel (one launch, kernels/frame_epilogue.py) | torch (ten launches) | "
+                                   "auto (the kernel where the step runs Triton)")
+    text_table: str = option("auto", "the trailing text's Talker input: table (every text id projected once at "
+                                     "load, a step looks its rows up: the projection MLP's three launches fewer; "
+                                     "1.7B: 594 MiB of GPU memory) | mlp (projected every step) | auto (table on "
+                                     "CUDA)")
     small_gemm: str = option("auto", "projections of <= 16 rows: auto (default: gemv_all on a Hopper GPU where the "
                                      "step runs Triton, cublas elsewhere) | cublas (F.linear) | gemv (the code "
                                      "predictor's through kernels/gemv.py, a whole weight tile a program) | gemv_all "
@@ -173,7 +180,8 @@ class Qwen3TTSOptions(EngineConfig):
         return dict(row_buckets=self.rows, prefill_buckets=self.prefill_buckets, max_prefills=self.max_prefills,
                     max_slots=self.slots, max_positions=self.max_positions,
                     kv_memory_fraction=self.kv_memory_fraction, enforce_eager=self.enforce_eager,
-                    attention=self.attention, depth=self.depth, draw=self.draw, small_gemm=self.small_gemm,
+                    attention=self.attention, depth=self.depth, draw=self.draw, epilogue=self.epilogue,
+                    text_table=self.text_table, small_gemm=self.small_gemm,
                     gemv_rows=self.gemv_rows, gemv_talker_rows=self.gemv_talker_rows, gemv_split=self.gemv_split,
                     gemv_swiglu=self.gemv_swiglu, pdl=self.pdl, fold_norms=self.fold_norms,
                     fuse_attention=self.fuse_attention,

@@ -14,6 +14,7 @@ On the CPU (tests, CI) the same buckets run eagerly (GraphSet's enforce_eager).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from ..graphs import GraphSet, smallest_bucket
 from ..request import Request
 from ..scheduler import StepPlan
 from ..slot_pool import SlotPool, SlotSpec
-from .batch_step import SampledRows, SlotState, StepModel, embed_rows, sample_frames
+from .batch_step import SampledRows, SlotState, StepModel, embed_rows, projected_text, sample_frames
 from .chunk_decoder import ChunkDecoder
 from .depth_fused import DepthOps
 from .fused_stack import DecoderOps
@@ -80,6 +81,9 @@ class ModelRunner:
         self.num_codes = self.cfg.talker.num_code_groups
         kv_layout = {"kv": SlotSpec((lc.num_hidden_layers, 2, lc.num_key_value_heads, c.max_positions, lc.head_dim),
                                     self.dtype)}
+        # the trailing text's rows projected once, before the slots take their share of the free memory
+        table = c.text_table == "table" or (c.text_table == "auto" and self.device.type == "cuda")
+        text_table = projected_text(talker) if table else None
         codec_cls = self._codec_class()
         n = num_slots or self._slots_for_budget(kv_layout, codec_cls)
         self.kv = SlotPool(kv_layout, n, self.device, zero_on_allocate=False)
@@ -107,6 +111,13 @@ class ModelRunner:
             self.model.draw = DepthOps.for_triton(self.ops.uses_triton).draw
         elif c.draw == "torch":
             self.model.draw = None
+        if c.epilogue == "kernel" or (c.epilogue == "auto" and self.ops.uses_triton):
+            from ...kernels.frame_epilogue import frame_epilogue, frame_epilogue_ref
+
+            # the reference's ops where the step runs none of Triton's (as the draw's `kernel` there)
+            kernel = functools.partial(frame_epilogue, pdl=self.pdl) if self.pdl else frame_epilogue
+            self.model.epilogue = kernel if self.ops.uses_triton else frame_epilogue_ref
+        self.model.text_table = text_table
         # Two frame buffers: with the loop pipelined, one step is read while the next is in flight.
         self._frames_host = [HostCopy((c.max_rows + c.max_prefills, self.num_codes), torch.int64, self.device)
                              for _ in range(2)]

@@ -48,6 +48,8 @@ class RunnerConfig:
     # not measured yet). "layers" stays the default until the H200 says otherwise.
     depth: str = DEFAULTS.depth
     draw: str = DEFAULTS.draw  # each codebook's draw: kernel (one launch) | torch | auto (kernel where Triton runs)
+    epilogue: str = DEFAULTS.epilogue  # ring entry and next input: kernel (one launch) | torch | auto (kernel: Triton)
+    text_table: str = DEFAULTS.text_table  # trailing text rows: table (projected at load) | mlp | auto (table: CUDA)
     # projections of <= 16 rows: cublas | gemv (the predictor's, kernels/gemv.py) | gemv_all (the Talker's too)
     small_gemm: str = DEFAULTS.small_gemm
     gemv_rows: int = DEFAULTS.gemv_rows  # small_gemm's kernel takes projections of at most this many rows
@@ -74,6 +76,10 @@ class RunnerConfig:
             raise ValueError("depth must be layers, fused or persistent")
         if self.draw not in ("auto", "kernel", "torch"):
             raise ValueError("draw must be auto, kernel or torch")
+        if self.epilogue not in ("auto", "kernel", "torch"):
+            raise ValueError("epilogue must be auto, kernel or torch")
+        if self.text_table not in ("auto", "table", "mlp"):
+            raise ValueError("text_table must be auto, table or mlp")
         if self.small_gemm not in SMALL_GEMM:
             raise ValueError(f"small_gemm must be one of {', '.join(SMALL_GEMM)}")
         if not 1 <= self.gemv_rows <= 16 or not 1 <= self.gemv_talker_rows <= 16:

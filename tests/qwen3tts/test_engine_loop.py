@@ -39,21 +39,25 @@ def _streams(n: int, seed: int) -> list[Stream]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options", [{}, {"codec_buckets": ((1, 4), (4, 4), (16, 4)), "draw": "kernel"},
+@pytest.mark.parametrize("options", [{}, {"codec_buckets": ((1, 4), (4, 4), (16, 4)), "draw": "kernel",
+                                          "epilogue": "kernel", "text_table": "table"},
                                      {"depth": "fused"}, {"depth": "persistent"}],
                          ids=["mixed-widths", "pieces-of-4-draw-kernel", "fused-depth", "persistent-depth"])
 def test_free_running_greedy_codes_equal_each_stream_alone(tts: Qwen3TTS, options: dict[str, Any]) -> None:
     """Pieces of 4: chunks of 8 and 16 frames are decoded over several calls and handed over whole, with every
     codebook's pick through kernels/sample_draw.py's reference on the layers' depth loop (what draw=auto takes on
-    CUDA). Fused depth: the depth loop's passes 1..14 on the fused kernels' references (depth_fused.py); persistent
-    depth: on the persistent pass's reference (kernels/depth_pass.py) at every bucket (all <= 16 rows here; the
-    kernel itself, one phase a launch, runs the depth loop in test_depth_kernels.py)."""
+    CUDA), and each step's ring entries and next inputs through kernels/frame_epilogue.py's reference with the text
+    rows from the projected table (what epilogue=auto and text_table=auto take on CUDA). Fused depth: the depth
+    loop's passes 1..14 on the fused kernels' references (depth_fused.py); persistent depth: on the persistent
+    pass's reference (kernels/depth_pass.py) at every bucket (all <= 16 rows here; the kernel itself, one phase a
+    launch, runs the depth loop in test_depth_kernels.py)."""
     streams = _streams(13, seed=1)
     streams[4].cancel_step = streams[4].join_step + 5  # cancelled mid-stream: the others must not notice
     runner = make_runner(tts, **options)
     assert (runner.model.draw is not None) == (options.get("draw") == "kernel"
                                                or options.get("depth") in ("fused", "persistent"))
     assert (runner.model.persistent_depth is not None) == (options.get("depth") == "persistent")
+    assert (runner.model.epilogue is not None) == (runner.model.text_table is not None) == ("epilogue" in options)
     recorder = drive(tts, runner, streams)
     assert max(recorder.rows_per_step) >= 8, recorder.rows_per_step  # streams really shared steps
     for s in streams:

@@ -17,7 +17,9 @@ folded into the projections (`fold_norms`, the engine's default: 819 launches a 
 each layer's attention inputs and attention in one launch on top (`fuse_attention`: 721), and with each depth
 pass's input written by the draw before it (kernels/sample_draw.py's table: 707). On a Hopper GPU the projections
 take kernels/gemv.py (`small gemm`: gate|up and SwiGLU one launch, 604), and there the predictor's heads normalize
-as they project (`normed heads`, the engine's default there: 589).
+as they project (`normed heads`: 589); a step's ring entries and next inputs take one launch (`frame epilogue`,
+kernels/frame_epilogue.py: 582), and the text rows come from the table projected at load (`text table`, the
+engine's default there: 578).
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ class LaunchCounter(TorchDispatchMode):
 def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_projection: bool = True,
                   cast_logits: bool = False, persistent: bool = False, fold_norms: bool = False,
                   fuse_attention: bool = False, draw_gathers: bool = False, few_rows: bool = False,
-                  normed_heads: bool = True) -> Counter[str]:
+                  normed_heads: bool = True, epilogue: bool = False, text_table: bool = False) -> Counter[str]:
     """The launches of one decode step at `rows` rows (the module docstring), with the step's other kernels as one
     launch each: swiglu_kernel False takes PyTorch's SiLU and product, fold_projection False the depth loop's
     lookup + input projection, cast_logits True the heads' `.float()` before each draw (as a step that records
@@ -84,8 +86,15 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
     draw_gathers True each depth pass's input written by the draw before it (no lookup launch), few_rows True the
     projections through small_gemm's FewRows as `small_gemm = gemv_all` routes them on a Hopper GPU (kernels/gemv.py,
     gate|up with SwiGLU in one launch), there with normed_heads the predictor's heads normalizing as they project
-    (no final-norm launch a pass)."""
-    from voxgate.engine.qwen3tts.batch_step import SampledRows, SamplingFeatures, StepModel, sample_frames
+    (no final-norm launch a pass); epilogue True the ring entry and next input in one launch
+    (kernels/frame_epilogue.py), text_table True the text rows looked up from the projected table."""
+    from voxgate.engine.qwen3tts.batch_step import (
+        SampledRows,
+        SamplingFeatures,
+        StepModel,
+        projected_text,
+        sample_frames,
+    )
     from voxgate.engine.qwen3tts.depth_fused import DepthOps
     from voxgate.engine.qwen3tts.fused_stack import DecoderOps
     from voxgate.engine.qwen3tts.model.layers import rope_tables
@@ -120,6 +129,11 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
     model.heads_normed = model.heads_normed and normed_heads
     model.draw = counter.kernel("sample_draw", sample_draw_ref)
     model.draw_gathers = draw_gathers
+    if epilogue:
+        from voxgate.kernels.frame_epilogue import frame_epilogue_ref
+
+        model.epilogue = counter.kernel("frame_epilogue", frame_epilogue_ref)
+    model.text_table = projected_text(talker) if text_table else None
     state = _slot_state(talker, rows, rope_tables, NUM_PARAMS)
     state.params[:, TEMPERATURE], state.params[:, TOP_K] = 0.9, 50.0
     slots = torch.arange(1, rows + 1)
@@ -191,6 +205,10 @@ VARIANTS = {  # name -> step_launches options: the step as it was, then with eac
                        fuse_attention=True, draw_gathers=True, few_rows=True, normed_heads=False),
     "normed heads": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
                          fuse_attention=True, draw_gathers=True, few_rows=True),
+    "frame epilogue": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
+                           fuse_attention=True, draw_gathers=True, few_rows=True, epilogue=True),
+    "text table": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
+                       fuse_attention=True, draw_gathers=True, few_rows=True, epilogue=True, text_table=True),
 }
 
 
