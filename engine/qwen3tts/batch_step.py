@@ -120,6 +120,7 @@ class StepModel:
         # a step's ring entries and next inputs in one launch (kernels/frame_epilogue.py); None: PyTorch's ops
         self.epilogue: Callable[..., None] | None = None
         self.text_table: torch.Tensor | None = None  # projected_text(talker) where the runner keeps one, else None
+        self.draw_zero_rules = True  # codebook 0's draw applies its rules and marks its id seen (ZeroRules) as well
         self.predictor = talker.code_predictor
         self.talker_stack = FusedStack(talker.model, ops, talker_linear, fold_norms=fold_norms)
         self.predictor_stack = FusedStack(self.predictor.model, ops, predictor_linear, stacked=True,
@@ -292,13 +293,18 @@ def sample_frames(model: StepModel, state: SlotState, hidden: torch.Tensor, rows
     [N, V'] each."""
     talker, slots = model.talker, rows.slots
     p = state.params[slots]  # [N, NUM_PARAMS]
-    logits = model.talker_linear(hidden, talker.codec_head.weight).float()
-    logits = codebook_zero_rules(logits, state.seen[slots], p[:, PENALTY], rows.frame_index, p[:, MIN_NEW], eos_id,
-                                 suppress)
-    code_k = 0
     draw = model.draw if features.sampling and not features.top_p else None
+    # the draw writes each next pass's input itself, except where forced ids (tests) replace what it drew; for
+    # codebook 0 it also applies the rules to the head's logits and marks the id seen (no recording: tests)
+    gathers = draw is not None and model.draw_gathers and (rows.forced is None or rows.force is None)
+    fused_zero = gathers and model.draw_zero_rules and logits_out is None
+    logits = model.talker_linear(hidden, talker.codec_head.weight)
+    if not fused_zero:
+        logits = codebook_zero_rules(logits.float(), state.seen[slots], p[:, PENALTY], rows.frame_index,
+                                     p[:, MIN_NEW], eos_id, suppress)
+    code_k = 0
     if draw is not None:  # Exp(1) noise for the step's 16 draws: two launches instead of one per draw
-        noise = [torch.empty_like(logits).exponential_(),
+        noise = [torch.empty(logits.shape, device=logits.device).exponential_(),
                  *torch.empty((model.num_codes - 1, *logits.shape[:1], model.predictor.cfg.vocab_size),
                               device=logits.device).exponential_()]
 
@@ -318,12 +324,21 @@ def sample_frames(model: StepModel, state: SlotState, hidden: torch.Tensor, rows
         code_k += 1
         return ids
 
-    c0 = pick(logits)
-    state.seen.index_put_((slots, c0), torch.ones_like(c0, dtype=torch.bool))
+    if fused_zero:
+        from ...kernels.sample_draw import ZeroRules
+
+        table = talker.model.codec_embedding.weight
+        c0_embed = torch.empty((len(slots), table.shape[1]), dtype=table.dtype, device=table.device)
+        rules = ZeroRules(state.seen, slots, rows.frame_index, PENALTY, MIN_NEW, eos_id, suppress)
+        c0 = draw(logits, noise[0], p, (TEMPERATURE, TOP_K, DO_SAMPLE), features.candidates, table=table,
+                  rows_out=c0_embed, rules=rules)  # rules, draw, seen mark and C(c0) in one launch
+        code_k = 1
+    else:
+        c0 = pick(logits)
+        state.seen.index_put_((slots, c0), torch.ones_like(c0, dtype=torch.bool))
+        c0_embed = talker.codec_embed(c0)
     # the draw kernel reads the heads' model-dtype logits itself; the recording (tests) keeps them fp32
-    # the draw writes each next pass's input itself, except where forced ids (tests) replace what it drew
-    gathers = draw is not None and model.draw_gathers and (rows.forced is None or rows.force is None)
-    frames = model.depth_loop(hidden, talker.codec_embed(c0), pick,
+    frames = model.depth_loop(hidden, c0_embed, pick,
                               float_logits=draw is None or logits_out is not None, pick_into=pick if gathers else None,
                               lead=None if model.epilogue is None else c0)
     if model.epilogue is None:

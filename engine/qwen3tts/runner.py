@@ -18,6 +18,7 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
@@ -108,7 +109,10 @@ class ModelRunner:
         # docs/benchmarks/h200-step-profile), PyTorch's ops elsewhere (unless depth=fused or persistent brought the
         # kernel's own)
         if c.draw == "kernel" or (c.draw == "auto" and self.ops.uses_triton):
-            self.model.draw = DepthOps.for_triton(self.ops.uses_triton).draw
+            draw = DepthOps.for_triton(self.ops.uses_triton).draw
+            # with PDL the pass after a draw starts loading its weights while the rows draw (the draw would
+            # otherwise be the one launch a depth pass that the next kernel waits out whole)
+            self.model.draw = partial(draw, pdl=self.pdl) if self.pdl else draw
         elif c.draw == "torch":
             self.model.draw = None
         if c.epilogue == "kernel" or (c.epilogue == "auto" and self.ops.uses_triton):

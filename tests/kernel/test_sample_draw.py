@@ -153,3 +153,60 @@ def test_the_draw_writes_the_drawn_ids_table_rows(draw: ModuleType, rows: int, d
     assert torch.equal(want, rows_out)
     with pytest.raises(AssertionError, match="together"):
         draw.sample_draw(logits, noise, params, cols, 64, table=table)
+
+
+@pytest.mark.parametrize("rows", [1, 6])
+def test_the_draw_applies_codebook_zeros_rules_and_marks_the_id_seen(draw: ModuleType, rows: int) -> None:
+    """With ZeroRules (codebook 0: the repetition penalty over each row's seen ids, EOS blocked below min_new
+    frames, suppressed ids), the kernel draws what the engine's codebook_zero_rules then the plain draw give, takes
+    16-bit logits as they are, writes the drawn ids' table rows, and marks each drawn id seen in its slot's row
+    (the other slots untouched); the reference does the same."""
+    from voxgate.engine.qwen3tts.model.sampling import codebook_zero_rules
+
+    vocab, slots_total, eos = 300, 9, 7
+    logits, noise, params, cols = _draw_inputs(rows, vocab)
+    logits = logits.to(torch.bfloat16)
+    params = torch.cat([params, torch.rand(rows, 2, device=DEVICE) * 2 + 0.5], dim=1)  # penalty, min_new columns
+    params[:, 6] = torch.tensor([0.5, 30.0] * 3, device=DEVICE)[:rows]  # min_new: some rows still block EOS
+    logits[:, eos] = 50.0  # EOS would win wherever it is not blocked
+    seen = torch.rand(slots_total, vocab, device=DEVICE) < 0.3
+    slots = torch.randperm(slots_total, device=DEVICE)[:rows]
+    frames = torch.randint(0, 20, (rows,), device=DEVICE)
+    suppress = torch.zeros(vocab, dtype=torch.bool, device=DEVICE)
+    suppress[vocab - 40:] = True
+    rules = draw.ZeroRules(seen.clone(), slots, frames, 5, 6, eos, suppress)
+    table = torch.randn(vocab, 48, device=DEVICE).to(torch.bfloat16)
+    rows_out = torch.empty(rows, 48, device=DEVICE).to(torch.bfloat16)
+    got = draw.sample_draw(logits, noise, params, cols, 64, table=table, rows_out=rows_out, rules=rules)
+    ruled = codebook_zero_rules(logits.float(), seen[slots], params[:, 5], frames, params[:, 6], eos, suppress)
+    assert torch.equal(got, draw.sample_draw_ref(ruled, noise, params, cols, 64))
+    assert torch.equal(rows_out, table[got]) and not suppress[got].any()
+    want_seen = seen.clone()
+    want_seen[slots, got] = True
+    assert torch.equal(rules.seen, want_seen)
+    ref_rules = draw.ZeroRules(seen.clone(), slots, frames, 5, 6, eos, suppress)
+    assert torch.equal(draw.sample_draw_ref(logits, noise, params, cols, 64, rules=ref_rules), got)
+    assert torch.equal(ref_rules.seen, want_seen)
+
+
+@pytest.mark.parametrize("rules", [False, True], ids=["depth", "codebook-0"])
+def test_with_pdl_the_draw_reads_nothing_before_its_wait(rules: bool) -> None:
+    """sm_90 output (compiled here, no GPU needed) with PDL: the next kernel is released and the kernel ahead
+    waited for before the first global load (logits, noise, parameters, seen rows, the table are all written by
+    earlier kernels of the step); without PDL no grid dependency control at all."""
+    from triton_mode import compiled_copy, hopper_compile
+
+    d = compiled_copy("sample_draw")
+    desc = {"logits_ptr": "*bf16", "noise_ptr": "*fp32", "params_ptr": "*fp32", "out_ptr": "*i64",
+            "table_ptr": "*bf16", "rows_ptr": "*bf16", "seen_ptr": "*i1", "slots_ptr": "*i64", "frames_ptr": "*i64",
+            "suppress_ptr": "*i1"}
+    for pdl in (0, 1):
+        consts = dict(BLOCK_V=2048, WAYS=4, STEPS=16, GATHER=True, BLOCK_H=1024, RULES=rules, PDL=pdl)
+        lines = hopper_compile(d._sample_draw_kernel, consts, desc=desc, warps=4, stages=1).asm["ptx"].splitlines()
+        loads = [i for i, line in enumerate(lines) if "ld.global" in line]
+        if not pdl:
+            assert not any("griddepcontrol" in line for line in lines)
+            continue
+        wait = next(i for i, line in enumerate(lines) if "griddepcontrol.wait" in line)
+        release = next(i for i, line in enumerate(lines) if "griddepcontrol.launch_dependents" in line)
+        assert release < wait < min(loads), (release, wait, min(loads))

@@ -387,6 +387,11 @@ def test_each_path_takes_its_launches_off_a_decode_step(tiny_ckpt: Callable[[str
     assert epilogue["aten.addmm"] == 2 and epilogue["aten.silu"] == 1, epilogue
     assert "aten.addmm" not in table and "aten.silu" not in table, table
     assert epilogue["aten.embedding"] - table["aten.embedding"] == 1, table
+    # codebook 0's rules (the seen rows' gather, the casts, penalty, EOS block, suppression), its seen mark and its
+    # embedding row in its draw's launch: 17 launches fewer, the draws as many
+    drawn = counts["codebook 0 drawn"]
+    assert total["text table"] - total["codebook 0 drawn"] == 17, total
+    assert drawn["triton:sample_draw"] == 16 and drawn["aten.embedding"] == 0 and "aten.masked_fill" not in drawn
 
 
 @pytest.mark.parametrize("kind", ["cv17", "cv06"])

@@ -19,7 +19,8 @@ pass's input written by the draw before it (kernels/sample_draw.py's table: 707)
 take kernels/gemv.py (`small gemm`: gate|up and SwiGLU one launch, 604), and there the predictor's heads normalize
 as they project (`normed heads`: 589); a step's ring entries and next inputs take one launch (`frame epilogue`,
 kernels/frame_epilogue.py: 582), and the text rows come from the table projected at load (`text table`, the
-engine's default there: 578).
+578), and codebook 0's draw applies its rules, marks its id seen and writes its
+embedding row in its one launch (`codebook 0 drawn`, the engine's default there: 561).
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ class LaunchCounter(TorchDispatchMode):
 
 def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_projection: bool = True,
                   cast_logits: bool = False, persistent: bool = False, fold_norms: bool = False,
-                  fuse_attention: bool = False, draw_gathers: bool = False, few_rows: bool = False,
-                  normed_heads: bool = True, epilogue: bool = False, text_table: bool = False) -> Counter[str]:
+                  fuse_attention: bool = False, draw_gathers: bool = False, zero_rules: bool = False,
+                  few_rows: bool = False, normed_heads: bool = True, epilogue: bool = False,
+                  text_table: bool = False) -> Counter[str]:
     """The launches of one decode step at `rows` rows (the module docstring), with the step's other kernels as one
     launch each: swiglu_kernel False takes PyTorch's SiLU and product, fold_projection False the depth loop's
     lookup + input projection, cast_logits True the heads' `.float()` before each draw (as a step that records
@@ -83,7 +85,8 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
     and the fused head, kernels/cp_linear.py), fold_norms True the stacks with their layer norms folded
     (fused_stack.py; this folds `talker`'s weights in place, which changes no count), fuse_attention True each
     layer's attention inputs and attention in one launch where a call has one token a slot (kernels/cp_attend.py),
-    draw_gathers True each depth pass's input written by the draw before it (no lookup launch), few_rows True the
+    draw_gathers True each depth pass's input written by the draw before it (no lookup launch), zero_rules True
+    codebook 0's rules, seen mark and embedding row in its draw's launch too, few_rows True the
     projections through small_gemm's FewRows as `small_gemm = gemv_all` routes them on a Hopper GPU (kernels/gemv.py,
     gate|up with SwiGLU in one launch), there with normed_heads the predictor's heads normalizing as they project
     (no final-norm launch a pass); epilogue True the ring entry and next input in one launch
@@ -134,6 +137,7 @@ def step_launches(talker: Any, rows: int = 1, swiglu_kernel: bool = True, fold_p
 
         model.epilogue = counter.kernel("frame_epilogue", frame_epilogue_ref)
     model.text_table = projected_text(talker) if text_table else None
+    model.draw_zero_rules = zero_rules
     state = _slot_state(talker, rows, rope_tables, NUM_PARAMS)
     state.params[:, TEMPERATURE], state.params[:, TOP_K] = 0.9, 50.0
     slots = torch.arange(1, rows + 1)
@@ -209,6 +213,9 @@ VARIANTS = {  # name -> step_launches options: the step as it was, then with eac
                            fuse_attention=True, draw_gathers=True, few_rows=True, epilogue=True),
     "text table": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
                        fuse_attention=True, draw_gathers=True, few_rows=True, epilogue=True, text_table=True),
+    "codebook 0 drawn": dict(swiglu_kernel=True, fold_projection=True, cast_logits=False, fold_norms=True,
+                             fuse_attention=True, draw_gathers=True, few_rows=True, zero_rules=True,
+                             epilogue=True, text_table=True),
 }
 
 
