@@ -73,9 +73,9 @@ class Qwen3TTSOptions(EngineConfig):
                                      "launch where the kernel takes the projection (default true; false: the "
                                      "projection, then kernels/swiglu.py)")
     pdl: str = option("auto", "programmatic dependent launch (Hopper) for the step's Triton kernels (the stacks' "
-                             "q/k norm, attention, SwiGLU and final norm, kernels/gemv.py's projections and the "
-                             "draws): each "
-                             "may start before the kernel ahead ends, a projection loading its weights first: on "
+                             "q/k norm, attention, SwiGLU and final norm, kernels/gemv.py's projections, the "
+                             "draws and the frame epilogue): each may start before the kernel ahead ends, a "
+                             "projection loading its weights first: on "
                              "(each lets the next start before it waits) | late (only once it has waited: one "
                              "kernel ahead) | off | auto (default: on where the GPU and Triton have it "
                              "and a probe launch with it runs at start)")
