@@ -244,6 +244,21 @@ def bench_sample_draw(dev: torch.device) -> tuple[Call, Call]:
     return lambda: sample_draw(*args), lambda: sample_draw_ref(*args)
 
 
+@entry("frame_epilogue")
+def bench_frame_epilogue(dev: torch.device) -> tuple[Call, Call]:
+    from .frame_epilogue import frame_epilogue, frame_epilogue_ref
+
+    rows, codes, width, slots = 8, 16, 2048, 64  # the 1.7B: 16 codebooks of 2,048 (the Talker's 3,072), H 2,048
+    table = _randn(dev, codes * 2048 + 1024, width)
+    offsets = torch.arange(codes, device=dev) * 2048
+    text_table = _randn(dev, 151936, width)
+    args = (torch.randint(0, 2048, (rows, codes), device=dev), table, offsets, text_table,
+            torch.randint(0, 151936, (rows,), device=dev), torch.randperm(slots, device=dev)[:rows],
+            torch.randint(0, 1000, (rows,), device=dev), torch.zeros(slots, 64, codes, dtype=torch.int64, device=dev),
+            _randn(dev, slots, width))
+    return lambda: frame_epilogue(*args), lambda: frame_epilogue_ref(*args)
+
+
 @entry("ring_attention")
 def bench_ring_attention(dev: torch.device) -> tuple[Call, Call]:
     from .ring_attention import ring_attention, ring_attention_ref

@@ -194,8 +194,10 @@ def test_an_engine_with_small_gemm_gemv_makes_each_streams_codes(tiny_ckpt: Call
 
     from .loop_support import Stream, drive, make_runner, solo_codes
 
-    # the step's kernels, the draw's (draw=auto takes it where the step runs Triton) and those imported beside it
-    for name in ("add_rms_norm", "qk_norm_rope", "slot_attention", "swiglu", "cp_linear", "cp_attend", "sample_draw"):
+    # the step's kernels, the draw's and the frame epilogue's (auto takes them where the step runs Triton) and those
+    # imported beside them
+    for name in ("add_rms_norm", "qk_norm_rope", "slot_attention", "swiglu", "cp_linear", "cp_attend", "sample_draw",
+                 "frame_epilogue"):
         kernel_module(name)
     tts = Qwen3TTS.from_pretrained(tiny_ckpt("cv17"), dtype=torch.float32, device=DEVICE, progress=False)
     calls: list[int] = []
