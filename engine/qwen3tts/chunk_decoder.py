@@ -42,7 +42,6 @@ class ChunkDecoder:
         self._io: dict[Bucket, tuple[PackedBuffer, HostCopy]] = {}
         self._in_flight: tuple[Sequence[tuple[Request, int]], np.ndarray, torch.cuda.Event | None] | None = None
         self.after: torch.cuda.Event | None = None  # the last step read (its frames are in the ring); CUDA only
-        self.steps_stream: torch.cuda.Stream | None = None  # the steps' own stream, where not the current one
         self.timeline: GpuTimeline | None = None  # engine option gpu_timeline (engine/gpu_timeline.py)
         self.costs: dict[Bucket, float] = {}  # GPU ms of each captured call, timed at capture (CUDA graphs only)
         # In-context voices: the codec state after the reference frames, by the voice's reference codes (the same
@@ -113,7 +112,7 @@ class ChunkDecoder:
                 if self.after is not None:
                     self.stream.wait_event(self.after)
                 else:
-                    self.stream.wait_stream(self.steps_stream or torch.cuda.current_stream(self.device))
+                    self.stream.wait_stream(torch.cuda.current_stream(self.device))
             for r in clones:
                 self._warm(r)
             timeline = self.timeline if self.timeline is not None and self.timeline.active else None

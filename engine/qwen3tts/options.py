@@ -90,9 +90,6 @@ class Qwen3TTSOptions(EngineConfig):
                                         "kernels/cp_attend.py): one launch a layer fewer, 98 a 1.7B step. Default "
                                         "true: every step bucket 0.03-0.18 ms faster on an H100; false: two "
                                         "launches")
-    step_priority: str = option("normal", "the decode steps' CUDA stream: normal (the codec calls' priority) | "
-                                          "high (above the codec calls that run beside them and below an aligner at "
-                                          "aligner_priority = high: the steps' blocks start first)")
     codec: str = option("auto", "fused (Triton kernels, CUDA) | reference (plain PyTorch) | auto")
     text_min_tokens: int = option(4, "a stream whose text is still arriving starts after this many text tokens "
                                      "(default 4)")
@@ -188,7 +185,7 @@ class Qwen3TTSOptions(EngineConfig):
                     text_table=self.text_table, small_gemm=self.small_gemm,
                     gemv_rows=self.gemv_rows, gemv_talker_rows=self.gemv_talker_rows, gemv_split=self.gemv_split,
                     gemv_swiglu=self.gemv_swiglu, pdl=self.pdl, fold_norms=self.fold_norms,
-                    fuse_attention=self.fuse_attention, step_priority=self.step_priority,
+                    fuse_attention=self.fuse_attention,
                     codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets)
 
 

@@ -36,7 +36,7 @@ from .model.generate import Qwen3TTS
 from .model.layers import rope_tables
 from .model.prompt import PromptRows
 from .model.sampling import NUM_PARAMS
-from .runner_config import RING, STEP_PRIORITIES, RunnerConfig, text_id
+from .runner_config import RING, RunnerConfig, text_id
 from .slot_sizing import size_slots
 from .small_gemm import linears, resolve
 from .step_buffers import HostCopy, PackedBuffer
@@ -129,10 +129,6 @@ class ModelRunner:
         self.steps: GraphSet[tuple[int, int]] = GraphSet(self.device, c.enforce_eager)
         self.chunks = ChunkDecoder(self.codec, self.state.ring, c.codec_buckets, self.device, c.enforce_eager,
                                    c.progress)
-        # step_priority = high: the steps on a stream above the codec's (its calls run beside them on the GPU)
-        self.step_stream = torch.cuda.Stream(self.device, priority=STEP_PRIORITIES[c.step_priority]) \
-            if self.device.type == "cuda" and c.step_priority != "normal" else None
-        self.chunks.steps_stream = self.step_stream
         self._io: dict[tuple[int, int], _StepIO] = {}
         self.last_fill_s, self.last_bucket = 0.0, ""
         self.timeline: GpuTimeline | None = None  # engine option gpu_timeline: set with `watch`
@@ -185,8 +181,6 @@ class ModelRunner:
         self.chunks.capture()
         self.steps.capture(keys, self._make_step, size=lambda b: b[0] * 16 + b[1],
                            desc="decode-step graphs", progress=c.progress)
-        if self.step_stream is not None:  # the warm-ups' writes to the slot state land before the first step
-            torch.cuda.synchronize(self.device)
 
     # -- the step -------------------------------------------------------------------------------------------------
     def _make_step(self, key: tuple[int, int]) -> Callable[[], torch.Tensor]:
@@ -239,13 +233,7 @@ class ModelRunner:
     def launch(self, plan: StepPlan) -> Launched:
         """Fill the plan's inputs (one copy to the GPU), replay its bucket's step and queue the copy of its frames
         back; `finish` waits for them. Frame indices are the streams' launched counts, so a step may be launched
-        while the one before is still on the GPU. On the steps' own stream where `step_priority` asks for one."""
-        if self.step_stream is None:
-            return self._launch(plan)
-        with torch.cuda.stream(self.step_stream):
-            return self._launch(plan)
-
-    def _launch(self, plan: StepPlan) -> Launched:
+        while the one before is still on the GPU."""
         t0 = time.perf_counter()
         c = self.config
         num_rows, num_tokens = len(plan.decodes), plan.num_prefill_tokens

@@ -11,9 +11,6 @@ from .batch_step import SamplingFeatures
 from .options import DEFAULTS
 from .small_gemm import CHOICES as SMALL_GEMM
 
-# the steps' CUDA stream priority by name: lower is higher; 0 is every stream's default (the codec's), -1 the next
-# level up (an aligner at aligner_priority = high takes the device's highest, above it)
-STEP_PRIORITIES = {"normal": 0, "high": -1}
 RING = 64  # frames a stream may have made and not yet decoded (>= the widest codec piece)
 CODEC_ROWS = (1, 8, 16, 32, 64)  # rows of the captured codec calls (each at the codec width)
 
@@ -62,7 +59,6 @@ class RunnerConfig:
     pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | late | off | auto
     fold_norms: bool = DEFAULTS.fold_norms  # layer norms folded into the projections (fused_stack.py)
     fuse_attention: bool = DEFAULTS.fuse_attention  # one launch for q/k-norm, RoPE, KV write, attention (cp_attend.py)
-    step_priority: str = DEFAULTS.step_priority  # the steps' CUDA stream: normal | high (above the codec calls')
     codec: str = DEFAULTS.codec  # fused (Triton, CUDA) | reference (plain PyTorch) | auto (fused where it runs)
     enforce_eager: bool = DEFAULTS.enforce_eager
     progress: bool = True
@@ -80,8 +76,6 @@ class RunnerConfig:
             raise ValueError("depth must be layers, fused or persistent")
         if self.draw not in ("auto", "kernel", "torch"):
             raise ValueError("draw must be auto, kernel or torch")
-        if self.step_priority not in STEP_PRIORITIES:
-            raise ValueError(f"step_priority must be one of {', '.join(STEP_PRIORITIES)}")
         if self.epilogue not in ("auto", "kernel", "torch"):
             raise ValueError("epilogue must be auto, kernel or torch")
         if self.text_table not in ("auto", "table", "mlp"):

@@ -94,15 +94,15 @@ def test_the_aligner_options_reach_the_aligner_worker_as_its_arguments() -> None
 
 
 def test_the_step_options_reach_the_runner_and_bad_names_are_refused() -> None:
-    """epilogue, text_table and step_priority go to RunnerConfig as given; a value outside each one's names is
-    refused when the runner's config is built, before any model loads."""
+    """epilogue and text_table go to RunnerConfig as given; a value outside each one's names is refused when the
+    runner's config is built, before any model loads."""
     pytest.importorskip("torch")
     from voxgate.engine.qwen3tts.runner_config import RunnerConfig
 
-    given = parse({"epilogue": "torch", "text_table": "mlp", "step_priority": "high"}).runner_options()
+    given = parse({"epilogue": "torch", "text_table": "mlp"}).runner_options()
     config = RunnerConfig(**given)
-    assert (config.epilogue, config.text_table, config.step_priority) == ("torch", "mlp", "high")
-    for name, bad in (("epilogue", "cuda"), ("text_table", "lookup"), ("step_priority", "urgent")):
+    assert (config.epilogue, config.text_table) == ("torch", "mlp")
+    for name, bad in (("epilogue", "cuda"), ("text_table", "lookup")):
         with pytest.raises(ValueError, match=f"{name} must be"):
             RunnerConfig(**{**given, name: bad})
 
