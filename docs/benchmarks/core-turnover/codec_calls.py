@@ -1,9 +1,10 @@
 """Codec calls a step in a closed loop, model-free (CPU): EngineCore over tests/engine_core_support.py's fake runner
 on a simulated clock (each step takes STEP_MS), C streams of 25-50 frames (sentences: ~37 on average, as the H100's
 c = 8 runs make them), each client sending its next request when the last one ends, the engine's codec buckets (1, 8,
-16, 32, 64 rows of 4 frames) priced at their GPU ms timed at capture on an H100. Prints, per policy of
-engine/chunks.py's ChunkAssembler, the codec calls a step, their rows, the codec's modeled GPU ms a step, the decode
-frames a step and the least audio any listener had left when a chunk reached it (below zero: a pause).
+16, 32, 64 rows of 4 frames) priced at their GPU ms timed at capture on an H100, the scheduler's defaults (urgent_s
+0.15). Prints, per policy of engine/chunks.py's ChunkAssembler, the codec calls a step, their rows, the codec's
+modeled GPU ms a step, the decode frames a step and the least audio any listener had left when a chunk reached it
+(below zero: a pause).
 
     python docs/benchmarks/core-turnover/codec_calls.py [C] [STEP_MS]
 
@@ -45,7 +46,7 @@ def run(streams: int, step_ms: float, fill: bool = True) -> dict[str, float]:
     try:
         runner = FakeRunner(buckets=tuple(H100_CODEC_MS))
         runner.chunks.costs = dict(H100_CODEC_MS)
-        core = EngineCore(runner, Pool(64), SchedulerConfig(max_rows=16, max_prefill_tokens=64, urgent_s=0.04),
+        core = EngineCore(runner, Pool(64), SchedulerConfig(max_rows=16, max_prefill_tokens=64),
                           codec_fill=fill)
         core.scheduler.clock = clock
         ended_early: list = []
@@ -110,6 +111,8 @@ def main() -> None:
                 ("fill, full calls only (1.0)", (1.0, default[1]), True),
                 ("fill, 0.25 s slack", (default[0], 0.25), True),
                 ("fill, 1.0 full, 0.25 s slack", (1.0, 0.25), True),
+                ("fill, 0.15 s slack (the urgent margin's own)", (default[0], 0.15), True),
+                ("fill, 1.0 full, 0.15 s slack", (1.0, 0.15), True),
                 ("no fill (every due piece each step)", default, False)]
     for name, (full, slack), fill in policies:
         chunks_module.FULL_ENOUGH, chunks_module.WAIT_SLACK_S = full, slack
