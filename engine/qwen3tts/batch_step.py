@@ -346,11 +346,10 @@ def sample_frames(model: StepModel, state: SlotState, hidden: torch.Tensor, rows
         text = talker.text_embed(rows.text) if model.text_table is None else F.embedding(rows.text, model.text_table)
         state.ring[slots, rows.frame_index % state.ring.shape[1]] = frames
         state.next_input.index_copy_(0, slots, model.frame_embed(frames) + text)
-    elif model.text_table is not None:
-        model.epilogue(frames, model.frame_table, model.frame_offsets, model.text_table, rows.text, slots,
-                       rows.frame_index, state.ring, state.next_input)
-    else:  # this step's text rows projected, then looked up by their row number
-        model.epilogue(frames, model.frame_table, model.frame_offsets, talker.text_embed(rows.text),
-                       model.constant(f"rows{len(slots)}", lambda dev: torch.arange(len(slots), device=dev)), slots,
-                       rows.frame_index, state.ring, state.next_input)
+    else:  # the text rows from the table, or this step's rows projected and looked up by their row number
+        text_table, text_ids = (model.text_table, rows.text) if model.text_table is not None else \
+            (talker.text_embed(rows.text), model.constant(f"rows{len(slots)}",
+                                                          lambda dev: torch.arange(len(slots), device=dev)))
+        model.epilogue(frames, model.frame_table, model.frame_offsets, text_table, text_ids, slots, rows.frame_index,
+                       state.ring, state.next_input)
     return frames

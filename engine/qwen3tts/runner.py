@@ -14,7 +14,6 @@ On the CPU (tests, CI) the same buckets run eagerly (GraphSet's enforce_eager).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,7 +118,7 @@ class ModelRunner:
             from ...kernels.frame_epilogue import frame_epilogue, frame_epilogue_ref
 
             # the reference's ops where the step runs none of Triton's (as the draw's `kernel` there)
-            kernel = functools.partial(frame_epilogue, pdl=self.pdl) if self.pdl else frame_epilogue
+            kernel = partial(frame_epilogue, pdl=self.pdl) if self.pdl else frame_epilogue
             self.model.epilogue = kernel if self.ops.uses_triton else frame_epilogue_ref
         self.model.text_table = text_table
         # Two frame buffers: with the loop pipelined, one step is read while the next is in flight.
