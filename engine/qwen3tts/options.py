@@ -72,6 +72,11 @@ class Qwen3TTSOptions(EngineConfig):
     gemv_swiglu: bool = option(True, "small_gemm = gemv or gemv_all: gate|up and SwiGLU in one kernels/gemv.py "
                                      "launch where the kernel takes the projection (default true; false: the "
                                      "projection, then kernels/swiglu.py)")
+    codec_gemm: str = option("cublas", "the codec transformer's projections: cublas (default: F.linear) | gemv "
+                                       "(calls of <= 16 rows, 4 streams x 4 frames, through kernels/gemv.py, each "
+                                       "norm folded into the projection after it: five launches a layer instead of "
+                                       "nine; CUDA, or attention=triton) | auto (gemv where small_gemm takes the "
+                                       "kernel)")
     pdl: str = option("auto", "programmatic dependent launch (Hopper) for the step's Triton kernels (the stacks' "
                              "q/k norm, attention, SwiGLU and final norm, kernels/gemv.py's projections, the "
                              "draws and the frame epilogue): each may start before the kernel ahead ends, a "
@@ -184,7 +189,7 @@ class Qwen3TTSOptions(EngineConfig):
                     attention=self.attention, depth=self.depth, draw=self.draw, epilogue=self.epilogue,
                     text_table=self.text_table, small_gemm=self.small_gemm,
                     gemv_rows=self.gemv_rows, gemv_talker_rows=self.gemv_talker_rows, gemv_split=self.gemv_split,
-                    gemv_swiglu=self.gemv_swiglu, pdl=self.pdl, fold_norms=self.fold_norms,
+                    gemv_swiglu=self.gemv_swiglu, codec_gemm=self.codec_gemm, pdl=self.pdl, fold_norms=self.fold_norms,
                     fuse_attention=self.fuse_attention,
                     codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets)
 

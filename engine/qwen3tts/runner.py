@@ -87,7 +87,6 @@ class ModelRunner:
         codec_cls = self._codec_class()
         n = num_slots or self._slots_for_budget(kv_layout, codec_cls)
         self.kv = SlotPool(kv_layout, n, self.device, zero_on_allocate=False)
-        self.codec = codec_cls(tts.codec, n)
         self.num_slots = n
         self.state = self._slot_state(n)
         suppress = torch.zeros(lc.vocab_size, dtype=torch.bool)
@@ -102,6 +101,7 @@ class ModelRunner:
         self.small_gemm = resolve(c.small_gemm, self.device, self.ops.uses_triton)
         projections = linears(self.small_gemm, self.ops.uses_triton, self.pdl, c.gemv_rows, c.gemv_swiglu,
                               c.gemv_split or None, c.gemv_talker_rows)
+        self.codec = codec_cls(tts.codec, n, **self._codec_kwargs(codec_cls))
         self.model = StepModel(talker, self.ops, depth, *projections,
                                persistent=c.depth == "persistent", fold_norms=c.folds_norms(self.dtype))
         # auto: the draw kernel wherever the step runs Triton (on the H200 it took 0.57-0.82 ms off every step:
@@ -147,6 +147,20 @@ class ModelRunner:
         from .codec.codec_stream import CodecStream
 
         return CodecStream
+
+    def _codec_kwargs(self, codec_cls: type) -> dict[str, object]:
+        """The fused codec's transformer projections per `codec_gemm`: small_gemm's kernel (its FewRows, with the
+        step's PDL) for gemv, or auto where small_gemm takes it; cuBLAS otherwise (and for the plain codec)."""
+        c = self.config
+        if codec_cls.__name__ != "FusedCodecStream" or c.codec_gemm == "cublas":
+            return {}
+        if c.codec_gemm == "auto" and self.small_gemm == "cublas":
+            return {}
+        if not self.ops.uses_triton:
+            if c.codec_gemm == "gemv":
+                raise ValueError("codec_gemm=gemv needs the step's Triton kernels (attention=triton or auto on CUDA)")
+            return {}
+        return {"linear": linears("gemv", True, self.pdl, split_above=c.gemv_split or None)[0]}
 
     def _slots_for_budget(self, kv_layout: dict[str, SlotSpec], codec_cls: type) -> int:
         from ..slot_pool import slot_bytes

@@ -56,6 +56,7 @@ class RunnerConfig:
     gemv_talker_rows: int = DEFAULTS.gemv_talker_rows  # the same for the Talker's (small_gemm = gemv_all)
     gemv_split: int = DEFAULTS.gemv_split  # the rows kernel cuts K across programs above this many values (0: its rule)
     gemv_swiglu: bool = DEFAULTS.gemv_swiglu  # gate|up and SwiGLU in one launch where small_gemm's kernel runs
+    codec_gemm: str = DEFAULTS.codec_gemm  # the codec transformer's projections: cublas | gemv | auto (small_gemm's)
     pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | late | off | auto
     fold_norms: bool = DEFAULTS.fold_norms  # layer norms folded into the projections (fused_stack.py)
     fuse_attention: bool = DEFAULTS.fuse_attention  # one launch for q/k-norm, RoPE, KV write, attention (cp_attend.py)
@@ -86,6 +87,8 @@ class RunnerConfig:
             raise ValueError("gemv_rows and gemv_talker_rows must be 1 to 16")
         if self.gemv_split and (self.gemv_split < 256 or self.gemv_split & (self.gemv_split - 1)):
             raise ValueError("gemv_split must be 0 (the kernel's own rule) or a power of two from 256")
+        if self.codec_gemm not in ("auto", "cublas", "gemv"):
+            raise ValueError("codec_gemm must be auto, cublas or gemv")
         if self.pdl not in ("auto", "on", "late", "off"):
             raise ValueError("pdl must be on, late, off or auto")
         if self.codec not in ("auto", "fused", "reference"):

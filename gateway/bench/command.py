@@ -84,7 +84,9 @@ def add_codec_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--utterances", type=int, default=32, help="bf16 SNR utterances")
     p.add_argument("--iters", type=int, default=30, help="timed steps per shape (median)")
     p.add_argument("--shapes", default="128x1,32x4,8x16", help="timed steps, ROWSxFRAMES, comma-separated")
-    p.add_argument("--paths", default="fused,reference", help="step implementations, comma-separated: fused, reference")
+    p.add_argument("--paths", default="fused,reference",
+                   help="step implementations, comma-separated: fused, fused_gemv (the transformer's projections "
+                        "through kernels/gemv.py: codec_gemm = gemv), reference")
     p.add_argument("--variants", default="default",
                    help="fused path, bf16: kernel variants to time, comma-separated (default, pointer, accurate_sin, "
                         "no_autotune, attn_2warps, tma_min_<rows>; join with + to combine); docs/codec.md")

@@ -36,7 +36,7 @@ def _one_thread() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def fused() -> ModuleType:
     """codec_fused bound to kernel modules runnable here (the interpreter without a GPU)."""
-    for name in ("causal_conv", "conv_tma", "codec_norms", "ring_attention"):
+    for name in ("causal_conv", "conv_tma", "codec_norms", "ring_attention", "swiglu", "gemv"):
         kernel_module(name)
     return importlib.reload(importlib.import_module("voxgate.engine.qwen3tts.codec.codec_fused"))
 
@@ -137,6 +137,63 @@ def test_long_reference_warms_in_steps(fused: ModuleType, codec, monkeypatch: py
         fs.step(torch.tensor([1], device=DEVICE), _codes(5, 1)[None].to(DEVICE), torch.tensor([5], device=DEVICE))
 
 
+def _counted_gemv() -> tuple[object, list[int]]:
+    """small_gemm's FewRows on kernels/gemv.py (as the engine builds it for `codec_gemm = gemv`), and the row
+    counts of the calls its kernels took."""
+    from voxgate.engine.qwen3tts.small_gemm import FewRows
+
+    gemv = kernel_module("gemv")
+    rows: list[int] = []
+
+    def counted(fn: Callable) -> Callable:
+        def call(*args, **kwargs):
+            rows.append(args[1].shape[0] if fn is gemv.gemv_add_ else args[0].shape[0])
+            return fn(*args, **kwargs)
+        return call
+    return FewRows(counted(gemv.gemv), gemv.MAX_ROWS, counted(gemv.gemv_add_), fast=gemv.fast,
+                   gemv_swiglu=counted(gemv.gemv_swiglu)), rows
+
+
+@pytest.mark.parametrize("schedule", [[4, 8], [1, 3, 20]])
+def test_gemv_projections_equal_the_whole_decode(fused: ModuleType, codec, schedule: list[int]) -> None:
+    """The transformer's projections through kernels/gemv.py, norms folded: within 1 LSB of the whole decode. A
+    call of 20 frames (20 rows, above the kernel's 16) runs the folded weights through F.linear instead."""
+    linear, rows = _counted_gemv()
+    fs = fused.FusedCodecStream(codec, 3, linear=linear)
+    got = fs.decode_chunks(_codes(24, 6).to(DEVICE), schedule)
+    assert_within_1_lsb(got, _whole(codec, 24, 6))
+    widths, left = [], 24
+    while left:
+        widths.append(min(schedule[min(len(widths), len(schedule) - 1)], left))
+        left -= widths[-1]
+    narrow = [w for w in widths if w <= 16]
+    # each narrow call: in_proj, then a layer's q|k|v, o, gate|up and down, then out_proj
+    per_call = 2 + 4 * len(codec.pre_transformer.layers)
+    assert sorted(rows) == sorted(narrow * per_call), (rows, widths)
+
+
+def test_gemv_projections_interleave_rows(fused: ModuleType, codec) -> None:
+    """Several rows of different widths in one call through the kernels (4 rows x 4 frames: 16 rows), each row
+    within 1 LSB of its stream decoded alone on cuBLAS's path."""
+    linear, rows = _counted_gemv()
+    fs = fused.FusedCodecStream(codec, 5, linear=linear)
+    streams = {slot: _codes(8, slot).to(DEVICE) for slot in (1, 2, 3, 4)}
+    out: dict[int, list[torch.Tensor]] = {s: [] for s in streams}
+    done = dict.fromkeys(streams, 0)
+    for step in [(4, 1, 3, 0), (4, 4, 4, 4)]:
+        codes = torch.zeros(4, 4, 16, dtype=torch.long, device=DEVICE)
+        for row, (slot, w) in enumerate(zip(streams, step, strict=True)):
+            codes[row, :w] = streams[slot][done[slot]: done[slot] + w]
+        a = fs.step(torch.tensor(list(streams), device=DEVICE), codes, torch.tensor(step, device=DEVICE))
+        for row, (slot, w) in enumerate(zip(streams, step, strict=True)):
+            out[slot].append(a[row, : w * fs.samples_per_frame])
+            done[slot] += w
+    assert set(rows) == {16}
+    for slot, codes in streams.items():
+        alone = fused.FusedCodecStream(codec, 2).decode_chunks(codes[: done[slot]], [16])
+        assert_within_1_lsb(torch.cat(out[slot]), alone)
+
+
 @pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the refusal is a device-side assert, which ends the process's "
                     "CUDA context (every later test would fail): checked on the CPU")
 def test_out_of_range_code_is_refused(fused: ModuleType, codec) -> None:
@@ -232,14 +289,28 @@ def _swap_a_units_snakes(fs, codec) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.stack(right), torch.stack(unit.act2)
 
 
+def _fold_the_wrong_norm(fs, codec) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gemv path's q|k|v folded, in every layer, with the post-attention norm's weight instead of the input
+    norm's (one layer's alone moves a frame by at most 1 LSB here)."""
+    right = fs.layers[0]["qkv"]
+    for layer, w in zip(codec.pre_transformer.layers, fs.layers, strict=True):
+        a = layer.self_attn
+        qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).float()
+        w["qkv"] = (qkv * layer.post_attention_layernorm.weight.float()).detach().to(right.dtype)
+    return right, fs.layers[0]["qkv"]
+
+
+_fold_the_wrong_norm.folded = True  # mutates the stream built with small_gemm's kernel
+
+
 @pytest.mark.parametrize("mutate", [_fold_gamma_out_of_the_bias, _interleave_the_convt_bias, _swap_the_layer_scales,
-                                    _swap_a_units_snakes])
+                                    _swap_a_units_snakes, _fold_the_wrong_norm])
 def test_a_wrong_fold_is_caught(fused: ModuleType, codec, mutate: Callable) -> None:
     """The fused stream with one deliberately wrong fold of 1-D parameters differs from the whole decode by more
     than 1 LSB (the comparison every test above makes). With the old synthetic checkpoints (biases 0, norm weights
     and SnakeBeta parameters constant, gamma and LayerScale constant) each mutated tensor equalled the right one,
     so all four passed; the first assert checks that this checkpoint tells them apart."""
-    fs = fused.FusedCodecStream(codec, 2)
+    fs = fused.FusedCodecStream(codec, 2, linear=_counted_gemv()[0] if getattr(mutate, "folded", False) else None)
     right, wrong = mutate(fs, codec)
     assert not torch.equal(right, wrong)
     got = fs.decode_chunks(_codes(1, 21).to(DEVICE), [1])  # one frame: the interpreter is slow

@@ -287,3 +287,36 @@ def test_the_pdl_option_is_asked_for_or_taken_where_it_runs() -> None:
     assert DecoderOps.for_device(cpu, "triton", pdl="late").pdl == "late"
     assert plain.attend_name == launched.attend_name == "slot_attention"
     assert DecoderOps.for_device(cpu).attend_name == "slot_attention_ref"
+
+
+def test_codec_gemm_gives_the_fused_codec_the_kernel(gemv: ModuleType, tiny_ckpt: Callable[[str], Path]) -> None:
+    """codec_gemm = gemv builds the fused codec with small_gemm's FewRows on kernels/gemv.py (its audio against the
+    reference: tests/qwen3tts/test_codec_fused.py); auto follows small_gemm; cublas, or the plain codec, keeps
+    F.linear; gemv without the step's Triton kernels is refused, not dropped."""
+    import importlib
+
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
+    from voxgate.engine.qwen3tts.runner import ModelRunner
+    from voxgate.engine.qwen3tts.runner_config import RunnerConfig
+    from voxgate.engine.qwen3tts.small_gemm import FewRows
+
+    for name in ("add_rms_norm", "qk_norm_rope", "slot_attention", "swiglu", "cp_linear", "cp_attend", "sample_draw",
+                 "frame_epilogue", "causal_conv", "conv_tma", "codec_norms", "ring_attention"):
+        kernel_module(name)
+    importlib.reload(importlib.import_module("voxgate.engine.qwen3tts.codec.codec_fused"))
+    tts = Qwen3TTS.from_pretrained(tiny_ckpt("cv17"), dtype=torch.float32, device=DEVICE, progress=False)
+
+    def codec_linear(**options: object) -> object:  # built, not captured: the wiring only
+        return ModelRunner(tts, RunnerConfig(row_buckets=(1,), prefill_buckets=(8,), max_positions=64,
+                                             codec="fused", **options), num_slots=3).codec.linear
+
+    linear = codec_linear(codec_gemm="gemv", attention="triton", small_gemm="cublas")
+    assert isinstance(linear, FewRows) and linear.max_rows == 16 and linear.gemv_swiglu is not None
+    assert getattr(linear.gemv, "func", linear.gemv) is gemv.gemv
+    assert isinstance(codec_linear(codec_gemm="auto", attention="triton", small_gemm="gemv_all"), FewRows)
+    assert codec_linear(codec_gemm="auto", attention="triton", small_gemm="cublas") is None
+    assert codec_linear(attention="triton", small_gemm="gemv_all") is None  # the default: cublas
+    with pytest.raises(ValueError, match="codec_gemm=gemv needs the step's Triton kernels"):
+        codec_linear(codec_gemm="gemv", attention="torch")
+    with pytest.raises(ValueError, match="codec_gemm must be"):
+        RunnerConfig(codec_gemm="fast")

@@ -1,5 +1,6 @@
-"""`voxgate bench codec`: the incremental codec alone, both step implementations (`reference`:
-engine/qwen3tts/codec/codec_stream.CodecStream, plain PyTorch; `fused`: codec_fused.FusedCodecStream, Triton kernels).
+"""`voxgate bench codec`: the incremental codec alone, its step implementations (`reference`:
+engine/qwen3tts/codec/codec_stream.CodecStream, plain PyTorch; `fused`: codec_fused.FusedCodecStream, Triton
+kernels; `fused_gemv`: the same, its transformer's projections through kernels/gemv.py).
 
     voxgate bench codec --out DIR                                 # CUDA, real shapes
     voxgate bench codec --out DIR --device cpu --tiny --paths reference --shapes 3x1,2x2   # dry run
@@ -144,14 +145,14 @@ def codec_main(args: argparse.Namespace) -> int:
             cs = make_stream(path, codec, max_rows + 1, dtype)
             report[f"slot_bytes_{name}"] = cs.pool.slot_bytes
             report["state_values"] = cs.state_values()
-            fused_bf16 = path == "fused" and dtype == torch.bfloat16
+            fused_bf16 = path.startswith("fused") and dtype == torch.bfloat16
             if fused_bf16 and not args.speed_only:
                 report["profile"] = section("profile", profile_step, cs, max_rows, 1, dev, out / "codec_profile.txt")
                 if dev.startswith("cuda"):
                     report["conv_breakdown"] = section("conv breakdown", conv_breakdown, cs, max_rows, 1, dev)
             baseline: dict[tuple[int, int], torch.Tensor] = {}
             for variant in variants if fused_bf16 else ["default"]:
-                if path == "fused":
+                if path.startswith("fused"):
                     cs.conv_options, cs.attention_warps = variant_settings(variant)  # type: ignore[attr-defined]
                 for rows, frames in shapes:
                     s = section(f"speed {path} {name} {variant}", speed, cs, rows, frames, dev, args.iters, baseline)

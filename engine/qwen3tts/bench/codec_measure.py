@@ -20,7 +20,7 @@ from voxgate.engine.qwen3tts.codec.codec_stream import CodecStream
 from voxgate.engine.qwen3tts.model.checkpoint import load_codec
 
 LIKE = "Qwen3-TTS-12Hz-0.6B-CustomVoice"  # the smallest Talker to write; the codec is the same in every model
-PATHS = ("fused", "reference")
+PATHS = ("fused", "fused_gemv", "reference")
 FRAME_S = 0.08
 # design §9 (speech_tokenizer/config.json decoder_config): used only when the shared configs are absent
 REAL_CODEC = dict(codebook_size=2048, codebook_dim=512, num_quantizers=16, latent_dim=1024, hidden_size=512,
@@ -74,12 +74,22 @@ def make_codec(device: str, tiny: bool, shared: str | None, seed: int = 0) -> tu
 
 def make_stream(path: str, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None,
                 tuned: bool = True) -> StreamingCodec:
-    """`fused` (FusedCodecStream; tuned=False: fixed conv tiles, for runs over many shapes) or `reference`."""
-    if path == "fused":
+    """`fused` (FusedCodecStream; tuned=False: fixed conv tiles, for runs over many shapes), `fused_gemv` (the same
+    with the transformer's projections through kernels/gemv.py, PDL where it runs: the engine's codec_gemm = gemv)
+    or `reference`."""
+    if path in ("fused", "fused_gemv"):
         from voxgate.engine.qwen3tts.codec.codec_fused import FusedCodecStream
         from voxgate.kernels.causal_conv import ConvOptions
 
-        return FusedCodecStream(codec, num_slots, dtype=dtype, conv_options=ConvOptions(autotune=tuned))
+        linear = None
+        if path == "fused_gemv":
+            from voxgate.engine.qwen3tts.runner_config import pdl_works
+            from voxgate.engine.qwen3tts.small_gemm import linears
+
+            device = next(codec.parameters()).device
+            linear = linears("gemv", True, device.type == "cuda" and pdl_works(device))[0]
+        return FusedCodecStream(codec, num_slots, dtype=dtype, conv_options=ConvOptions(autotune=tuned),
+                                linear=linear)
     if path != "reference":
         raise ValueError(f"unknown codec path {path!r}: one of {', '.join(PATHS)}")
     return CodecStream(codec, num_slots, dtype=dtype)

@@ -10,6 +10,10 @@ tests/qwen3tts/test_codec_fused.py), laid out for the kernels instead of for cuD
   residual add and the biases in the epilogue of the conv that produces them.
 - The transformer's keys and values sit in a ring per slot (position p in row p % 71), read in place by one
   attention kernel per layer that also writes the new keys (kernels/ring_attention.py).
+- With `linear` (the engine's small_gemm, a small_gemm.FewRows), the transformer's projections of at most 16 rows
+  (a call of 4 streams x 4 frames) take kernels/gemv.py: each RMSNorm's weight folded into the projection after
+  it, whose launch scales by the rows' 1 / RMS; o and down added into the residual stream in place; gate|up and
+  SiLU x up in one launch. Five launches a layer instead of nine.
 - The RVQ output projections are folded into the codebooks (fp32 tables), LayerScale into o_proj/down_proj and
   ConvNeXt's gamma into pwconv2: the same maps, rounded once instead of twice.
 bf16 keeps SnakeBeta, norms, softmax and all accumulation in fp32. CUDA for speed; the CPU runs the same kernels
@@ -27,8 +31,10 @@ from ....kernels import causal_conv as conv_kernels
 from ....kernels.causal_conv import ConvOptions, Snake, advance_state, causal_conv, conv_weight, convt_weight
 from ....kernels.codec_norms import dwconv_layernorm, rms_norm
 from ....kernels.ring_attention import ring_attention
+from ....kernels.swiglu import swiglu
 from ...slot_pool import SlotPool, SlotSpec
 from ..model.layers import rope_tables
+from ..small_gemm import FewRows, swiglu_linear
 from .codec import CodecDecoder, SnakeBeta
 from .codec_state import StreamingCodec, shared_arange, state_layout
 
@@ -88,13 +94,16 @@ class FusedCodecStream(StreamingCodec):
     dtype: compute and state dtype (default: the codec's). The codec is read once to build the kernels' weight
     layouts and is left untouched. conv_options: how the conv kernels launch (kernels/causal_conv.ConvOptions;
     default: the measured defaults); attention_warps: warps per ring-attention program (4, measured). Both
-    are plain attributes: the benchmark's variants reassign them between steps.
+    are plain attributes: the benchmark's variants reassign them between steps. linear: the transformer's
+    projections through small_gemm's kernel (a FewRows; the norms are folded into the weights at build), or None
+    for cuBLAS's F.linear.
     """
 
     max_step_frames = 64  # the attention kernel's limit; warm() splits longer references
 
     def __init__(self, codec: CodecDecoder, num_slots: int, dtype: torch.dtype | None = None,
-                 conv_options: ConvOptions | None = None, attention_warps: int = 4) -> None:
+                 conv_options: ConvOptions | None = None, attention_warps: int = 4,
+                 linear: FewRows | None = None) -> None:
         p = next(codec.parameters())
         if not conv_kernels.runs_on(p.device):
             raise ValueError(f"FusedCodecStream runs Triton kernels, which need CUDA (a {p.device.type} codec was "
@@ -102,6 +111,7 @@ class FusedCodecStream(StreamingCodec):
         self.dtype = dtype or p.dtype
         self.device = p.device
         self.conv_options, self.attention_warps = conv_options or ConvOptions(), attention_warps
+        self.linear = linear
         self.cfg = cfg = codec.cfg
         self.samples_per_frame = cfg.samples_per_frame
         self.layout = fused_state_layout(codec, self.dtype)
@@ -132,17 +142,9 @@ class FusedCodecStream(StreamingCodec):
         self.in_proj = (self._cast(tf.input_proj.weight), self._cast(tf.input_proj.bias))
         self.out_proj = (self._cast(tf.output_proj.weight), self._cast(tf.output_proj.bias))
         self.final_norm = self._cast(tf.norm.weight)
-        self.layers = []
-        for layer in tf.layers:
-            a, m = layer.self_attn, layer.mlp
-            self.layers.append(dict(
-                norm1=self._cast(layer.input_layernorm.weight), norm2=self._cast(layer.post_attention_layernorm.weight),
-                qkv=self._cast(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])),
-                # x + scale * o_proj(o) as one addmm: the LayerScale folded into the rows of o_proj
-                o_t=self._cast((layer.self_attn_layer_scale.scale[:, None] * a.o_proj.weight).T),
-                gate_up=self._cast(torch.cat([m.gate_proj.weight, m.up_proj.weight])),
-                down_t=self._cast((layer.mlp_layer_scale.scale[:, None] * m.down_proj.weight).T),
-            ))
+        self.layers = [self._layer(layer) for layer in tf.layers]
+        if self.linear is not None:  # a call too wide for the kernel: the folded q|k|v after a unit-weight norm
+            self.unit_norm = torch.ones_like(self.final_norm)
         self.heads, self.head_dim = cfg.num_attention_heads, cfg.head_dim
         self.upsample = []
         for i, (convt, block) in enumerate(codec.upsample):
@@ -173,6 +175,25 @@ class FusedCodecStream(StreamingCodec):
             ))
         self.act_out = _snake(codec.decoder[-2], dev)
         self.conv_out = self._conv(codec.decoder[-1].conv, f"decoder.{last}")
+
+    def _layer(self, layer: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """One transformer layer's weights: LayerScale folded into o_proj's and down_proj's rows; for `linear`, also
+        each RMSNorm's weight into the columns of the projection after it, and o and down as [N, K]
+        (kernels/gemv.py's layout) instead of transposed for addmm."""
+        a, m = layer.self_attn, layer.mlp
+        qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+        gate_up = torch.cat([m.gate_proj.weight, m.up_proj.weight])
+        o = layer.self_attn_layer_scale.scale[:, None] * a.o_proj.weight
+        down = layer.mlp_layer_scale.scale[:, None] * m.down_proj.weight
+        if self.linear is None:
+            return dict(norm1=self._cast(layer.input_layernorm.weight),
+                        norm2=self._cast(layer.post_attention_layernorm.weight), qkv=self._cast(qkv),
+                        o_t=self._cast(o.T), gate_up=self._cast(gate_up), down_t=self._cast(down.T))
+        # folded in fp32 and rounded once, as the step's folded stacks are
+        return dict(qkv=self._cast(qkv.float() * layer.input_layernorm.weight.float()),
+                    o=self._cast(o),
+                    gate_up=self._cast(gate_up.float() * layer.post_attention_layernorm.weight.float()),
+                    down=self._cast(down))
 
     # -- decode -------------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -240,10 +261,12 @@ class FusedCodecStream(StreamingCodec):
         b, t, _ = x.shape
         cfg = self.cfg
         kv = self.pool.views["kv"]  # [slots, layers, 2, 71, HD]
-        x = F.linear(x, *self.in_proj).view(b * t, -1)
+        x = (self.linear or F.linear)(x.reshape(b * t, -1), *self.in_proj)
         positions = (pos0[:, None] + shared_arange(t, x.device)).reshape(-1)
         cos, sin = (c.view(b, t, -1) for c in rope_tables(positions, self.head_dim, cfg.rope_theta, self.dtype))
         eps = cfg.rms_norm_eps
+        if self.linear is not None:
+            return self._folded_layers(x, cos, sin, kv, slots, pos0, n, eps).view(b, t, -1)
         for li, w in enumerate(self.layers):
             qkv = F.linear(rms_norm(x, w["norm1"], eps), w["qkv"]).view(b, t, -1)
             o = ring_attention(qkv, cos, sin, kv[:, li, 0], kv[:, li, 1], slots, pos0, n, self.heads, self.head_dim,
@@ -253,3 +276,21 @@ class FusedCodecStream(StreamingCodec):
             x = torch.addmm(x, F.silu(gate) * up, w["down_t"])
         x = F.linear(rms_norm(x, self.final_norm, eps), *self.out_proj)
         return x.view(b, t, -1)
+
+    def _folded_layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
+                       slots: torch.Tensor, pos0: torch.Tensor, n: torch.Tensor, eps: float) -> torch.Tensor:
+        """The layers and output projection through `linear` on x [B * T, hidden] (the residual stream, added into
+        in place): norms folded into the projections (see _layer); calls of more rows than the kernel takes run
+        the same weights through F.linear after a unit-weight norm."""
+        lin = self.linear
+        b, t = cos.shape[:2]
+        for li, w in enumerate(self.layers):
+            if lin.takes(x, w["qkv"]):
+                qkv = lin.normed(x, w["qkv"], eps)
+            else:
+                qkv = F.linear(rms_norm(x, self.unit_norm, eps), w["qkv"])
+            o = ring_attention(qkv.view(b, t, -1), cos, sin, kv[:, li, 0], kv[:, li, 1], slots, pos0, n, self.heads,
+                               self.head_dim, self.attention_warps)
+            lin.add_(x, o.view(b * t, -1), w["o"])
+            lin.add_(x, swiglu_linear(lin, swiglu, x, w["gate_up"], eps, scaled=True), w["down"])
+        return lin(rms_norm(x, self.final_norm, eps), *self.out_proj)
