@@ -149,18 +149,24 @@ class ModelRunner:
         return CodecStream
 
     def _codec_kwargs(self, codec_cls: type) -> dict[str, object]:
-        """The fused codec's transformer projections per `codec_gemm`: small_gemm's kernel (its FewRows, with the
-        step's PDL) for gemv, or auto where small_gemm takes it; cuBLAS otherwise (and for the plain codec)."""
+        """The fused codec's transformer projections per `codec_gemm` (small_gemm's kernel, its FewRows, for gemv,
+        or auto where small_gemm takes it; cuBLAS otherwise) and, with `codec_pdl`, its kernels' launches with the
+        step's PDL. The plain codec takes neither."""
         c = self.config
-        if codec_cls.__name__ != "FusedCodecStream" or c.codec_gemm == "cublas":
+        if codec_cls.__name__ != "FusedCodecStream":
             return {}
-        if c.codec_gemm == "auto" and self.small_gemm == "cublas":
-            return {}
-        if not self.ops.uses_triton:
+        kwargs: dict[str, object] = {}
+        if c.codec_pdl and self.pdl:
+            from ...kernels.causal_conv import ConvOptions
+
+            kwargs["conv_options"] = ConvOptions(pdl=self.pdl)
+        gemv = c.codec_gemm == "gemv" or (c.codec_gemm == "auto" and self.small_gemm != "cublas")
+        if gemv and not self.ops.uses_triton:
             if c.codec_gemm == "gemv":
                 raise ValueError("codec_gemm=gemv needs the step's Triton kernels (attention=triton or auto on CUDA)")
-            return {}
-        return {"linear": linears("gemv", True, self.pdl, split_above=c.gemv_split or None)[0]}
+        elif gemv:
+            kwargs["linear"] = linears("gemv", True, self.pdl, split_above=c.gemv_split or None)[0]
+        return kwargs
 
     def _slots_for_budget(self, kv_layout: dict[str, SlotSpec], codec_cls: type) -> int:
         from ..slot_pool import slot_bytes
