@@ -39,6 +39,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.transcriptions.language import Language
 from pipecat.utils.errors import ErrorCategory
 from pipecat.workers.runner import WorkerRunner
+from voxgate.engine.fake import SECONDS_PER_WORD
 from voxgate.gateway.config import GatewayConfig, Limits
 from voxgate.integrations.pipecat import VoxgateTTSService
 
@@ -177,6 +178,65 @@ async def test_word_timestamps_time_the_text_frames(gateway):
         assert " ".join(f.text for f in words).split() == TEXT.split()
         first = words[0].pts
         offsets = [f.pts - first for f in words]  # ns (Pipecat's float seconds: within a microsecond)
+        assert all(abs(o - w["start_ms"] * 1e6) <= 1000 for o, w in zip(offsets, gateway_words, strict=True))
+        assert not [f for f in bot.up.frames if isinstance(f, ErrorFrame)]
+
+
+class PausingTTS(VoxgateTTSService):
+    """Pipecat's playback stops at the turn's first audio until `resume` is set: what comes meanwhile queues behind
+    it, as when the pipeline runs behind the gateway."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.paused, self.resume = asyncio.Event(), asyncio.Event()
+        self.audio_s = 0.0  # handed to Pipecat
+        self._more_audio = asyncio.Condition()
+
+    async def start_word_timestamps(self) -> None:  # Pipecat's playback, at a context's first audio
+        await super().start_word_timestamps()
+        self.paused.set()
+        await self.resume.wait()
+
+    async def _append_audio(self, context_id: str, pcm: np.ndarray) -> None:
+        await super()._append_audio(context_id, pcm)
+        async with self._more_audio:
+            self.audio_s += len(pcm) / self.sample_rate
+            self._more_audio.notify_all()
+
+    async def audio_reaches(self, seconds: float) -> None:
+        async with asyncio.timeout(10), self._more_audio:
+            await self._more_audio.wait_for(lambda: self.audio_s >= seconds)
+
+
+async def test_words_timed_before_pipecat_has_their_sentence_keep_their_order(gateway, fake_engine):
+    """Streamed tokens make a Pipecat sentence only once the next sentence starts, while a text-streaming engine
+    speaks (and times) each word as it comes. Forced here: the turn's first word is played, the rest of its sentence
+    is spoken and queued behind it, and only then does the next sentence start."""
+    # Text streams from the first word; the fake engine speaks SECONDS_PER_WORD a word, timed exactly.
+    server = gateway(engine=fake_engine(), text_stream_min_words=1, text_stream_min_wps=0)
+    tts = PausingTTS(url=server.ws_url, word_timestamps=True, word_timestamps_hold=False)
+    words = TEXT.split(" ")
+    first, second = words[:8], words[8:]  # "The ... planks.", "Glue ... background."
+    async with running(tts) as bot:
+        await bot.worker.queue_frame(LLMFullResponseStartFrame())
+        await bot.worker.queue_frame(LLMTextFrame(first[0] + " "))
+        async with asyncio.timeout(10):
+            await tts.paused.wait()
+        for word in first[1:]:
+            await bot.worker.queue_frame(LLMTextFrame(word + " "))
+        await tts.audio_reaches((len(first) - 0.5) * SECONDS_PER_WORD)  # into its last word: every time came first
+        await bot.worker.queue_frame(LLMTextFrame(second[0] + " "))  # Pipecat makes its first sentence now
+        await tts.audio_reaches((len(first) + 0.5) * SECONDS_PER_WORD)  # (and run_tts had the token)
+        tts.resume.set()
+        for i, word in enumerate(second[1:]):
+            await bot.worker.queue_frame(LLMTextFrame(word + (" " if i < len(second) - 2 else "")))
+        await bot.worker.queue_frame(LLMFullResponseEndFrame())
+        stopped = await bot.stopped()
+        assert tts.connection is not None
+        gateway_words = tts.connection.client.contexts[stopped.context_id].words
+        frames = [f for f in bot.down.frames if isinstance(f, TTSTextFrame)]
+        assert [f.text for f in frames] == [w["word"] for w in gateway_words] == first + second
+        offsets = [f.pts - frames[0].pts for f in frames]
         assert all(abs(o - w["start_ms"] * 1e6) <= 1000 for o, w in zip(offsets, gateway_words, strict=True))
         assert not [f for f in bot.up.frames if isinstance(f, ErrorFrame)]
 

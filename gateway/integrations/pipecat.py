@@ -22,16 +22,19 @@ import numpy as np
 import soxr
 from loguru import logger
 from pipecat.frames.frames import (
+    AggregatedTextFrame,
     Frame,
     InterruptionFrame,
     StartFrame,
     TTSAudioRawFrame,
     TTSStoppedFrame,
+    TTSTextFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSService
 from pipecat.transcriptions.language import Language
+from pipecat.utils.context.word_timestamp_tracker import WordTimestamp
 from pipecat.utils.errors import ErrorCategory
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 from voxgate.client import Connection, Turn, VoxgateError, connect
@@ -55,6 +58,29 @@ ERROR_CATEGORIES = {
 }
 
 RECONNECT_WAIT_S = 2.0  # how long a turn waits for the session that replaces one the gateway ended
+
+
+@dataclass
+class _TurnWords:
+    """A turn's word timestamps on their way to Pipecat. Of streamed tokens Pipecat makes a sentence (which its
+    words are matched against) only when the next sentence starts or the turn ends, but the gateway times words as
+    it speaks them, sooner. A word Pipecat plays before it has the word's sentence is set aside and comes out behind
+    the words queued after it, so each word waits here for its sentence."""
+
+    text: str = ""  # the turn's text so far, as run_tts got it
+    sentences: str = ""  # the sentences Pipecat has made of it, as it announced them
+    floor: int = 0  # words of `text` before the token that confirmed the last of them
+    whole: bool = False  # Pipecat has all of the text's sentences (its end, or no streamed tokens)
+    told: int = 0  # the gateway's words handed to Pipecat
+    told_text_words: int = 0  # the words of `text` they cover ("on the" is two)
+
+    def placeable(self) -> int | None:
+        """How many words of `text` Pipecat has sentences for (None: all). Its sentences read as the text does,
+        unless a text transform changed it: then count up to the last confirming token."""
+        if self.whole:
+            return None
+        made, sent = self.sentences.split(), self.text.split()
+        return len(made) if sent[: len(made)] == made else self.floor
 
 
 @dataclass
@@ -84,7 +110,8 @@ class VoxgateTTSService(WebsocketTTSService):
         cuts sentences itself, so waiting for Pipecat's sentence aggregation would only add latency.
         `word_timestamps`: time each word's `TTSTextFrame` by the gateway's word timestamps (the gateway's engine
         must measure them: espeak does, qwen3tts with a forced aligner; without them Pipecat sends each turn's text
-        at its end) instead of pushing the text as it is sent. `word_timestamps_hold=False`: the gateway's audio
+        at its end) instead of pushing the text as it is sent; with streamed tokens a word goes to Pipecat once
+        Pipecat has its sentence, so the frames keep their order. `word_timestamps_hold=False`: the gateway's audio
         does not wait for them (session.start `timestamps_hold`: first audio as without them; a word's time may
         follow its audio; its frame keeps the word's pts)."""
         store = self.Settings(model=None, voice=voice, language=language, instruct=instruct)
@@ -101,6 +128,8 @@ class VoxgateTTSService(WebsocketTTSService):
         self._turns: dict[str, Turn] = {}  # live voxgate contexts, by Pipecat context id
         self._readers: dict[str, asyncio.Task] = {}  # the task moving each turn's audio into its audio context
         self._unspoken: set[str] = set()  # turns that could not be opened, until they end
+        self._words: dict[str, _TurnWords] = {}  # with word_timestamps: each live turn's words for Pipecat
+        self._words_lock = asyncio.Lock()  # the reader and run_tts both hand words over: one at a time, in order
 
     @property
     def connection(self) -> Connection | None:
@@ -132,6 +161,7 @@ class VoxgateTTSService(WebsocketTTSService):
             await self.cancel_task(task)
         self._readers.clear()
         self._turns.clear()
+        self._words.clear()
         self._receive_task = None
         await self._disconnect_websocket()
 
@@ -189,6 +219,10 @@ class VoxgateTTSService(WebsocketTTSService):
             if turn is None:  # no session, or the turn failed already: the rest of its text goes unspoken too
                 self._unspoken.add(context_id)
         if turn is not None:
+            words = self._words.get(context_id)
+            if words is not None:  # Pipecat has made the sentences this text confirms: their words may go
+                words.text += text
+                await self._add_words(turn, context_id)
             try:
                 await turn.send(text)
             except (VoxgateError, RuntimeError) as error:  # the turn failed (its reader reports it) or ended
@@ -213,6 +247,8 @@ class VoxgateTTSService(WebsocketTTSService):
         except ValueError:  # the id's turn already ended on this session (a failed turn's later text)
             return None
         self._turns[context_id] = turn
+        if self._word_timestamps:
+            self._words[context_id] = _TurnWords(whole=not self._is_streaming_tokens)
         self._readers[context_id] = self.create_task(self._read_audio(turn, context_id), name=f"voxgate_{context_id}")
         return turn
 
@@ -238,13 +274,14 @@ class VoxgateTTSService(WebsocketTTSService):
         # One stream per turn, flushed at its end, so that no sample of the turn's tail stays inside soxr.
         resampler = (soxr.ResampleStream(source_rate, self.sample_rate, 1, dtype="int16")
                      if source_rate != self.sample_rate else None)
-        told = 0  # the turn's words handed to Pipecat, each before the audio that holds it
         try:
             async for chunk in turn:
-                told = await self._add_words(turn, context_id, told)
+                await self._add_words(turn, context_id)  # each word before the audio that holds it, if it may go
                 pcm = chunk.pcm if resampler is None else resampler.resample_chunk(chunk.pcm)
                 await self._append_audio(context_id, pcm)
-            await self._add_words(turn, context_id, told)
+            if context_id in self._words:  # the rest, before the turn's end (Pipecat completes what it can't place)
+                self._words[context_id].whole = True
+            await self._add_words(turn, context_id)
             if resampler is not None:
                 await self._append_audio(context_id, resampler.resample_chunk(np.zeros(0, np.int16), last=True))
         except VoxgateError as error:
@@ -252,16 +289,37 @@ class VoxgateTTSService(WebsocketTTSService):
         finally:
             self._readers.pop(context_id, None)
             self._turns.pop(context_id, None)
+            self._words.pop(context_id, None)
         await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
         await self.remove_audio_context(context_id)
 
-    async def _add_words(self, turn: Turn, context_id: str, told: int) -> int:
-        """The turn's words that arrived since the last call, into its audio context (seconds from its first
-        audio, as Pipecat times them); returns how many were told."""
-        words = turn.words[told:]
-        if words:
-            await self.add_word_timestamps([(w.word, w.start_ms / 1000) for w in words], context_id)
-        return told + len(words)
+    async def _add_words(self, turn: Turn, context_id: str) -> None:
+        """The turn's words not yet told whose sentence Pipecat has, into its audio context (seconds from its first
+        audio, as Pipecat times them)."""
+        state = self._words.get(context_id)
+        if state is None:
+            return
+        async with self._words_lock:
+            limit, batch = state.placeable(), []
+            for word in turn.words[state.told:]:
+                covers = len(word.word.split())
+                if limit is not None and state.told_text_words + covers > limit:
+                    break
+                batch.append(word)
+                state.told += 1
+                state.told_text_words += covers
+            if batch:
+                await self.add_word_timestamps([(w.word, w.start_ms / 1000) for w in batch], context_id)
+
+    async def append_to_audio_context(self, context_id: str | None, frame: Frame | WordTimestamp | None) -> None:
+        await super().append_to_audio_context(context_id, frame)
+        state = self._words.get(context_id or "")
+        # Each sentence Pipecat makes of streamed tokens is announced here (`will_be_spoken`, RTVI's new segment),
+        # before run_tts gets the token that confirmed it.
+        if (state is not None and isinstance(frame, AggregatedTextFrame) and not isinstance(frame, TTSTextFrame)
+                and frame.will_be_spoken):
+            state.sentences += " " + frame.text  # split() later: no two sentences' words run together
+            state.floor = len(state.text.split())
 
     async def _append_audio(self, context_id: str, pcm: np.ndarray) -> None:
         if len(pcm):
@@ -273,6 +331,9 @@ class VoxgateTTSService(WebsocketTTSService):
         context_id = context_id or self.get_active_audio_context_id() or ""
         turn = self._turns.get(context_id)
         if turn is not None:
+            if context_id in self._words:  # Pipecat has made the turn's last sentence
+                self._words[context_id].whole = True
+                await self._add_words(turn, context_id)
             await self._end_turn(turn)
         elif self.audio_context_available(context_id):  # a turn with nothing to speak ends now, not on a timeout
             await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
@@ -305,6 +366,7 @@ class VoxgateTTSService(WebsocketTTSService):
         interruption is not held up by a round trip."""
         turn = self._turns.pop(context_id, None)
         reader = self._readers.pop(context_id, None)
+        self._words.pop(context_id, None)
         if reader is not None:
             await self.cancel_task(reader)
         if turn is not None:
