@@ -172,6 +172,32 @@ def test_gemv_projections_equal_the_whole_decode(fused: ModuleType, codec, sched
     assert sorted(rows) == sorted(narrow * per_call), (rows, widths)
 
 
+def test_gemv_projections_take_four_launches_a_layer_off(fused: ModuleType, codec,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1 x 4 call's launches counted from the code (aten ops that launch a kernel, and each Triton kernel once):
+    the gemv projections take 4 a layer off (9 -> 5: norm, q|k|v, attention, o, norm, gate|up, SiLU, product, down
+    against normed q|k|v, attention, o added, SwiGLU projection, down added); in_proj and out_proj stay one each.
+    On the real codec (8 layers) that is 163 -> 131."""
+    import triton.runtime.interpreter as interpreter
+    from voxgate.engine.qwen3tts.bench.launch_count import LaunchCounter
+
+    if DEVICE != "cpu":
+        pytest.skip("counts the interpreter's launches")
+    totals = []
+    for linear in (None, _counted_gemv()[0]):
+        fs = fused.FusedCodecStream(codec, 2, linear=linear)
+        slots, codes, n = torch.tensor([1]), _codes(4, 3)[None], torch.tensor([4])
+        fs.step(slots, codes, n)
+        counter = LaunchCounter()
+        monkeypatch.setattr(interpreter.GridExecutor, "__call__",
+                            counter.kernel("triton", interpreter.GridExecutor.__call__))
+        with counter:
+            fs.step(slots, codes, n)
+        monkeypatch.undo()
+        totals.append(counter.total)
+    assert totals[1] == totals[0] - 4 * len(codec.pre_transformer.layers), totals
+
+
 def test_gemv_projections_interleave_rows(fused: ModuleType, codec) -> None:
     """Several rows of different widths in one call through the kernels (4 rows x 4 frames: 16 rows), each row
     within 1 LSB of its stream decoded alone on cuBLAS's path."""
