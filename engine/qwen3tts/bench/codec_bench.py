@@ -136,6 +136,7 @@ def codec_main(args: argparse.Namespace) -> int:
         return value
 
     max_rows = max(r for r, _ in shapes)
+    baselines: dict[str, dict[tuple[int, int], torch.Tensor]] = {}
     for path in paths:
         for dtype in (torch.bfloat16,) if args.speed_only else (torch.bfloat16, torch.float32):
             name = "bf16" if dtype == torch.bfloat16 else "fp32"
@@ -150,7 +151,8 @@ def codec_main(args: argparse.Namespace) -> int:
                 report["profile"] = section("profile", profile_step, cs, max_rows, 1, dev, out / "codec_profile.txt")
                 if dev.startswith("cuda"):
                     report["conv_breakdown"] = section("conv breakdown", conv_breakdown, cs, max_rows, 1, dev)
-            baseline: dict[tuple[int, int], torch.Tensor] = {}
+            # each shape's first audio of this dtype, from the first path and variant: later ones report their SNR
+            baseline = baselines.setdefault(name, {})
             for variant in variants if fused_bf16 else ["default"]:
                 if path.startswith("fused"):
                     cs.conv_options, cs.attention_warps = variant_settings(variant)  # type: ignore[attr-defined]

@@ -170,7 +170,7 @@ def speed(cs: StreamingCodec, rows: int, frames: int, device: str, iters: int,
           baseline: dict[tuple[int, int], torch.Tensor] | None = None) -> dict[str, Any]:
     """One step of `rows` streams x `frames` new frames, state warmed past the window. The codes are the same
     for every call with the same shape, so the first timed step's audio can be compared across kernel variants:
-    `baseline` keeps the first variant's per shape, and later ones report their SNR against it (a wrong kernel
+    `baseline` keeps the first path's and variant's per shape, and later ones report their SNR against it (a wrong kernel
     shows up as a low SNR; rounding differences alone stay far above 30 dB)."""
     g = torch.Generator().manual_seed(1000 * rows + frames)
     cs.pool.reset(range(cs.pool.num_slots))
