@@ -157,6 +157,46 @@ def ring_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring
     return o
 
 
+@triton.jit
+def _rope_rows_kernel(pos0_ptr, inv_freq_ptr, cos_ptr, sin_ptr, T, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                      PDL: tl.constexpr = 0):
+    # cos/sin [B, T, D] of positions pos0[b] + t: the angle in fp32 as rope_tables multiplies it (position times
+    # inv_freq[d % (D/2)]), its cos and sin (libdevice's, as PyTorch's CUDA ops), rounded once. grid: (B * T,).
+    wait_for_inputs(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    d = tl.arange(0, BLOCK_D)
+    ok = d < D
+    position = (tl.load(pos0_ptr + row // T) + row % T).to(tl.float32)
+    angle = position * tl.load(inv_freq_ptr + d % (D // 2), mask=ok, other=0.0)
+    dtype = cos_ptr.dtype.element_ty
+    tl.store(cos_ptr + row * D + d, tl.cos(angle).to(dtype), mask=ok)
+    tl.store(sin_ptr + row * D + d, tl.sin(angle).to(dtype), mask=ok)
+
+
+def rope_rows(pos0: torch.Tensor, frames: int, inv_freq: torch.Tensor, dtype: torch.dtype,
+              pdl: PdlMode = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cos/sin tables ring_attention takes, [B, frames, head_dim] in dtype, for positions pos0[b] + t, in one
+    launch instead of rope_tables' ~10 (rope_rows_ref); inv_freq [head_dim / 2] fp32 (model.layers.rope_inv_freq)."""
+    assert pos0.dim() == 1 and pos0.dtype == torch.int64 and inv_freq.dtype == torch.float32, (pos0, inv_freq)
+    b, d = pos0.shape[0], 2 * inv_freq.shape[0]
+    cos = torch.empty((b, frames, d), dtype=dtype, device=pos0.device)
+    sin = torch.empty_like(cos)
+    if cos.numel():
+        on, launch = pdl_launch(_rope_rows_kernel, pdl)
+        _rope_rows_kernel[(b * frames,)](pos0, inv_freq.contiguous(), cos, sin, frames, D=d,
+                                         BLOCK_D=triton.next_power_of_2(d), PDL=on, num_warps=1, **launch)
+    return cos, sin
+
+
+def rope_rows_ref(pos0: torch.Tensor, frames: int, inv_freq: torch.Tensor,
+                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same from PyTorch's ops (model.layers.rope_tables' order: angles, the two halves, cos and sin, cast)."""
+    positions = pos0[:, None] + torch.arange(frames, device=pos0.device)
+    freqs = positions.float()[..., None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
 def _rope_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # x [B, T, H, D]; cos/sin [B, T, D]: rotated in fp32, rounded once to x's dtype.
     xf, half = x.float(), x.shape[-1] // 2

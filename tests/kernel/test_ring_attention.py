@@ -178,3 +178,27 @@ def test_fresh_slot_attends_only_to_new_keys(mod: ModuleType, impl: str) -> None
         ring_k = pool[2 - b, 0].cpu()
         torch.testing.assert_close(ring_k[: n[b]].view(-1, heads, head_dim).double(), k[: n[b]], atol=1e-5, rtol=1e-5)
         assert not ring_k[n[b]:].any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_rows_match_rope_tables(mod: ModuleType, dtype: torch.dtype) -> None:
+    """rope_rows' cos/sin of positions pos0[b] + t (one launch) against the engine's rope_tables and the module's
+    reference, at positions up to the codec's 8,000: the same bits on CUDA (both libdevice's), within the
+    interpreter's rounding on the CPU."""
+    from voxgate.engine.qwen3tts.model.layers import rope_inv_freq, rope_tables
+
+    pos0 = torch.tensor([0, 7, 4093, 7990], dtype=torch.int64).to(DEVICE)
+    inv_freq = rope_inv_freq(64, 10000.0, torch.device(DEVICE))
+    for frames in (1, 4, 9):
+        cos, sin = mod.rope_rows(pos0, frames, inv_freq, dtype)
+        positions = (pos0[:, None] + torch.arange(frames, device=DEVICE)).reshape(-1)
+        want = [w.view(4, frames, 64) for w in rope_tables(positions, 64, 10000.0, dtype)]
+        ref = mod.rope_rows_ref(pos0, frames, inv_freq, dtype)
+        for got, table, plain in zip((cos, sin), want, ref, strict=True):
+            torch.testing.assert_close(plain, table, atol=0, rtol=0)
+            if DEVICE == "cuda":
+                torch.testing.assert_close(got, table, atol=0, rtol=0)
+            else:
+                torch.testing.assert_close(got.float(), table.float(), atol=TOLERANCE[dtype] / 2, rtol=0)
+    empty = mod.rope_rows(pos0[:0], 4, inv_freq, dtype)
+    assert empty[0].shape == empty[1].shape == (0, 4, 64)

@@ -169,9 +169,9 @@ def _time(fn: Any, device: str, iters: int) -> float:
 def speed(cs: StreamingCodec, rows: int, frames: int, device: str, iters: int,
           baseline: dict[tuple[int, int], torch.Tensor] | None = None) -> dict[str, Any]:
     """One step of `rows` streams x `frames` new frames, state warmed past the window. The codes are the same
-    for every call with the same shape, so the first timed step's audio can be compared across kernel variants:
-    `baseline` keeps the first path's and variant's per shape, and later ones report their SNR against it (a wrong kernel
-    shows up as a low SNR; rounding differences alone stay far above 30 dB)."""
+    for every call with the same shape, so the first timed step's audio can be compared across paths and kernel
+    variants: `baseline` keeps the first path's and variant's per shape, and later ones report their SNR against it
+    (a wrong kernel shows up as a low SNR; rounding differences alone stay far above 30 dB)."""
     g = torch.Generator().manual_seed(1000 * rows + frames)
     cs.pool.reset(range(cs.pool.num_slots))
     slots = torch.arange(1, rows + 1, device=device)

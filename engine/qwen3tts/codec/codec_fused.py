@@ -30,10 +30,10 @@ import torch.nn.functional as F
 from ....kernels import causal_conv as conv_kernels
 from ....kernels.causal_conv import ConvOptions, Snake, advance_state, causal_conv, conv_weight, convt_weight
 from ....kernels.codec_norms import dwconv_layernorm, rms_norm
-from ....kernels.ring_attention import ring_attention
+from ....kernels.ring_attention import ring_attention, rope_rows
 from ....kernels.swiglu import swiglu
 from ...slot_pool import SlotPool, SlotSpec
-from ..model.layers import rope_tables
+from ..model.layers import rope_inv_freq
 from ..small_gemm import FewRows, swiglu_linear
 from .codec import CodecDecoder, SnakeBeta
 from .codec_state import StreamingCodec, shared_arange, state_layout
@@ -147,6 +147,7 @@ class FusedCodecStream(StreamingCodec):
         if self.linear is not None:  # a call too wide for the kernel: the folded q|k|v after a unit-weight norm
             self.unit_norm = torch.ones_like(self.final_norm)
         self.heads, self.head_dim = cfg.num_attention_heads, cfg.head_dim
+        self.inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, dev)
         self.upsample = []
         for i, (convt, block) in enumerate(codec.upsample):
             r = convt.conv.stride[0]
@@ -264,10 +265,9 @@ class FusedCodecStream(StreamingCodec):
         cfg = self.cfg
         kv = self.pool.views["kv"]  # [slots, layers, 2, 71, HD]
         x = (self.linear or F.linear)(x.reshape(b * t, -1), *self.in_proj)
-        positions = (pos0[:, None] + shared_arange(t, x.device)).reshape(-1)
-        cos, sin = (c.view(b, t, -1) for c in rope_tables(positions, self.head_dim, cfg.rope_theta, self.dtype))
         eps = cfg.rms_norm_eps
         pdl = self.conv_options.pdl
+        cos, sin = rope_rows(pos0, t, self.inv_freq, self.dtype, pdl)  # positions pos0 + 0..t-1, one launch
         if self.linear is not None:
             return self._folded_layers(x, cos, sin, kv, slots, pos0, n, eps).view(b, t, -1)
         for li, w in enumerate(self.layers):

@@ -27,10 +27,14 @@ class RMSNorm(nn.Module):
         return self.weight * (xf if x.dtype == torch.float32 else xf.to(x.dtype))
 
 
+def rope_inv_freq(head_dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    """RoPE's frequencies [head_dim / 2] in fp32, as the reference computes them."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim))
+
+
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     """cos/sin [T, head_dim] for rotate-half RoPE, built in fp32 then cast, exactly as the reference builds them."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float()
-                                / head_dim))
+    inv_freq = rope_inv_freq(head_dim, theta, positions.device)
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
