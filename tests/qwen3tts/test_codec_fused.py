@@ -177,7 +177,7 @@ def test_gemv_projections_take_four_launches_a_layer_off(fused: ModuleType, code
     """A 1 x 4 call's launches counted from the code (aten ops that launch a kernel, and each Triton kernel once):
     the gemv projections take 4 a layer off (9 -> 5: norm, q|k|v, attention, o, norm, gate|up, SiLU, product, down
     against normed q|k|v, attention, o added, SwiGLU projection, down added); in_proj and out_proj stay one each.
-    On the real codec (8 layers) that is 154 -> 122 (163 -> 131 with RoPE's tables from PyTorch's ops)."""
+    On the real codec (8 layers) that is 149 -> 117 (launch_count.py --codec)."""
     import triton.runtime.interpreter as interpreter
     from voxgate.engine.qwen3tts.bench.launch_count import LaunchCounter
 
@@ -199,6 +199,18 @@ def test_gemv_projections_take_four_launches_a_layer_off(fused: ModuleType, code
     assert totals[1] == totals[0] - 4 * len(codec.pre_transformer.layers), totals
     # RoPE's tables in one launch (kernels/ring_attention.py rope_rows), not from PyTorch's ops
     assert not {"aten.cos", "aten.sin", "aten.cat", "aten.pow"} & (set(ops[0]) | set(ops[1])), ops
+
+
+def test_launch_count_counts_the_real_codecs_call(fused: ModuleType) -> None:
+    """launch_count --codec (the real codec's structure, narrow widths): 149 launches a 1 x 4 call, 117 with the
+    gemv projections (8 layers x 4), RoPE's tables one of them."""
+    from voxgate.engine.qwen3tts.bench.launch_count import codec_launches
+
+    if DEVICE != "cpu":
+        pytest.skip("counts the interpreter's launches")
+    cublas, gemv = codec_launches(), codec_launches(gemv=True)
+    assert (sum(cublas.values()), sum(gemv.values())) == (149, 117), (cublas, gemv)
+    assert "aten.cos" not in cublas and cublas["triton:triton"] == 80
 
 
 def test_gemv_projections_interleave_rows(fused: ModuleType, codec) -> None:

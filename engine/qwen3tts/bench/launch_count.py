@@ -6,7 +6,10 @@ count that a test can hold exact, and that says what a change takes off a captur
 The step counted is the decode part of batch_step: the Talker over R rows' inputs (`talker_tokens`) and the frame
 drawn from its output (`sample_frames`: codebook 0, the depth loop's 15 passes, the ring and next-input writes),
 with every codebook's draw through kernels/sample_draw.py (draw=auto on CUDA). The runner's input copies, prompt
-rows and the codec call are not in it.
+rows and the codec call are not in it; `--codec` counts a fused codec call of the real codec's structure instead
+(1 x 4 frames, with and without `codec_gemm = gemv`), where Triton runs in its interpreter:
+
+    TRITON_INTERPRET=1 python -m voxgate.engine.qwen3tts.bench.launch_count --codec
 
     python -m voxgate.engine.qwen3tts.bench.launch_count ../shared/qwen3-tts/checkpoints/Qwen3-TTS-12Hz-1.7B-CustomVoice
 
@@ -219,11 +222,54 @@ VARIANTS = {  # name -> step_launches options: the step as it was, then with eac
 }
 
 
+def codec_launches(rows: int = 1, frames: int = 4, gemv: bool = False) -> Counter[str]:
+    """One fused codec call's launches (rows x frames, after one call of the same shape), of a codec with the real
+    structure (design §9's layers, rates and blocks) and narrow widths: each Triton kernel once, counted where Triton
+    runs in its interpreter (TRITON_INTERPRET=1 before the kernels are imported), and the aten ops that launch.
+    gemv: the transformer's projections through kernels/gemv.py (the engine option codec_gemm = gemv)."""
+    import triton.runtime.interpreter as interpreter
+
+    from ....kernels import gemv as gemv_kernels
+    from ..bench.codec_measure import REAL_CODEC
+    from ..codec.codec import CodecDecoder
+    from ..codec.codec_fused import FusedCodecStream
+    from ..model.config import CodecDecoderConfig
+    from ..small_gemm import FewRows
+    from ..tools.synthetic import TINY_CODEC
+
+    narrow = {k: v for k, v in TINY_CODEC.items() if k != "num_hidden_layers"}
+    codec = CodecDecoder(CodecDecoderConfig.from_dict({**REAL_CODEC, **narrow})).eval()
+    linear = FewRows(gemv_kernels.gemv, gemv_kernels.MAX_ROWS, gemv_kernels.gemv_add_, fast=gemv_kernels.fast,
+                     gemv_swiglu=gemv_kernels.gemv_swiglu) if gemv else None
+    stream = FusedCodecStream(codec, rows + 1, linear=linear)
+    slots, n = torch.arange(1, rows + 1), torch.full((rows,), frames)
+    codes = torch.randint(0, codec.cfg.codebook_size, (rows, frames, codec.cfg.num_quantizers))
+    stream.step(slots, codes, n)
+    counter, grid_call = LaunchCounter(), interpreter.GridExecutor.__call__
+    interpreter.GridExecutor.__call__ = counter.kernel("triton", grid_call)
+    try:
+        with counter:
+            stream.step(slots, codes, n)
+    finally:
+        interpreter.GridExecutor.__call__ = grid_call
+    return counter.ops
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m voxgate.engine.qwen3tts.bench.launch_count")
-    parser.add_argument("checkpoint", type=Path, help="a checkpoint directory (its config.json is read)")
+    parser.add_argument("checkpoint", type=Path, nargs="?", help="a checkpoint directory (its config.json is read)")
     parser.add_argument("--rows", type=int, default=1)
+    parser.add_argument("--codec", action="store_true", help="a fused codec call of ROWS x 4 frames instead (needs "
+                                                             "TRITON_INTERPRET=1: the kernels run in the interpreter)")
     args = parser.parse_args(argv)
+    if args.codec:
+        for name, gemv in (("codec_gemm = cublas", False), ("codec_gemm = gemv", True)):
+            ops = codec_launches(args.rows, gemv=gemv)
+            triton_ops = ops.get("triton:triton", 0)
+            print(f"{name:20s} {sum(ops.values()):5d} launches a {args.rows} x 4 codec call ({triton_ops} Triton)")
+        return 0
+    if args.checkpoint is None:
+        parser.error("a checkpoint directory is needed (or --codec)")
     talker = narrow_talker(args.checkpoint)
     base = None
     for name, options in VARIANTS.items():
