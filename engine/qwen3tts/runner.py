@@ -101,7 +101,7 @@ class ModelRunner:
         self.small_gemm = resolve(c.small_gemm, self.device, self.ops.uses_triton)
         projections = linears(self.small_gemm, self.ops.uses_triton, self.pdl, c.gemv_rows, c.gemv_swiglu,
                               c.gemv_split or None, c.gemv_talker_rows)
-        self.codec = codec_cls(tts.codec, n, **self._codec_kwargs(codec_cls))
+        self.codec = codec_cls(tts.codec, n, **self._codec_kwargs())
         self.model = StepModel(talker, self.ops, depth, *projections,
                                persistent=c.depth == "persistent", fold_norms=c.folds_norms(self.dtype))
         # auto: the draw kernel wherever the step runs Triton (on the H200 it took 0.57-0.82 ms off every step:
@@ -137,10 +137,13 @@ class ModelRunner:
         self.timeline = self.chunks.timeline = timeline if self.device.type == "cuda" else None
 
     # -- construction -------------------------------------------------------------------------------------------
-    def _codec_class(self) -> type:
+    def _fused_codec(self) -> bool:
         """The fused codec on CUDA (auto), the plain one elsewhere: Triton's CPU interpreter runs the fused kernels
         too, but only tests want that."""
-        if self.config.codec == "fused" or (self.config.codec == "auto" and self.device.type == "cuda"):
+        return self.config.codec == "fused" or (self.config.codec == "auto" and self.device.type == "cuda")
+
+    def _codec_class(self) -> type:
+        if self._fused_codec():
             from .codec.codec_fused import FusedCodecStream
 
             return FusedCodecStream
@@ -148,23 +151,22 @@ class ModelRunner:
 
         return CodecStream
 
-    def _codec_kwargs(self, codec_cls: type) -> dict[str, object]:
+    def _codec_kwargs(self) -> dict[str, object]:
         """The fused codec's transformer projections per `codec_gemm` (small_gemm's kernel, its FewRows, for gemv,
         or auto where small_gemm takes it; cuBLAS otherwise) and, with `codec_pdl`, its kernels' launches with the
         step's PDL. The plain codec takes neither."""
         c = self.config
-        if codec_cls.__name__ != "FusedCodecStream":
+        if not self._fused_codec():
             return {}
         kwargs: dict[str, object] = {}
         if c.codec_pdl and self.pdl:
             from ...kernels.causal_conv import ConvOptions
 
             kwargs["conv_options"] = ConvOptions(pdl=self.pdl)
+        if c.codec_gemm == "gemv" and not self.ops.uses_triton:
+            raise ValueError("codec_gemm=gemv needs the step's Triton kernels (attention=triton or auto on CUDA)")
         gemv = c.codec_gemm == "gemv" or (c.codec_gemm == "auto" and self.small_gemm != "cublas")
-        if gemv and not self.ops.uses_triton:
-            if c.codec_gemm == "gemv":
-                raise ValueError("codec_gemm=gemv needs the step's Triton kernels (attention=triton or auto on CUDA)")
-        elif gemv:
+        if gemv and self.ops.uses_triton:
             kwargs["linear"] = linears("gemv", True, self.pdl, split_above=c.gemv_split or None)[0]
         return kwargs
 

@@ -229,19 +229,16 @@ def codec_launches(rows: int = 1, frames: int = 4, gemv: bool = False) -> Counte
     gemv: the transformer's projections through kernels/gemv.py (the engine option codec_gemm = gemv)."""
     import triton.runtime.interpreter as interpreter
 
-    from ....kernels import gemv as gemv_kernels
     from ..bench.codec_measure import REAL_CODEC
     from ..codec.codec import CodecDecoder
     from ..codec.codec_fused import FusedCodecStream
     from ..model.config import CodecDecoderConfig
-    from ..small_gemm import FewRows
+    from ..small_gemm import linears
     from ..tools.synthetic import TINY_CODEC
 
     narrow = {k: v for k, v in TINY_CODEC.items() if k != "num_hidden_layers"}
     codec = CodecDecoder(CodecDecoderConfig.from_dict({**REAL_CODEC, **narrow})).eval()
-    linear = FewRows(gemv_kernels.gemv, gemv_kernels.MAX_ROWS, gemv_kernels.gemv_add_, fast=gemv_kernels.fast,
-                     gemv_swiglu=gemv_kernels.gemv_swiglu) if gemv else None
-    stream = FusedCodecStream(codec, rows + 1, linear=linear)
+    stream = FusedCodecStream(codec, rows + 1, linear=linears("gemv", True)[0] if gemv else None)
     slots, n = torch.arange(1, rows + 1), torch.full((rows,), frames)
     codes = torch.randint(0, codec.cfg.codebook_size, (rows, frames, codec.cfg.num_quantizers))
     stream.step(slots, codes, n)
