@@ -312,7 +312,8 @@ def test_pdl_changes_no_bit(fused: ModuleType, codec) -> None:
     for pdl in (False, True):
         linear, _ = _counted_gemv()
         linear.pdl = pdl
-        fs = fused.FusedCodecStream(codec, 4, dtype=torch.bfloat16, linear=linear,
+        # 4 usable slots beside the sink: the 4-row bucket pads the 3 rows with one sink row
+        fs = fused.FusedCodecStream(codec, 5, dtype=torch.bfloat16, linear=linear,
                                     conv_options=ConvOptions(autotune=False, pdl=pdl))
         slots = torch.tensor([1, 2, 3], device=DEVICE)
         g = torch.Generator().manual_seed(4)
