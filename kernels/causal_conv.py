@@ -25,16 +25,7 @@ import triton
 import triton.language as tl
 
 from . import conv_tma
-from .utils import (
-    TUNING_CACHE,
-    PdlMode,
-    conv_epilogue,
-    fast_sin_squared,
-    interpreted,
-    pdl_launch,
-    quick_bench,
-    wait_for_inputs,
-)
+from .utils import TUNING_CACHE, conv_epilogue, fast_sin_squared, interpreted, quick_bench
 
 # Autotuned per (M, N, Cin, taps) on CUDA: the codec's convs range from N = 1 (the last conv) to 6144 columns
 # (block 1's transposed conv) and M from a few hundred rows to millions. Few configs: each is compiled per
@@ -53,15 +44,12 @@ class ConvOptions:
     runs a fixed tile). fast_sin: SnakeBeta's sin in 16-bit epilogues as a short polynomial instead of
     libdevice's sinf (3.89 -> 3.18 ms per 128 x 1 step). tma: kernels/conv_tma.py where it applies (off: the
     pointer kernel only); tma_min_length: the shortest batch rows with history that take it (512: rows of 160
-    were 2x slower through TMA, rows of 640 and 1920 12 % and 20 % faster). pdl: launches with programmatic
-    dependent launch (kernels/utils.py; Hopper, compiled only): each conv and window advance may start before the
-    kernel ahead ends, and waits for it before it reads or writes anything."""
+    were 2x slower through TMA, rows of 640 and 1920 12 % and 20 % faster)."""
 
     autotune: bool = True
     fast_sin: bool = True
     tma: bool = True
     tma_min_length: int = 512
-    pdl: PdlMode = False
 
 
 def _prune(configs: list, named_args: dict, **kwargs) -> list:
@@ -139,12 +127,11 @@ def _causal_conv_kernel(
     TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
     HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
     FAST_SIN: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, PDL: tl.constexpr = 0,
+    BM: tl.constexpr, BN: tl.constexpr,
 ):
     # x [M = B*L, CIN] contiguous; state [slots, HIST, CIN] (strides st_ss, st_st, 1); w [TAPS*CIN, N]
     # contiguous; res/out/out2 [M, N] contiguous; SnakeBeta parameters per column j % SNAKE_CH.
     # grid: (cdiv(M, BM), cdiv(N, BN)).
-    wait_for_inputs(PDL)
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     acc = _conv_acc(x_ptr, state_ptr, slots_ptr, w_ptr, rm, rn, M, L, CIN, N, HIST, DIL, st_ss, st_st,
@@ -220,21 +207,17 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor, taps: int, dilation: int = 1, 
                  FAST_SIN=options.fast_sin and x.dtype != torch.float32,
                  PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=x.device.type != "cuda")
     if tiling is not None:
-        conv_tma.conv_tma(args, flags, *tiling, autotune=x.device.type == "cuda" and options.autotune,
-                          pdl=options.pdl)
-        return out, out2
-    on, launch = pdl_launch(_causal_conv_kernel, options.pdl)
-    flags["PDL"] = on
+        conv_tma.conv_tma(args, flags, *tiling, autotune=x.device.type == "cuda" and options.autotune)
     # Tuned: 16-bit inputs (fp32 runs for exactness, not speed) with Cin a multiple of every tuned BK's minimum.
-    if x.device.type == "cuda" and options.autotune and x.dtype != torch.float32 and cin % 32 == 0:
+    elif x.device.type == "cuda" and options.autotune and x.dtype != torch.float32 and cin % 32 == 0:
         def grid(meta: dict) -> tuple[int, int]:
             return triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"])
-        _causal_conv_tuned[grid](*args, **flags, EVEN_K=True, **launch)
+        _causal_conv_tuned[grid](*args, **flags, EVEN_K=True)
     elif x.device.type == "cuda":  # one fixed tile: no start-up tuning (tests, exactness runs)
         bn = 64 if n <= 64 else 128
         _causal_conv_kernel[(triton.cdiv(m, 128), triton.cdiv(n, bn))](
             *args, **flags, EVEN_K=cin % bk == 0, BK=bk, BM=128, BN=bn, num_warps=4 if bn == 64 else 8,
-            num_stages=3, **launch)
+            num_stages=3)
     else:  # the CPU interpreter: large fixed tiles (numpy is vectorised within a program, slow across them)
         bm, bn = min(8192, max(16, triton.next_power_of_2(m))), min(64, max(16, triton.next_power_of_2(n)))
         _causal_conv_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](*args, **flags, EVEN_K=cin % bk == 0, BK=bk,
@@ -257,9 +240,8 @@ def _tma_tiling(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor | None, ta
 
 @triton.jit
 def _advance_state_kernel(x_ptr, state_ptr, slots_ptr, n_ptr, L, C, HIST, RATE, st_ss, st_st,
-                          HP: tl.constexpr, BC: tl.constexpr, PDL: tl.constexpr = 0):
+                          HP: tl.constexpr, BC: tl.constexpr):
     # Slot window <- the last HIST rows of [slot window | x[b, :n_b*RATE]]. grid: (B, cdiv(C, BC)).
-    wait_for_inputs(PDL)
     b = tl.program_id(0)
     c = tl.program_id(1) * BC + tl.arange(0, BC)
     h = tl.arange(0, HP)
@@ -275,12 +257,11 @@ def _advance_state_kernel(x_ptr, state_ptr, slots_ptr, n_ptr, L, C, HIST, RATE, 
 
 
 def advance_state(x: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, num_frames: torch.Tensor,
-                  rate: int, pdl: PdlMode = False) -> None:
+                  rate: int) -> None:
     """state[slots[b]] <- last H rows of [state[slots[b]] | x[b, :num_frames[b] * rate]] (in place).
 
     x [B, L, C] contiguous (the conv's new inputs, right-padded); state [slots, H, C] pool view. Rows with 0 new
-    frames keep their window; padding rows sharing the sink slot with 0 frames rewrite it unchanged. pdl: as
-    ConvOptions.pdl.
+    frames keep their window; padding rows sharing the sink slot with 0 frames rewrite it unchanged.
     """
     b, length, c = x.shape
     hist = state.shape[1]
@@ -288,10 +269,9 @@ def advance_state(x: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, num
     if b == 0 or hist == 0:
         return
     bc = min(triton.next_power_of_2(c), max(16, 4096 // triton.next_power_of_2(hist)))
-    on, launch = pdl_launch(_advance_state_kernel, pdl)
     _advance_state_kernel[(b, triton.cdiv(c, bc))](
         x, state, slots, num_frames, length, c, hist, rate, state.stride(0), state.stride(1),
-        HP=max(2, triton.next_power_of_2(hist)), BC=bc, PDL=on, num_warps=4, **launch)
+        HP=max(2, triton.next_power_of_2(hist)), BC=bc, num_warps=4)
 
 
 # -- weights and references --------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import PdlMode, add, pdl_launch, row_warps, wait_for_inputs
+from .utils import add, row_warps
 
 
 @triton.jit
@@ -31,10 +31,9 @@ def _sum(x):
 
 @triton.jit
 def _dwconv_ln_kernel(x_ptr, state_ptr, slots_ptr, w_ptr, bias_ptr, lnw_ptr, lnb_ptr, out_ptr, length, channels,
-                      st_s0, st_s1, eps, K: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr = 0):
+                      st_s0, st_s1, eps, K: tl.constexpr, BLOCK_C: tl.constexpr):
     # x, out: [B, length, channels] contiguous; state: [slots, K-1, channels] with strides st_s0, st_s1, 1;
     # w: [channels, K] contiguous. grid: B * length, one (b, t) row per program.
-    wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     b = row // length
     t = row % length
@@ -67,11 +66,10 @@ def _dwconv_ln_kernel(x_ptr, state_ptr, slots_ptr, w_ptr, bias_ptr, lnw_ptr, lnb
 
 
 def dwconv_layernorm(x: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, weight: torch.Tensor,
-                     bias: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, eps: float,
-                     pdl: PdlMode = False) -> torch.Tensor:
+                     bias: torch.Tensor, ln_weight: torch.Tensor, ln_bias: torch.Tensor, eps: float) -> torch.Tensor:
     """x [B, L, C] contiguous (bf16/fp32); state [num_slots, K-1, C] (any dim-0/1 strides, last dim contiguous);
     slots [B] int64; weight [C, K], bias, ln_weight, ln_bias [C], all in x's dtype -> [B, L, C] contiguous:
-    LayerNorm(depthwise causal conv of state[slots[b]] ++ x[b]). `state` is only read. pdl: as rms_norm's."""
+    LayerNorm(depthwise causal conv of state[slots[b]] ++ x[b]). `state` is only read."""
     assert x.dim() == 3 and x.is_contiguous(), (x.shape, x.stride())
     bsz, length, channels = x.shape
     k = weight.shape[-1]
@@ -85,11 +83,10 @@ def dwconv_layernorm(x: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, 
     if out.numel() == 0:
         return out
     block_c = triton.next_power_of_2(channels)
-    on, launch = pdl_launch(_dwconv_ln_kernel, pdl)
     _dwconv_ln_kernel[(bsz * length,)](
         x, state, slots, weight.contiguous(), bias.contiguous(), ln_weight.contiguous(), ln_bias.contiguous(), out,
-        length, channels, state.stride(0), state.stride(1), eps, K=k, BLOCK_C=block_c, PDL=on,
-        num_warps=row_warps(block_c), **launch)
+        length, channels, state.stride(0), state.stride(1), eps, K=k, BLOCK_C=block_c,
+        num_warps=row_warps(block_c))
     return out
 
 
@@ -107,9 +104,8 @@ def dwconv_layernorm_ref(x: torch.Tensor, state: torch.Tensor, slots: torch.Tens
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, channels, x_sm, eps, BLOCK_C: tl.constexpr, PDL: tl.constexpr = 0):
+def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, channels, x_sm, eps, BLOCK_C: tl.constexpr):
     # x: [M, channels], row stride x_sm, last dim contiguous; out: contiguous. grid: M, one row per program.
-    wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     c = tl.arange(0, BLOCK_C)
     cm = c < channels
@@ -123,9 +119,9 @@ def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, channels, x_sm, eps, BLOCK_C: tl.con
     tl.store(out_ptr + row * channels + c, (w * xn).to(dtype), mask=cm)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, pdl: PdlMode = False) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x [M, C] (any row stride, last dim contiguous), weight [C] in x's dtype -> [M, C] contiguous, as
-    layers.RMSNorm. pdl: programmatic dependent launch (kernels/utils.py)."""
+    layers.RMSNorm."""
     assert x.dim() == 2 and (x.stride(1) == 1 or x.shape[1] == 1), (x.shape, x.stride())
     rows, channels = x.shape
     assert weight.shape == (channels,) and weight.dtype == x.dtype, (weight.shape, weight.dtype, x.dtype)
@@ -133,9 +129,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, pdl: PdlMode = F
     if out.numel() == 0:
         return out
     block_c = triton.next_power_of_2(channels)
-    on, launch = pdl_launch(_rms_norm_kernel, pdl)
-    _rms_norm_kernel[(rows,)](x, weight.contiguous(), out, channels, x.stride(0), eps, BLOCK_C=block_c, PDL=on,
-                              num_warps=row_warps(block_c), **launch)
+    _rms_norm_kernel[(rows,)](x, weight.contiguous(), out, channels, x.stride(0), eps, BLOCK_C=block_c,
+                              num_warps=row_warps(block_c))
     return out
 
 

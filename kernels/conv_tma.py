@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import TUNING_CACHE, PdlMode, conv_epilogue, interpreted, pdl_launch, quick_bench, wait_for_inputs
+from .utils import TUNING_CACHE, conv_epilogue, interpreted, quick_bench
 
 try:
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -44,12 +44,10 @@ def _conv_tma_kernel(
     TAPS: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE_MAIN: tl.constexpr,
     HAS_RES: tl.constexpr, CLAMP: tl.constexpr, STORE_MAIN: tl.constexpr, HAS_OUT2: tl.constexpr,
     FAST_SIN: tl.constexpr, UPCAST: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-    PDL: tl.constexpr = 0,
 ):
     # x_desc [B, L, CIN] blocks [1, BM, BK]; st_desc [slots, HIST, CIN] blocks [1, BM, BK]; w_desc [TAPS*CIN, N]
     # blocks [BK, BN]. grid: (cdiv(N, BN), B * cdiv(L, BM)): the column tiles of one row tile run side by side
     # and share its activation rows in L2.
-    wait_for_inputs(PDL)
     tiles_t = (L + BM - 1) // BM
     b = tl.program_id(1) // tiles_t
     t0 = (tl.program_id(1) - b * tiles_t) * BM
@@ -132,9 +130,9 @@ def usable(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor | None) -> bool
     return _aligned(x) and _aligned(w) and (state is None or _aligned(state))
 
 
-def conv_tma(args: tuple, flags: dict, batch: int, length: int, autotune: bool, pdl: PdlMode = False) -> None:
+def conv_tma(args: tuple, flags: dict, batch: int, length: int, autotune: bool) -> None:
     """Launch for causal_conv (its `args` and `flags`, pointer-kernel names) with the rows tiled as `batch` rows of
-    `length` (a one-tap conv without history: one long row): see the module docstring. pdl: ConvOptions.pdl."""
+    `length` (a one-tap conv without history: one long row): see the module docstring."""
     (x, state, slots, w, bias, res, out, out2, a1, ib1, a2, ib2,
      m, _, cin, n, hist, dil, _st_ss, _st_st, snake_ch) = args
     has_state = flags["HAS_STATE"]
@@ -145,15 +143,14 @@ def conv_tma(args: tuple, flags: dict, batch: int, length: int, autotune: bool, 
                    m, length, cin, n, hist, dil, snake_ch)
     kernel_flags = {k: flags[k] for k in ("TAPS", "HAS_STATE", "HAS_BIAS", "SNAKE_MAIN", "HAS_RES", "CLAMP",
                                           "STORE_MAIN", "HAS_OUT2", "FAST_SIN", "UPCAST")}
-    kernel_flags["PDL"], launch = pdl_launch(_conv_tma_kernel, pdl)
 
     def grid(meta: dict) -> tuple[int, int]:
         return triton.cdiv(n, meta["BN"]), batch * triton.cdiv(length, meta["BM"])
 
     if autotune:
-        _conv_tma_tuned[grid](*kernel_args, **kernel_flags, **launch)
+        _conv_tma_tuned[grid](*kernel_args, **kernel_flags)
         return
     # fixed tile (tests, the interpreter): as the pointer kernel's fixed tile
     tile = dict(BM=64, BN=64, BK=64 if cin % 64 == 0 else 32)
     _set_block_shapes({"x_desc": x_desc, "st_desc": st_desc, "w_desc": w_desc, **tile})
-    _conv_tma_kernel[grid(tile)](*kernel_args, **kernel_flags, **tile, num_warps=4, num_stages=3, **launch)
+    _conv_tma_kernel[grid(tile)](*kernel_args, **kernel_flags, **tile, num_warps=4, num_stages=3)

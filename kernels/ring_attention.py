@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .utils import MAX, SUM, PdlMode, interpreted, pdl_launch, wait_for_inputs
+from .utils import MAX, SUM, interpreted
 
 
 @triton.jit
@@ -36,11 +36,10 @@ def _ring_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, rk_ptr, rv_ptr, slots_ptr,
                            T, R, qk_scale, rk_s0, rk_s1, rv_s0, rv_s1,
                            HD: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
                            BLOCK_R: tl.constexpr,
-                           DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr = 0):
+                           DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr):
     # qkv [B, T, 3*HD], cos/sin [B, T, D], o [B, T, HD]: contiguous. ring k/v [slots, R, HD]: strides (s0, s1, 1).
     # qk_scale = log2(e) / sqrt(D) (softmax via exp2). Dot operands are cast to DOT_DTYPE (a no-op but in the
     # interpreter, see _DOT_UPCAST). grid: (B, heads).
-    wait_for_inputs(PDL)
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     dtype = o_ptr.dtype.element_ty
@@ -127,14 +126,13 @@ def _check(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring_k: torc
 
 def ring_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring_k: torch.Tensor,
                    ring_v: torch.Tensor, slots: torch.Tensor, pos0: torch.Tensor, n: torch.Tensor, heads: int,
-                   head_dim: int, num_warps: int = 4, pdl: PdlMode = False) -> torch.Tensor:
+                   head_dim: int, num_warps: int = 4) -> torch.Tensor:
     """qkv [B, T, 3*heads*head_dim] (q | k | v, q and k not rotated; bf16 or fp32), cos/sin [B, T, head_dim]
     (rotate-half RoPE tables of positions pos0[b] + t), ring_k/ring_v [num_slots, R, HD] (views; last dim
     contiguous), slots/pos0/n [B] int64 -> o [B, T, HD]. Rows t >= n[b] are padding: garbage out, nothing
     written. Writes the rotated keys and the values of each row's last min(n, R) real frames into its ring.
     num_warps per (row, head) program: the step is latency-bound (33 us per layer at 128 x 1 on the H200, ~9 us of
-    memory traffic); 2 warps were measured slower (3.12 against 3.02 ms per step, docs/codec.md). pdl:
-    programmatic dependent launch (kernels/utils.py)."""
+    memory traffic); 2 warps were measured slower (3.12 against 3.02 ms per step, docs/codec.md)."""
     _check(qkv, cos, sin, ring_k, ring_v, slots, pos0, n, heads, head_dim)
     B, T, _ = qkv.shape
     R = ring_k.shape[1]
@@ -146,23 +144,19 @@ def ring_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ring
     if B == 0:
         return o
     f32_dots = qkv.dtype == torch.float32 or _DOT_UPCAST
-    on, launch = pdl_launch(_ring_attention_kernel, pdl)
     _ring_attention_kernel[(B, heads)](
         qkv, cos, sin, ring_k, ring_v, slots, pos0, n, o, T, R, math.log2(math.e) / math.sqrt(head_dim),
         ring_k.stride(0), ring_k.stride(1), ring_v.stride(0), ring_v.stride(1),
         HD=heads * head_dim, D=head_dim, BLOCK_D=max(16, head_dim), BLOCK_T=max(16, triton.next_power_of_2(T)),
         BLOCK_R=max(16, triton.next_power_of_2(R)), DOT_DTYPE=tl.float32 if f32_dots else tl.bfloat16,
-        PRECISION="ieee" if f32_dots else None,  # fp32 dots must not round to TF32
-        PDL=on, num_warps=num_warps, **launch)
+        PRECISION="ieee" if f32_dots else None, num_warps=num_warps)  # fp32 dots must not round to TF32
     return o
 
 
 @triton.jit
-def _rope_rows_kernel(pos0_ptr, inv_freq_ptr, cos_ptr, sin_ptr, T, D: tl.constexpr, BLOCK_D: tl.constexpr,
-                      PDL: tl.constexpr = 0):
+def _rope_rows_kernel(pos0_ptr, inv_freq_ptr, cos_ptr, sin_ptr, T, D: tl.constexpr, BLOCK_D: tl.constexpr):
     # cos/sin [B, T, D] of positions pos0[b] + t: the angle in fp32 as rope_tables multiplies it (position times
     # inv_freq[d % (D/2)]), its cos and sin (libdevice's, as PyTorch's CUDA ops), rounded once. grid: (B * T,).
-    wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     d = tl.arange(0, BLOCK_D)
     ok = d < D
@@ -173,8 +167,8 @@ def _rope_rows_kernel(pos0_ptr, inv_freq_ptr, cos_ptr, sin_ptr, T, D: tl.constex
     tl.store(sin_ptr + row * D + d, tl.sin(angle).to(dtype), mask=ok)
 
 
-def rope_rows(pos0: torch.Tensor, frames: int, inv_freq: torch.Tensor, dtype: torch.dtype,
-              pdl: PdlMode = False) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_rows(pos0: torch.Tensor, frames: int, inv_freq: torch.Tensor,
+              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """The cos/sin tables ring_attention takes, [B, frames, head_dim] in dtype, for positions pos0[b] + t, in one
     launch instead of rope_tables' ~10 (rope_rows_ref); inv_freq [head_dim / 2] fp32 (model.layers.rope_inv_freq)."""
     assert pos0.dim() == 1 and pos0.dtype == torch.int64 and inv_freq.dtype == torch.float32, (pos0, inv_freq)
@@ -182,9 +176,8 @@ def rope_rows(pos0: torch.Tensor, frames: int, inv_freq: torch.Tensor, dtype: to
     cos = torch.empty((b, frames, d), dtype=dtype, device=pos0.device)
     sin = torch.empty_like(cos)
     if cos.numel():
-        on, launch = pdl_launch(_rope_rows_kernel, pdl)
         _rope_rows_kernel[(b * frames,)](pos0, inv_freq.contiguous(), cos, sin, frames, D=d,
-                                         BLOCK_D=triton.next_power_of_2(d), PDL=on, num_warps=1, **launch)
+                                         BLOCK_D=triton.next_power_of_2(d), num_warps=1)
     return cos, sin
 
 

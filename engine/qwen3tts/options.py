@@ -78,10 +78,6 @@ class Qwen3TTSOptions(EngineConfig):
                                        "nine; CUDA, or attention=triton; a 1 x 4 call 12 % faster on an H100, no "
                                        "throughput gained at c = 1 or 8) | auto (gemv where small_gemm takes the "
                                        "kernel)")
-    codec_pdl: bool = option(False, "the fused codec's Triton kernels (its convs, window advances, norms, ring "
-                                    "attention and codec_gemm's projections) launched with the step's `pdl` where "
-                                    "that is on: each may start before the kernel ahead ends (default false: "
-                                    "every call 5-12 % slower with it on an H100, c = 8 6 % slower)")
     pdl: str = option("auto", "programmatic dependent launch (Hopper) for the step's Triton kernels (the stacks' "
                              "q/k norm, attention, SwiGLU and final norm, kernels/gemv.py's projections, the "
                              "draws and the frame epilogue): each may start before the kernel ahead ends, a "
@@ -194,8 +190,7 @@ class Qwen3TTSOptions(EngineConfig):
                     attention=self.attention, depth=self.depth, draw=self.draw, epilogue=self.epilogue,
                     text_table=self.text_table, small_gemm=self.small_gemm,
                     gemv_rows=self.gemv_rows, gemv_talker_rows=self.gemv_talker_rows, gemv_split=self.gemv_split,
-                    gemv_swiglu=self.gemv_swiglu, codec_gemm=self.codec_gemm, codec_pdl=self.codec_pdl,
-                    pdl=self.pdl, fold_norms=self.fold_norms,
+                    gemv_swiglu=self.gemv_swiglu, codec_gemm=self.codec_gemm, pdl=self.pdl, fold_norms=self.fold_norms,
                     fuse_attention=self.fuse_attention,
                     codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets)
 

@@ -153,22 +153,16 @@ class ModelRunner:
 
     def _codec_kwargs(self) -> dict[str, object]:
         """The fused codec's transformer projections per `codec_gemm` (small_gemm's kernel, its FewRows, for gemv,
-        or auto where small_gemm takes it; cuBLAS otherwise) and, with `codec_pdl`, its kernels' launches with the
-        step's PDL. The plain codec takes neither."""
+        with the step's PDL, or auto where small_gemm takes it; cuBLAS otherwise). The plain codec takes neither."""
         c = self.config
         if not self._fused_codec():
             return {}
-        kwargs: dict[str, object] = {}
-        if c.codec_pdl and self.pdl:
-            from ...kernels.causal_conv import ConvOptions
-
-            kwargs["conv_options"] = ConvOptions(pdl=self.pdl)
         if c.codec_gemm == "gemv" and not self.ops.uses_triton:
             raise ValueError("codec_gemm=gemv needs the step's Triton kernels (attention=triton or auto on CUDA)")
         gemv = c.codec_gemm == "gemv" or (c.codec_gemm == "auto" and self.small_gemm != "cublas")
-        if gemv and self.ops.uses_triton:
-            kwargs["linear"] = linears("gemv", True, self.pdl, split_above=c.gemv_split or None)[0]
-        return kwargs
+        if not (gemv and self.ops.uses_triton):
+            return {}
+        return {"linear": linears("gemv", True, self.pdl, split_above=c.gemv_split or None)[0]}
 
     def _slots_for_budget(self, kv_layout: dict[str, SlotSpec], codec_cls: type) -> int:
         from ..slot_pool import slot_bytes

@@ -57,7 +57,6 @@ class RunnerConfig:
     gemv_split: int = DEFAULTS.gemv_split  # the rows kernel cuts K across programs above this many values (0: its rule)
     gemv_swiglu: bool = DEFAULTS.gemv_swiglu  # gate|up and SwiGLU in one launch where small_gemm's kernel runs
     codec_gemm: str = DEFAULTS.codec_gemm  # the codec transformer's projections: cublas | gemv | auto (small_gemm's)
-    codec_pdl: bool = DEFAULTS.codec_pdl  # the fused codec's kernels launched with the step's pdl (where it is on)
     pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | late | off | auto
     fold_norms: bool = DEFAULTS.fold_norms  # layer norms folded into the projections (fused_stack.py)
     fuse_attention: bool = DEFAULTS.fuse_attention  # one launch for q/k-norm, RoPE, KV write, attention (cp_attend.py)

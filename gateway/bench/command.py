@@ -89,7 +89,7 @@ def add_codec_arguments(p: argparse.ArgumentParser) -> None:
                         "through kernels/gemv.py: codec_gemm = gemv), reference")
     p.add_argument("--variants", default="default",
                    help="fused path, bf16: kernel variants to time, comma-separated (default, pointer, accurate_sin, "
-                        "no_autotune, attn_2warps, tma_min_<rows>, pdl; join with + to combine); docs/codec.md")
+                        "no_autotune, attn_2warps, tma_min_<rows>; join with + to combine); docs/codec.md")
     p.add_argument("--speed-only", action="store_true", help="bf16 step speeds only (no exactness, SNR, fp32)")
     p.add_argument("--watchdog", type=float, default=0, help="print every thread's stack every N s (0: off)")
 

@@ -320,29 +320,3 @@ def test_codec_gemm_gives_the_fused_codec_the_kernel(gemv: ModuleType, tiny_ckpt
         codec_linear(codec_gemm="gemv", attention="torch")
     with pytest.raises(ValueError, match="codec_gemm must be"):
         RunnerConfig(codec_gemm="fast")
-
-
-def test_codec_pdl_follows_the_steps_pdl(tiny_ckpt: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    """codec_pdl = true gives the fused codec's kernels the step's PDL mode (here forced on: the interpreter itself
-    launches without it), and nothing where the step's PDL is off or codec_pdl is false (the default)."""
-    import importlib
-
-    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
-    from voxgate.engine.qwen3tts.runner import ModelRunner
-    from voxgate.engine.qwen3tts.runner_config import RunnerConfig
-
-    for name in ("add_rms_norm", "qk_norm_rope", "slot_attention", "swiglu", "cp_linear", "cp_attend", "sample_draw",
-                 "frame_epilogue", "causal_conv", "conv_tma", "codec_norms", "ring_attention", "gemv"):
-        kernel_module(name)
-    importlib.reload(importlib.import_module("voxgate.engine.qwen3tts.codec.codec_fused"))
-    tts = Qwen3TTS.from_pretrained(tiny_ckpt("cv17"), dtype=torch.float32, device=DEVICE, progress=False)
-
-    def codec_pdl(step_pdl: bool | str, **options: object) -> object:
-        monkeypatch.setattr(RunnerConfig, "uses_pdl", lambda self, device, triton_ops: step_pdl)
-        runner = ModelRunner(tts, RunnerConfig(row_buckets=(1,), prefill_buckets=(8,), max_positions=64,
-                                               codec="fused", attention="triton", **options), num_slots=3)
-        return runner.codec.conv_options.pdl
-
-    assert codec_pdl("late", codec_pdl=True) == "late"
-    assert codec_pdl(True) is False  # the default: off
-    assert codec_pdl(False, codec_pdl=True) is False

@@ -29,7 +29,7 @@ REAL_CODEC = dict(codebook_size=2048, codebook_dim=512, num_quantizers=16, laten
                   decoder_dim=1536, upsampling_ratios=[2, 2], upsample_rates=[8, 5, 4, 3])
 # Fused-path variants: each a change from the measured defaults (docs/codec.md has what each measured);
 # "tma_min_<rows>" sets ConvOptions.tma_min_length; join variants with "+".
-VARIANTS = ("default", "pointer", "accurate_sin", "no_autotune", "attn_2warps", "tma_min_<rows>", "pdl")
+VARIANTS = ("default", "pointer", "accurate_sin", "no_autotune", "attn_2warps", "tma_min_<rows>")
 
 
 def pcm16(x: torch.Tensor) -> torch.Tensor:
@@ -107,8 +107,6 @@ def variant_settings(variant: str) -> tuple[Any, int]:
             options = replace(options, fast_sin=False)
         elif part == "no_autotune":
             options = replace(options, autotune=False)
-        elif part == "pdl":  # every Triton kernel of the step with programmatic dependent launch (Hopper)
-            options = replace(options, pdl=True)
         elif part == "attn_2warps":
             warps = 2
         elif part.startswith("tma_min_") and part[8:].isdigit():

@@ -94,8 +94,7 @@ class FusedCodecStream(StreamingCodec):
     dtype: compute and state dtype (default: the codec's). The codec is read once to build the kernels' weight
     layouts and is left untouched. conv_options: how the conv kernels launch (kernels/causal_conv.ConvOptions;
     default: the measured defaults); attention_warps: warps per ring-attention program (4, measured). Both
-    are plain attributes: the benchmark's variants reassign them between steps; conv_options.pdl launches every
-    Triton kernel of the step with programmatic dependent launch (kernels/utils.py). linear: the transformer's
+    are plain attributes: the benchmark's variants reassign them between steps. linear: the transformer's
     projections through small_gemm's kernel (a FewRows; the norms are folded into the weights at build), or None
     for cuBLAS's F.linear.
     """
@@ -206,7 +205,6 @@ class FusedCodecStream(StreamingCodec):
         if t > self.max_step_frames:
             raise ValueError(f"a fused codec step takes at most {self.max_step_frames} new frames per row, got {t}")
         views = self.pool.views
-        pdl = self.conv_options.pdl  # every Triton kernel of the step launches alike (ConvOptions.pdl)
         frames = views["frames"]
         n = num_frames
         x = self._quantize(codes)
@@ -218,8 +216,8 @@ class FusedCodecStream(StreamingCodec):
             x = torch.addmm(up["bias"], x.view(-1, x.shape[-1]), up["w"]).view(b, -1, up["w"].shape[1] // up["rate"])
             rate *= up["rate"]
             state = views[up["dw_state"]]
-            y = dwconv_layernorm(x, state, slots, up["dw"], up["dw_bias"], *up["ln"], up["ln_eps"], pdl=pdl)
-            advance_state(x, state, slots, n, rate, pdl)
+            y = dwconv_layernorm(x, state, slots, up["dw"], up["dw_bias"], *up["ln"], up["ln_eps"])
+            advance_state(x, state, slots, n, rate)
             h = F.gelu(F.linear(y, *up["pw1"]))
             x = torch.addmm(x.view(-1, x.shape[-1]), h.view(-1, h.shape[-1]), up["pw2_t"]).add_(up["pw2_bias"])
             x = x.view(b, -1, x.shape[-1])
@@ -247,7 +245,7 @@ class FusedCodecStream(StreamingCodec):
         out = causal_conv(x, conv.w, conv.taps, conv.dilation, state=state, slots=slots, bias=conv.bias,
                           options=self.conv_options, **epilogue)
         if state is not None:
-            advance_state(x, state, slots, n, rate, self.conv_options.pdl)
+            advance_state(x, state, slots, n, rate)
         return out
 
     def _quantize(self, codes: torch.Tensor) -> torch.Tensor:
@@ -266,18 +264,17 @@ class FusedCodecStream(StreamingCodec):
         kv = self.pool.views["kv"]  # [slots, layers, 2, 71, HD]
         x = (self.linear or F.linear)(x.reshape(b * t, -1), *self.in_proj)
         eps = cfg.rms_norm_eps
-        pdl = self.conv_options.pdl
-        cos, sin = rope_rows(pos0, t, self.inv_freq, self.dtype, pdl)  # positions pos0 + 0..t-1, one launch
+        cos, sin = rope_rows(pos0, t, self.inv_freq, self.dtype)  # positions pos0 + 0..t-1, one launch
         if self.linear is not None:
             return self._folded_layers(x, cos, sin, kv, slots, pos0, n, eps).view(b, t, -1)
         for li, w in enumerate(self.layers):
-            qkv = F.linear(rms_norm(x, w["norm1"], eps, pdl), w["qkv"]).view(b, t, -1)
+            qkv = F.linear(rms_norm(x, w["norm1"], eps), w["qkv"]).view(b, t, -1)
             o = ring_attention(qkv, cos, sin, kv[:, li, 0], kv[:, li, 1], slots, pos0, n, self.heads, self.head_dim,
-                               self.attention_warps, pdl)
+                               self.attention_warps)
             x = torch.addmm(x, o.view(b * t, -1), w["o_t"])
-            gate, up = F.linear(rms_norm(x, w["norm2"], eps, pdl), w["gate_up"]).chunk(2, dim=-1)
+            gate, up = F.linear(rms_norm(x, w["norm2"], eps), w["gate_up"]).chunk(2, dim=-1)
             x = torch.addmm(x, F.silu(gate) * up, w["down_t"])
-        x = F.linear(rms_norm(x, self.final_norm, eps, pdl), *self.out_proj)
+        x = F.linear(rms_norm(x, self.final_norm, eps), *self.out_proj)
         return x.view(b, t, -1)
 
     def _folded_layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
@@ -285,15 +282,15 @@ class FusedCodecStream(StreamingCodec):
         """The layers and output projection through `linear` on x [B * T, hidden] (the residual stream, added into
         in place): norms folded into the projections (see _layer); calls of more rows than the kernel takes run
         the same weights through F.linear after a unit-weight norm."""
-        lin, pdl = self.linear, self.conv_options.pdl
+        lin = self.linear
         b, t = cos.shape[:2]
         for li, w in enumerate(self.layers):
             if lin.takes(x, w["qkv"]):
                 qkv = lin.normed(x, w["qkv"], eps)
             else:
-                qkv = F.linear(rms_norm(x, self.unit_norm, eps, pdl), w["qkv"])
+                qkv = F.linear(rms_norm(x, self.unit_norm, eps), w["qkv"])
             o = ring_attention(qkv.view(b, t, -1), cos, sin, kv[:, li, 0], kv[:, li, 1], slots, pos0, n, self.heads,
-                               self.head_dim, self.attention_warps, pdl)
+                               self.head_dim, self.attention_warps)
             lin.add_(x, o.view(b * t, -1), w["o"])
             lin.add_(x, swiglu_linear(lin, swiglu, x, w["gate_up"], eps, scaled=True), w["down"])
-        return lin(rms_norm(x, self.final_norm, eps, pdl), *self.out_proj)
+        return lin(rms_norm(x, self.final_norm, eps), *self.out_proj)
