@@ -63,10 +63,15 @@ class AlignerMetrics:
         self.segments = Histogram("voxgate_engine_aligner_segments_per_call", "Segments measured per aligner call",
                                   buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
         self.busy = Counter("voxgate_engine_aligner_busy_seconds", "Time spent in aligner calls", registry=r)
+        self.parts = Counter("voxgate_engine_aligner_part_seconds", "Time spent in aligner calls by part: host "
+                             "(until the call's GPU work is queued, GIL waits included), gpu_wait (blocked until the "
+                             "GPU has run it), post (results read, word times)", ["part"], registry=r)
         self.audio = Counter("voxgate_engine_aligner_audio_seconds", "Audio aligned", registry=r)
 
-    def observe(self, segments: int, audio_s: float, seconds: float) -> None:
+    def observe(self, segments: int, audio_s: float, seconds: float, parts: dict[str, float] | None = None) -> None:
         self.call_seconds.observe(seconds)
         self.segments.observe(segments)
         self.busy.inc(seconds)
         self.audio.inc(audio_s)
+        for part, part_s in (parts or {}).items():
+            self.parts.labels(part).inc(part_s)

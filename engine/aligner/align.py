@@ -8,6 +8,7 @@ end. As WordTime says, a word ends where the next one starts, the last one at th
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,12 @@ from .timestamps import unit_times
 from .units import Unit, split_units
 
 INPUT_RATE = 24_000  # the TTS codec's rate, and WordTime's samples
+
+
+# An align_batch call's time, in order: host (the clips resampled, the prompts built, the network's work queued:
+# on a busy server also the waits for the GIL), gpu_wait (blocked until the GPU has run that work: on a busy GPU
+# also the time its kernels waited behind others'), post (the head's few rows, the results read, the word times).
+CALL_PARTS = ("host", "gpu_wait", "post")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +66,7 @@ class Aligner:
         self.prefill = False
         self.captured: CapturedDecoder | None = None  # `capture()`: the packed decoder from CUDA graphs
         self.encoder: CapturedEncoder | None = None  # `capture(encoder_graphs=True)`: the encoder from CUDA graphs
+        self.last_parts: dict[str, float] = {}  # the last align_batch's seconds by part (CALL_PARTS)
 
     def use_prefill_attention(self, on: bool = True) -> None:
         """The packed decoder's attention from kernels/prefill_attention.py (before `capture`; CUDA, or Triton's
@@ -139,8 +147,10 @@ class Aligner:
         return ids, self.thinker.lm_head(hidden)
 
     @torch.inference_mode()
-    def unit_times_batch(self, clips_16k: list[np.ndarray], texts: list[str]) -> list[list[UnitTime]]:
-        """`unit_times` of B clips (16 kHz) and their texts in one encoder and one decoder call."""
+    def unit_times_batch(self, clips_16k: list[np.ndarray], texts: list[str],
+                         marks: list[float] | None = None) -> list[list[UnitTime]]:
+        """`unit_times` of B clips (16 kHz) and their texts in one encoder and one decoder call. `marks`: gets the
+        moment the network's work was all queued and the moment the GPU had run it (perf_counter)."""
         if len(clips_16k) != len(texts):
             raise ValueError(f"{len(clips_16k)} clips for {len(texts)} texts")
         units = [split_units(t) for t in texts]
@@ -149,6 +159,11 @@ class Aligner:
         if not rows:
             return out
         ids, hidden = self._hidden_batch([clips_16k[i] for i in rows], [[u.text for u in units[i]] for i in rows])
+        if marks is not None:  # the mask below waits for the GPU anyway: waited here, that wait is timed apart
+            marks.append(time.perf_counter())
+            if hidden.is_cuda:
+                torch.cuda.current_stream(hidden.device).synchronize()
+            marks.append(time.perf_counter())
         # The head only where it is read: the <timestamp> slots, row after row.
         classes = self.thinker.lm_head(hidden[ids == self.cfg.timestamp_token_id]).argmax(-1).tolist()
         for i in rows:
@@ -161,14 +176,19 @@ class Aligner:
         """`align` of B clips (24 kHz) and their texts, the network run once for all of them."""
         if len(audios_24k) != len(texts):
             raise ValueError(f"{len(audios_24k)} clips for {len(texts)} texts")
+        start = time.perf_counter()
         audios = [np.asarray(a, dtype=np.float32) for a in audios_24k]
         words = [text_words(t) for t in texts]
         rows = [i for i, w in enumerate(words) if w]
+        marks: list[float] = []
         timed = self.unit_times_batch([soxr.resample(audios[i], INPUT_RATE, SAMPLE_RATE) for i in rows],
-                                      [texts[i] for i in rows])
+                                      [texts[i] for i in rows], marks)
         out: list[list[WordTime]] = [[] for _ in texts]
         for i, t in zip(rows, timed, strict=True):
             out[i] = word_times(words[i], t, len(audios[i]))
+        end = time.perf_counter()
+        queued, ran = marks or (end, end)  # nothing ran: all of it host time
+        self.last_parts = {"host": queued - start, "gpu_wait": ran - queued, "post": end - ran}
         return out
 
     def align(self, audio_24k: np.ndarray, text: str) -> list[WordTime]:

@@ -192,4 +192,5 @@ class AlignerWorker:
             for job, timed in zip(batch, words, strict=True):
                 job.deliver(timed, None)
             if self.metrics is not None:
-                self.metrics.observe(len(batch), sum(len(j.audio) for j in batch) / INPUT_RATE, seconds)
+                self.metrics.observe(len(batch), sum(len(j.audio) for j in batch) / INPUT_RATE, seconds,
+                                     self.aligner.last_parts)

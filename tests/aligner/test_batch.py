@@ -4,10 +4,12 @@ several attention windows) and mixed texts in one call."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
-from voxgate.engine.aligner.align import Aligner
+from voxgate.engine.aligner.align import CALL_PARTS, Aligner
 from voxgate.engine.aligner.audio_encoder import encoder_frames
 from voxgate.engine.aligner.batch import encode_batch
 from voxgate.engine.aligner.features import clips_on_device, log_mel, log_mel_batch, peak_limited
@@ -122,6 +124,20 @@ def test_word_times_match_one_clip_at_a_time(ours):
     got = ours.align_batch(clips, texts)
     assert got == [ours.align(c, t) for c, t in zip(clips, texts, strict=True)]
     assert got[1] == [] and all(got[i] for i in range(len(texts)) if i != 1)
+
+
+def test_a_calls_time_splits_into_its_parts(ours):
+    """align_batch's time by part (CALL_PARTS, the worker's metric), each measured inside the call: a call that runs
+    the network waits for it; one whose texts have no word runs nothing and waits for nothing."""
+    clips, texts = random_batch(6, rate=24_000)
+    start = time.perf_counter()
+    ours.align_batch(clips, texts)
+    wall = time.perf_counter() - start
+    parts = ours.last_parts
+    assert tuple(parts) == CALL_PARTS and all(v >= 0 for v in parts.values()) and sum(parts.values()) <= wall
+    assert parts["host"] > 0
+    ours.align_batch([clip(1.0)], [""])
+    assert ours.last_parts["gpu_wait"] == 0 and ours.last_parts["post"] == 0
 
 
 def test_empty_and_mismatched_batches(ours):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from aligner.checkpoint import write_sharp_aligner
 from support import connect, cpu_loop_config, running_gateway, slots_free, until
-from voxgate.engine.aligner.align import Aligner
+from voxgate.engine.aligner.align import CALL_PARTS, Aligner
 from voxgate.engine.aligner.stream import AlignedStream
 from voxgate.engine.base import AudioStream, SynthesisRequest
 from voxgate.engine.loop import LoopStream
@@ -95,6 +95,11 @@ async def test_words_before_audio_equal_one_clip_alignment_and_plain_streams_unt
         calls = registry.get_sample_value("voxgate_engine_aligner_call_seconds_count")
         assert calls == engine.word_aligner.batches and 2 <= calls <= 3
         assert registry.get_sample_value("voxgate_engine_aligner_segments_per_call_sum") == 3
+        # each call's time by part, measured inside the call: within the worker's own timing of it
+        parts = [registry.get_sample_value("voxgate_engine_aligner_part_seconds_total", {"part": part})
+                 for part in CALL_PARTS]
+        busy = registry.get_sample_value("voxgate_engine_aligner_busy_seconds_total")
+        assert all(v is not None and v >= 0 for v in parts) and 0 < sum(parts) <= busy
     finally:
         await engine.stop()
 
