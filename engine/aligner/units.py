@@ -15,6 +15,7 @@ import unicodedata
 from dataclasses import dataclass
 
 _TOKEN = re.compile(r"\S+")
+_ASCII_KEPT = re.compile(r"[A-Za-z0-9']+")  # is_kept's characters among ASCII's (letters, digits, apostrophe)
 # CJK Unified Ideographs, Extension A, Extensions B-E and the Compatibility Ideographs.
 _CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
         (0x2B820, 0x2CEAF), (0xF900, 0xFAFF))
@@ -39,18 +40,37 @@ def is_kept(ch: str) -> bool:
 def split_units(text: str) -> list[Unit]:
     units: list[Unit] = []
     for token in _TOKEN.finditer(text):
-        run: list[tuple[int, str]] = []  # (offset, char) of the pending non-CJK unit
-        # A CJK character (or the token's end) closes the pending run; dropped characters do not, so the
-        # characters around them join ("a-b" -> "ab").
-        for offset, ch in [*enumerate(token.group(), start=token.start()), (token.end(), "")]:
-            if ch and not is_kept(ch):
-                continue
-            if not ch or is_cjk(ch):
-                if run:
-                    units.append(Unit("".join(c for _, c in run), run[0][0], run[-1][0] + 1))
-                    run = []
-                if ch:
-                    units.append(Unit(ch, offset, offset + 1))
-            else:
-                run.append((offset, ch))
+        if token.group().isascii():  # most tokens: no CJK, kept = [A-Za-z0-9'], so one unit of them or none
+            kept = list(_ASCII_KEPT.finditer(token.group()))
+            if kept:
+                units.append(Unit("".join(m.group() for m in kept), token.start() + kept[0].start(),
+                                  token.start() + kept[-1].end()))
+        else:
+            units += _token_units(token)
     return units
+
+
+def _token_units(token: re.Match[str]) -> list[Unit]:
+    """One token's units, character by character (any script; split_units_ref's rule)."""
+    units: list[Unit] = []
+    run: list[tuple[int, str]] = []  # (offset, char) of the pending non-CJK unit
+    # A CJK character (or the token's end) closes the pending run; dropped characters do not, so the
+    # characters around them join ("a-b" -> "ab").
+    for offset, ch in [*enumerate(token.group(), start=token.start()), (token.end(), "")]:
+        if ch and not is_kept(ch):
+            continue
+        if not ch or is_cjk(ch):
+            if run:
+                units.append(Unit("".join(c for _, c in run), run[0][0], run[-1][0] + 1))
+                run = []
+            if ch:
+                units.append(Unit(ch, offset, offset + 1))
+        else:
+            run.append((offset, ch))
+    return units
+
+
+def split_units_ref(text: str) -> list[Unit]:
+    """split_units with every token taken character by character (the reference its ASCII fast path is tested
+    against)."""
+    return [unit for token in _TOKEN.finditer(text) for unit in _token_units(token)]

@@ -7,8 +7,10 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from voxgate.engine.aligner.timestamps import repair, trusted, unit_times
-from voxgate.engine.aligner.units import is_kept, split_units
+from voxgate.engine.aligner.units import is_kept, split_units, split_units_ref
 
 from .reference import import_reference
 
@@ -75,3 +77,13 @@ def test_units_match_the_reference(ref_processor, text):
     for u in units:  # each unit is the kept characters of its span, which starts and ends on one
         assert u.text == "".join(c for c in text[u.start: u.end] if is_kept(c))
         assert u.text[0] == text[u.start] and u.text[-1] == text[u.end - 1]
+
+
+# ASCII tokens take split_units' fast path; mixed texts exercise both paths and their joins.
+_ALPHABET = "abcXYZ019'-_.,!?\"( )\t\n" + "é中文ü—…ｈ🙂'"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=_ALPHABET, max_size=40))
+def test_units_fast_path_equals_the_character_rule(text):
+    assert split_units(text) == split_units_ref(text)
