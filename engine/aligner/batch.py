@@ -160,9 +160,11 @@ def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]],
     where the call fits (decoder_graphs.py), `encoder` the audio encoder (encoder_graphs.py). `prefill`: attention
     a block of a prompt's tokens at a time (kernels/prefill_attention.py, Triton) instead of a token at a time."""
     device = thinker.lm_head.weight.device
-    ids = torch.tensor([i for p in prompts for i in p], device=device)
+    # Copied from pinned memory: a plain copy of a host list would wait for the features' (and, for `lengths`, the
+    # encoder's) kernels before the host could queue the rest of the call, on a GPU the loop keeps busy.
+    ids = to_device(torch.tensor([i for p in prompts for i in p]), device)
+    lengths = to_device(torch.tensor([len(p) for p in prompts]), device)
     x = _embedded(thinker, ids, audio_slots(thinker, prompts), mel, frames, encoder)
-    lengths = torch.tensor([len(p) for p in prompts], device=device)
     slots = torch.repeat_interleave(torch.arange(len(prompts), device=device), lengths)
     starts = torch.cumsum(lengths, 0) - lengths
     positions = torch.arange(ids.shape[0], device=device) - torch.repeat_interleave(starts, lengths)

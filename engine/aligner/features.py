@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..graphs import to_device
 from ..qwen3tts.model.config import ConfigError
 from ..qwen3tts.model.speaker_encoder import mel_filterbank
 
@@ -60,11 +61,12 @@ def log_mel(audio: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
 
 def clips_on_device(clips_16k: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
     """Clips as float32 tensors on `device`, peak-limited (`peak_limited`), through one host-to-device copy (views
-    of one flat tensor: one copy of many small clips costs far less than a copy each)."""
+    of one flat tensor: one copy of many small clips costs far less than a copy each; from pinned memory, so the
+    host does not wait for the stream's queued work)."""
     host = [peak_limited(c) for c in clips_16k]
     if not host:
         return []
-    return list(torch.split(torch.from_numpy(np.concatenate(host)).to(device), [len(c) for c in host]))
+    return list(torch.split(to_device(torch.from_numpy(np.concatenate(host)), device), [len(c) for c in host]))
 
 
 def log_mel_batch(clips: list[torch.Tensor], n_mels: int = 128) -> tuple[torch.Tensor, list[int]]:
@@ -83,7 +85,7 @@ def log_mel_batch(clips: list[torch.Tensor], n_mels: int = 128) -> tuple[torch.T
         raise ValueError(f"log_mel_batch takes 1-D clips of at least {pad + 1} samples, got {shapes}")
     device = clips[0].device
     flat = torch.cat([*(c.to(torch.float32) for c in clips), clips[0].new_zeros(1, dtype=torch.float32)])
-    n = torch.tensor(lengths, device=device)[:, None]  # [B, 1]
+    n = to_device(torch.tensor(lengths), device)[:, None]  # [B, 1]
     at = torch.arange(-pad, max(lengths) + pad, device=device)[None, :]  # [1, S]: sample positions, padding included
     mirrored = torch.where(at.abs() >= n, 2 * (n - 1) - at.abs(), at.abs())  # reflect padding at both ends
     start = torch.cumsum(n, 0) - n

@@ -255,6 +255,27 @@ def test_the_captured_decoder_on_cuda_equals_the_eager_one(aligner_ckpt, prefill
             assert aligner.unit_times_batch(clips, texts) == times
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_captured_call_queues_its_work_without_waiting_for_the_gpu(aligner_ckpt):
+    """As the worker runs it (both graphs, a side stream), a call's network work is all queued before the host
+    waits for any of it: no host-to-device copy or read in between makes the host wait for the kernels queued so
+    far (torch's sync debug mode raises on one). Only reading the results waits, once."""
+    aligner = Aligner.from_pretrained(aligner_ckpt, device="cuda")
+    clips, texts = random_batch(2)
+    units = [[u.text for u in split_units(t)] for t in texts]
+    side = torch.cuda.Stream()
+    with torch.inference_mode(), torch.cuda.stream(side):
+        aligner.capture(progress=False, encoder_graphs=True)
+        aligner._hidden_batch(clips, units)  # the first call pins its host buffers
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            aligner._hidden_batch(clips, units)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        side.synchronize()
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_prefill_attention_in_the_packed_decoder_equals_a_token_at_a_time(aligner_ckpt, seed):
     """engine option aligner_prefill_attention: the packed decoder's attention by blocks of a clip's tokens
