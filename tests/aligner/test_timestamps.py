@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from voxgate.engine.aligner.timestamps import repair, trusted, unit_times
+from voxgate.engine.aligner.timestamps import repair, trusted, trusted_ref, unit_times
 from voxgate.engine.aligner.units import is_kept, split_units, split_units_ref
 
 from .reference import import_reference
@@ -87,3 +87,13 @@ _ALPHABET = "abcXYZ019'-_.,!?\"( )\t\n" + "é中文ü—…ｈ🙂'"
 @given(st.text(alphabet=_ALPHABET, max_size=40))
 def test_units_fast_path_equals_the_character_rule(text):
     assert split_units(text) == split_units_ref(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(0, 12), max_size=40))
+def test_trusted_equals_its_numpy_form(classes):
+    """Small integers: ties and plateaus everywhere (where the tie-breaking decides), in order and out of it."""
+    values = [80.0 * c for c in classes]
+    assert trusted(values) == trusted_ref(values)
+    ordered = sorted(values)
+    assert trusted(ordered) == trusted_ref(ordered) == [True] * len(ordered)
