@@ -165,9 +165,10 @@ def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]],
     ids = to_device(torch.tensor([i for p in prompts for i in p]), device)
     lengths = to_device(torch.tensor([len(p) for p in prompts]), device)
     x = _embedded(thinker, ids, audio_slots(thinker, prompts), mel, frames, encoder)
-    slots = torch.repeat_interleave(torch.arange(len(prompts), device=device), lengths)
+    n = ids.shape[0]  # known on the host: repeat_interleave without it would read `lengths` back, a wait
+    slots = torch.repeat_interleave(torch.arange(len(prompts), device=device), lengths, output_size=n)
     starts = torch.cumsum(lengths, 0) - lengths
-    positions = torch.arange(ids.shape[0], device=device) - torch.repeat_interleave(starts, lengths)
+    positions = torch.arange(n, device=device) - torch.repeat_interleave(starts, lengths, output_size=n)
     cfg, longest = thinker.model.cfg, max(map(len, prompts))
     if captured is not None and captured.fits(ids.shape[0], len(prompts), longest):
         return ids, captured(x, slots, positions, [len(p) for p in prompts])
