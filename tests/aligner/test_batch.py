@@ -267,6 +267,11 @@ def test_a_captured_call_queues_its_work_without_waiting_for_the_gpu(aligner_ckp
     side = torch.cuda.Stream()
     with torch.inference_mode(), torch.cuda.stream(side):
         aligner.capture(progress=False, encoder_graphs=True)
+        frames = [len(c) // 160 for c in clips]
+        prompts = [aligner.prompt.ids(u, encoder_frames(t)) for u, t in zip(units, frames, strict=True)]
+        assert aligner.encoder is not None and aligner.encoder.fits(frames)  # else the eager paths, which wait
+        assert aligner.captured is not None and aligner.captured.fits(sum(map(len, prompts)), len(prompts),
+                                                                       max(map(len, prompts)))
         aligner._hidden_batch(clips, units)  # the first call pins its host buffers
         torch.cuda.set_sync_debug_mode("error")
         try:
