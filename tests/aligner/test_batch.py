@@ -257,7 +257,7 @@ def test_the_captured_decoder_on_cuda_equals_the_eager_one(aligner_ckpt, prefill
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_a_captured_call_queues_its_work_without_waiting_for_the_gpu(aligner_ckpt):
+def test_a_captured_call_on_cuda_queues_its_work_without_waiting(aligner_ckpt):
     """As the worker runs it (both graphs, a side stream), a call's network work is all queued before the host
     waits for any of it: no host-to-device copy or read in between makes the host wait for the kernels queued so
     far (torch's sync debug mode raises on one). Only reading the results waits, once."""
