@@ -8,7 +8,10 @@ end. As WordTime says, a word ends where the next one starts, the last one at th
 
 from __future__ import annotations
 
+import functools
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +34,27 @@ from .timestamps import unit_times
 from .units import Unit, split_units
 
 INPUT_RATE = 24_000  # the TTS codec's rate, and WordTime's samples
+
+
+# A call's clips are resampled on a few threads: soxr releases the GIL, and one after another they were ~14 ms of a
+# 56-clip call on this machine's 2 cores (docs/benchmarks/aligner-host), before any of its GPU work could start.
+RESAMPLE_THREADS = min(4, os.cpu_count() or 1)
+
+
+@functools.cache
+def _resampler() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(RESAMPLE_THREADS, thread_name_prefix="aligner-resample")
+
+
+def _to_16k(audio: np.ndarray) -> np.ndarray:
+    return soxr.resample(audio, INPUT_RATE, SAMPLE_RATE)
+
+
+def to_16k(audios_24k: list[np.ndarray]) -> list[np.ndarray]:
+    """Each clip at 16 kHz (soxr's default quality), the same samples as one soxr.resample after another."""
+    if len(audios_24k) < 2 or RESAMPLE_THREADS < 2:
+        return [_to_16k(a) for a in audios_24k]
+    return list(_resampler().map(_to_16k, audios_24k))
 
 
 # An align_batch call's time, in order: host (the clips resampled, the prompts built, the network's work queued:
@@ -181,8 +205,7 @@ class Aligner:
         words = [text_words(t) for t in texts]
         rows = [i for i, w in enumerate(words) if w]
         marks: list[float] = []
-        timed = self.unit_times_batch([soxr.resample(audios[i], INPUT_RATE, SAMPLE_RATE) for i in rows],
-                                      [texts[i] for i in rows], marks)
+        timed = self.unit_times_batch(to_16k([audios[i] for i in rows]), [texts[i] for i in rows], marks)
         out: list[list[WordTime]] = [[] for _ in texts]
         for i, t in zip(rows, timed, strict=True):
             out[i] = word_times(words[i], t, len(audios[i]))
@@ -197,7 +220,7 @@ class Aligner:
         words = text_words(text)
         if not words:
             return []
-        timed = self.unit_times(soxr.resample(audio, INPUT_RATE, SAMPLE_RATE), text)
+        timed = self.unit_times(_to_16k(audio), text)
         return word_times(words, timed, len(audio))
 
 

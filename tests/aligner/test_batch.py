@@ -328,3 +328,16 @@ def test_prompts_whose_slots_miss_the_encoder_frames_are_refused(packed):
     prompts[1].remove(packed.prompt.audio_pad)
     with torch.inference_mode(), pytest.raises(ValueError, match="audio slots for"):
         hidden_packed(packed.thinker, packed.stack, prompts, mel, frames)
+
+
+def test_a_calls_clips_are_resampled_as_one_after_another():
+    """align_batch's resampling on a few threads gives soxr's samples exactly, in order."""
+    import soxr
+    from voxgate.engine.aligner.align import INPUT_RATE, to_16k
+
+    clips, _ = random_batch(3, rate=INPUT_RATE)
+    got = to_16k(clips)
+    assert len(got) == len(clips)
+    for clip_24k, clip_16k in zip(clips, got, strict=True):
+        np.testing.assert_array_equal(clip_16k, soxr.resample(clip_24k, INPUT_RATE, 16_000))
+    assert to_16k([]) == []

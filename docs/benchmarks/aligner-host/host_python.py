@@ -1,7 +1,9 @@
-"""The forced aligner's own Python in one call of 56 clips, the pieces that hold the GIL on the aligner's thread
-(CPU, no model): the units of each text (split_units against its character-by-character form split_units_ref), our
-words (text_words), the timestamp repair (trusted against its numpy form trusted_ref, with the head's times in order
-and with outliers) and the word times. ms a call, the median of RUNS.
+"""The forced aligner's host work in one call of 56 clips, on the aligner's thread before and after its GPU work
+(CPU, no model): the clips resampled to 16 kHz (to_16k's threads against one soxr call after another; soxr
+releases the GIL), and the pieces that hold the GIL: the units of each text (split_units against its
+character-by-character form split_units_ref), our words (text_words), the timestamp repair (trusted against its
+numpy form trusted_ref, with the head's times in order and with outliers) and the word times. ms a call, the
+median of RUNS.
 
     python docs/benchmarks/aligner-host/host_python.py [RUNS]
 
@@ -17,7 +19,8 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from voxgate.engine.aligner.align import UnitTime, word_times
+import soxr
+from voxgate.engine.aligner.align import INPUT_RATE, UnitTime, to_16k, word_times
 from voxgate.engine.aligner.timestamps import trusted, trusted_ref
 from voxgate.engine.aligner.units import split_units, split_units_ref
 from voxgate.engine.words import text_words
@@ -50,7 +53,11 @@ def main(runs: int) -> None:
     words = [text_words(t) for t in texts]
     timed = [[UnitTime(u, int(v[2 * i]), int(v[2 * i + 1])) for i, u in enumerate(us)]
              for us, v in zip(units, in_order, strict=True)]
+    clips = [rng.standard_normal(int(INPUT_RATE * rng.uniform(0.5, 3.5))).astype(np.float32) * 0.1
+             for _ in texts]
     rows = [
+        ("clips to 16 kHz, to_16k / one soxr call after another", lambda: to_16k(clips),
+         lambda: [soxr.resample(c, INPUT_RATE, 16_000) for c in clips]),
         ("units, split_units / split_units_ref", lambda: [split_units(t) for t in texts],
          lambda: [split_units_ref(t) for t in texts]),
         ("repair in order, trusted / trusted_ref", lambda: [trusted(v) for v in in_order],
