@@ -170,7 +170,7 @@ def hidden_packed(thinker: Thinker, stack: FusedStack, prompts: list[list[int]],
     starts = torch.cumsum(lengths, 0) - lengths
     positions = torch.arange(n, device=device) - torch.repeat_interleave(starts, lengths, output_size=n)
     cfg, longest = thinker.model.cfg, max(map(len, prompts))
-    if captured is not None and captured.fits(ids.shape[0], len(prompts), longest):
+    if captured is not None and captured.fits(n, len(prompts), longest):
         return ids, captured(x, slots, positions, [len(p) for p in prompts])
     store = torch.empty((cfg.num_hidden_layers, 2, len(prompts), cfg.num_key_value_heads, longest, cfg.head_dim),
                         dtype=x.dtype, device=device)
