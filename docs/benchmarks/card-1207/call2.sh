@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 1207 (fifteenth) call 2: where the step's time goes, on the defaults.
-#   run(command="bash docs/benchmarks/h200-card-1207/call2.sh", carry=[".whl", ".gpu_shared", ".tcache"])
+#   run(command="bash docs/benchmarks/card-1207/call2.sh", carry=[".whl", ".gpu_shared", ".tcache"])
 # 1. `voxgate bench steps --profile` at row buckets 1, 8, 16, 128 and the 64-token prompt bucket (issue 27's
 #    profile table: launches, GPU-busy time, gaps, bytes against the bandwidth floor)
 # 2. a kernel trace of the server's own steps at c = 8 (engine/gpu_timeline.py, 250 steps after the first 1,000)
