@@ -6,7 +6,10 @@ c = 8 runs make them), each client sending its next request when the last one en
 modeled GPU ms a step, the decode frames a step and the least audio any listener had left when a chunk reached it
 (below zero: a pause).
 
-    python docs/benchmarks/core-turnover/codec_calls.py [C] [STEP_MS]
+    python docs/benchmarks/core-turnover/codec_calls.py [C] [STEP_MS] [SCHEDULES]
+
+SCHEDULES (e.g. "1,2,4,8,16;1,3,8,16;2,6,16"): instead of the policies, the default policy once per chunk schedule
+(the engine option `chunk_frames`; default 1,2,4,8,16).
 
 What the codec's work a step costs the steps is measured on a GPU (docs/engine-loop.md: at c = 8 on an H100 a step in
 the server takes ~4.6 ms against 4.09 alone); this says how many calls of which size the policy makes for it.
@@ -39,7 +42,8 @@ class Clock:
         return self.now
 
 
-def run(streams: int, step_ms: float, fill: bool = True) -> dict[str, float]:
+def run(streams: int, step_ms: float, fill: bool = True,
+        schedule: tuple[int, ...] = (1, 2, 4, 8, 16)) -> dict[str, float]:
     clock = Clock()
     real = time.monotonic
     time.monotonic = clock  # the core's and the chunks' stamps (they call time.monotonic at each use)
@@ -61,7 +65,7 @@ def run(streams: int, step_ms: float, fill: bool = True) -> dict[str, float]:
         due: dict[int, int] = {}
 
         def new_request():
-            r = make_request(tokens=24, budget=rng.randint(25, 50), schedule=(1, 2, 4, 8, 16))
+            r = make_request(tokens=24, budget=rng.randint(25, 50), schedule=schedule)
             r.arrival = clock.now
             return r
 
@@ -103,6 +107,15 @@ def main() -> None:
     streams = int(sys.argv[1]) if len(sys.argv) > 1 else 8
     step_ms = float(sys.argv[2]) if len(sys.argv) > 2 else 4.6
     print(f"{streams} streams of 25-50 frames, closed loop, a step every {step_ms} ms; per step over the steady part:")
+    if len(sys.argv) > 3:
+        print("| chunk schedule (frames) | codec calls a step | rows a call | codec GPU ms a step (H100 model) |"
+              " decode frames a step | least audio left at a chunk, s |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for text in sys.argv[3].split(";"):
+            r = run(streams, step_ms, schedule=tuple(int(f) for f in text.split(",")))
+            print(f"| {text} | {r['calls']:.2f} | {r['rows']:.2f} | {r['codec_ms']:.2f} | {r['frames']:.2f} |"
+                  f" {r['least_left_s']:.3f} |")
+        return
     print("| policy | codec calls a step | rows a call | codec GPU ms a step (H100 model) | decode frames a step |"
           " least audio left at a chunk, s |")
     print("|---|---:|---:|---:|---:|---:|")
