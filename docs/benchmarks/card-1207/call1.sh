@@ -5,11 +5,13 @@
 # 2. closed loop c = 1, 8, 128, 256 and open 1 req/s (idle first audio), one server on the defaults
 # 3. one `voxgate serve --config qwen3tts` server: cold start to /health, then SLO capacity in 60 s windows
 #    (sentences 320 req/s, passages 48 req/s, 8 client processes)
+# CARD_OPTIONS: engine options of the card's server (option=value[&option=value]; call1b.sh sets a timeline window);
+# TESTS_S / CARD_S / PASS_DRAIN: the tests' limit, the card's limit and the passages' drain, in seconds.
 OUT=${OUT:-/tmp/out}; T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 STAGES=tests TESTS="tests/kernel/test_ring_attention.py tests/qwen3tts/test_codec_fused.py" TESTS_S=${TESTS_S:-150} \
   bash tests/qwen3tts/gpu_loop.sh 2>&1 | grep -v "^\[.*s\] triton\|^torch" | tail -30
 t card
-SKIP_CKPT=1 STAGES=variants VARIANT_C=${CARD_C:-1,8,128,256} VARIANT_DUR=15 VARIANT_S=${CARD_S:-200} VARIANTS="card:" \
+SKIP_CKPT=1 STAGES=variants VARIANT_C=${CARD_C:-1,8,128,256} VARIANT_DUR=15 VARIANT_S=${CARD_S:-200} VARIANTS="card:${CARD_OPTIONS:-}" \
   bash tests/qwen3tts/gpu_loop.sh 2>&1 | grep -E "closed s|open s|variant" | tail -8
 export PYTHONPATH=/tmp/site-gw:/tmp/vx TRITON_CACHE_DIR=/tmp/tcache VOXGATE_SHARED=$PWD/.gpu_shared VOXGATE_WORKLOADS=$PWD/.gpu_shared/workloads
 VX="python3 -m voxgate.gateway.cli"; R=/tmp/res/slo; mkdir -p $R
@@ -24,7 +26,7 @@ bench() { name=$1; shift; t "$name"
     --warmup 5 --no-plots --client-procs 8 --out $R/$name --name card-$name "$@" 2>&1 | grep -E "open s|open p" ; }
 bench sentences-60s --rates ${SENT_RATE:-320} --duration 60 --drain 15
 tar -czf $OUT/results.tar.gz -C /tmp/res .
-bench passages-60s --workload passages --rates ${PASS_RATE:-48} --duration 60 --drain 40
+bench passages-60s --workload passages --rates ${PASS_RATE:-48} --duration 60 --drain ${PASS_DRAIN:-40}
 python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8012/metrics').read().decode())" > $R/metrics.txt
 kill $SERVER; wait $SERVER 2>/dev/null; gzip -f $R/server.log
 t end; tar -czf $OUT/results.tar.gz -C /tmp/res .; ls -la $OUT
