@@ -123,8 +123,9 @@ PREDICTOR_GEMMS = {"qkv": (1024, 4096), "o": (2048, 1024), "gate_up": (1024, 614
                    "head": (1024, 2048)}
 
 
-def gemv_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call]]:
-    """(label, kernel call, the kernel launched with PDL, F.linear call) per projection at 1, 8 and 16 rows."""
+def gemv_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call, Call]]:
+    """(label, kernel call, the kernel launched with PDL, F.linear call, the lanes kernel with PDL where it fits)
+    per projection at 1, 8 and 16 rows."""
     from .gemv import gemv, gemv_ref
     from .utils import pdl_available
 
@@ -134,7 +135,7 @@ def gemv_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call]]:
         for name, (k, n) in PREDICTOR_GEMMS.items():
             x, w = _randn(dev, rows, k), _randn(dev, n, k) / 32
             cases.append((f"{name}@{rows}", lambda x=x, w=w: gemv(x, w), lambda x=x, w=w: gemv(x, w, pdl=pdl),
-                          lambda x=x, w=w: gemv_ref(x, w)))
+                          lambda x=x, w=w: gemv_ref(x, w), lambda x=x, w=w: gemv(x, w, pdl=pdl, lanes=True)))
     return cases
 
 
@@ -330,7 +331,8 @@ def run(name: str, dev: torch.device) -> str:
 def run_gemv(dev: torch.device) -> str:
     """gemv's line per projection, replayed from a CUDA graph as the engine runs it (a few-us kernel timed from
     Python would time its launch): the kernel, the kernel launched with PDL (each replay then overlaps the one
-    before: the chain's case), F.linear; with the weight's read rate, which bounds a GEMV."""
+    before: the chain's case), F.linear, the lanes kernel with PDL (gemv_layout = lanes, where it fits; the same
+    kernels elsewhere); with the weight's read rate, which bounds a GEMV."""
     import triton
 
     lines = []
@@ -338,7 +340,8 @@ def run_gemv(dev: torch.device) -> str:
         us = [triton.testing.do_bench_cudagraph(fn) * 1e3 for fn in calls]
         tb_s = [2 * k * n / (t * 1e-6) / 1e12 for t in us]
         lines.append(f"  {label:10s} kernel {us[0]:6.1f} us ({tb_s[0]:4.2f} TB/s)   PDL {us[1]:6.1f} us "
-                     f"({tb_s[1]:4.2f} TB/s)   F.linear {us[2]:6.1f} us ({tb_s[2]:4.2f} TB/s)   x{us[2] / us[0]:.1f}")
+                     f"({tb_s[1]:4.2f} TB/s)   F.linear {us[2]:6.1f} us ({tb_s[2]:4.2f} TB/s)   x{us[2] / us[0]:.1f}   "
+                     f"lanes+PDL {us[3]:6.1f} us ({tb_s[3]:4.2f} TB/s)")
     return "\n".join(lines)
 
 

@@ -14,6 +14,10 @@ rows reads at 1.24 TB/s against cuBLAS's 0.94; the Talker's q|k|v and gate|up (K
 engine's `gemv_split`, 16,384 by default there) cuts K across programs too, each storing its fp32 sums for the last
 of its columns to add in order: still one launch, and the same bits on every run.
 
+`lanes` (the engine's `gemv_layout = lanes`) takes `_gemv_lanes_kernel` at 1-16 rows where it fits: the tile laid
+out so that each warp holds whole rows of W across its 32 lanes, every row's sum a warp's own (shuffles, no shared
+memory): the one-row kernel's tile spreads K over 4 warps, whose sums meet through shared memory.
+
 With `pdl` (Hopper: programmatic dependent launch, kernels/utils.py: True or "late") the weight load comes before the
 wait for the kernel ahead: in a chain of projections each one's weights stream in while the one before it computes.
 
@@ -199,6 +203,41 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, count_
                            HAS_BIAS, ADD, SWIGLU, SCALED)
 
 
+@triton.jit
+def _gemv_lanes_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
+                       HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
+                       SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr,
+                       LANE_K: tl.constexpr):
+    # The same contract as _gemv_kernel (1-16 rows), with the tile laid out so that each warp holds whole rows of W:
+    # [CHUNKS, BLOCK_N, LANE_K], LANE_K = a warp's 32 lanes x 8 contiguous values, BLOCK_N = the warps. Triton then
+    # puts the warps on the columns (dimension 1), so every row's sum is a warp's own: lanes' registers, then 5
+    # shuffles, with no shared memory and no barrier (the one-row kernel's [BLOCK_N, BLOCK_K] tile spreads K over
+    # 4 warps). x's row is loaded into the same layout (each warp reads the whole row, from L1 after the first).
+    cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, CHUNKS)[:, None, None] * LANE_K + tl.arange(0, LANE_K)[None, None, :]  # [CHUNKS, 1, LANE_K]
+    col_ok = cols < N
+    w_ok = (ks < K) & col_ok[None, :, None]
+    w = tl.load(w_ptr + cols[None, :, None] * K + ks, mask=w_ok, other=0.0)
+    w_up = w
+    if SWIGLU:
+        w_up = tl.load(w_ptr + (cols + N)[None, :, None] * K + ks, mask=w_ok, other=0.0)
+    wait_for_inputs(PDL)  # the weight needs nothing from the kernel ahead; x, bias and res may
+    bias = tl.load(bias_ptr + cols, mask=col_ok & HAS_BIAS, other=0.0).to(tl.float32)  # no load without one
+    every_col = cols[None, :, None] * 0  # x's offsets broadcast over the columns: each warp loads the whole row
+    for m in tl.static_range(BLOCK_M):
+        x_ok = (ks < K) & (every_col + m < M)  # rows past M (BLOCK_M is a power of two) load and store nothing
+        x = tl.load(x_ptr + m * K + ks + every_col, mask=x_ok, other=0.0).to(tl.float32)
+        y = tl.reduce(tl.reduce(w.to(tl.float32) * x, 0, SUM), 1, SUM)  # [BLOCK_N]
+        if SWIGLU or SCALED:
+            x_sq = tl.reduce(tl.reduce(x * x, 0, SUM), 1, SUM)  # the row's, once a warp
+        if SWIGLU:  # (no bias, no residual)
+            up = tl.reduce(tl.reduce(w_up.to(tl.float32) * x, 0, SUM), 1, SUM)
+            y = _silu_mul(y, up, x_sq, K, eps, SCALED, out_ptr.dtype.element_ty).to(tl.float32)
+        elif SCALED:
+            y = _rms_scaled(y, x_sq, K, eps, out_ptr.dtype.element_ty)
+        _add_and_store(y, bias, res_ptr, out_ptr, m * N + cols, col_ok & (cols * 0 + m < M), HAS_BIAS, ADD)
+
+
 _DOT_UPCAST = interpreted(_gemv_rows_kernel)  # the interpreter's bf16 dots are wrong (utils.interpreted)
 MMA_ROWS = 16  # x's rows padded to an MMA tile's side (tl.dot needs 16)
 MMA_COLUMNS = 16  # output columns a rows-kernel program takes (wider: fewer programs, each reading x once for more)
@@ -269,13 +308,53 @@ def rows_tiles(n: int, k: int, pair: bool = False, value_bytes: int = 2,
     return RowsTiles(MMA_COLUMNS, block_k, values, warps, triton.cdiv(n, MMA_COLUMNS), split, value_bytes, parts)
 
 
-def fast(m: int, n: int, k: int, pair: bool = False, value_bytes: int = 2, split_above: int | None = None) -> bool:
+def fast(m: int, n: int, k: int, pair: bool = False, value_bytes: int = 2, split_above: int | None = None,
+         lanes: bool | None = None) -> bool:
     """Whether `gemv` (pair: `gemv_swiglu`, n its output columns) runs a call of m rows on a plan meant to beat
-    cuBLAS: one row up to MAX_K, or 2-16 rows where the rows kernel fits (`split_above`: rows_tiles'). Elsewhere it
-    is correct but slower."""
+    cuBLAS: one row up to MAX_K, or 2-16 rows where the rows kernel fits (`split_above`: rows_tiles'), or with
+    `lanes` (default LANES) where the lanes kernel does. Elsewhere it is correct but slower."""
     if m > MAX_ROWS or k > MAX_K:
         return False
+    if (LANES if lanes is None else lanes) and lanes_tiles(n, k, pair, m).fits:
+        return True
     return m <= 1 or rows_tiles(n, k, pair, value_bytes, split_above).fits
+
+
+# The lanes kernel (_gemv_lanes_kernel; the engine option `gemv_layout = lanes`): a warp takes whole rows of W
+LANE_K = 256  # K values a warp's 32 lanes hold in one chunk: 8 contiguous values a lane (16 bytes of bf16)
+LANES_MAX_VALUES = 128  # weight values a thread holds at most at one row (K 4,096, or 2,048 of gate|up)
+# ... and with 2-16 rows, where the rows' x loads in flight beside the weight's fp32 copy spilled registers at 128
+# (sm_90, Triton 3.9: the predictor's down, K 3,072 in 16 chunks, 255 registers and 64-176 bytes of stack)
+LANES_MAX_ROWS_VALUES = 64
+LANES = False  # whether calls that fit take the lanes kernel where the caller does not say (the tests)
+
+
+@dataclass(frozen=True, slots=True)
+class LanesTiles:
+    """_gemv_lanes_kernel's launch: columns a program (one warp each), K's LANE_K chunks (a power of two), the
+    programs, and the weight values a thread holds (twice the chunk values with gate|up)."""
+
+    block_n: int
+    chunks: int
+    programs: int
+    values: int
+    rows: int = 1
+
+    @property
+    def fits(self) -> bool:
+        return self.values <= (LANES_MAX_VALUES if self.rows <= 1 else LANES_MAX_ROWS_VALUES)
+
+
+def lanes_tiles(n: int, k: int, pair: bool = False, rows: int = 1) -> LanesTiles:
+    """The lanes launch of `rows` rows for n output columns over K = k (pair: a gate and an up row a column): 8
+    columns (warps) a program, halved while the programs number fewer than MIN_PROGRAMS. The 1.7B code predictor:
+    q|k|v 512 programs of 8, o 256 of 4, gate|up 384 of 8, down (K 3,072 in 16 chunks) 256 of 4 (one row only); the
+    Talker's q|k|v and o fit at any row count, its gate|up at one row, its down (K 6,144) never."""
+    chunks = triton.next_power_of_2(triton.cdiv(max(k, 1), LANE_K))
+    block_n = 8
+    while block_n > 1 and triton.cdiv(n, block_n) < MIN_PROGRAMS:
+        block_n //= 2
+    return LanesTiles(block_n, chunks, triton.cdiv(n, block_n), chunks * (LANE_K // 32) * (2 if pair else 1), rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,11 +393,12 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,
          residual: torch.Tensor | None = None, split_above: int | None = None,
-         norm_eps: float | None = None) -> torch.Tensor:
+         norm_eps: float | None = None, lanes: bool | None = None) -> torch.Tensor:
     """x [M, K] (M <= 16, K <= MAX_K), weight [N, K], bias [N] or None -> [M, N] in x's dtype; with `residual`
     [M, N], residual + that, written into residual in place (and returned). `split_above`: rows_tiles'. norm_eps:
     x is a residual stream whose RMSNorm (this eps; its weight folded into `weight`) the call applies: the product
-    times each row's 1 / RMS (no bias, no residual; as rms_scaled rounds it)."""
+    times each row's 1 / RMS (no bias, no residual; as rms_scaled rounds it). `lanes` (default LANES): the lanes
+    kernel where it fits, at any row count."""
     _check(x, weight, bias)
     m = x.shape[0]
     n = weight.shape[0]
@@ -333,19 +413,26 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     scaled = norm_eps is not None
     assert not scaled or (bias is None and residual is None), "a normed call takes no bias and no residual"
     flags = dict(HAS_BIAS=bias is not None, ADD=residual is not None, SWIGLU=False, SCALED=scaled)
-    step_kernel, grid, launch = _plan(x, n, pdl, False, split_above, whole=scaled)
+    step_kernel, grid, launch = _plan(x, n, pdl, False, split_above, whole=scaled, lanes=lanes)
     step_kernel[grid](x, weight, bias if bias is not None else x, out, out, M=m, N=n, K=x.shape[1],
                       eps=norm_eps if scaled else 0.0, **flags, **launch)
     return out
 
 
 def _plan(x: torch.Tensor, n: int, pdl: bool | str, pair: bool, split_above: int | None,
-          whole: bool = False) -> tuple[object, tuple[int, ...], dict]:
-    """(kernel, grid, its keyword arguments) for out [M, n] from x [M, K]: 2-16 rows take the rows kernel where it
-    fits (`fast`; split K's scratch included; `whole`: only unsplit, as a normed call needs each row's whole sum of
-    squares in one program), else the one-row kernel, whose programs take half the columns with `pair` (each column
-    reads two rows of W: gate and up)."""
+          whole: bool = False, lanes: bool | None = None) -> tuple[object, tuple[int, ...], dict]:
+    """(kernel, grid, its keyword arguments) for out [M, n] from x [M, K]: with `lanes` (default LANES) the lanes
+    kernel where it fits; else 2-16 rows take the rows kernel where it fits (`fast`; split K's scratch included;
+    `whole`: only unsplit, as a normed call needs each row's whole sum of squares in one program), else the one-row
+    kernel, whose programs take half the columns with `pair` (each column reads two rows of W: gate and up)."""
     m, k = x.shape
+    if LANES if lanes is None else lanes:
+        t = lanes_tiles(n, k, pair, m)
+        if t.fits:
+            on, extra = pdl_launch(_gemv_lanes_kernel, pdl)
+            return _gemv_lanes_kernel, (t.programs,), dict(
+                PDL=on, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=t.block_n, CHUNKS=t.chunks, LANE_K=LANE_K,
+                num_warps=t.block_n, **extra)
     value_bytes = x.element_size()
     split_above = 1 << 30 if whole else split_above  # (whole rows, whatever MMA_SPLIT_ABOVE says)
     if m > 1 and fast(m, n, k, pair, value_bytes, split_above):
@@ -394,7 +481,7 @@ def _split_scratch(device: torch.device, floats: int, tiles: int) -> tuple[torch
 
 
 def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled: bool = False,
-                pdl: bool | str = False, split_above: int | None = None) -> torch.Tensor:
+                pdl: bool | str = False, split_above: int | None = None, lanes: bool | None = None) -> torch.Tensor:
     """x [M, K] @ gate_up^T ([2I, K]: gate rows then up rows) -> silu(gate) * up [M, I], in one launch instead of a
     projection and kernels/swiglu.py's kernel, rounded as those two round. `scaled`: gate and up are first scaled
     by 1 / RMS of x's rows (eps added to the mean square: the folded norm, where x is the residual stream)."""
@@ -406,7 +493,7 @@ def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled
     if m == 0 or n == 0:
         return out
     flags = dict(HAS_BIAS=False, ADD=False, SWIGLU=True, SCALED=scaled)
-    step_kernel, grid, launch = _plan(x, n, pdl, True, split_above)
+    step_kernel, grid, launch = _plan(x, n, pdl, True, split_above, lanes=lanes)
     step_kernel[grid](x, gate_up, x, out, out, M=m, N=n, K=x.shape[1], eps=eps, **flags, **launch)
     return out
 
@@ -421,9 +508,9 @@ def gemv_swiglu_ref(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, sc
 
 
 def gemv_add_(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl: bool | str = False,
-              split_above: int | None = None) -> torch.Tensor:
+              split_above: int | None = None, lanes: bool | None = None) -> torch.Tensor:
     """residual [M, N] += x [M, K] @ weight^T in place, rounded once (cuBLAS's addmm_ with beta = 1); returns it."""
-    return gemv(x, weight, None, pdl, residual=residual, split_above=split_above)
+    return gemv(x, weight, None, pdl, residual=residual, split_above=split_above, lanes=lanes)
 
 
 def gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,

@@ -69,6 +69,10 @@ class Qwen3TTSOptions(EngineConfig):
                                     "run). Default 16384: the code predictor's o and down in 2 and 3 parts, 8- and "
                                     "16-row steps 0.26-0.29 ms faster on an H100; 0: kernels/gemv.py's own rule, "
                                     "which splits nothing")
+    gemv_layout: str = option("tiles", "small_gemm's kernel layout: tiles (default: a program's whole tile of W "
+                                       "spread over its warps, the MMA rows kernel for 2-16 rows) | lanes (each "
+                                       "warp a column's whole row across its 32 lanes, every row's sum within a "
+                                       "warp: kernels/gemv.py's lanes kernel at 1-16 rows where it fits)")
     gemv_swiglu: bool = option(True, "small_gemm = gemv or gemv_all: gate|up and SwiGLU in one kernels/gemv.py "
                                      "launch where the kernel takes the projection (default true; false: the "
                                      "projection, then kernels/swiglu.py)")
@@ -190,6 +194,7 @@ class Qwen3TTSOptions(EngineConfig):
                     attention=self.attention, depth=self.depth, draw=self.draw, epilogue=self.epilogue,
                     text_table=self.text_table, small_gemm=self.small_gemm,
                     gemv_rows=self.gemv_rows, gemv_talker_rows=self.gemv_talker_rows, gemv_split=self.gemv_split,
+                    gemv_layout=self.gemv_layout,
                     gemv_swiglu=self.gemv_swiglu, codec_gemm=self.codec_gemm, pdl=self.pdl, fold_norms=self.fold_norms,
                     fuse_attention=self.fuse_attention,
                     codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets)

@@ -55,6 +55,7 @@ class RunnerConfig:
     gemv_rows: int = DEFAULTS.gemv_rows  # small_gemm's kernel takes projections of at most this many rows
     gemv_talker_rows: int = DEFAULTS.gemv_talker_rows  # the same for the Talker's (small_gemm = gemv_all)
     gemv_split: int = DEFAULTS.gemv_split  # the rows kernel cuts K across programs above this many values (0: its rule)
+    gemv_layout: str = DEFAULTS.gemv_layout  # small_gemm's kernel: tiles (whole tiles, MMA rows) | lanes (a warp a row)
     gemv_swiglu: bool = DEFAULTS.gemv_swiglu  # gate|up and SwiGLU in one launch where small_gemm's kernel runs
     codec_gemm: str = DEFAULTS.codec_gemm  # the codec transformer's projections: cublas | gemv | auto (small_gemm's)
     pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | late | off | auto
@@ -87,6 +88,8 @@ class RunnerConfig:
             raise ValueError("gemv_rows and gemv_talker_rows must be 1 to 16")
         if self.gemv_split and (self.gemv_split < 256 or self.gemv_split & (self.gemv_split - 1)):
             raise ValueError("gemv_split must be 0 (the kernel's own rule) or a power of two from 256")
+        if self.gemv_layout not in ("tiles", "lanes"):
+            raise ValueError("gemv_layout must be tiles or lanes")
         if self.codec_gemm not in ("auto", "cublas", "gemv"):
             raise ValueError("codec_gemm must be auto, cublas or gemv")
         if self.pdl not in ("auto", "on", "late", "off"):

@@ -89,12 +89,13 @@ def resolve(small_gemm: str, device: torch.device, use_triton: bool) -> str:
 
 def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows: int | None = None,
             fuse_swiglu: bool = True, split_above: int | None = None,
-            talker_rows: int = TALKER_ROWS) -> tuple[Linear, Linear]:
+            talker_rows: int = TALKER_ROWS, lanes: bool = False) -> tuple[Linear, Linear]:
     """(the code predictor's, the Talker's) projection function for a `small_gemm` choice; calls of at most
     `max_rows` rows (default: the kernel's limit; the Talker's: at most `talker_rows`) take the kernel; `pdl`: its
     launches use programmatic dependent launch (kernels/gemv.py); `fuse_swiglu`: gate|up and SwiGLU in one launch
     where the kernel takes the call (swiglu_linear); `split_above`: the rows kernel's split-K rule (gemv.rows_tiles;
-    None: as the kernel ships), which also decides what fits."""
+    None: as the kernel ships), which also decides what fits; `lanes`: the lanes kernel where it fits (gemv_layout
+    = lanes; the rows kernel or cuBLAS where it does not)."""
     assert small_gemm in CHOICES and small_gemm != "auto", small_gemm  # `resolve` it first
     if small_gemm == "cublas":
         return F.linear, F.linear
@@ -102,8 +103,8 @@ def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows
 
     rows = min(max_rows or gemv.MAX_ROWS, gemv.MAX_ROWS)
 
-    def ruled(fn: Callable[..., object]) -> Callable[..., object]:  # the split-K rule passed to every call
-        return fn if split_above is None else partial(fn, split_above=split_above)
+    def ruled(fn: Callable[..., object]) -> Callable[..., object]:  # the split-K rule and layout, every call
+        return partial(fn, split_above=split_above, lanes=lanes)
     fast = ruled(gemv.fast)
 
     def few_rows(rows: int) -> FewRows:

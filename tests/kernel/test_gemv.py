@@ -35,13 +35,16 @@ def mod() -> ModuleType:
 SMALL_SPLIT_ABOVE = 16 * 32
 
 
-@pytest.fixture(params=["mma", "mma-split", "one-row"])
+@pytest.fixture(params=["mma", "mma-split", "one-row", "lanes"])
 def plan(request: pytest.FixtureRequest, mod: ModuleType, monkeypatch: pytest.MonkeyPatch) -> str:
     """Which kernel takes 2-16 rows at the small shapes: the MMA rows kernel (as shipped), the same with K cut
-    into parts across programs (split-K), or the one-row kernel (what a K too wide for the rows kernel takes: its
-    weight ceiling lowered to 0 here). A split launch leaves every count it used at zero."""
+    into parts across programs (split-K), the one-row kernel (what a K too wide for the rows kernel takes: its
+    weight ceiling lowered to 0 here), or the lanes kernel at every row count (gemv_layout = lanes; K 100-300 in
+    one or two chunks of 256). A split launch leaves every count it used at zero."""
     if request.param == "one-row":
         monkeypatch.setattr(mod, "MMA_MAX_VALUES", 0)
+    if request.param == "lanes":
+        monkeypatch.setattr(mod, "LANES", True)
     if request.param == "mma-split":
         monkeypatch.setattr(mod, "MMA_SPLIT_ABOVE", SMALL_SPLIT_ABOVE)
     yield request.param
@@ -340,6 +343,56 @@ def test_split_launches_compile_within_an_sms_shared_memory(monkeypatch: pytest.
         assert any("ld.global.cg" in line for line in lines[wait:]), (k, n)
 
 
+def test_the_lanes_rule_holds_whole_rows_within_a_threads_registers() -> None:
+    """lanes_tiles at the 1.7B's shapes: 8 columns a program while that leaves >= 256 programs (4 for the
+    predictor's o and down); a thread's weight values (8 a chunk of 256, twice with gate|up) at most 128 at one row
+    and 64 at 2-16 rows, so the predictor's down (K 3,072 padded to 16 chunks) and the Talker's gate|up fit at one
+    row only and the Talker's down (K 6,144) never."""
+    from voxgate.kernels import gemv as g
+
+    assert g.lanes_tiles(4096, 1024) == g.LanesTiles(8, 4, 512, 32)
+    assert g.lanes_tiles(1024, 2048).block_n == 4 and g.lanes_tiles(1024, 3072).chunks == 16
+    for k, n, pair, one, eight in [(1024, 4096, False, True, True), (2048, 1024, False, True, True),
+                                   (1024, 3072, True, True, True), (3072, 1024, False, True, False),
+                                   (2048, 4096, False, True, True), (2048, 6144, True, True, False),
+                                   (6144, 2048, False, False, False)]:
+        assert (g.lanes_tiles(n, k, pair, 1).fits, g.lanes_tiles(n, k, pair, 8).fits) == (one, eight), (k, n)
+        assert g.fast(8, n, k, pair, lanes=True) == (eight or g.fast(8, n, k, pair)), (k, n)
+
+
+@pytest.mark.parametrize("rows", [1, 8, 16])
+def test_the_lanes_kernel_sums_each_row_within_a_warp(rows: int) -> None:
+    """sm_90 output (no GPU needed) of every lanes launch that fits at the 1.7B's shapes (q|k|v with PDL, o and
+    down added into the residual, gate|up with SwiGLU and the folded norm): the weight's layout gives each warp
+    whole rows (warps on the columns, 8 contiguous values a lane), every weight load is a 16-byte vector before the
+    PDL wait, each row's sums take 5 shuffles a column (and a gate|up column 10, x's squares 5 more), no registers
+    spill, and the only barriers are the stores' (one a row: the outputs change layout to be stored)."""
+    from triton_mode import cubin_resources
+
+    g = compiled_copy("gemv")
+    shapes = [(1024, 4096, False), (2048, 1024, False), (1024, 3072, True), (3072, 1024, False),
+              (2048, 4096, False), (2048, 2048, False), (2048, 6144, True)]
+    for k, n, pair in shapes:
+        t = g.lanes_tiles(n, k, pair, rows)
+        if not t.fits:
+            continue
+        consts = dict(HAS_BIAS=False, ADD=not pair, PDL=1, SWIGLU=pair, SCALED=pair, BLOCK_M=rows,
+                      BLOCK_N=t.block_n, CHUNKS=t.chunks, LANE_K=g.LANE_K)
+        compiled = hopper_compile(g._gemv_lanes_kernel, consts, warps=t.block_n, stages=1, divisible_ints=("K",))
+        ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
+        weight_layout = f"sizePerThread = [1, 1, 8], threadsPerWarp = [1, 1, 32], warpsPerCTA = [1, {t.block_n}, 1]"
+        assert weight_layout in ttgir, (k, n, rows)
+        lines = ptx.splitlines()
+        wait = next(i for i, line in enumerate(lines) if "griddepcontrol.wait" in line)
+        vectors = [i for i, line in enumerate(lines) if "ld.global.v4" in line]
+        assert sum(i < wait for i in vectors) >= t.values // 8, (k, n, rows)
+        shuffles = 5 * rows * (3 if pair else 1)
+        assert ptx.count("shfl.sync") == shuffles, (k, n, rows, ptx.count("shfl.sync"))
+        assert ptx.count("bar.sync") <= 2 * rows, (k, n, rows, ptx.count("bar.sync"))
+        used = cubin_resources(compiled)
+        assert used is None or used["stack"] == 0, (k, n, rows, used)
+
+
 # the 1.7B code predictor's projections (K, N): q|k|v, o, gate|up, down, a codebook's head; the Talker's down
 REAL = [(1024, 4096), (2048, 1024), (1024, 6144), (3072, 1024), (1024, 2048), (6144, 2048)]
 
@@ -349,10 +402,15 @@ REAL = [(1024, 4096), (2048, 1024), (1024, 6144), (3072, 1024), (1024, 2048), (6
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 2, 8, 16])
 @pytest.mark.parametrize("k,n", REAL)
-def test_gemv_at_the_predictors_shapes(mod: ModuleType, dtype: torch.dtype, rows: int, k: int, n: int) -> None:
+@pytest.mark.parametrize("lanes", [False, True], ids=["tiles", "lanes"])
+def test_gemv_at_the_predictors_shapes(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype,
+                                       rows: int, k: int, n: int, lanes: bool) -> None:
     """On the GPU, bf16 rounds to nearest on both sides: within one bf16 step of cuBLAS (2e-2 covers it); with PDL
-    (where the GPU has it) the same bits; normed (norm_eps) within the same of cuBLAS then rms_scaled."""
+    (where the GPU has it) the same bits; normed (norm_eps) within the same of cuBLAS then rms_scaled. `lanes`: the
+    lanes kernel wherever it fits (gemv_layout = lanes)."""
     from voxgate.kernels.utils import pdl_available
+
+    monkeypatch.setattr(mod, "LANES", lanes)
 
     x, w, b = _inputs(rows, k, n, dtype, bias=k == 2048)
     got = mod.gemv(x, w, b)

@@ -52,16 +52,19 @@ def _streams() -> list[Stream]:
     (True, "triton", "layers", "cublas", False, "off", False),
     (True, "triton", "layers", "gemv_all", None, "auto", False),
     (False, "triton", "layers", "gemv", None, "auto", False), (True, "triton", "layers", "cublas", False, "off", True),
-    (True, "triton", "layers", "gemv_all", None, "auto", True)],
+    (True, "triton", "layers", "gemv_all", None, "auto", True),
+    (True, "triton", "layers", "gemv_all+lanes", None, "auto", True)],
     ids=["graphs-triton", "eager-triton", "graphs-torch", "graphs-triton-fused", "graphs-triton-gemv",
          "graphs-triton-persistent", "graphs-triton-unfolded", "graphs-triton-gemv-pdl", "eager-triton-gemv-pdl",
-         "graphs-triton-unfolded-fused-attention", "graphs-triton-gemv-pdl-fused-attention"])
+         "graphs-triton-unfolded-fused-attention", "graphs-triton-gemv-pdl-fused-attention",
+         "graphs-triton-gemv-lanes-pdl-fused-attention"])
 def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, kernels: str, depth: str,
                                                    small_gemm: str, fold_norms: bool | None, pdl: str,
                                                    fuse: bool) -> None:
     """Every row's fp32 logits of every codebook within 1e-4 (relative) of the stream alone through the eager
     path, teacher-forced; the reference logits are taken before the runner is built (fold_norms changes the
-    model's weights in place, not its function)."""
+    model's weights in place, not its function). small_gemm "gemv_all+lanes": gemv_all with gemv_layout = lanes
+    and the Talker's 2-16 rows through the kernel too (gemv_talker_rows = 16)."""
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -73,9 +76,11 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
         solo = {id(s): solo_logits(tts, s, alone[id(s)]) for s in streams}
         # the plain codec: this test compares logits, not audio (and spares the fp32 kernels' tuning)
         fold = {} if fold_norms is None else {"fold_norms": fold_norms}  # None: the engine's default
+        small_gemm, _, layout = small_gemm.partition("+")
+        lanes = {"gemv_layout": "lanes", "gemv_talker_rows": 16} if layout == "lanes" else {}
         runner = make_runner(tts, num_slots=8, record_logits=True, codec="reference", attention=kernels,
                              depth=depth, small_gemm=small_gemm, gemv_rows=16, pdl=pdl, enforce_eager=not graphs,
-                             fuse_attention=fuse, **fold, **REAL)
+                             fuse_attention=fuse, **fold, **lanes, **REAL)
         assert (runner.ops.attend_new is not None) == fuse
         assert runner.steps.use_graphs == graphs
         assert runner.pdl == (pdl == "auto" and pdl_works(torch.device("cuda")))
@@ -98,7 +103,7 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
             per_stream.append({"join_step": s.join_step, "cancel_step": s.cancel_step, "frames": len(got),
                                "worst_rel": stream_worst, "first_bad_frame_codebook": first_bad})
         gemm = ("" if small_gemm == "cublas" else f"_{small_gemm}") + ("_unfolded" if fold_norms is False else "") \
-            + ("_pdl" if runner.pdl else "") + ("_fused_attention" if fuse else "")
+            + ("_lanes" if layout else "") + ("_pdl" if runner.pdl else "") + ("_fused_attention" if fuse else "")
         _record(f"loop_teacher_forced_fp32_{'graphs' if graphs else 'eager'}_{kernels}_{depth}{gemm}",
                 {"worst_rel": worst, "streams": per_stream, "max_rows": max(recorder.rows_per_step),
                  "rows_per_step": recorder.rows_per_step})

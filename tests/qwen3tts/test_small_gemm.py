@@ -5,6 +5,7 @@ tests/kernel/test_gemv.py."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
@@ -78,13 +79,39 @@ def test_gemv_split_and_talker_rows_route_the_talkers_8_rows_through_the_split_k
         shipped = linears("gemv_all", use_triton, max_rows=16, talker_rows=16)[1]
         assert not shipped.takes(x, down)  # whole rows of K 6,144 do not fit
         if use_triton:
-            assert talker.gemv.keywords == talker.gemv_add.keywords == {"split_above": 16384}
+            assert talker.gemv.keywords == talker.gemv_add.keywords == {"split_above": 16384, "lanes": False}
     for bad in (100, 3000, -1):
         with pytest.raises(ValueError, match="gemv_split"):
             RunnerConfig(gemv_split=bad)
     with pytest.raises(ValueError, match="gemv_talker_rows"):
         RunnerConfig(gemv_talker_rows=0)
     assert (RunnerConfig().gemv_split, RunnerConfig().gemv_talker_rows) == (16384, 1)
+
+
+def test_gemv_layout_lanes_takes_the_lanes_kernel_where_it_fits() -> None:
+    """gemv_layout = lanes (an engine option; tiles as shipped): every call passes lanes=True, and the routing
+    follows the lanes rule: the Talker's q|k|v at 8 rows (with gemv_talker_rows = 16) takes the kernel, its down
+    (K 6,144) at 8 rows still takes the split rows kernel, and the predictor's down (K 3,072) at 8 rows the rows
+    kernel; the reference path routes alike. A layout other than tiles or lanes is refused."""
+    from voxgate.engine.qwen3tts.runner_config import RunnerConfig
+    from voxgate.engine.qwen3tts.small_gemm import linears
+    from voxgate.kernels import gemv
+
+    config = RunnerConfig(gemv_layout="lanes", gemv_talker_rows=16)
+    bf16 = torch.bfloat16
+    for use_triton in (True, False):
+        predictor, talker = linears("gemv_all", use_triton, max_rows=config.gemv_rows,
+                                    split_above=config.gemv_split, talker_rows=config.gemv_talker_rows,
+                                    lanes=config.gemv_layout == "lanes")
+        x = torch.empty(8, 2048, dtype=bf16)
+        assert talker.takes(x, torch.empty(4096, 2048, dtype=bf16)), use_triton
+        assert talker.takes(torch.empty(8, 6144, dtype=bf16), torch.empty(2048, 6144, dtype=bf16))
+        if use_triton:
+            assert predictor.gemv.keywords == {"split_above": 16384, "lanes": True}
+    assert not gemv.lanes_tiles(1024, 3072, rows=8).fits and gemv.fast(8, 1024, 3072, lanes=True)
+    with pytest.raises(ValueError, match="gemv_layout"):
+        RunnerConfig(gemv_layout="rows")
+    assert RunnerConfig().gemv_layout == "tiles"
 
 
 def test_auto_takes_the_kernel_only_on_a_hopper_gpu_running_triton(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,13 +155,14 @@ def test_few_rows_leaves_cublas_the_shapes_the_rows_kernel_cannot_hold() -> None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fold,fused", [(False, False), (True, True)], ids=["plain", "folded-fused-swiglu"])
-def test_depth_loop_and_talker_through_gemv_equal_f_linear(tiny_ckpt: Callable[[str], Path],
-                                                          gemv: ModuleType, fold: bool, fused: bool) -> None:
+@pytest.mark.parametrize("fold,fused,lanes", [(False, False, False), (True, True, False), (True, True, True)],
+                         ids=["plain", "folded-fused-swiglu", "folded-fused-swiglu-lanes"])
+def test_depth_loop_and_talker_through_gemv_equal_f_linear(tiny_ckpt: Callable[[str], Path], gemv: ModuleType,
+                                                          fold: bool, fused: bool, lanes: bool) -> None:
     """3 rows (pass 0 at 6 tokens, then 3): every codebook's logits of the predictor's depth loop, with its stack,
     input projection (1.7B: with bias) and heads through the kernel, against F.linear's; the Talker's stack on 3
     tokens too; with `fused`, gate|up and SwiGLU in one launch (on a folded stack, scaled by the residual's RMS).
-    fp32: the sums differ only in order."""
+    `lanes`: every call through the lanes kernel (gemv_layout = lanes). fp32: the sums differ only in order."""
     from voxgate.engine.qwen3tts.batch_step import StepModel
     from voxgate.engine.qwen3tts.fused_stack import DecoderOps
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
@@ -142,8 +170,10 @@ def test_depth_loop_and_talker_through_gemv_equal_f_linear(tiny_ckpt: Callable[[
 
     tts = Qwen3TTS.from_pretrained(tiny_ckpt("cv17"), dtype=torch.float32, device=DEVICE, progress=False)
     ops = DecoderOps.for_device(torch.device(DEVICE))
-    small = FewRows(gemv.gemv, gemv.MAX_ROWS, gemv.gemv_add_ if fused else None,
-                     gemv_swiglu=gemv.gemv_swiglu if fused else None)
+    layout = {"lanes": lanes}
+    small = FewRows(partial(gemv.gemv, **layout), gemv.MAX_ROWS, partial(gemv.gemv_add_, **layout) if fused else None,
+                    gemv_swiglu=partial(gemv.gemv_swiglu, **layout) if fused else None,
+                    fast=partial(gemv.fast, lanes=lanes))
     models = {"cublas": StepModel(tts.talker, ops, fold_norms=fold),
               "gemv": StepModel(tts.talker, ops, None, small, small, fold_norms=fold)}
     rows, hidden = 3, tts.talker.model.codec_embedding.weight.shape[1]
