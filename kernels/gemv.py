@@ -27,6 +27,7 @@ cuBLAS's addmm with beta = 1 rounds the residual add.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -207,31 +208,40 @@ def _gemv_rows_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, part_ptr, count_
 def _gemv_lanes_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
                        HAS_BIAS: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
                        SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr,
-                       LANE_K: tl.constexpr):
+                       LANE_K: tl.constexpr, COLS_DIM: tl.constexpr):
     # The same contract as _gemv_kernel (1-16 rows), with the tile laid out so that each warp holds whole rows of W:
-    # [CHUNKS, BLOCK_N, LANE_K], LANE_K = a warp's 32 lanes x 8 contiguous values, BLOCK_N = the warps. Triton then
-    # puts the warps on the columns (dimension 1), so every row's sum is a warp's own: lanes' registers, then 5
-    # shuffles, with no shared memory and no barrier (the one-row kernel's [BLOCK_N, BLOCK_K] tile spreads K over
-    # 4 warps). x's row is loaded into the same layout (each warp reads the whole row, from L1 after the first).
+    # three dimensions, the columns (BLOCK_N, one warp each), K's chunks and LANE_K (a warp's 32 lanes x 8
+    # contiguous values). Triton gives the warps the dimension that follows the contiguous one in its order, and
+    # orders dimensions of equal contiguity differently by version (lanes_columns_dim): COLS_DIM puts the columns
+    # there, so every row's sum is a warp's own: lanes' registers, then 5 shuffles, with no shared memory and no
+    # barrier (the one-row kernel's [BLOCK_N, BLOCK_K] tile spreads K over 4 warps). x's row is loaded into the
+    # same layout (each warp reads the whole row, from L1 after the first).
     cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, CHUNKS)[:, None, None] * LANE_K + tl.arange(0, LANE_K)[None, None, :]  # [CHUNKS, 1, LANE_K]
     col_ok = cols < N
-    w_ok = (ks < K) & col_ok[None, :, None]
-    w = tl.load(w_ptr + cols[None, :, None] * K + ks, mask=w_ok, other=0.0)
+    lane = tl.arange(0, LANE_K)[None, None, :]
+    if COLS_DIM == 1:  # [CHUNKS, BLOCK_N, LANE_K]
+        c3, ok3 = cols[None, :, None], col_ok[None, :, None]
+        ks = tl.arange(0, CHUNKS)[:, None, None] * LANE_K + lane
+    else:  # [BLOCK_N, CHUNKS, LANE_K]
+        c3, ok3 = cols[:, None, None], col_ok[:, None, None]
+        ks = tl.arange(0, CHUNKS)[None, :, None] * LANE_K + lane
+    w_ok = (ks < K) & ok3
+    w = tl.load(w_ptr + c3 * K + ks, mask=w_ok, other=0.0)
     w_up = w
     if SWIGLU:
-        w_up = tl.load(w_ptr + (cols + N)[None, :, None] * K + ks, mask=w_ok, other=0.0)
+        w_up = tl.load(w_ptr + (c3 + N) * K + ks, mask=w_ok, other=0.0)
     wait_for_inputs(PDL)  # the weight needs nothing from the kernel ahead; x, bias and res may
     bias = tl.load(bias_ptr + cols, mask=col_ok & HAS_BIAS, other=0.0).to(tl.float32)  # no load without one
-    every_col = cols[None, :, None] * 0  # x's offsets broadcast over the columns: each warp loads the whole row
+    every_col = c3 * 0  # x's offsets broadcast over the columns: each warp loads the whole row
+    chunks: tl.constexpr = 1 - COLS_DIM  # the chunks' dimension: summed in each thread first, then the lanes'
     for m in tl.static_range(BLOCK_M):
         x_ok = (ks < K) & (every_col + m < M)  # rows past M (BLOCK_M is a power of two) load and store nothing
         x = tl.load(x_ptr + m * K + ks + every_col, mask=x_ok, other=0.0).to(tl.float32)
-        y = tl.reduce(tl.reduce(w.to(tl.float32) * x, 0, SUM), 1, SUM)  # [BLOCK_N]
+        y = tl.reduce(tl.reduce(w.to(tl.float32) * x, chunks, SUM), 1, SUM)  # [BLOCK_N]
         if SWIGLU or SCALED:
-            x_sq = tl.reduce(tl.reduce(x * x, 0, SUM), 1, SUM)  # the row's, once a warp
+            x_sq = tl.reduce(tl.reduce(x * x, chunks, SUM), 1, SUM)  # the row's, once a warp
         if SWIGLU:  # (no bias, no residual)
-            up = tl.reduce(tl.reduce(w_up.to(tl.float32) * x, 0, SUM), 1, SUM)
+            up = tl.reduce(tl.reduce(w_up.to(tl.float32) * x, chunks, SUM), 1, SUM)
             y = _silu_mul(y, up, x_sq, K, eps, SCALED, out_ptr.dtype.element_ty).to(tl.float32)
         elif SCALED:
             y = _rms_scaled(y, x_sq, K, eps, out_ptr.dtype.element_ty)
@@ -345,6 +355,32 @@ class LanesTiles:
         return self.values <= (LANES_MAX_VALUES if self.rows <= 1 else LANES_MAX_ROWS_VALUES)
 
 
+@functools.cache
+def lanes_columns_dim() -> int:
+    """The lanes kernel's COLS_DIM for the Triton installed: 1 where it gives the warps the middle dimension of a
+    [chunks, columns, lanes] tile (Triton 3.9 orders dimensions of equal contiguity last to first), 0 where it gives
+    them the first (3.6 orders them first to last). Found by compiling the kernel's tile for sm_90 once (no GPU
+    needed; under the interpreter layouts do not exist: 1)."""
+    if interpreted(_gemv_lanes_kernel):
+        return 1
+    import warnings
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    consts = dict(HAS_BIAS=False, ADD=False, PDL=0, SWIGLU=False, SCALED=False, BLOCK_M=1, BLOCK_N=2, CHUNKS=2,
+                  LANE_K=LANE_K, COLS_DIM=1)
+    params = ["x_ptr", "w_ptr", "bias_ptr", "res_ptr", "out_ptr", "M", "N", "K", "eps", *consts]
+    sig = {p: "constexpr" if p in consts else "*bf16" if p.endswith("_ptr") else "fp32" if p == "eps" else "i32"
+           for p in params}
+    attrs = {(params.index(p),): [["tt.divisibility", 16]] for p in params if p.endswith("_ptr") or p == "K"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ttgir = triton.compile(ASTSource(_gemv_lanes_kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                               options={"num_warps": 2, "num_stages": 1}).asm["ttgir"]
+    return 1 if "threadsPerWarp = [1, 1, 32], warpsPerCTA = [1, 2, 1]" in ttgir else 0
+
+
 def lanes_tiles(n: int, k: int, pair: bool = False, rows: int = 1) -> LanesTiles:
     """The lanes launch of `rows` rows for n output columns over K = k (pair: a gate and an up row a column): 8
     columns (warps) a program, halved while the programs number fewer than MIN_PROGRAMS. The 1.7B code predictor:
@@ -432,7 +468,7 @@ def _plan(x: torch.Tensor, n: int, pdl: bool | str, pair: bool, split_above: int
             on, extra = pdl_launch(_gemv_lanes_kernel, pdl)
             return _gemv_lanes_kernel, (t.programs,), dict(
                 PDL=on, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=t.block_n, CHUNKS=t.chunks, LANE_K=LANE_K,
-                num_warps=t.block_n, **extra)
+                COLS_DIM=lanes_columns_dim(), num_warps=t.block_n, **extra)
     value_bytes = x.element_size()
     split_above = 1 << 30 if whole else split_above  # (whole rows, whatever MMA_SPLIT_ABOVE says)
     if m > 1 and fast(m, n, k, pair, value_bytes, split_above):
