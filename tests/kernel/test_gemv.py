@@ -371,7 +371,8 @@ def test_the_lanes_kernel_sums_each_row_within_a_warp(rows: int) -> None:
     [chunks, columns, lanes] tile: 4-30x slower than the one-row kernel): the weight's layout gives each warp
     whole rows (warps on the columns, 8 contiguous values a lane), every weight load is a 16-byte vector before the
     PDL wait, each row's sums take 5 shuffles a column (and a gate|up column 10, x's squares 5 more), at most 8
-    bytes of stack a thread (no registers spilled by the rows' loads), and the only barriers are the stores' (one a row: the outputs change layout to be stored)."""
+    bytes of stack a thread (no registers spilled by the rows' loads), and the only barriers are the stores' (one
+    a row: the outputs change layout to be stored)."""
     from triton_mode import cubin_resources
 
     g = compiled_copy("gemv")
