@@ -55,7 +55,7 @@ class RunnerConfig:
     gemv_rows: int = DEFAULTS.gemv_rows  # small_gemm's kernel takes projections of at most this many rows
     gemv_talker_rows: int = DEFAULTS.gemv_talker_rows  # the same for the Talker's (small_gemm = gemv_all)
     gemv_split: int = DEFAULTS.gemv_split  # the rows kernel cuts K across programs above this many values (0: its rule)
-    gemv_layout: str = DEFAULTS.gemv_layout  # small_gemm's kernel: tiles (whole tiles, MMA rows) | lanes (a warp a row)
+    gemv_layout: str = DEFAULTS.gemv_layout  # the predictor's one-row projections: tiles | lanes (a warp a row)
     gemv_swiglu: bool = DEFAULTS.gemv_swiglu  # gate|up and SwiGLU in one launch where small_gemm's kernel runs
     codec_gemm: str = DEFAULTS.codec_gemm  # the codec transformer's projections: cublas | gemv | auto (small_gemm's)
     pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | late | off | auto

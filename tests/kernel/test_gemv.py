@@ -44,8 +44,9 @@ def plan(request: pytest.FixtureRequest, mod: ModuleType, monkeypatch: pytest.Mo
     Triton 3.6 takes on a GPU). A split launch leaves every count it used at zero."""
     if request.param == "one-row":
         monkeypatch.setattr(mod, "MMA_MAX_VALUES", 0)
-    if request.param.startswith("lanes"):
+    if request.param.startswith("lanes"):  # at every row count (the engine takes it at one row only)
         monkeypatch.setattr(mod, "LANES", True)
+        monkeypatch.setattr(mod, "LANES_MAX_ROWS", mod.MAX_ROWS)
     if request.param == "lanes-columns-first":
         monkeypatch.setattr(mod, "lanes_columns_dim", lambda: 0)
     if request.param == "mma-split":
@@ -346,12 +347,15 @@ def test_split_launches_compile_within_an_sms_shared_memory(monkeypatch: pytest.
         assert any("ld.global.cg" in line for line in lines[wait:]), (k, n)
 
 
-def test_the_lanes_rule_holds_whole_rows_within_a_threads_registers() -> None:
+def test_the_lanes_rule_holds_whole_rows_within_a_threads_registers(monkeypatch: pytest.MonkeyPatch) -> None:
     """lanes_tiles at the 1.7B's shapes: 8 columns a program while that leaves >= 256 programs (4 for the
     predictor's o and down); a thread's weight values (8 a chunk of 256, twice with gate|up) at most 128 at one row
     and 64 at 2-16 rows, so the predictor's down (K 3,072 padded to 16 chunks) and the Talker's gate|up fit at one
-    row only and the Talker's down (K 6,144) never."""
+    row only and the Talker's down (K 6,144) never. As shipped no call of 2-16 rows takes it (LANES_MAX_ROWS)."""
     from voxgate.kernels import gemv as g
+
+    assert g.LANES_MAX_ROWS == 1 and not g.lanes_tiles(4096, 1024, rows=2).fits
+    monkeypatch.setattr(g, "LANES_MAX_ROWS", g.MAX_ROWS)
 
     assert g.lanes_tiles(4096, 1024) == g.LanesTiles(8, 4, 512, 32)
     assert g.lanes_tiles(1024, 2048).block_n == 4 and g.lanes_tiles(1024, 3072).chunks == 16
@@ -376,6 +380,7 @@ def test_the_lanes_kernel_sums_each_row_within_a_warp(rows: int) -> None:
     from triton_mode import cubin_resources
 
     g = compiled_copy("gemv")
+    g.LANES_MAX_ROWS = g.MAX_ROWS  # (a copy of its own: every row count the kernel takes)
     columns = g.lanes_columns_dim()  # the tile's dimension Triton gives the warps (differs by Triton version)
     shapes = [(1024, 4096, False), (2048, 1024, False), (1024, 3072, True), (3072, 1024, False),
               (2048, 4096, False), (2048, 2048, False), (2048, 6144, True)]
@@ -420,6 +425,7 @@ def test_gemv_at_the_predictors_shapes(mod: ModuleType, monkeypatch: pytest.Monk
     from voxgate.kernels.utils import pdl_available
 
     monkeypatch.setattr(mod, "LANES", lanes)
+    monkeypatch.setattr(mod, "LANES_MAX_ROWS", mod.MAX_ROWS)  # at every row count (the engine: one row)
 
     x, w, b = _inputs(rows, k, n, dtype, bias=k == 2048)
     got = mod.gemv(x, w, b)

@@ -89,10 +89,10 @@ def test_gemv_split_and_talker_rows_route_the_talkers_8_rows_through_the_split_k
 
 
 def test_gemv_layout_lanes_takes_the_lanes_kernel_where_it_fits() -> None:
-    """gemv_layout = lanes (an engine option; tiles as shipped): every call passes lanes=True, and the routing
-    follows the lanes rule: the Talker's q|k|v at 8 rows (with gemv_talker_rows = 16) takes the kernel, its down
-    (K 6,144) at 8 rows still takes the split rows kernel, and the predictor's down (K 3,072) at 8 rows the rows
-    kernel; the reference path routes alike. A layout other than tiles or lanes is refused."""
+    """gemv_layout = lanes (an engine option; tiles as shipped): the code predictor's calls pass lanes=True, the
+    Talker's lanes=False (its one-row projections read slower through it), and 2-16 rows keep their routing: the
+    Talker's q|k|v and down at 8 rows (with gemv_talker_rows = 16) the rows kernel, the predictor's down too; the
+    reference path routes alike. A layout other than tiles or lanes is refused."""
     from voxgate.engine.qwen3tts.runner_config import RunnerConfig
     from voxgate.engine.qwen3tts.small_gemm import linears
     from voxgate.kernels import gemv
@@ -108,7 +108,9 @@ def test_gemv_layout_lanes_takes_the_lanes_kernel_where_it_fits() -> None:
         assert talker.takes(torch.empty(8, 6144, dtype=bf16), torch.empty(2048, 6144, dtype=bf16))
         if use_triton:
             assert predictor.gemv.keywords == {"split_above": 16384, "lanes": True}
-    assert not gemv.lanes_tiles(1024, 3072, rows=8).fits and gemv.fast(8, 1024, 3072, lanes=True)
+            assert talker.gemv.keywords == {"split_above": 16384, "lanes": False}
+    assert gemv.lanes_tiles(1024, 1024).fits and not gemv.lanes_tiles(4096, 1024, rows=8).fits
+    assert gemv.fast(8, 1024, 3072, lanes=True)
     with pytest.raises(ValueError, match="gemv_layout"):
         RunnerConfig(gemv_layout="rows")
     assert RunnerConfig().gemv_layout == "tiles"
