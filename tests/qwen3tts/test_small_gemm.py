@@ -89,7 +89,7 @@ def test_gemv_split_and_talker_rows_route_the_talkers_8_rows_through_the_split_k
 
 
 def test_gemv_layout_lanes_takes_the_lanes_kernel_where_it_fits() -> None:
-    """gemv_layout = lanes (an engine option; tiles as shipped): the code predictor's calls pass lanes=True, the
+    """gemv_layout = lanes (an engine option, the default): the code predictor's calls pass lanes=True, the
     Talker's lanes=False (its one-row projections read slower through it), and 2-16 rows keep their routing: the
     Talker's q|k|v and down at 8 rows (with gemv_talker_rows = 16) the rows kernel, the predictor's down too; the
     reference path routes alike. A layout other than tiles or lanes is refused."""
@@ -113,7 +113,7 @@ def test_gemv_layout_lanes_takes_the_lanes_kernel_where_it_fits() -> None:
     assert gemv.fast(8, 1024, 3072, lanes=True)
     with pytest.raises(ValueError, match="gemv_layout"):
         RunnerConfig(gemv_layout="rows")
-    assert RunnerConfig().gemv_layout == "tiles"
+    assert RunnerConfig().gemv_layout == "lanes"
 
 
 def test_auto_takes_the_kernel_only_on_a_hopper_gpu_running_triton(monkeypatch: pytest.MonkeyPatch) -> None:
