@@ -11,8 +11,8 @@ SwiGLU, down added: the predictor's 30 MiB, or the Talker's 96 MiB with `--stack
 - `cuBLAS`: F.linear / addmm_ (gate|up then PyTorch's SiLU and product), what `small_gemm = cublas` runs;
 - `engine`: the engine's routing with PDL (`small_gemm = gemv_all`, `gemv_rows = 16`: kernels/gemv.py where
   `fast` says so, cuBLAS elsewhere);
-- `lanes`: the same with `gemv_layout = lanes` (kernels/gemv.py's lanes kernel where it fits, a warp a column's
-  whole row; the engine's routing elsewhere);
+- `lanes`: the same with kernels/gemv.py's lanes kernel at every row count where it fits (`gemv_layout = lanes`,
+  `gemv_lanes_rows = 16`: a warp a column's whole row; the engine's routing elsewhere);
 - `rows kernel`: kernels/gemv.py's 2-16-row MMA kernel on every projection (its `fast` ceiling lifted), with PDL;
 - `one chain`: the same kernel with the whole K in one MMA chain a warp (`MMA_PARTS_A_WARP = 0`, the form
   measured on 2026-12-06: every warp ran the tile's whole K);
@@ -77,7 +77,7 @@ def _call(arm: str, name: str, x: torch.Tensor, w: torch.Tensor, res: torch.Tens
         return dot_loop(x, w, res, pair, pdl=("late" if "late" in words else True) if pdl else False,
                         prefetch="pf" in words, block_n=int(words[1]), block_k=int(words[2]), stages=int(words[3]),
                         warps=warps, w_first="t" in words)
-    lanes = arm == "lanes"
+    lanes = g.MAX_ROWS if arm == "lanes" else 0
     if arm == "cuBLAS" or (arm in ("engine", "lanes") and rows > 1 and not g.fast(rows, n, k, pair, lanes=lanes)):
         if pair:
             gate, up = F.linear(x, w).chunk(2, dim=-1)
