@@ -349,6 +349,7 @@ LANES_MAX_VALUES = 128  # weight values a thread holds at most at one row (K 4,0
 # stack)
 LANES_MAX_ROWS_VALUES = 64
 LANES = 0  # rows up to which calls take the lanes kernel where the caller does not say (0: none; the tests set it)
+LANES_COLUMNS = 8  # columns (warps) a lanes program takes at most: a chain's arm (rows_chain.py) sets 4 or 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,12 +403,13 @@ def lanes_columns_dim() -> int:
 
 
 def lanes_tiles(n: int, k: int, pair: bool = False, rows: int = 1) -> LanesTiles:
-    """The lanes launch of `rows` rows for n output columns over K = k (pair: a gate and an up row a column): 8
-    columns (warps) a program, halved while the programs number fewer than MIN_PROGRAMS. The 1.7B code predictor:
-    q|k|v 512 programs of 8, o 256 of 4, gate|up 384 of 8, down (K 3,072 in 16 chunks) 256 of 4 (one row only); the
-    Talker's q|k|v and o fit at any row count, its gate|up at one row, its down (K 6,144) never."""
+    """The lanes launch of `rows` rows for n output columns over K = k (pair: a gate and an up row a column):
+    LANES_COLUMNS (8) columns (warps) a program, halved while the programs number fewer than MIN_PROGRAMS. The 1.7B
+    code predictor: q|k|v 512 programs of 8, o 256 of 4, gate|up 384 of 8, down (K 3,072 in 16 chunks) 256 of 4
+    (one row only); the Talker's q|k|v and o fit at any row count, its gate|up at one row, its down (K 6,144)
+    never."""
     chunks = triton.next_power_of_2(triton.cdiv(max(k, 1), LANE_K))
-    block_n = 8
+    block_n = LANES_COLUMNS
     while block_n > 1 and triton.cdiv(n, block_n) < MIN_PROGRAMS:
         block_n //= 2
     return LanesTiles(block_n, chunks, triton.cdiv(n, block_n), chunks * (LANE_K // 32) * (2 if pair else 1), rows)

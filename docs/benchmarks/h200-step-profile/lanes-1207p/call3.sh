@@ -5,7 +5,9 @@
 #   run(command="bash docs/benchmarks/h200-step-profile/lanes-1207p/call3.sh", carry=[".whl", ".gpu_shared", ".tcache"])
 # 1. checkpoint; GPU tests: the lanes kernel at the real shapes, every row count (both dtypes, PDL bits), and
 #    teacher-forced fp32 through the graphs with gemv_lanes_rows = 16
-# 2. chains (rows_chain.py), predictor at 1 / 8 / 16 rows, Talker at 1 / 8: cuBLAS, engine, lanes (every row count)
+# 2. chains (rows_chain.py), predictor at 1 / 8 / 16 rows, Talker at 1 / 8: cuBLAS, engine, lanes (every row count),
+#    lanes with at most 4 (and 2) columns a program: the Talker's one-row q|k|v and gate|up read slower through 8
+#    (9.45 / 20.37 against the tiles kernel's 8.65 / 19.86 us, whose programs take 4 columns of K 2,048)
 # 3. the step at 1 / 8 / 16 rows (+ 64 prompt tokens): default, lanes8 (gemv_lanes_rows = 8), lanes16
 # 4. closed loop c = 1 / 8 through the gateway: default, then the lanes arm with the faster 8-row step
 # Expected (from call 2's chains and the compiled code): the first form cost ~0.5 us a row past the first (q|k|v
@@ -21,8 +23,8 @@ STAGES=tests TESTS="tests/kernel/test_gemv.py tests/qwen3tts/test_gpu_loop.py" \
 save; t tests
 export PYTHONPATH=/tmp/site-gw:/tmp/vx TRITON_CACHE_DIR=/tmp/tcache
 ( cd docs/benchmarks/h200-step-profile/chain \
-  && timeout 70 python3 rows_chain.py --rows 1,8,16 --arms "cuBLAS,engine,lanes,split 16384" > $RES/chain-predictor.md 2>&1; \
-  timeout 50 python3 rows_chain.py --stack talker --rows 1,8 --arms "cuBLAS,engine,lanes" > $RES/chain-talker.md 2>&1 )
+  && timeout 80 python3 rows_chain.py --rows 1,8,16 --arms "cuBLAS,engine,lanes,lanes cols 4,split 16384" > $RES/chain-predictor.md 2>&1; \
+  timeout 60 python3 rows_chain.py --stack talker --rows 1,8 --arms "cuBLAS,engine,lanes,lanes cols 4,lanes cols 2" > $RES/chain-talker.md 2>&1 )
 grep -v "^<\!--" $RES/chain-predictor.md | grep "layer\|failed\|wrong" ; grep -v "^<\!--" $RES/chain-talker.md | grep "layer\|failed\|wrong"
 save; t chains
 SA="--engine-option row_buckets=1,8,16 --engine-option prefill_buckets=64"
