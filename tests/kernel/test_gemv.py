@@ -35,19 +35,16 @@ def mod() -> ModuleType:
 SMALL_SPLIT_ABOVE = 16 * 32
 
 
-@pytest.fixture(params=["mma", "mma-split", "one-row", "lanes", "lanes-columns-first"])
+@pytest.fixture(params=["mma", "mma-split", "one-row", "lanes"])
 def plan(request: pytest.FixtureRequest, mod: ModuleType, monkeypatch: pytest.MonkeyPatch) -> str:
     """Which kernel takes 2-16 rows at the small shapes: the MMA rows kernel (as shipped), the same with K cut
     into parts across programs (split-K), the one-row kernel (what a K too wide for the rows kernel takes: its
     weight ceiling lowered to 0 here), or the lanes kernel at every row count (gemv_layout = lanes; K 100-300 in
-    one or two chunks of 256), its tile [chunks, columns, lanes] or [columns, chunks, lanes] (COLS_DIM 0: what
-    Triton 3.6 takes on a GPU). A split launch leaves every count it used at zero."""
+    one or two chunks of 256). A split launch leaves every count it used at zero."""
     if request.param == "one-row":
         monkeypatch.setattr(mod, "MMA_MAX_VALUES", 0)
     if request.param.startswith("lanes"):  # at every row count (the engine takes it at one row only)
         monkeypatch.setattr(mod, "LANES", mod.MAX_ROWS)
-    if request.param == "lanes-columns-first":
-        monkeypatch.setattr(mod, "lanes_columns_dim", lambda: 0)
     if request.param == "mma-split":
         monkeypatch.setattr(mod, "MMA_SPLIT_ABOVE", SMALL_SPLIT_ABOVE)
     yield request.param
@@ -344,6 +341,33 @@ def test_split_launches_compile_within_an_sms_shared_memory(monkeypatch: pytest.
         assert weight_loads and sum(i < wait for i in weight_loads) >= r.values // (8 * 32 * r.warps), (k, n)
         assert sum("atom.global.gpu.acq_rel.add" in line for line in lines) == 1, (k, n)
         assert any("ld.global.cg" in line for line in lines[wait:]), (k, n)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_both_lanes_tile_orders_take_the_same_sums(mod: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                   dtype: torch.dtype, rows: int) -> None:
+    """The lanes kernel's tile with the columns second ([chunks, columns, lanes], what Triton 3.9 gives the warps)
+    and first ([columns, chunks, lanes], Triton 3.6: lanes_columns_dim): each call (bias, residual add, gate|up with
+    SwiGLU and the folded norm, the normed head) matches its reference, and the two orders give the same bits."""
+    monkeypatch.setattr(mod, "LANES", mod.MAX_ROWS)
+    k, n = 300, 70  # two chunks of 256, the second partly masked; a partial program of columns
+    x, w, b = _inputs(rows, k, n, dtype, bias=True)
+    gate_up = (torch.randn(2 * n, k, device=DEVICE) / k**0.5).to(dtype)
+    residual = torch.randn(rows, n, device=DEVICE).to(dtype)
+    calls = {"bias": (lambda: mod.gemv(x, w, b), lambda: mod.gemv_ref(x, w, b), TOL),
+             "add": (lambda: mod.gemv_add_(residual.clone(), x, w), lambda: mod.gemv_add_ref(residual.clone(), x, w),
+                     TOL),
+             "swiglu": (lambda: mod.gemv_swiglu(x, gate_up, 1e-6, True), lambda: mod.gemv_swiglu_ref(x, gate_up, 1e-6,
+                                                                                                     True), SWIGLU_TOL),
+             "normed": (lambda: mod.gemv(x, w, norm_eps=1e-6), lambda: mod.gemv_ref(x, w, norm_eps=1e-6), TOL)}
+    for name, (call, reference, tol) in calls.items():
+        got = {}
+        for columns in (1, 0):
+            monkeypatch.setattr(mod, "lanes_columns_dim", lambda columns=columns: columns)
+            got[columns] = call()
+            torch.testing.assert_close(got[columns], reference(), **tol[dtype], msg=f"{name}, columns {columns}")
+        assert torch.equal(got[0], got[1]), name
 
 
 def test_the_lanes_rule_holds_whole_rows_within_a_threads_registers() -> None:
