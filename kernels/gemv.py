@@ -237,7 +237,7 @@ def _gemv_lanes_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
     every_col = c3 * 0  # x's offsets broadcast over the columns: each warp loads the whole row
     chunks: tl.constexpr = 1 - COLS_DIM  # the chunks' dimension: summed in each thread first, then the lanes'
     rows = tl.arange(0, BLOCK_M)[None, :]
-    y = (cols[:, None] * 0 + rows).to(tl.float32) * 0.0  # out^T's fp32 sums (tl.zeros: see utils.py)
+    y = (cols[:, None] * 0 + rows).to(tl.float32) * 0.0  # out^T's fp32 sums (tl.zeros: not in the interpreter)
     up = y
     x_sq = y
     for m in tl.static_range(BLOCK_M):
