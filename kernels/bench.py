@@ -135,7 +135,7 @@ def gemv_cases(dev: torch.device) -> list[tuple[str, Call, Call, Call, Call]]:
         for name, (k, n) in PREDICTOR_GEMMS.items():
             x, w = _randn(dev, rows, k), _randn(dev, n, k) / 32
             cases.append((f"{name}@{rows}", lambda x=x, w=w: gemv(x, w), lambda x=x, w=w: gemv(x, w, pdl=pdl),
-                          lambda x=x, w=w: gemv_ref(x, w), lambda x=x, w=w, r=rows: gemv(x, w, pdl=pdl, lanes=r)))
+                          lambda x=x, w=w: gemv_ref(x, w), lambda x=x, w=w: gemv(x, w, pdl=pdl, lanes=True)))
     return cases
 
 

@@ -14,10 +14,9 @@ rows reads at 1.24 TB/s against cuBLAS's 0.94; the Talker's q|k|v and gate|up (K
 engine's `gemv_split`, 16,384 by default there) cuts K across programs too, each storing its fp32 sums for the last
 of its columns to add in order: still one launch, and the same bits on every run.
 
-`lanes` (the engine's `gemv_layout = lanes` and `gemv_lanes_rows`): calls of at most that many rows take
-`_gemv_lanes_kernel` where it fits: the tile laid out so that each warp holds whole rows of W across its 32 lanes,
-every row's sum a warp's own (shuffles, no shared memory): the one-row kernel's tile spreads K over 4 warps, whose
-sums meet through shared memory.
+`lanes` (the engine's `gemv_layout = lanes`) takes `_gemv_lanes_kernel` at 1-16 rows where it fits: the tile laid
+out so that each warp holds whole rows of W across its 32 lanes, every row's sum a warp's own (shuffles, no shared
+memory): the one-row kernel's tile spreads K over 4 warps, whose sums meet through shared memory.
 
 With `pdl` (Hopper: programmatic dependent launch, kernels/utils.py: True or "late") the weight load comes before the
 wait for the kernel ahead: in a chain of projections each one's weights stream in while the one before it computes.
@@ -214,11 +213,9 @@ def _gemv_lanes_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
     # three dimensions, the columns (BLOCK_N, one warp each), K's chunks and LANE_K (a warp's 32 lanes x 8
     # contiguous values). Triton gives the warps the dimension that follows the contiguous one in its order, and
     # orders dimensions of equal contiguity differently by version (lanes_columns_dim): COLS_DIM puts the columns
-    # there, so every row's sum is a warp's own: lanes' registers, then 5 shuffles, with no shared memory (the
-    # one-row kernel's [BLOCK_N, BLOCK_K] tile spreads K over 4 warps). x's row is loaded into the same layout (each
-    # warp reads the whole row, from L1 after the first). The rows' sums are gathered as out^T [BLOCK_N, BLOCK_M]
-    # in the sums' own layout and stored once: one barrier a launch (the store's change of layout), where a store a
-    # row took one a row.
+    # there, so every row's sum is a warp's own: lanes' registers, then 5 shuffles, with no shared memory and no
+    # barrier (the one-row kernel's [BLOCK_N, BLOCK_K] tile spreads K over 4 warps). x's row is loaded into the
+    # same layout (each warp reads the whole row, from L1 after the first).
     cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
     lane = tl.arange(0, LANE_K)[None, None, :]
@@ -234,29 +231,21 @@ def _gemv_lanes_kernel(x_ptr, w_ptr, bias_ptr, res_ptr, out_ptr, M, N, K, eps,
     if SWIGLU:
         w_up = tl.load(w_ptr + (c3 + N) * K + ks, mask=w_ok, other=0.0)
     wait_for_inputs(PDL)  # the weight needs nothing from the kernel ahead; x, bias and res may
+    bias = tl.load(bias_ptr + cols, mask=col_ok & HAS_BIAS, other=0.0).to(tl.float32)  # no load without one
     every_col = c3 * 0  # x's offsets broadcast over the columns: each warp loads the whole row
     chunks: tl.constexpr = 1 - COLS_DIM  # the chunks' dimension: summed in each thread first, then the lanes'
-    rows = tl.arange(0, BLOCK_M)[None, :]
-    y = (cols[:, None] * 0 + rows).to(tl.float32) * 0.0  # out^T's fp32 sums (tl.zeros: not in the interpreter)
-    up = y
-    x_sq = y
     for m in tl.static_range(BLOCK_M):
         x_ok = (ks < K) & (every_col + m < M)  # rows past M (BLOCK_M is a power of two) load and store nothing
         x = tl.load(x_ptr + m * K + ks + every_col, mask=x_ok, other=0.0).to(tl.float32)
-        mine = rows == m
-        y = tl.where(mine, tl.reduce(tl.reduce(w.to(tl.float32) * x, chunks, SUM), 1, SUM, keep_dims=True), y)
-        if SWIGLU or SCALED:  # the row's squares, once a warp
-            x_sq = tl.where(mine, tl.reduce(tl.reduce(x * x, chunks, SUM), 1, SUM, keep_dims=True), x_sq)
-        if SWIGLU:
-            up = tl.where(mine, tl.reduce(tl.reduce(w_up.to(tl.float32) * x, chunks, SUM), 1, SUM, keep_dims=True),
-                          up)
-    if SWIGLU:  # (no bias, no residual)
-        y = _silu_mul(y, up, x_sq, K, eps, SCALED, out_ptr.dtype.element_ty).to(tl.float32)
-    elif SCALED:
-        y = _rms_scaled(y, x_sq, K, eps, out_ptr.dtype.element_ty)
-    bias = tl.load(bias_ptr + cols, mask=col_ok & HAS_BIAS, other=0.0).to(tl.float32)  # no load without one
-    _add_and_store(y, bias[:, None], res_ptr, out_ptr, rows * N + cols[:, None], col_ok[:, None] & (rows < M),
-                   HAS_BIAS, ADD)
+        y = tl.reduce(tl.reduce(w.to(tl.float32) * x, chunks, SUM), 1, SUM)  # [BLOCK_N]
+        if SWIGLU or SCALED:
+            x_sq = tl.reduce(tl.reduce(x * x, chunks, SUM), 1, SUM)  # the row's, once a warp
+        if SWIGLU:  # (no bias, no residual)
+            up = tl.reduce(tl.reduce(w_up.to(tl.float32) * x, chunks, SUM), 1, SUM)
+            y = _silu_mul(y, up, x_sq, K, eps, SCALED, out_ptr.dtype.element_ty).to(tl.float32)
+        elif SCALED:
+            y = _rms_scaled(y, x_sq, K, eps, out_ptr.dtype.element_ty)
+        _add_and_store(y, bias, res_ptr, out_ptr, m * N + cols, col_ok & (cols * 0 + m < M), HAS_BIAS, ADD)
 
 
 _DOT_UPCAST = interpreted(_gemv_rows_kernel)  # the interpreter's bf16 dots are wrong (utils.interpreted)
@@ -330,13 +319,13 @@ def rows_tiles(n: int, k: int, pair: bool = False, value_bytes: int = 2,
 
 
 def fast(m: int, n: int, k: int, pair: bool = False, value_bytes: int = 2, split_above: int | None = None,
-         lanes: int | None = None) -> bool:
+         lanes: bool | None = None) -> bool:
     """Whether `gemv` (pair: `gemv_swiglu`, n its output columns) runs a call of m rows on a plan meant to beat
-    cuBLAS: one row up to MAX_K, or 2-16 rows where the rows kernel fits (`split_above`: rows_tiles'), or at most
-    `lanes` rows (default LANES) where the lanes kernel does. Elsewhere it is correct but slower."""
+    cuBLAS: one row up to MAX_K, or 2-16 rows where the rows kernel fits (`split_above`: rows_tiles'), or with
+    `lanes` (default LANES) where the lanes kernel does. Elsewhere it is correct but slower."""
     if m > MAX_ROWS or k > MAX_K:
         return False
-    if _lanes_launch(m, n, k, pair, lanes) is not None:
+    if (LANES if lanes is None else lanes) and lanes_tiles(n, k, pair, m).fits:
         return True
     return m <= 1 or rows_tiles(n, k, pair, value_bytes, split_above).fits
 
@@ -344,12 +333,14 @@ def fast(m: int, n: int, k: int, pair: bool = False, value_bytes: int = 2, split
 # The lanes kernel (_gemv_lanes_kernel; the engine option `gemv_layout = lanes`): a warp takes whole rows of W
 LANE_K = 256  # K values a warp's 32 lanes hold in one chunk: 8 contiguous values a lane (16 bytes of bf16)
 LANES_MAX_VALUES = 128  # weight values a thread holds at most at one row (K 4,096, or 2,048 of gate|up)
-# ... and with 2-16 rows, where the rows' sums and x's loads in flight beside the weight's fp32 copy spill registers
-# at 128 (sm_90, Triton 3.9: the predictor's down, K 3,072 in 16 chunks, at 16 rows 255 registers and 48 bytes of
-# stack)
+# ... and with 2-16 rows, where the rows' x loads in flight beside the weight's fp32 copy spilled registers at 128
+# (sm_90, Triton 3.9: the predictor's down, K 3,072 in 16 chunks, 255 registers and 64-176 bytes of stack)
 LANES_MAX_ROWS_VALUES = 64
-LANES = 0  # rows up to which calls take the lanes kernel where the caller does not say (0: none; the tests set it)
-LANES_COLUMNS = 8  # columns (warps) a lanes program takes at most: a chain's arm (rows_chain.py) sets 4 or 2
+# Rows a call may have to take the lanes kernel where asked: at 2-16 rows it measured slower than the MMA rows kernel
+# (H100: a predictor layer at 8 rows 48.0 against 25.4 us; each row's sums end in their own store), at one row
+# faster than the one-row kernel (16.8 against 18.6 us: docs/benchmarks/h200-step-profile/lanes-1207p)
+LANES_MAX_ROWS = 1
+LANES = False  # whether calls that fit take the lanes kernel where the caller does not say (the tests)
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,15 +356,9 @@ class LanesTiles:
 
     @property
     def fits(self) -> bool:
+        if self.rows > LANES_MAX_ROWS:
+            return False
         return self.values <= (LANES_MAX_VALUES if self.rows <= 1 else LANES_MAX_ROWS_VALUES)
-
-
-def _lanes_launch(m: int, n: int, k: int, pair: bool, lanes: int | None) -> LanesTiles | None:
-    """The lanes launch of a call of m rows, where it takes one: m at most `lanes` (default LANES) and the tile fits."""
-    if m > (LANES if lanes is None else int(lanes)):
-        return None
-    t = lanes_tiles(n, k, pair, m)
-    return t if t.fits else None
 
 
 @functools.cache
@@ -403,13 +388,12 @@ def lanes_columns_dim() -> int:
 
 
 def lanes_tiles(n: int, k: int, pair: bool = False, rows: int = 1) -> LanesTiles:
-    """The lanes launch of `rows` rows for n output columns over K = k (pair: a gate and an up row a column):
-    LANES_COLUMNS (8) columns (warps) a program, halved while the programs number fewer than MIN_PROGRAMS. The 1.7B
-    code predictor: q|k|v 512 programs of 8, o 256 of 4, gate|up 384 of 8, down (K 3,072 in 16 chunks) 256 of 4
-    (one row only); the Talker's q|k|v and o fit at any row count, its gate|up at one row, its down (K 6,144)
-    never."""
+    """The lanes launch of `rows` rows for n output columns over K = k (pair: a gate and an up row a column): 8
+    columns (warps) a program, halved while the programs number fewer than MIN_PROGRAMS. The 1.7B code predictor:
+    q|k|v 512 programs of 8, o 256 of 4, gate|up 384 of 8, down (K 3,072 in 16 chunks) 256 of 4 (one row only); the
+    Talker's q|k|v and o fit at any row count, its gate|up at one row, its down (K 6,144) never."""
     chunks = triton.next_power_of_2(triton.cdiv(max(k, 1), LANE_K))
-    block_n = LANES_COLUMNS
+    block_n = 8
     while block_n > 1 and triton.cdiv(n, block_n) < MIN_PROGRAMS:
         block_n //= 2
     return LanesTiles(block_n, chunks, triton.cdiv(n, block_n), chunks * (LANE_K // 32) * (2 if pair else 1), rows)
@@ -451,12 +435,12 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool | str = False,
          residual: torch.Tensor | None = None, split_above: int | None = None,
-         norm_eps: float | None = None, lanes: int | None = None) -> torch.Tensor:
+         norm_eps: float | None = None, lanes: bool | None = None) -> torch.Tensor:
     """x [M, K] (M <= 16, K <= MAX_K), weight [N, K], bias [N] or None -> [M, N] in x's dtype; with `residual`
     [M, N], residual + that, written into residual in place (and returned). `split_above`: rows_tiles'. norm_eps:
     x is a residual stream whose RMSNorm (this eps; its weight folded into `weight`) the call applies: the product
-    times each row's 1 / RMS (no bias, no residual; as rms_scaled rounds it). `lanes` (default LANES): calls of at
-    most this many rows take the lanes kernel where it fits."""
+    times each row's 1 / RMS (no bias, no residual; as rms_scaled rounds it). `lanes` (default LANES): the lanes
+    kernel where it fits, at any row count."""
     _check(x, weight, bias)
     m = x.shape[0]
     n = weight.shape[0]
@@ -478,18 +462,19 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 
 
 def _plan(x: torch.Tensor, n: int, pdl: bool | str, pair: bool, split_above: int | None,
-          whole: bool = False, lanes: int | None = None) -> tuple[object, tuple[int, ...], dict]:
-    """(kernel, grid, its keyword arguments) for out [M, n] from x [M, K]: at most `lanes` rows (default LANES) the
-    lanes kernel where it fits; else 2-16 rows take the rows kernel where it fits (`fast`; split K's scratch included;
+          whole: bool = False, lanes: bool | None = None) -> tuple[object, tuple[int, ...], dict]:
+    """(kernel, grid, its keyword arguments) for out [M, n] from x [M, K]: with `lanes` (default LANES) the lanes
+    kernel where it fits; else 2-16 rows take the rows kernel where it fits (`fast`; split K's scratch included;
     `whole`: only unsplit, as a normed call needs each row's whole sum of squares in one program), else the one-row
     kernel, whose programs take half the columns with `pair` (each column reads two rows of W: gate and up)."""
     m, k = x.shape
-    t = _lanes_launch(m, n, k, pair, lanes)
-    if t is not None:
-        on, extra = pdl_launch(_gemv_lanes_kernel, pdl)
-        return _gemv_lanes_kernel, (t.programs,), dict(
-            PDL=on, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=t.block_n, CHUNKS=t.chunks, LANE_K=LANE_K,
-            COLS_DIM=lanes_columns_dim(), num_warps=t.block_n, **extra)
+    if LANES if lanes is None else lanes:
+        t = lanes_tiles(n, k, pair, m)
+        if t.fits:
+            on, extra = pdl_launch(_gemv_lanes_kernel, pdl)
+            return _gemv_lanes_kernel, (t.programs,), dict(
+                PDL=on, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=t.block_n, CHUNKS=t.chunks, LANE_K=LANE_K,
+                COLS_DIM=lanes_columns_dim(), num_warps=t.block_n, **extra)
     value_bytes = x.element_size()
     split_above = 1 << 30 if whole else split_above  # (whole rows, whatever MMA_SPLIT_ABOVE says)
     if m > 1 and fast(m, n, k, pair, value_bytes, split_above):
@@ -538,7 +523,7 @@ def _split_scratch(device: torch.device, floats: int, tiles: int) -> tuple[torch
 
 
 def gemv_swiglu(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, scaled: bool = False,
-                pdl: bool | str = False, split_above: int | None = None, lanes: int | None = None) -> torch.Tensor:
+                pdl: bool | str = False, split_above: int | None = None, lanes: bool | None = None) -> torch.Tensor:
     """x [M, K] @ gate_up^T ([2I, K]: gate rows then up rows) -> silu(gate) * up [M, I], in one launch instead of a
     projection and kernels/swiglu.py's kernel, rounded as those two round. `scaled`: gate and up are first scaled
     by 1 / RMS of x's rows (eps added to the mean square: the folded norm, where x is the residual stream)."""
@@ -565,7 +550,7 @@ def gemv_swiglu_ref(x: torch.Tensor, gate_up: torch.Tensor, eps: float = 0.0, sc
 
 
 def gemv_add_(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pdl: bool | str = False,
-              split_above: int | None = None, lanes: int | None = None) -> torch.Tensor:
+              split_above: int | None = None, lanes: bool | None = None) -> torch.Tensor:
     """residual [M, N] += x [M, K] @ weight^T in place, rounded once (cuBLAS's addmm_ with beta = 1); returns it."""
     return gemv(x, weight, None, pdl, residual=residual, split_above=split_above, lanes=lanes)
 

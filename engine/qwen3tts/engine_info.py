@@ -30,7 +30,7 @@ def describe(engine: Any) -> dict[str, Any]:
                     "codec_buckets": [list(b) for b in c.codec_buckets],
                     "step_kernels": runner.ops.attend_name, "depth": c.depth, "small_gemm": runner.small_gemm,
                     "gemv_rows": c.gemv_rows, "gemv_talker_rows": c.gemv_talker_rows, "gemv_split": c.gemv_split,
-                    "gemv_layout": c.gemv_layout, "gemv_lanes_rows": c.gemv_lanes_rows,
+                    "gemv_layout": c.gemv_layout,
                     "pdl": runner.ops.pdl, "fuse_attention": runner.ops.attend_new is not None,
                     "deadline_order": engine.scheduler_config.deadline_order, **runner.memory()}
         if tts.device.type == "cuda":

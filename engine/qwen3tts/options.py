@@ -69,15 +69,11 @@ class Qwen3TTSOptions(EngineConfig):
                                     "run). Default 16384: the code predictor's o and down in 2 and 3 parts, 8- and "
                                     "16-row steps 0.26-0.29 ms faster on an H100; 0: kernels/gemv.py's own rule, "
                                     "which splits nothing")
-    gemv_layout: str = option("lanes", "small_gemm's kernel for the code predictor's calls of at most "
-                                       "gemv_lanes_rows rows: lanes (default: each warp a column's whole row across "
-                                       "its 32 lanes, every row's sum within a warp; on an H100 the 1-row step 3.26 "
-                                       "-> 3.10 ms, c = 1 23.55 -> 24.44 audio-s/s) | tiles (a program's whole tile "
-                                       "of W spread over its warps). The Talker's keep their kernels")
-    gemv_lanes_rows: int = option(1, "gemv_layout = lanes: the code predictor's calls of at most this many rows "
-                                     "(1-16) take the lanes kernel where it fits. Default 1: at 8 rows its first "
-                                     "form (a store a row) read slower than the rows kernel, a layer 48.0 against "
-                                     "25.4 us on an H100; today's (one store for all rows) is not measured yet")
+    gemv_layout: str = option("lanes", "small_gemm's kernel for the code predictor's one-row projections: lanes "
+                                       "(default: each warp a column's whole row across its 32 lanes, every row's "
+                                       "sum within a warp; on an H100 the 1-row step 3.26 -> 3.10 ms, c = 1 23.55 "
+                                       "-> 24.44 audio-s/s) | tiles (a program's whole tile of W spread over its "
+                                       "warps). 2-16 rows and the Talker's keep their kernels")
     gemv_swiglu: bool = option(True, "small_gemm = gemv or gemv_all: gate|up and SwiGLU in one kernels/gemv.py "
                                      "launch where the kernel takes the projection (default true; false: the "
                                      "projection, then kernels/swiglu.py)")
@@ -199,7 +195,7 @@ class Qwen3TTSOptions(EngineConfig):
                     attention=self.attention, depth=self.depth, draw=self.draw, epilogue=self.epilogue,
                     text_table=self.text_table, small_gemm=self.small_gemm,
                     gemv_rows=self.gemv_rows, gemv_talker_rows=self.gemv_talker_rows, gemv_split=self.gemv_split,
-                    gemv_layout=self.gemv_layout, gemv_lanes_rows=self.gemv_lanes_rows,
+                    gemv_layout=self.gemv_layout,
                     gemv_swiglu=self.gemv_swiglu, codec_gemm=self.codec_gemm, pdl=self.pdl, fold_norms=self.fold_norms,
                     fuse_attention=self.fuse_attention,
                     codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets)

@@ -100,7 +100,7 @@ class ModelRunner:
         depth = DepthOps.for_triton(self.ops.uses_triton) if c.depth in ("fused", "persistent") else None
         self.small_gemm = resolve(c.small_gemm, self.device, self.ops.uses_triton)
         projections = linears(self.small_gemm, self.ops.uses_triton, self.pdl, c.gemv_rows, c.gemv_swiglu,
-                              c.gemv_split or None, c.gemv_talker_rows, lanes=c.lanes_rows)
+                              c.gemv_split or None, c.gemv_talker_rows, lanes=c.gemv_layout == "lanes")
         self.codec = codec_cls(tts.codec, n, **self._codec_kwargs())
         self.model = StepModel(talker, self.ops, depth, *projections,
                                persistent=c.depth == "persistent", fold_norms=c.folds_norms(self.dtype))

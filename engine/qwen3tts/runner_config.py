@@ -56,7 +56,6 @@ class RunnerConfig:
     gemv_talker_rows: int = DEFAULTS.gemv_talker_rows  # the same for the Talker's (small_gemm = gemv_all)
     gemv_split: int = DEFAULTS.gemv_split  # the rows kernel cuts K across programs above this many values (0: its rule)
     gemv_layout: str = DEFAULTS.gemv_layout  # the predictor's one-row projections: tiles | lanes (a warp a row)
-    gemv_lanes_rows: int = DEFAULTS.gemv_lanes_rows  # gemv_layout = lanes: the predictor's calls of <= this many rows
     gemv_swiglu: bool = DEFAULTS.gemv_swiglu  # gate|up and SwiGLU in one launch where small_gemm's kernel runs
     codec_gemm: str = DEFAULTS.codec_gemm  # the codec transformer's projections: cublas | gemv | auto (small_gemm's)
     pdl: str = DEFAULTS.pdl  # programmatic dependent launch for the step's Triton kernels: on | late | off | auto
@@ -91,19 +90,12 @@ class RunnerConfig:
             raise ValueError("gemv_split must be 0 (the kernel's own rule) or a power of two from 256")
         if self.gemv_layout not in ("tiles", "lanes"):
             raise ValueError("gemv_layout must be tiles or lanes")
-        if not 1 <= self.gemv_lanes_rows <= 16:
-            raise ValueError("gemv_lanes_rows must be 1 to 16")
         if self.codec_gemm not in ("auto", "cublas", "gemv"):
             raise ValueError("codec_gemm must be auto, cublas or gemv")
         if self.pdl not in ("auto", "on", "late", "off"):
             raise ValueError("pdl must be on, late, off or auto")
         if self.codec not in ("auto", "fused", "reference"):
             raise ValueError("codec must be auto, fused or reference")
-
-    @property
-    def lanes_rows(self) -> int:
-        """The code predictor's calls of at most this many rows take kernels/gemv.py's lanes kernel (0: none)."""
-        return self.gemv_lanes_rows if self.gemv_layout == "lanes" else 0
 
     @property
     def max_rows(self) -> int:

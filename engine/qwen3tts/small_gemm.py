@@ -89,14 +89,14 @@ def resolve(small_gemm: str, device: torch.device, use_triton: bool) -> str:
 
 def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows: int | None = None,
             fuse_swiglu: bool = True, split_above: int | None = None,
-            talker_rows: int = TALKER_ROWS, lanes: int = 0) -> tuple[Linear, Linear]:
+            talker_rows: int = TALKER_ROWS, lanes: bool = False) -> tuple[Linear, Linear]:
     """(the code predictor's, the Talker's) projection function for a `small_gemm` choice; calls of at most
     `max_rows` rows (default: the kernel's limit; the Talker's: at most `talker_rows`) take the kernel; `pdl`: its
     launches use programmatic dependent launch (kernels/gemv.py); `fuse_swiglu`: gate|up and SwiGLU in one launch
     where the kernel takes the call (swiglu_linear); `split_above`: the rows kernel's split-K rule (gemv.rows_tiles;
-    None: as the kernel ships), which also decides what fits; `lanes`: the code predictor's calls of at most this
-    many rows through the lanes kernel where it fits (gemv_layout = lanes, gemv_lanes_rows; the Talker's keep their
-    kernels: at one row they read slower through it, 45.4 against 43.6 us a layer on an H100)."""
+    None: as the kernel ships), which also decides what fits; `lanes`: the code predictor's one-row calls through
+    the lanes kernel (gemv_layout = lanes; at one row the Talker's read slower through it than through the one-row
+    kernel, 45.4 against 43.6 us a layer on an H100, so they keep it)."""
     assert small_gemm in CHOICES and small_gemm != "auto", small_gemm  # `resolve` it first
     if small_gemm == "cublas":
         return F.linear, F.linear
@@ -104,7 +104,7 @@ def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows
 
     rows = min(max_rows or gemv.MAX_ROWS, gemv.MAX_ROWS)
 
-    def few_rows(rows: int, lanes: int) -> FewRows:
+    def few_rows(rows: int, lanes: bool) -> FewRows:
         def ruled(fn: Callable[..., object]) -> Callable[..., object]:  # the split-K rule and layout, every call
             return partial(fn, split_above=split_above, lanes=lanes)
         fast = ruled(gemv.fast)
@@ -114,7 +114,7 @@ def linears(small_gemm: str, use_triton: bool, pdl: bool | str = False, max_rows
         # the same calls take the reference, so that both paths split them alike
         return FewRows(gemv.gemv_ref, rows, gemv.gemv_add_ref, fast=fast,
                        gemv_swiglu=gemv.gemv_swiglu_ref if fuse_swiglu else None)
-    return few_rows(rows, lanes), few_rows(min(rows, talker_rows), 0) if small_gemm == "gemv_all" else F.linear
+    return few_rows(rows, lanes), few_rows(min(rows, talker_rows), False) if small_gemm == "gemv_all" else F.linear
 
 
 def swiglu_linear(linear: Linear, swiglu: Callable[..., torch.Tensor], x: torch.Tensor, gate_up: torch.Tensor,

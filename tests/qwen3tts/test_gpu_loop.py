@@ -63,9 +63,8 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
                                                    fuse: bool) -> None:
     """Every row's fp32 logits of every codebook within 1e-4 (relative) of the stream alone through the eager
     path, teacher-forced; the reference logits are taken before the runner is built (fold_norms changes the
-    model's weights in place, not its function). small_gemm "gemv_all+lanes": gemv_all with the lanes kernel at
-    every row count it fits (gemv_lanes_rows = 16) and the Talker's 2-16 rows through the kernels too
-    (gemv_talker_rows = 16)."""
+    model's weights in place, not its function). small_gemm "gemv_all+lanes": gemv_all with gemv_layout = lanes
+    and the Talker's 2-16 rows through the kernel too (gemv_talker_rows = 16)."""
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -78,7 +77,7 @@ def test_teacher_forced_logits_at_real_shapes_fp32(ckpt17: Path, graphs: bool, k
         # the plain codec: this test compares logits, not audio (and spares the fp32 kernels' tuning)
         fold = {} if fold_norms is None else {"fold_norms": fold_norms}  # None: the engine's default
         small_gemm, _, layout = small_gemm.partition("+")
-        lanes = {"gemv_layout": "lanes", "gemv_lanes_rows": 16, "gemv_talker_rows": 16} if layout == "lanes" else {}
+        lanes = {"gemv_layout": "lanes", "gemv_talker_rows": 16} if layout == "lanes" else {}
         runner = make_runner(tts, num_slots=8, record_logits=True, codec="reference", attention=kernels,
                              depth=depth, small_gemm=small_gemm, gemv_rows=16, pdl=pdl, enforce_eager=not graphs,
                              fuse_attention=fuse, **fold, **lanes, **REAL)

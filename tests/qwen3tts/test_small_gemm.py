@@ -79,7 +79,7 @@ def test_gemv_split_and_talker_rows_route_the_talkers_8_rows_through_the_split_k
         shipped = linears("gemv_all", use_triton, max_rows=16, talker_rows=16)[1]
         assert not shipped.takes(x, down)  # whole rows of K 6,144 do not fit
         if use_triton:
-            assert talker.gemv.keywords == talker.gemv_add.keywords == {"split_above": 16384, "lanes": 0}
+            assert talker.gemv.keywords == talker.gemv_add.keywords == {"split_above": 16384, "lanes": False}
     for bad in (100, 3000, -1):
         with pytest.raises(ValueError, match="gemv_split"):
             RunnerConfig(gemv_split=bad)
@@ -89,35 +89,31 @@ def test_gemv_split_and_talker_rows_route_the_talkers_8_rows_through_the_split_k
 
 
 def test_gemv_layout_lanes_takes_the_lanes_kernel_where_it_fits() -> None:
-    """gemv_layout = lanes (an engine option, the default) with gemv_lanes_rows (default 1): the code
-    predictor's calls pass lanes=gemv_lanes_rows, the Talker's lanes=0 (its one-row projections read slower through
-    it), and calls of more rows keep their routing: the Talker's q|k|v and down at 8 rows (with gemv_talker_rows =
-    16) the rows kernel, the predictor's down too (too wide for the lanes kernel at 8 rows); the reference path
-    routes alike. gemv_layout = tiles passes 0; a layout other than tiles or lanes, or rows outside 1-16, is
-    refused."""
+    """gemv_layout = lanes (an engine option, the default): the code predictor's calls pass lanes=True, the
+    Talker's lanes=False (its one-row projections read slower through it), and 2-16 rows keep their routing: the
+    Talker's q|k|v and down at 8 rows (with gemv_talker_rows = 16) the rows kernel, the predictor's down too; the
+    reference path routes alike. A layout other than tiles or lanes is refused."""
     from voxgate.engine.qwen3tts.runner_config import RunnerConfig
     from voxgate.engine.qwen3tts.small_gemm import linears
     from voxgate.kernels import gemv
 
-    config = RunnerConfig(gemv_layout="lanes", gemv_talker_rows=16, gemv_lanes_rows=8)
+    config = RunnerConfig(gemv_layout="lanes", gemv_talker_rows=16)
     bf16 = torch.bfloat16
     for use_triton in (True, False):
         predictor, talker = linears("gemv_all", use_triton, max_rows=config.gemv_rows,
                                     split_above=config.gemv_split, talker_rows=config.gemv_talker_rows,
-                                    lanes=config.lanes_rows)
+                                    lanes=config.gemv_layout == "lanes")
         x = torch.empty(8, 2048, dtype=bf16)
         assert talker.takes(x, torch.empty(4096, 2048, dtype=bf16)), use_triton
         assert talker.takes(torch.empty(8, 6144, dtype=bf16), torch.empty(2048, 6144, dtype=bf16))
         if use_triton:
-            assert predictor.gemv.keywords == {"split_above": 16384, "lanes": 8}
-            assert talker.gemv.keywords == {"split_above": 16384, "lanes": 0}
-    assert not gemv.lanes_tiles(1024, 3072, rows=8).fits and gemv.fast(8, 1024, 3072, lanes=8)
+            assert predictor.gemv.keywords == {"split_above": 16384, "lanes": True}
+            assert talker.gemv.keywords == {"split_above": 16384, "lanes": False}
+    assert gemv.lanes_tiles(1024, 1024).fits and not gemv.lanes_tiles(4096, 1024, rows=8).fits
+    assert gemv.fast(8, 1024, 3072, lanes=True)
     with pytest.raises(ValueError, match="gemv_layout"):
         RunnerConfig(gemv_layout="rows")
-    with pytest.raises(ValueError, match="gemv_lanes_rows"):
-        RunnerConfig(gemv_lanes_rows=0)
-    assert (RunnerConfig().gemv_layout, RunnerConfig().gemv_lanes_rows, RunnerConfig().lanes_rows) == ("lanes", 1, 1)
-    assert RunnerConfig(gemv_layout="tiles").lanes_rows == 0
+    assert RunnerConfig().gemv_layout == "lanes"
 
 
 def test_auto_takes_the_kernel_only_on_a_hopper_gpu_running_triton(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,15 +157,14 @@ def test_few_rows_leaves_cublas_the_shapes_the_rows_kernel_cannot_hold() -> None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fold,fused,lanes", [(False, False, 0), (True, True, 0), (True, True, 16)],
+@pytest.mark.parametrize("fold,fused,lanes", [(False, False, False), (True, True, False), (True, True, True)],
                          ids=["plain", "folded-fused-swiglu", "folded-fused-swiglu-lanes"])
 def test_depth_loop_and_talker_through_gemv_equal_f_linear(tiny_ckpt: Callable[[str], Path], gemv: ModuleType,
-                                                          fold: bool, fused: bool, lanes: int) -> None:
+                                                          fold: bool, fused: bool, lanes: bool) -> None:
     """3 rows (pass 0 at 6 tokens, then 3): every codebook's logits of the predictor's depth loop, with its stack,
     input projection (1.7B: with bias) and heads through the kernel, against F.linear's; the Talker's stack on 3
     tokens too; with `fused`, gate|up and SwiGLU in one launch (on a folded stack, scaled by the residual's RMS).
-    `lanes`: every call the lanes kernel fits through it (gemv_lanes_rows = 16). fp32: the sums differ only in
-    order."""
+    `lanes`: every call through the lanes kernel (gemv_layout = lanes). fp32: the sums differ only in order."""
     from voxgate.engine.qwen3tts.batch_step import StepModel
     from voxgate.engine.qwen3tts.fused_stack import DecoderOps
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS

@@ -11,9 +11,8 @@ SwiGLU, down added: the predictor's 30 MiB, or the Talker's 96 MiB with `--stack
 - `cuBLAS`: F.linear / addmm_ (gate|up then PyTorch's SiLU and product), what `small_gemm = cublas` runs;
 - `engine`: the engine's routing with PDL (`small_gemm = gemv_all`, `gemv_rows = 16`: kernels/gemv.py where
   `fast` says so, cuBLAS elsewhere);
-- `lanes` or `lanes cols C`: the same with kernels/gemv.py's lanes kernel at every row count where it fits
-  (`gemv_layout = lanes`, `gemv_lanes_rows = 16`: a warp a column's whole row; the engine's routing elsewhere),
-  with at most C columns (warps) a program (`LANES_COLUMNS`, 8 as shipped);
+- `lanes`: the same with `gemv_layout = lanes` (kernels/gemv.py's lanes kernel where it fits, a warp a column's
+  whole row; the engine's routing elsewhere);
 - `rows kernel`: kernels/gemv.py's 2-16-row MMA kernel on every projection (its `fast` ceiling lifted), with PDL;
 - `one chain`: the same kernel with the whole K in one MMA chain a warp (`MMA_PARTS_A_WARP = 0`, the form
   measured on 2026-12-06: every warp ran the tile's whole K);
@@ -78,8 +77,8 @@ def _call(arm: str, name: str, x: torch.Tensor, w: torch.Tensor, res: torch.Tens
         return dot_loop(x, w, res, pair, pdl=("late" if "late" in words else True) if pdl else False,
                         prefetch="pf" in words, block_n=int(words[1]), block_k=int(words[2]), stages=int(words[3]),
                         warps=warps, w_first="t" in words)
-    lanes = g.MAX_ROWS if arm.startswith("lanes") else 0
-    if arm == "cuBLAS" or ((arm == "engine" or lanes) and rows > 1 and not g.fast(rows, n, k, pair, lanes=lanes)):
+    lanes = arm == "lanes"
+    if arm == "cuBLAS" or (arm in ("engine", "lanes") and rows > 1 and not g.fast(rows, n, k, pair, lanes=lanes)):
         if pair:
             gate, up = F.linear(x, w).chunk(2, dim=-1)
             return F.silu(gate) * up
@@ -115,16 +114,14 @@ def _arm(arm: str) -> None:
     """The module's rule for the arm (the rows kernel everywhere, in one chain a warp, split, wider), or as
     shipped."""
     words = arm.split()
-    lanes = words[0] == "lanes"
     g.MMA_MAX_VALUES = 1 << 20 if _rows_arm(arm) else SHIPPED["MMA_MAX_VALUES"]
     g.MMA_PARTS_A_WARP = 0 if arm == "one chain" else SHIPPED["MMA_PARTS_A_WARP"]
     g.MMA_SPLIT_ABOVE = int(words[1]) if words[0] == "split" else SHIPPED["MMA_SPLIT_ABOVE"]
-    g.MMA_COLUMNS = int(words[words.index("cols") + 1]) if "cols" in words and not lanes else SHIPPED["MMA_COLUMNS"]
-    g.LANES_COLUMNS = int(words[words.index("cols") + 1]) if "cols" in words and lanes else SHIPPED["LANES_COLUMNS"]
+    g.MMA_COLUMNS = int(words[words.index("cols") + 1]) if "cols" in words else SHIPPED["MMA_COLUMNS"]
 
 
 SHIPPED = {name: getattr(g, name) for name in ("MMA_MAX_VALUES", "MMA_PARTS_A_WARP", "MMA_SPLIT_ABOVE",
-                                               "MMA_COLUMNS", "LANES_COLUMNS")}
+                                               "MMA_COLUMNS")}
 
 
 def main() -> None:
