@@ -6,9 +6,10 @@
 # 3. one `voxgate serve --config qwen3tts` server: cold start to /health, then SLO capacity in 60 s windows
 #    (sentences 320 req/s, passages 48 req/s, 8 client processes)
 # CARD_OPTIONS: engine options of the card's server (option=value[&option=value]; call1b.sh sets a timeline window);
-# TESTS_S / CARD_S / PASS_DRAIN: the tests' limit, the card's limit and the passages' drain, in seconds.
+# CARD_TESTS / CARD_TESTS_K: the GPU tests first and their -k; TESTS_S / CARD_S / PASS_DRAIN: the tests' limit, the card's limit and the passages' drain, in seconds.
 OUT=${OUT:-/tmp/out}; T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-STAGES=tests TESTS="tests/kernel/test_ring_attention.py tests/qwen3tts/test_codec_fused.py" TESTS_S=${TESTS_S:-150} \
+STAGES=tests TESTS=${CARD_TESTS:-"tests/kernel/test_ring_attention.py tests/qwen3tts/test_codec_fused.py"} \
+  TESTS_K=${CARD_TESTS_K:-} TESTS_S=${TESTS_S:-150} \
   bash tests/qwen3tts/gpu_loop.sh 2>&1 | grep -v "^\[.*s\] triton\|^torch" | tail -30
 t card
 SKIP_CKPT=1 STAGES=variants VARIANT_C=${CARD_C:-1,8,128,256} VARIANT_DUR=15 VARIANT_S=${CARD_S:-200} VARIANTS="card:${CARD_OPTIONS:-}" \
