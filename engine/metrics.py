@@ -63,15 +63,21 @@ class AlignerMetrics:
         self.segments = Histogram("voxgate_engine_aligner_segments_per_call", "Segments measured per aligner call",
                                   buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
         self.busy = Counter("voxgate_engine_aligner_busy_seconds", "Time spent in aligner calls", registry=r)
-        self.parts = Counter("voxgate_engine_aligner_part_seconds", "Time spent in aligner calls by part: host "
-                             "(until the call's GPU work is queued, GIL waits included), gpu_wait (blocked until the "
-                             "GPU has run it), post (results read, word times)", ["part"], registry=r)
+        self.parts = Counter("voxgate_engine_aligner_part_seconds", "Time spent in aligner calls by part, GIL waits "
+                             "included: resample (clips to 16 kHz), prepare (prompts built, features queued), queue "
+                             "(encoder and decoder queued), gpu_wait (blocked until the GPU has run them), post "
+                             "(results read, word times)", ["part"], registry=r)
+        self.host_cpu = Counter("voxgate_engine_aligner_host_cpu_seconds", "The aligner thread's CPU time in its "
+                                "calls' host parts (resample, prepare, queue): their wall time less this is waiting "
+                                "(for the GIL, the resampling threads, or in a blocking CUDA call)", registry=r)
         self.audio = Counter("voxgate_engine_aligner_audio_seconds", "Audio aligned", registry=r)
 
-    def observe(self, segments: int, audio_s: float, seconds: float, parts: dict[str, float] | None = None) -> None:
+    def observe(self, segments: int, audio_s: float, seconds: float, parts: dict[str, float] | None = None,
+                host_cpu_s: float = 0.0) -> None:
         self.call_seconds.observe(seconds)
         self.segments.observe(segments)
         self.busy.inc(seconds)
         self.audio.inc(audio_s)
         for part, part_s in (parts or {}).items():
             self.parts.labels(part).inc(part_s)
+        self.host_cpu.inc(host_cpu_s)

@@ -57,10 +57,18 @@ def to_16k(audios_24k: list[np.ndarray]) -> list[np.ndarray]:
     return list(_resampler().map(_to_16k, audios_24k))
 
 
-# An align_batch call's time, in order: host (the clips resampled, the prompts built, the network's work queued:
-# on a busy server also the waits for the GIL), gpu_wait (blocked until the GPU has run that work: on a busy GPU
-# also the time its kernels waited behind others'), post (the head's few rows, the results read, the word times).
-CALL_PARTS = ("host", "gpu_wait", "post")
+# An align_batch call's time, in order: the host's three parts, each on a busy server with its waits for the GIL:
+# resample (the clips to 16 kHz), prepare (the texts' units and prompts, the clips copied over and their features
+# queued), queue (the encoder's and the decoder's work queued); then gpu_wait (blocked until the GPU has run that
+# work: on a busy GPU also the time its kernels waited behind others'), post (the head's few rows, the results read,
+# the word times).
+HOST_PARTS = ("resample", "prepare", "queue")
+CALL_PARTS = (*HOST_PARTS, "gpu_wait", "post")
+Mark = tuple[float, float]  # (perf_counter, this thread's CPU time) at a point of a call
+
+
+def mark() -> Mark:
+    return time.perf_counter(), time.thread_time()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +99,7 @@ class Aligner:
         self.captured: CapturedDecoder | None = None  # `capture()`: the packed decoder from CUDA graphs
         self.encoder: CapturedEncoder | None = None  # `capture(encoder_graphs=True)`: the encoder from CUDA graphs
         self.last_parts: dict[str, float] = {}  # the last align_batch's seconds by part (CALL_PARTS)
+        self.last_host_cpu = 0.0  # ... and its thread's CPU seconds in the host's parts (HOST_PARTS)
 
     def use_prefill_attention(self, on: bool = True) -> None:
         """The packed decoder's attention from kernels/prefill_attention.py (before `capture`; CUDA, or Triton's
@@ -152,12 +161,15 @@ class Aligner:
         return [UnitTime(u, s, e) for u, (s, e) in zip(units, times, strict=True)]
 
     def _hidden_batch(self, clips_16k: list[np.ndarray], units: list[list[str]],
-                      padded: bool = False) -> tuple[torch.Tensor, ...]:
+                      padded: bool = False, marks: list[Mark] | None = None) -> tuple[torch.Tensor, ...]:
         """(ids, hidden): [B, T] and [B, T, H] right-padded (the padded decoder, or `padded`), else [N] and [N, H]
-        packed; either way a clip's tokens in order, clip after clip, where the padding is left out."""
+        packed; either way a clip's tokens in order, clip after clip, where the padding is left out. `marks` gets
+        the moment the features were queued and the prompts built."""
         device = self.thinker.lm_head.weight.device
         mel, frames = log_mel_batch(clips_on_device(clips_16k, device), self.cfg.audio.num_mel_bins)
         prompts = [self.prompt.ids(u, encoder_frames(t)) for u, t in zip(units, frames, strict=True)]
+        if marks is not None:
+            marks.append(mark())
         if self.stack is not None and not padded:
             return hidden_packed(self.thinker, self.stack, prompts, mel, frames, self.captured, self.encoder,
                                  self.prefill)
@@ -172,9 +184,10 @@ class Aligner:
 
     @torch.inference_mode()
     def unit_times_batch(self, clips_16k: list[np.ndarray], texts: list[str],
-                         marks: list[float] | None = None) -> list[list[UnitTime]]:
+                         marks: list[Mark] | None = None) -> list[list[UnitTime]]:
         """`unit_times` of B clips (16 kHz) and their texts in one encoder and one decoder call. `marks`: gets the
-        moment the network's work was all queued and the moment the GPU had run it (perf_counter)."""
+        moments the features were queued (and the prompts built), the network's work was all queued and the GPU had
+        run it."""
         if len(clips_16k) != len(texts):
             raise ValueError(f"{len(clips_16k)} clips for {len(texts)} texts")
         units = [split_units(t) for t in texts]
@@ -182,12 +195,13 @@ class Aligner:
         out: list[list[UnitTime]] = [[] for _ in texts]
         if not rows:
             return out
-        ids, hidden = self._hidden_batch([clips_16k[i] for i in rows], [[u.text for u in units[i]] for i in rows])
+        ids, hidden = self._hidden_batch([clips_16k[i] for i in rows], [[u.text for u in units[i]] for i in rows],
+                                         marks=marks)
         if marks is not None:  # the mask below waits for the GPU anyway: waited here, that wait is timed apart
-            marks.append(time.perf_counter())
+            marks.append(mark())
             if hidden.is_cuda:
                 torch.cuda.current_stream(hidden.device).synchronize()
-            marks.append(time.perf_counter())
+            marks.append(mark())
         # The head only where it is read: the <timestamp> slots, row after row.
         classes = self.thinker.lm_head(hidden[ids == self.cfg.timestamp_token_id]).argmax(-1).tolist()
         for i in rows:
@@ -200,18 +214,22 @@ class Aligner:
         """`align` of B clips (24 kHz) and their texts, the network run once for all of them."""
         if len(audios_24k) != len(texts):
             raise ValueError(f"{len(audios_24k)} clips for {len(texts)} texts")
-        start = time.perf_counter()
+        start = mark()
         audios = [np.asarray(a, dtype=np.float32) for a in audios_24k]
         words = [text_words(t) for t in texts]
         rows = [i for i, w in enumerate(words) if w]
-        marks: list[float] = []
-        timed = self.unit_times_batch(to_16k([audios[i] for i in rows]), [texts[i] for i in rows], marks)
+        clips_16k = to_16k([audios[i] for i in rows])
+        marks = [start, mark()]
+        timed = self.unit_times_batch(clips_16k, [texts[i] for i in rows], marks)
         out: list[list[WordTime]] = [[] for _ in texts]
         for i, t in zip(rows, timed, strict=True):
             out[i] = word_times(words[i], t, len(audios[i]))
-        end = time.perf_counter()
-        queued, ran = marks or (end, end)  # nothing ran: all of it host time
-        self.last_parts = {"host": queued - start, "gpu_wait": ran - queued, "post": end - ran}
+        end = mark()
+        marks += [end] * (len(CALL_PARTS) + 1 - len(marks))  # nothing ran: the rest of it is `prepare`
+        self.last_parts = {part: b[0] - a[0] for part, a, b in zip(CALL_PARTS, marks[:-1], marks[1:], strict=True)}
+        # the host's CPU time in its parts: against their wall time, how long the thread waited (for the GIL, the
+        # resampling threads, or in a CUDA call that blocked)
+        self.last_host_cpu = marks[len(HOST_PARTS)][1] - start[1]
         return out
 
     def align(self, audio_24k: np.ndarray, text: str) -> list[WordTime]:

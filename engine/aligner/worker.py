@@ -193,4 +193,4 @@ class AlignerWorker:
                 job.deliver(timed, None)
             if self.metrics is not None:
                 self.metrics.observe(len(batch), sum(len(j.audio) for j in batch) / INPUT_RATE, seconds,
-                                     self.aligner.last_parts)
+                                     self.aligner.last_parts, self.aligner.last_host_cpu)

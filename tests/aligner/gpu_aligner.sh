@@ -111,8 +111,11 @@ made = frames * 0.08
 print(f"aligner: {busy:.2f} s busy, {aligned:.1f} s aligned of {made:.1f} s made: "
       f"{1000 * busy / max(aligned, 1e-9):.3f} ms per aligned s, {1000 * busy / max(made, 1e-9):.3f} ms per s of "
       f"speech, {aligned / max(made, 1e-9):.2f} s aligned per s of speech")
-parts = {p: d.get(f'voxgate_engine_aligner_part_seconds_total{{part="{p}"}}', 0.0) for p in ("host", "gpu_wait", "post")}
+parts = {p: d.get(f'voxgate_engine_aligner_part_seconds_total{{part="{p}"}}', 0.0) for p in ("resample", "prepare", "queue", "gpu_wait", "post")}
 print("aligner busy by part: " + ", ".join(f"{p} {v:.2f} s ({100 * v / max(busy, 1e-9):.0f} %)" for p, v in parts.items()))
+host = sum(v for p, v in parts.items() if p in ("resample", "prepare", "queue"))
+cpu = d.get("voxgate_engine_aligner_host_cpu_seconds_total", 0.0)
+print(f"aligner host: {host:.2f} s, its thread's CPU {cpu:.2f} s ({100 * cpu / max(host, 1e-9):.0f} %): the rest waited")
 PY
 }
 load() { name=$1; shift; room || return

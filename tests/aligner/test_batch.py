@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from voxgate.engine.aligner.align import CALL_PARTS, Aligner
+from voxgate.engine.aligner.align import CALL_PARTS, HOST_PARTS, Aligner
 from voxgate.engine.aligner.audio_encoder import encoder_frames
 from voxgate.engine.aligner.batch import encode_batch
 from voxgate.engine.aligner.features import clips_on_device, log_mel, log_mel_batch, peak_limited
@@ -127,17 +127,21 @@ def test_word_times_match_one_clip_at_a_time(ours):
 
 
 def test_a_calls_time_splits_into_its_parts(ours):
-    """align_batch's time by part (CALL_PARTS, the worker's metric), each measured inside the call: a call that runs
-    the network waits for it; one whose texts have no word runs nothing and waits for nothing."""
+    """align_batch's time by part (CALL_PARTS, the worker's metric), each measured inside the call, and the thread's
+    CPU time in the host's parts: a call that runs the network waits for it; one whose texts have no word runs
+    nothing and waits for nothing."""
     clips, texts = random_batch(6, rate=24_000)
     start = time.perf_counter()
     ours.align_batch(clips, texts)
     wall = time.perf_counter() - start
     parts = ours.last_parts
     assert tuple(parts) == CALL_PARTS and all(v >= 0 for v in parts.values()) and sum(parts.values()) <= wall
-    assert parts["host"] > 0
+    assert parts["prepare"] > 0 and parts["queue"] > 0
+    host = sum(parts[p] for p in HOST_PARTS)  # the thread's CPU time in them: never more than their wall time
+    assert 0 < ours.last_host_cpu <= host + 1e-3
     ours.align_batch([clip(1.0)], [""])
-    assert ours.last_parts["gpu_wait"] == 0 and ours.last_parts["post"] == 0
+    assert tuple(ours.last_parts) == CALL_PARTS
+    assert ours.last_parts["queue"] == ours.last_parts["gpu_wait"] == ours.last_parts["post"] == 0
 
 
 def test_empty_and_mismatched_batches(ours):

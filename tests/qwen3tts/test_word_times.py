@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from aligner.checkpoint import write_sharp_aligner
 from support import connect, cpu_loop_config, running_gateway, slots_free, until
-from voxgate.engine.aligner.align import CALL_PARTS, Aligner
+from voxgate.engine.aligner.align import CALL_PARTS, HOST_PARTS, Aligner
 from voxgate.engine.aligner.stream import AlignedStream
 from voxgate.engine.base import AudioStream, SynthesisRequest
 from voxgate.engine.loop import LoopStream
@@ -100,6 +100,8 @@ async def test_words_before_audio_equal_one_clip_alignment_and_plain_streams_unt
                  for part in CALL_PARTS]
         busy = registry.get_sample_value("voxgate_engine_aligner_busy_seconds_total")
         assert all(v is not None and v >= 0 for v in parts) and 0 < sum(parts) <= busy
+        host_cpu = registry.get_sample_value("voxgate_engine_aligner_host_cpu_seconds_total")
+        assert host_cpu is not None and 0 < host_cpu <= sum(parts[: len(HOST_PARTS)]) + 1e-3
     finally:
         await engine.stop()
 
