@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from ..metrics import AlignerMetrics
 from ..words import WordTime
 from .align import INPUT_RATE, Aligner
+from .call_profile import CallProfile, ProfileWindow
 from .config import CHUNK_FRAMES
 from .decoder_graphs import GRAPH_STEPS, MAX_CLIPS
 from .encoder_graphs import MAX_CHUNKS
@@ -66,7 +67,7 @@ class AlignerWorker:
     def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False,
                  graphs: bool = False, encoder_graphs: bool = False, graph_clips: int = MAX_CLIPS,
                  graph_chunks: int = MAX_CHUNKS, graph_steps: int = GRAPH_STEPS,
-                 prefill_attention: bool = False, priority: str = "normal") -> None:
+                 prefill_attention: bool = False, priority: str = "normal", profile: str | None = None) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.aligner = aligner
@@ -84,6 +85,8 @@ class AlignerWorker:
         if priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
         self.priority = priority  # of the worker's CUDA stream (PRIORITIES)
+        window = ProfileWindow.parse(profile)  # engine option aligner_profile (call_profile.py)
+        self.profile = CallProfile(window, aligner.thinker.lm_head.weight.device) if window else None
         self.stream: torch.cuda.Stream | None = None  # the worker's CUDA stream, once its thread has made it
         self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
         self.batches = 0  # align_batch calls made
@@ -177,6 +180,8 @@ class AlignerWorker:
         while (batch := self._take()) is not None:
             if not batch:
                 continue
+            if self.profile is not None:
+                self.profile.before(self.batches)
             t0 = time.perf_counter()
             try:
                 # align_batch reads its results to the host (.tolist()), which waits for the side stream's work.
@@ -188,6 +193,8 @@ class AlignerWorker:
                     job.deliver(None, exc)
                 continue
             seconds = time.perf_counter() - t0
+            if self.profile is not None:
+                self.profile.after(self.batches, seconds)
             self.batches += 1
             for job, timed in zip(batch, words, strict=True):
                 job.deliver(timed, None)

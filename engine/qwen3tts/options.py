@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..aligner.call_profile import ProfileWindow
 from ..config import EngineConfig, option, option_help, parse_options
 from ..gpu_timeline import GpuTimeline
 
@@ -144,6 +145,11 @@ class Qwen3TTSOptions(EngineConfig):
     aligner_priority: str = option("normal", "word times: the aligner's CUDA stream at normal priority (the "
                                              "loop's) or high (the device's highest: its kernels' blocks start "
                                              "before the loop's; engine/aligner/worker.py; default normal)")
+    aligner_profile: str | None = option(None, "PATH:FIRST:COUNT: torch's profiler around COUNT aligner calls from "
+                                               "call FIRST, their operations' CPU time by thread and the "
+                                               "allocators' counters written to PATH: what a call's host time goes "
+                                               "to in the loop (engine/aligner/call_profile.py; the loop slows "
+                                               "while it runs; default off)")
 
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:
@@ -165,6 +171,7 @@ class Qwen3TTSOptions(EngineConfig):
         if self.text_min_tokens < 1:
             raise ValueError("text_min_tokens must be at least 1")
         GpuTimeline.parse(self.gpu_timeline)  # a bad window is refused here, not after the model has loaded
+        ProfileWindow.parse(self.aligner_profile)
         if self.max_slots != "auto" and not (self.max_slots.isdigit() and int(self.max_slots) >= 2):
             raise ValueError(f"max_slots must be auto or a number >= 2 (one slot is the padding sink), not "
                              f"{self.max_slots!r}")
@@ -175,7 +182,8 @@ class Qwen3TTSOptions(EngineConfig):
         return dict(graphs=self.aligner_graphs, encoder_graphs=self.aligner_encoder_graphs,
                     max_batch=self.aligner_max_batch, graph_clips=self.aligner_graph_clips,
                     graph_chunks=self.aligner_graph_chunks, graph_steps=self.aligner_graph_steps,
-                    prefill_attention=self.aligner_prefill_attention, priority=self.aligner_priority)
+                    prefill_attention=self.aligner_prefill_attention, priority=self.aligner_priority,
+                    profile=self.aligner_profile)
 
     @property
     def slots(self) -> int | None:

@@ -1,0 +1,50 @@
+"""The engine option `aligner_profile` (engine/aligner/call_profile.py): torch's profiler around a window of the
+worker's calls, the aligner thread's operations told apart from the rest. Tiny synthetic aligner, CPU, fp32."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from voxgate.engine.aligner.align import Aligner
+from voxgate.engine.aligner.call_profile import ProfileWindow
+from voxgate.engine.aligner.worker import AlignerWorker, AlignJob
+from voxgate.engine.qwen3tts.options import Qwen3TTSOptions
+
+from .checkpoint import write_sharp_aligner
+from .sources import pcm
+
+
+@pytest.mark.parametrize("spec,want", [(None, None), ("", None),
+                                       ("/tmp/a/p.md:3:2", ProfileWindow(Path("/tmp/a/p.md"), 3, 2)),
+                                       ("C:/x.md:0:1", ProfileWindow(Path("C:/x.md"), 0, 1))])
+def test_a_window_parses(spec: str | None, want: ProfileWindow | None) -> None:
+    assert ProfileWindow.parse(spec) == want
+
+
+@pytest.mark.parametrize("spec", ["p.md", "p.md:1", ":1:2", "p.md:x:2", "p.md:1:0", "p.md:-1:2"])
+def test_a_bad_window_is_refused_before_anything_loads(spec: str) -> None:
+    with pytest.raises(ValueError, match="aligner_profile must be PATH:FIRST:COUNT"):
+        Qwen3TTSOptions(aligner_profile=spec)
+
+
+def test_the_window_profiles_its_calls_and_names_the_aligners_operations(tmp_path: Path) -> None:
+    aligner = Aligner.from_pretrained(write_sharp_aligner(tmp_path / "aligner", classes=20))
+    out = tmp_path / "profile" / "calls.md"
+    worker = AlignerWorker(aligner, profile=f"{out}:1:2")
+    try:
+        for i in range(4):  # one call each: each waits for the last one's words
+            done = threading.Event()
+            worker.submit(AlignJob(pcm(1.0, i).astype(np.float32) / 32768.0, "Hello there.",
+                                   lambda words, error, done=done: done.set()))
+            assert done.wait(60)
+            assert out.exists() == (i >= 2), i  # written once the window's last call (1 + 2 - 1) is over
+    finally:
+        worker.close()
+    text = out.read_text()
+    assert text.startswith("# The aligner's calls 1-2 under torch's profiler") and "2 calls" in text
+    aligners = [line for line in text.splitlines() if line.startswith("| ") and "| yes |" in line]
+    assert any("`aten::addmm`" in line for line in aligners), text  # the network's, on the aligner's thread
+    assert worker.profile is not None and worker.profile.done
