@@ -100,6 +100,7 @@ class Aligner:
         self.encoder: CapturedEncoder | None = None  # `capture(encoder_graphs=True)`: the encoder from CUDA graphs
         self.last_parts: dict[str, float] = {}  # the last align_batch's seconds by part (CALL_PARTS)
         self.last_host_cpu = 0.0  # ... and its thread's CPU seconds in the host's parts (HOST_PARTS)
+        self.spectrum = "fft"  # how a call's features take their spectrum (features.power_spectrum; aligner_spectrum)
 
     def use_prefill_attention(self, on: bool = True) -> None:
         """The packed decoder's attention from kernels/prefill_attention.py (before `capture`; CUDA, or Triton's
@@ -166,7 +167,7 @@ class Aligner:
         packed; either way a clip's tokens in order, clip after clip, where the padding is left out. `marks` gets
         the moment the features were queued and the prompts built."""
         device = self.thinker.lm_head.weight.device
-        mel, frames = log_mel_batch(clips_on_device(clips_16k, device), self.cfg.audio.num_mel_bins)
+        mel, frames = log_mel_batch(clips_on_device(clips_16k, device), self.cfg.audio.num_mel_bins, self.spectrum)
         prompts = [self.prompt.ids(u, encoder_frames(t)) for u, t in zip(units, frames, strict=True)]
         if marks is not None:
             marks.append(mark())

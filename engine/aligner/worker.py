@@ -29,7 +29,7 @@ from .call_profile import CallProfile, ProfileWindow
 from .config import CHUNK_FRAMES
 from .decoder_graphs import GRAPH_STEPS, MAX_CLIPS
 from .encoder_graphs import MAX_CHUNKS
-from .features import HOP, SAMPLE_RATE
+from .features import HOP, SAMPLE_RATE, SPECTRA
 
 log = logging.getLogger("voxgate.engine.aligner")
 
@@ -67,7 +67,8 @@ class AlignerWorker:
     def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False,
                  graphs: bool = False, encoder_graphs: bool = False, graph_clips: int = MAX_CLIPS,
                  graph_chunks: int = MAX_CHUNKS, graph_steps: int = GRAPH_STEPS,
-                 prefill_attention: bool = False, priority: str = "normal", profile: str | None = None) -> None:
+                 prefill_attention: bool = False, priority: str = "normal", profile: str | None = None,
+                 spectrum: str = "fft") -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.aligner = aligner
@@ -85,6 +86,9 @@ class AlignerWorker:
         if priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
         self.priority = priority  # of the worker's CUDA stream (PRIORITIES)
+        if spectrum not in SPECTRA:
+            raise ValueError(f"spectrum must be one of {', '.join(SPECTRA)}, not {spectrum!r}")
+        aligner.spectrum = spectrum  # its calls' features (features.power_spectrum)
         window = ProfileWindow.parse(profile)  # engine option aligner_profile (call_profile.py)
         self.profile = CallProfile(window, aligner.thinker.lm_head.weight.device) if window else None
         self.stream: torch.cuda.Stream | None = None  # the worker's CUDA stream, once its thread has made it

@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 from ..aligner.call_profile import ProfileWindow
+from ..aligner.features import SPECTRA
 from ..config import EngineConfig, option, option_help, parse_options
 from ..gpu_timeline import GpuTimeline
 
@@ -145,6 +146,11 @@ class Qwen3TTSOptions(EngineConfig):
     aligner_priority: str = option("normal", "word times: the aligner's CUDA stream at normal priority (the "
                                              "loop's) or high (the device's highest: its kernels' blocks start "
                                              "before the loop's; engine/aligner/worker.py; default normal)")
+    aligner_spectrum: str = option("fft", "word times: how an aligner call's features take their spectrum: fft "
+                                          "(torch.stft; on a GPU cuFFT makes a plan for every new batch of frames, "
+                                          "which in the loop waits for the GPU) | matmul (one GEMM with the "
+                                          "window-folded DFT, no plan; engine/aligner/features.py). Default fft: "
+                                          "matmul is not measured in the loop yet")
     aligner_profile: str | None = option(None, "PATH:FIRST:COUNT: torch's profiler around COUNT aligner calls from "
                                                "call FIRST, their operations' CPU time by thread and the "
                                                "allocators' counters written to PATH: what a call's host time goes "
@@ -172,6 +178,8 @@ class Qwen3TTSOptions(EngineConfig):
             raise ValueError("text_min_tokens must be at least 1")
         GpuTimeline.parse(self.gpu_timeline)  # a bad window is refused here, not after the model has loaded
         ProfileWindow.parse(self.aligner_profile)
+        if self.aligner_spectrum not in SPECTRA:
+            raise ValueError(f"aligner_spectrum must be one of {', '.join(SPECTRA)}, not {self.aligner_spectrum!r}")
         if self.max_slots != "auto" and not (self.max_slots.isdigit() and int(self.max_slots) >= 2):
             raise ValueError(f"max_slots must be auto or a number >= 2 (one slot is the padding sink), not "
                              f"{self.max_slots!r}")
@@ -183,7 +191,7 @@ class Qwen3TTSOptions(EngineConfig):
                     max_batch=self.aligner_max_batch, graph_clips=self.aligner_graph_clips,
                     graph_chunks=self.aligner_graph_chunks, graph_steps=self.aligner_graph_steps,
                     prefill_attention=self.aligner_prefill_attention, priority=self.aligner_priority,
-                    profile=self.aligner_profile)
+                    profile=self.aligner_profile, spectrum=self.aligner_spectrum)
 
     @property
     def slots(self) -> int | None:
