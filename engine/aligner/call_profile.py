@@ -3,9 +3,11 @@
 time is spent on in the loop (voxgate_engine_aligner_part_seconds says which part; this says which operations).
 
 The profiler records every thread of the process, so while it runs the loop's own work is traced too and slows; the
-table sums the aligner thread's operations apart from the rest. Beside it: the CUDA caching allocator's and the
-pinned-memory allocator's counters across the window (allocations from the driver, retries after freeing the cache),
-which the profiler's operation names alone do not show. A diagnostic, off by default.
+table sums the aligner thread's operations apart from the rest, and a second one puts each CUDA runtime call the
+aligner's thread makes (a launch, a copy, a wait) under the outermost operation it was made in. Beside them: the
+CUDA caching allocator's and the pinned-memory allocator's counters across the window (allocations from the driver,
+retries after freeing the cache), which the profiler's operation names alone do not show. A diagnostic, off by
+default.
 """
 
 from __future__ import annotations
@@ -122,6 +124,20 @@ class CallProfile:
         for (thread, name), (n, us) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:60]:
             lines.append(f"| {thread} | {'yes' if thread in aligner else ''} | `{name}` | {n / calls:.1f} | "
                          f"{us / 1000 / calls:.3f} |")
+        lines += ["", "The aligner thread's CUDA runtime calls by the outermost operation they were made in ((none): "
+                  "called from Python, as a graph's replay is):", "",
+                  "| made in | runtime call | calls a call | self CPU ms a call |", "|---|---|---:|---:|"]
+        made_in: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+        for e in events:
+            if e.thread in aligner and e.name.startswith("cu"):
+                root = e
+                while root.cpu_parent is not None:
+                    root = root.cpu_parent
+                row = made_in[(root.name if root is not e else "(none)", e.name)]
+                row[0] += 1
+                row[1] += e.self_cpu_time_total
+        for (root_name, name), (n, us) in sorted(made_in.items(), key=lambda kv: -kv[1][1])[:30]:
+            lines.append(f"| `{root_name}` | `{name}` | {n / calls:.1f} | {us / 1000 / calls:.3f} |")
         lines += ["", "| allocator counter | across the window |", "|---|---:|"]
         lines += [f"| {k} | {after[k] - self._before.get(k, 0.0):.0f} |" for k in sorted(after)]
         return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from voxgate.engine.aligner.align import Aligner
 from voxgate.engine.aligner.call_profile import ProfileWindow
 from voxgate.engine.aligner.worker import AlignerWorker, AlignJob
@@ -48,3 +49,25 @@ def test_the_window_profiles_its_calls_and_names_the_aligners_operations(tmp_pat
     aligners = [line for line in text.splitlines() if line.startswith("| ") and "| yes |" in line]
     assert any("`aten::addmm`" in line for line in aligners), text  # the network's, on the aligner's thread
     assert worker.profile is not None and worker.profile.done
+
+
+def test_the_table_puts_each_runtime_call_under_its_outermost_operation() -> None:
+    """The second table: a CUDA runtime call made inside an operation (a wait inside the STFT) counts under the
+    outermost one; one made from Python (a graph's replay) under (none); other threads' calls are not the aligner's."""
+    from types import SimpleNamespace
+
+    from voxgate.engine.aligner.call_profile import MARKER, CallProfile
+
+    def event(name: str, us: float, parent: SimpleNamespace | None = None, thread: int = 2) -> SimpleNamespace:
+        return SimpleNamespace(name=name, thread=thread, self_cpu_time_total=us, cpu_parent=parent)
+    stft = event("aten::stft", 100.0)
+    fft = event("aten::_fft_r2c", 300.0, stft)
+    events = [event(MARKER, 1.0), stft, fft, event("cudaEventSynchronize", 2000.0, fft),
+              event("cudaEventSynchronize", 2000.0, fft), event("cudaGraphLaunch", 500.0),
+              event("cudaLaunchKernel", 7.0, thread=5)]
+    profile = CallProfile(ProfileWindow(Path("unused.md"), 0, 2), torch.device("cpu"))  # no allocator counters: CUDA's only
+    profile._walls = [0.01, 0.01]
+    text = profile.table(events, native_tid=999, after={})
+    assert "| `aten::stft` | `cudaEventSynchronize` | 1.0 | 2.000 |" in text, text
+    assert "| `(none)` | `cudaGraphLaunch` | 0.5 | 0.250 |" in text
+    assert "| 5 |  | `cudaLaunchKernel` |" in text and "`aten::stft` | `cudaLaunchKernel`" not in text
