@@ -65,7 +65,7 @@ def test_the_table_puts_each_runtime_call_under_its_outermost_operation() -> Non
     events = [event(MARKER, 1.0), stft, fft, event("cudaEventSynchronize", 2000.0, fft),
               event("cudaEventSynchronize", 2000.0, fft), event("cudaGraphLaunch", 500.0),
               event("cudaLaunchKernel", 7.0, thread=5)]
-    profile = CallProfile(ProfileWindow(Path("unused.md"), 0, 2), torch.device("cpu"))  # no allocator counters: CUDA's only
+    profile = CallProfile(ProfileWindow(Path("unused.md"), 0, 2), torch.device("cpu"))  # counters: CUDA only
     profile._walls = [0.01, 0.01]
     text = profile.table(events, native_tid=999, after={})
     assert "| `aten::stft` | `cudaEventSynchronize` | 1.0 | 2.000 |" in text, text
