@@ -6,8 +6,8 @@ The profiler records every thread of the process, so while it runs the loop's ow
 table sums the aligner thread's operations apart from the rest, and a second one puts each CUDA runtime call the
 aligner's thread makes (a launch, a copy, a wait) under the outermost operation it was made in. Beside them: the
 CUDA caching allocator's and the pinned-memory allocator's counters across the window (allocations from the driver,
-retries after freeing the cache), which the profiler's operation names alone do not show. A diagnostic, off by
-default.
+retries after freeing the cache) and the cuFFT plans cached, which the operations' names alone do not show. A
+diagnostic, off by default.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ def _stats(device: torch.device) -> dict[str, float]:
     host = getattr(torch.cuda, "host_memory_stats", None)
     if host is not None:
         stats |= {f"pinned {k}": float(v) for k, v in host().items() if k in HOST_STATS}
+    # cuFFT plans cached: each new shape of the features' frames makes one (aligner_spectrum = fft)
+    stats["cufft plans cached"] = float(torch.backends.cuda.cufft_plan_cache[device.index or 0].size)
     return stats
 
 
