@@ -2,9 +2,12 @@
 (0-based, counted from the first after the warm-up), written to PATH as a table, to say what an aligner call's host
 time is spent on in the loop (voxgate_engine_aligner_part_seconds says which part; this says which operations).
 
-The profiler records every thread of the process, so while it runs the loop's own work is traced too and slows; the
-table sums the aligner thread's operations apart from the rest, and a second one puts each CUDA runtime call the
-aligner's thread makes (a launch, a copy, a wait) under the outermost operation it was made in. Beside them: the
+The profiler records the operations of the thread that starts it (the aligner's) and the CUDA runtime's calls of
+every thread, which it files under that thread's id too (measured in the loop: 12 graph launches and 8 event waits a
+call, where an aligner call makes 3 and none; the rest are the loop's), and the loop slows while it runs. So the
+first table's operations are the aligner's, its runtime rows anyone's; a second table puts each runtime call under
+the outermost operation whose time holds it: mostly the aligner's own (the tree is built by time, so another
+thread's call made while an aligner operation ran lands under it too). Beside them: the
 CUDA caching allocator's and the pinned-memory allocator's counters across the window (allocations from the driver,
 retries after freeing the cache) and the cuFFT plans cached, which the operations' names alone do not show. A
 diagnostic, off by default.
@@ -27,6 +30,7 @@ DEVICE_STATS = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num
                 "segment.all.allocated", "segment.all.freed")
 HOST_STATS = ("num_host_alloc", "num_host_free", "allocations.allocated", "segment.allocated")
 MARKER = "aligner-thread"
+NO_OPERATION = "(none: any thread's)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +109,7 @@ class CallProfile:
             log.error("aligner_profile: no table written to %s (%s)", self.window.path, exc)
 
     def table(self, events: Any, native_tid: int, after: dict[str, float]) -> str:
-        """Self CPU time by (thread, operation); the profiler numbers a thread its own way for the operations it
-        records (the aligner's found by MARKER) and by the OS's thread id for the CUDA runtime's calls."""
+        """Self CPU time by (thread, operation): the aligner's thread found by MARKER (and the OS's id for it)."""
         rows: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0, 0.0])
         aligner = {native_tid}
         for e in events:
@@ -120,14 +123,17 @@ class CallProfile:
         others = sum(us for (t, _), (_, us) in rows.items() if t not in aligner)
         lines = [f"# The aligner's calls {self.window.first}-{self.window.first + calls - 1} under torch's profiler",
                  "", f"{calls} calls, {1000 * sum(self._walls) / calls:.2f} ms a call (wall, profiled); self CPU a "
-                 f"call: the aligner thread's {mine / 1000 / calls:.2f} ms (thread ids {sorted(aligner)}), other "
-                 f"threads' {others / 1000 / calls:.2f} ms", "",
+                 f"call: under the aligner thread's ids {sorted(aligner)} {mine / 1000 / calls:.2f} ms (its "
+                 f"operations, and CUDA runtime calls that may be any thread's), under others "
+                 f"{others / 1000 / calls:.2f} ms",
+                 "",
                  "| thread | aligner's | operation | calls a call | self CPU ms a call |", "|---:|---|---|---:|---:|"]
         for (thread, name), (n, us) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:60]:
             lines.append(f"| {thread} | {'yes' if thread in aligner else ''} | `{name}` | {n / calls:.1f} | "
                          f"{us / 1000 / calls:.3f} |")
-        lines += ["", "The aligner thread's CUDA runtime calls by the outermost operation they were made in ((none): "
-                  "called from Python, as a graph's replay is):", "",
+        lines += ["", "CUDA runtime calls by the outermost operation whose time holds them: under an operation, mostly "
+                  "the aligner's; under none, any thread's (a graph's replay from Python, or another thread's call):",
+                  "",
                   "| made in | runtime call | calls a call | self CPU ms a call |", "|---|---|---:|---:|"]
         made_in: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
         for e in events:
@@ -135,7 +141,7 @@ class CallProfile:
                 root = e
                 while root.cpu_parent is not None:
                     root = root.cpu_parent
-                row = made_in[(root.name if root is not e else "(none)", e.name)]
+                row = made_in[(root.name if root is not e else NO_OPERATION, e.name)]
                 row[0] += 1
                 row[1] += e.self_cpu_time_total
         for (root_name, name), (n, us) in sorted(made_in.items(), key=lambda kv: -kv[1][1])[:30]:

@@ -53,10 +53,11 @@ def test_the_window_profiles_its_calls_and_names_the_aligners_operations(tmp_pat
 
 def test_the_table_puts_each_runtime_call_under_its_outermost_operation() -> None:
     """The second table: a CUDA runtime call made inside an operation (a wait inside the STFT) counts under the
-    outermost one; one made from Python (a graph's replay) under (none); other threads' calls are not the aligner's."""
+    outermost one; one under no operation (a graph's replay, or another thread's call filed under the aligner's id)
+    under NO_OPERATION; calls under another thread id are not the aligner's."""
     from types import SimpleNamespace
 
-    from voxgate.engine.aligner.call_profile import MARKER, CallProfile
+    from voxgate.engine.aligner.call_profile import MARKER, NO_OPERATION, CallProfile
 
     def event(name: str, us: float, parent: SimpleNamespace | None = None, thread: int = 2) -> SimpleNamespace:
         return SimpleNamespace(name=name, thread=thread, self_cpu_time_total=us, cpu_parent=parent)
@@ -69,5 +70,5 @@ def test_the_table_puts_each_runtime_call_under_its_outermost_operation() -> Non
     profile._walls = [0.01, 0.01]
     text = profile.table(events, native_tid=999, after={})
     assert "| `aten::stft` | `cudaEventSynchronize` | 1.0 | 2.000 |" in text, text
-    assert "| `(none)` | `cudaGraphLaunch` | 0.5 | 0.250 |" in text
+    assert f"| `{NO_OPERATION}` | `cudaGraphLaunch` | 0.5 | 0.250 |" in text
     assert "| 5 |  | `cudaLaunchKernel` |" in text and "`aten::stft` | `cudaLaunchKernel`" not in text
