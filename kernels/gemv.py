@@ -337,7 +337,8 @@ LANES_MAX_VALUES = 128  # weight values a thread holds at most at one row (K 4,0
 # (sm_90, Triton 3.9: the predictor's down, K 3,072 in 16 chunks, 255 registers and 64-176 bytes of stack)
 LANES_MAX_ROWS_VALUES = 64
 # Rows a call may have to take the lanes kernel where asked: at 2-16 rows it measured slower than the MMA rows kernel
-# (H100: a predictor layer at 8 rows 48.0 against 25.4 us; each row's sums end in their own store), at one row
+# (H100: a predictor layer at 8 rows 48.0 against 25.4 us with a store a row; 34.4 against 25.3 with one store for
+# all rows, branch exp/lanes-one-store: each warp reloads x's rows for its column), at one row
 # faster than the one-row kernel (16.8 against 18.6 us: docs/benchmarks/h200-step-profile/lanes-1207p)
 LANES_MAX_ROWS = 1
 LANES = False  # whether calls that fit take the lanes kernel where the caller does not say (the tests)

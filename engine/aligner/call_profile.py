@@ -64,8 +64,8 @@ def _stats(device: torch.device) -> dict[str, float]:
 
 
 class CallProfile:
-    """Started before call `window.first` and stopped after `window.first + window.count - 1` by `around(call)`,
-    on the aligner's thread; writes the table once."""
+    """Started by `before(window.first)` and stopped by `after(window.first + window.count - 1, ...)`, both called
+    on the aligner's thread around each call; writes the table once."""
 
     def __init__(self, window: ProfileWindow, device: torch.device) -> None:
         self.window, self.device = window, device
