@@ -19,7 +19,12 @@ async def test_a_loading_backend_answers_503_and_refuses_sessions(tiny_ckpt: Cal
                                                                   tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    args = [VOXGATE, "serve", "--engine", "qwen3tts", "--port", str(port), "--engine-option",
+    # Admission by queue, as support.cpu_loop_config gives the in-process tests: on a loaded 2-core machine the
+    # deadline forecast of a tiny CPU model can rightly refuse the first session (engine_full), and this test is
+    # about loading (admission has its own tests)
+    config = tmp_path / "gateway.toml"
+    config.write_text('admission = "queue"\n')
+    args = [VOXGATE, "serve", "--config", str(config), "--engine", "qwen3tts", "--port", str(port), "--engine-option",
             f"model={tiny_ckpt('cv17')}", "--engine-option", "device=cpu", "--engine-option", "row_buckets=1,2",
             "--engine-option", "prefill_buckets=64"]
     # Not serve_process: the test must see /health before it answers 200.
