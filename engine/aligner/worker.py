@@ -23,6 +23,7 @@ import torch
 from prometheus_client import CollectorRegistry
 
 from ..metrics import AlignerMetrics
+from ..sm_stream import sm_limited_stream
 from ..words import WordTime
 from .align import INPUT_RATE, Aligner
 from .call_profile import CallProfile, ProfileWindow
@@ -68,7 +69,7 @@ class AlignerWorker:
                  graphs: bool = False, encoder_graphs: bool = False, graph_clips: int = MAX_CLIPS,
                  graph_chunks: int = MAX_CHUNKS, graph_steps: int = GRAPH_STEPS,
                  prefill_attention: bool = False, priority: str = "normal", profile: str | None = None,
-                 spectrum: str = "fft") -> None:
+                 spectrum: str = "fft", sms: int = 0) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.aligner = aligner
@@ -86,6 +87,10 @@ class AlignerWorker:
         if priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
         self.priority = priority  # of the worker's CUDA stream (PRIORITIES)
+        if sms < 0 or (sms and priority != "normal"):
+            raise ValueError(f"sms must be >= 0 and, when set, the priority normal (got {sms}, {priority!r})")
+        self.sms = sms  # > 0: the worker's stream runs its kernels on this many SMs only (engine/sm_stream.py)
+        self._green: Any = None  # the green context that owns an SM-limited stream, kept alive with it
         if spectrum not in SPECTRA:
             raise ValueError(f"spectrum must be one of {', '.join(SPECTRA)}, not {spectrum!r}")
         aligner.spectrum = spectrum  # its calls' features (features.power_spectrum)
@@ -169,7 +174,11 @@ class AlignerWorker:
         side = None
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the weights, copied on the default stream, are in place
-            side = self.stream = torch.cuda.Stream(device, priority=PRIORITIES[self.priority])
+            if self.sms:
+                side, self._green = sm_limited_stream(device, self.sms)
+                self.stream = side
+            else:
+                side = self.stream = torch.cuda.Stream(device, priority=PRIORITIES[self.priority])
         if self.warmup:
             try:
                 with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():

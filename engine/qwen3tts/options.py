@@ -146,6 +146,10 @@ class Qwen3TTSOptions(EngineConfig):
     aligner_priority: str = option("normal", "word times: the aligner's CUDA stream at normal priority (the "
                                              "loop's) or high (the device's highest: its kernels' blocks start "
                                              "before the loop's; engine/aligner/worker.py; default normal)")
+    aligner_sms: int = option(0, "word times: the aligner's CUDA stream runs its kernels on this many of the GPU's "
+                                 "SMs only (a CUDA green context, engine/sm_stream.py), so that the loop's "
+                                 "latency-bound steps always find SMs free; 0: all of them (default; not measured "
+                                 "in the loop yet). Needs aligner_priority normal")
     aligner_spectrum: str = option("fft", "word times: how an aligner call's features take their spectrum: fft "
                                           "(torch.stft; on a GPU cuFFT makes a plan for every new batch of frames: "
                                           "5.9 ms of the aligner thread's CPU a call at c = 128 on an H100) | "
@@ -175,6 +179,8 @@ class Qwen3TTSOptions(EngineConfig):
             raise ValueError(f"aligner_graph_steps must be 1, 2, 4 or 8, not {self.aligner_graph_steps}")
         if self.aligner_priority not in ("normal", "high"):
             raise ValueError(f"aligner_priority must be normal or high, not {self.aligner_priority!r}")
+        if self.aligner_sms < 0 or (self.aligner_sms and self.aligner_priority != "normal"):
+            raise ValueError("aligner_sms must be >= 0, and with SMs set aligner_priority must be normal")
         if self.text_min_tokens < 1:
             raise ValueError("text_min_tokens must be at least 1")
         GpuTimeline.parse(self.gpu_timeline)  # a bad window is refused here, not after the model has loaded
@@ -192,7 +198,7 @@ class Qwen3TTSOptions(EngineConfig):
                     max_batch=self.aligner_max_batch, graph_clips=self.aligner_graph_clips,
                     graph_chunks=self.aligner_graph_chunks, graph_steps=self.aligner_graph_steps,
                     prefill_attention=self.aligner_prefill_attention, priority=self.aligner_priority,
-                    profile=self.aligner_profile, spectrum=self.aligner_spectrum)
+                    profile=self.aligner_profile, spectrum=self.aligner_spectrum, sms=self.aligner_sms)
 
     @property
     def slots(self) -> int | None:

@@ -282,3 +282,47 @@ def test_a_high_priority_worker_runs_on_the_devices_highest_priority_stream(alig
             assert worker.stream.priority == expected
         finally:
             worker.close()
+
+
+def test_sms_below_zero_or_beside_high_priority_are_refused(aligner: Aligner) -> None:
+    with pytest.raises(ValueError, match="sms must be >= 0"):
+        AlignerWorker(aligner, sms=-1)
+    with pytest.raises(ValueError, match="the priority normal"):
+        AlignerWorker(aligner, sms=16, priority="high")
+
+
+def _words_of(worker: AlignerWorker, clips: list[np.ndarray], texts: list[str]) -> list[Any]:
+    """Each clip's words (or its error) as the worker's thread measures them, in the clips' order."""
+    answers: dict[int, Any] = {}
+    done = threading.Event()
+
+    def deliver(index: int, words: list[WordTime] | None, error: BaseException | None) -> None:
+        answers[index] = words if error is None else repr(error)
+        if len(answers) == len(clips):
+            done.set()
+
+    for index, (audio, text) in enumerate(zip(clips, texts, strict=True)):
+        worker.submit(AlignJob(audio, text, lambda w, e, i=index: deliver(i, w, e)))
+    assert done.wait(120)
+    return [answers[i] for i in range(len(clips))]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_worker_on_some_sms_times_words_as_one_on_all_of_them(aligner_ckpt: str) -> None:
+    """engine option aligner_sms: the worker's stream is SM-limited (a green context) and its graphs replay on it;
+    the words it times are those a worker on a plain stream times."""
+    clips = [as_float(pcm(s, i)) for i, s in enumerate((0.6, 1.3, 2.1))]
+    texts = ["One two.", "Three four five.", "Six seven eight nine."]
+    results = []
+    for sms in (0, 16):
+        worker = AlignerWorker(Aligner.from_pretrained(aligner_ckpt, device="cuda"), warmup=True, graphs=True,
+                               encoder_graphs=True, sms=sms)
+        try:
+            assert worker._warmed.wait(300) and worker.stream is not None
+            assert (worker._green is not None) == bool(sms)
+            results.append(_words_of(worker, clips, texts))
+        finally:
+            worker.close()
+    assert all(isinstance(words, list) for words in results[0])
+    assert results[0] == results[1]

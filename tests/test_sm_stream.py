@@ -1,0 +1,57 @@
+"""engine/sm_stream.py: a stream whose kernels run on only some SMs (a CUDA green context), and the aligner's option
+that asks for one (aligner_sms)."""
+
+import pytest
+import torch
+from voxgate.engine.qwen3tts.options import Qwen3TTSOptions
+from voxgate.engine.sm_stream import sm_limited_stream
+
+
+def test_the_options_refuse_negative_sms_and_sms_beside_high_priority() -> None:
+    assert Qwen3TTSOptions().aligner_worker["sms"] == 0
+    assert Qwen3TTSOptions(aligner_sms=16).aligner_worker["sms"] == 16
+    with pytest.raises(ValueError, match="aligner_sms must be >= 0"):
+        Qwen3TTSOptions(aligner_sms=-1)
+    with pytest.raises(ValueError, match="aligner_priority must be normal"):
+        Qwen3TTSOptions(aligner_sms=16, aligner_priority="high")
+
+
+def test_an_sm_limited_stream_needs_a_cuda_device() -> None:
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        sm_limited_stream(torch.device("cpu"), 8)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_work_on_an_sm_limited_stream_equals_work_on_a_plain_one() -> None:
+    """Eager kernels and a graph captured on a plain stream, replayed on the limited one: the same results as on the
+    default stream (a green context shares the device's memory), and a count out of range is refused."""
+    device = torch.device("cuda")
+    stream, _context = sm_limited_stream(device, 16)
+    g = torch.Generator(device).manual_seed(0)
+    a = torch.randn(512, 384, device=device, generator=g)
+    b = torch.randn(384, 256, device=device, generator=g)
+    expected = torch.relu(a @ b)
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        eager = torch.relu(a @ b)
+    torch.cuda.current_stream().wait_stream(stream)
+    out = torch.empty_like(expected)
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.mm(a, b, out=out).relu_()  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        torch.mm(a, b, out=out).relu_()
+    out.zero_()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph.replay()
+    stream.synchronize()
+    torch.testing.assert_close(eager, expected)
+    torch.testing.assert_close(out, expected)
+    total = torch.cuda.get_device_properties(device).multi_processor_count
+    with pytest.raises(ValueError, match="takes 1 to"):
+        sm_limited_stream(device, total)
