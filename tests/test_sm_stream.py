@@ -1,5 +1,5 @@
-"""engine/sm_stream.py: a stream whose kernels run on only some SMs (a CUDA green context), and the aligner's option
-that asks for one (aligner_sms)."""
+"""engine/sm_stream.py: a stream whose kernels run on only some SMs (a CUDA green context), and the options that
+ask for one (aligner_sms, codec_sms)."""
 
 import pytest
 import torch
@@ -14,6 +14,15 @@ def test_the_options_refuse_negative_sms_and_sms_beside_high_priority() -> None:
         Qwen3TTSOptions(aligner_sms=-1)
     with pytest.raises(ValueError, match="aligner_priority must be normal"):
         Qwen3TTSOptions(aligner_sms=16, aligner_priority="high")
+
+
+def test_codec_sms_reaches_the_runner_and_below_zero_is_refused() -> None:
+    from voxgate.engine.qwen3tts.runner_config import RunnerConfig
+
+    assert Qwen3TTSOptions().runner_options()["codec_sms"] == 0
+    assert RunnerConfig(**Qwen3TTSOptions(codec_sms=24).runner_options()).codec_sms == 24
+    with pytest.raises(ValueError, match="codec_sms must be >= 0"):
+        Qwen3TTSOptions(codec_sms=-1)
 
 
 def test_an_sm_limited_stream_needs_a_cuda_device() -> None:

@@ -24,6 +24,7 @@ import torch
 from ..gpu_timeline import GpuTimeline
 from ..graphs import GraphSet, median_ms
 from ..request import Request
+from ..sm_stream import sm_limited_stream
 from .step_buffers import HostCopy, PackedBuffer
 
 Bucket = tuple[int, int]  # (rows, frames per row)
@@ -31,14 +32,19 @@ Bucket = tuple[int, int]  # (rows, frames per row)
 
 class ChunkDecoder:
     def __init__(self, codec: Any, ring: torch.Tensor, buckets: Sequence[Bucket], device: torch.device,
-                 enforce_eager: bool = False, progress: bool = True) -> None:
+                 enforce_eager: bool = False, progress: bool = True, sms: int = 0) -> None:
         self.codec = codec  # FusedCodecStream or CodecStream: .step, .pool, .warm, .samples_per_frame
         self.ring = ring  # [slots, RING, Q] int64
         self.buckets = sorted(set(buckets), key=lambda b: (b[0] * b[1], b))
         self.device = device
         self.progress = progress
         self.graphs: GraphSet[Bucket] = GraphSet(device, enforce_eager)
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.stream: torch.cuda.Stream | None = None
+        self._green: Any = None  # the green context of an SM-limited stream (engine option codec_sms), kept alive
+        if device.type == "cuda" and sms:
+            self.stream, self._green = sm_limited_stream(device, sms)
+        elif device.type == "cuda":
+            self.stream = torch.cuda.Stream(device)
         self._io: dict[Bucket, tuple[PackedBuffer, HostCopy]] = {}
         self._in_flight: tuple[Sequence[tuple[Request, int]], np.ndarray, torch.cuda.Event | None] | None = None
         self.after: torch.cuda.Event | None = None  # the last step read (its frames are in the ring); CUDA only
@@ -58,7 +64,11 @@ class ChunkDecoder:
         self.graphs.capture(self.buckets, self._make, size=lambda b: b[0] * b[1],
                             desc="codec graphs (compile, tune, capture)", progress=self.progress)
         if self.graphs.use_graphs:  # what each call costs, for the engine's choice of pieces (engine/chunks.py)
-            self.costs = {key: median_ms(lambda key=key: self.graphs(key), reps=5, warmup=1) for key in self.buckets}
+            assert self.stream is not None  # graphs run on CUDA only
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(self.stream):  # on the codec's own stream, as the loop runs them (its SMs)
+                self.costs = {key: median_ms(lambda key=key: self.graphs(key), reps=5, warmup=1)
+                              for key in self.buckets}
             if self.progress:
                 print("codec calls, GPU ms: " + ", ".join(f"{r}x{w} {ms:.2f}" for (r, w), ms in self.costs.items()),
                       flush=True)

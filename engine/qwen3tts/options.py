@@ -31,6 +31,9 @@ class Qwen3TTSOptions(EngineConfig):
                                  "(default 4)")
     codec_buckets: Buckets | None = option(None, "captured codec calls as ROWSxFRAMES, e.g. 1x4,8x4,32x4 (default: "  # noqa: RUF009
                                                  "1,8,16,32,64 x codec_width)")
+    codec_sms: int = option(0, "the codec's CUDA stream runs its kernels on this many of the GPU's SMs only (a CUDA "
+                               "green context, engine/sm_stream.py), so that the steps' latency-bound kernels never "
+                               "wait behind its blocks; 0: all of them (default; not measured in the loop yet)")
     ref_audio: str | None = option(None, "Base: a 16-bit WAV whose x-vector is the `clone` voice")
     greedy: bool = option(False, "true: greedy decoding (no sampling)")
     warmup: bool = option(True, "false: skip the warm-up stream at start")
@@ -165,6 +168,8 @@ class Qwen3TTSOptions(EngineConfig):
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:
             raise ValueError("max_frames and chunk_frames must be positive")
+        if self.codec_sms < 0:
+            raise ValueError("codec_sms must be >= 0")
         if not 1 <= self.codec_width <= 32:
             raise ValueError("codec_width must be 1 to 32 frames")
         if not self.rows:
@@ -221,7 +226,8 @@ class Qwen3TTSOptions(EngineConfig):
                     gemv_layout=self.gemv_layout,
                     gemv_swiglu=self.gemv_swiglu, codec_gemm=self.codec_gemm, pdl=self.pdl, fold_norms=self.fold_norms,
                     fuse_attention=self.fuse_attention,
-                    codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets)
+                    codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets,
+                    codec_sms=self.codec_sms)
 
 
 OPTIONS = option_help(Qwen3TTSOptions)  # name -> help, in field order

@@ -42,6 +42,7 @@ class RunnerConfig:
     # the H200), and rows of one width waste nothing on padding (docs/engine-loop.md, "Codec pieces").
     codec_width: int = DEFAULTS.codec_width
     codec_buckets: tuple[tuple[int, int], ...] | None = DEFAULTS.codec_buckets  # default: codec_buckets(width)
+    codec_sms: int = DEFAULTS.codec_sms  # > 0: the codec's stream on this many SMs only (engine/sm_stream.py)
     attention: str = DEFAULTS.attention  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
     # the depth loop's passes 1..14: "layers" as the Talker's, "fused" in five launches a layer (depth_fused.py,
     # measured no faster on the H200), or "persistent" in one launch a pass at <= 16 rows (kernels/depth_pass.py;

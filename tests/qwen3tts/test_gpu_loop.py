@@ -142,6 +142,24 @@ def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: b
             {"frames_equal_before_first_difference": agree, "frames": total})
 
 
+def test_a_codec_on_some_sms_makes_the_audio_of_a_codec_on_all(ckpt17: Path) -> None:
+    """engine option codec_sms: the codec's calls replay on an SM-limited stream (engine/sm_stream.py); greedy
+    streams through two runners that differ only in it get the same codes and the same audio."""
+    from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
+
+    tts = Qwen3TTS.from_pretrained(ckpt17, device="cuda", dtype="bf16", progress=False)
+    made = []
+    for sms in (0, 16):
+        streams = _streams()
+        runner = make_runner(tts, num_slots=8, codec_sms=sms, **REAL)
+        assert (runner.chunks._green is not None) == bool(sms)
+        recorder = drive(tts, runner, streams, greedy=True, max_rows=8)
+        made.append([(np.stack(recorder.codes[s.codes_id]), np.concatenate(s.audio)) for s in streams])
+    for (codes, audio), (codes_sms, audio_sms) in zip(*made, strict=True):
+        np.testing.assert_array_equal(codes, codes_sms)
+        np.testing.assert_array_equal(audio, audio_sms)
+
+
 def test_the_gpu_timeline_times_a_window_of_real_steps(ckpt17: Path, tmp_path: Path) -> None:
     """engine option gpu_timeline on real captured steps: the window's spans are the step stream's, in launch order
     and apart, each codec call on its own stream, and the summary adds up."""
