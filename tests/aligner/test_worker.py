@@ -317,7 +317,7 @@ def test_a_worker_on_some_sms_times_words_as_one_on_all_of_them(aligner_ckpt: st
     results = []
     for sms in (0, 16):
         worker = AlignerWorker(Aligner.from_pretrained(aligner_ckpt, device="cuda"), warmup=True, graphs=True,
-                               encoder_graphs=True, sms=sms)
+                               encoder_graphs=True, graph_clips=4, graph_chunks=8, sms=sms)
         try:
             assert worker._warmed.wait(300) and worker.stream is not None
             assert (worker._green is not None) == bool(sms)
