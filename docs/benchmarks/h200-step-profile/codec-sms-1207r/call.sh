@@ -13,12 +13,12 @@
 # fewer SMs).
 OUT=${OUT:-/tmp/out}; T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 STAGES=tests TESTS="tests/test_sm_stream.py tests/qwen3tts/test_gpu_loop.py tests/aligner/test_worker.py" \
-  TESTS_K="sm_limited or some_sms" TESTS_S=${TESTS_S:-150} bash tests/qwen3tts/gpu_loop.sh 2>&1 | tail -8
+  TESTS_K="sm_limited or some_sms" TESTS_S=${TESTS_S:-120} bash tests/qwen3tts/gpu_loop.sh 2>&1 | tail -8
 t tests
 PYTHONPATH=/tmp/site-gw:/tmp/vx timeout 90 python3 docs/benchmarks/h200-word-times/green-1207r/probe.py 2>&1 \
   | grep -v -i warn | tee "$OUT/probe.txt"
 t probe
-SKIP_CKPT=1 STAGES=variants VARIANT_C=${VARIANT_C:-1,8,128} VARIANT_RATES="" VARIANT_S=${VARIANT_S:-110} \
+SKIP_CKPT=1 STAGES=variants VARIANT_C=${VARIANT_C:-1,8,128} VARIANT_RATES="" VARIANT_S=${VARIANT_S:-100} \
   VARIANTS=${VARIANTS:-"default: codec24:codec_sms=24 codec40:codec_sms=40"} bash tests/qwen3tts/gpu_loop.sh 2>&1 \
   | grep -v "triton cache\|^torch" | tail -16
 t end
