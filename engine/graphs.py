@@ -41,12 +41,17 @@ class _Entry:
 class GraphSet(Generic[K]):
     """One captured step per bucket key; `set(key)` replays it (or runs it eagerly) and returns its outputs."""
 
-    def __init__(self, device: torch.device | str, enforce_eager: bool = False, warmup: int = 2) -> None:
+    def __init__(self, device: torch.device | str, enforce_eager: bool = False, warmup: int = 2,
+                 capture_stream: torch.cuda.Stream | None = None) -> None:
         self.device = torch.device(device)
         self.use_graphs = self.device.type == "cuda" and not enforce_eager
         self.pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
-        # warm-ups and captures of this set run here: its own cuBLAS workspace (see the module docstring)
-        self.capture_stream = torch.cuda.Stream(device=self.device) if self.use_graphs else None
+        # warm-ups and captures of this set run here: its own cuBLAS workspace (see the module docstring). A stream
+        # of an SM-limited green context (engine/sm_stream.py) keeps the replays on its SMs: a graph captured on a
+        # plain stream runs on all of them wherever it is replayed (measured, green-1207r/probe2.py).
+        self.capture_stream = capture_stream
+        if self.use_graphs and capture_stream is None:
+            self.capture_stream = torch.cuda.Stream(device=self.device)
         self.warmup = warmup
         self.entries: dict[K, _Entry] = {}
         self.capture_s: dict[K, float] = {}

@@ -185,7 +185,8 @@ class AlignerWorker:
                     if (self.graphs or self.encoder_graphs) and device.type == "cuda":
                         self.aligner.capture(decoder_graphs=self.graphs, encoder_graphs=self.encoder_graphs,
                                              max_clips=self.graph_clips, max_chunks=self.graph_chunks,
-                                             steps=self.graph_steps)
+                                             steps=self.graph_steps,
+                                             capture_stream=self._green.Stream() if self._green else None)
                     self.aligner.align_batch([np.zeros(INPUT_RATE, np.float32)], ["Warm up."])
             except Exception:  # the streams' own calls will report it
                 log.exception("aligner warm-up failed")

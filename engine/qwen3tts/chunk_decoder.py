@@ -38,13 +38,15 @@ class ChunkDecoder:
         self.buckets = sorted(set(buckets), key=lambda b: (b[0] * b[1], b))
         self.device = device
         self.progress = progress
-        self.graphs: GraphSet[Bucket] = GraphSet(device, enforce_eager)
         self.stream: torch.cuda.Stream | None = None
         self._green: Any = None  # the green context of an SM-limited stream (engine option codec_sms), kept alive
         if device.type == "cuda" and sms:
             self.stream, self._green = sm_limited_stream(device, sms)
         elif device.type == "cuda":
             self.stream = torch.cuda.Stream(device)
+        # on an SM-limited stream the graphs are captured in its green context too, so their replays keep to its SMs
+        capture = self._green.Stream() if self._green is not None else None
+        self.graphs: GraphSet[Bucket] = GraphSet(device, enforce_eager, capture_stream=capture)
         self._io: dict[Bucket, tuple[PackedBuffer, HostCopy]] = {}
         self._in_flight: tuple[Sequence[tuple[Request, int]], np.ndarray, torch.cuda.Event | None] | None = None
         self.after: torch.cuda.Event | None = None  # the last step read (its frames are in the ring); CUDA only
