@@ -1,19 +1,10 @@
-"""engine/sm_stream.py: a stream whose kernels run on only some SMs (a CUDA green context), and the options that
-ask for one (aligner_sms, codec_sms)."""
+"""engine/sm_stream.py: a stream whose kernels run on only some SMs (a CUDA green context), and the option that asks
+for one (codec_sms)."""
 
 import pytest
 import torch
 from voxgate.engine.qwen3tts.options import Qwen3TTSOptions
 from voxgate.engine.sm_stream import sm_limited_stream
-
-
-def test_the_options_refuse_negative_sms_and_sms_beside_high_priority() -> None:
-    assert Qwen3TTSOptions().aligner_worker["sms"] == 0
-    assert Qwen3TTSOptions(aligner_sms=16).aligner_worker["sms"] == 16
-    with pytest.raises(ValueError, match="aligner_sms must be >= 0"):
-        Qwen3TTSOptions(aligner_sms=-1)
-    with pytest.raises(ValueError, match="aligner_priority must be normal"):
-        Qwen3TTSOptions(aligner_sms=16, aligner_priority="high")
 
 
 def test_codec_sms_reaches_the_runner_and_below_zero_is_refused() -> None:

@@ -115,23 +115,21 @@ class Aligner:
         self.prefill = on
 
     def capture(self, progress: bool = True, decoder_graphs: bool = True, encoder_graphs: bool = False,
-                max_clips: int = MAX_CLIPS, max_chunks: int = MAX_CHUNKS, steps: int = GRAPH_STEPS,
-                capture_stream: torch.cuda.Stream | None = None) -> None:
+                max_clips: int = MAX_CLIPS, max_chunks: int = MAX_CHUNKS, steps: int = GRAPH_STEPS) -> None:
         """CUDA graphs on the calling thread's stream: the packed decoder's for calls of up to `max_clips` clips
         (decoder_graphs.py; none unless the decoder is packed) and, if asked, the audio encoder's for up to
         `max_chunks` 1-s chunks (encoder_graphs.py); token and chunk buckets `steps` to an octave. Off CUDA the
-        same bucketed paths run without graphs. `capture_stream`: where they are captured (an SM-limited stream's
-        green context keeps their replays on its SMs; default a stream of their own)."""
+        same bucketed paths run without graphs."""
         weight = self.thinker.lm_head.weight
         if encoder_graphs:
             encoder = CapturedEncoder(self.thinker.audio_tower, weight.device, weight.dtype, max_chunks=max_chunks,
-                                      steps=steps, capture_stream=capture_stream)
+                                      steps=steps)
             encoder.capture(progress)
             self.encoder = encoder  # as for the decoder: only once every bucket is captured
         if self.stack is None or not decoder_graphs:
             return
         captured = CapturedDecoder(self.stack, self.thinker.model, weight.device, weight.dtype, max_clips=max_clips,
-                                   prefill=self.prefill, steps=steps, capture_stream=capture_stream)
+                                   prefill=self.prefill, steps=steps)
         captured.capture(progress)
         self.captured = captured  # only once every bucket is captured: until then calls run eagerly
 

@@ -39,8 +39,7 @@ def token_buckets(max_clips: int, steps: int = GRAPH_STEPS) -> tuple[int, ...]:
 class CapturedDecoder:
     def __init__(self, stack: FusedStack, decoder: DecoderStack, device: torch.device, dtype: torch.dtype,
                  buckets: tuple[int, ...] | None = None, max_clips: int = MAX_CLIPS,
-                 max_positions: int = MAX_POSITIONS, prefill: bool = False, steps: int = GRAPH_STEPS,
-                 capture_stream: torch.cuda.Stream | None = None) -> None:
+                 max_positions: int = MAX_POSITIONS, prefill: bool = False, steps: int = GRAPH_STEPS) -> None:
         cfg = decoder.cfg
         self.stack, self.buckets = stack, tuple(sorted(buckets or token_buckets(max_clips, steps)))
         self.max_clips, self.max_positions = max_clips, max_positions
@@ -49,7 +48,7 @@ class CapturedDecoder:
                                   cfg.head_dim), dtype=dtype, device=device)
         self.cos, self.sin = (t.clone() for t in decoder.rope(0, max_positions, device, dtype))
         self.hidden, self.device, self.dtype = cfg.hidden_size, device, dtype
-        self.graphs: GraphSet[int] = GraphSet(device, capture_stream=capture_stream)
+        self.graphs: GraphSet[int] = GraphSet(device)
         self._io: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         # prefill: attention a block of a clip's tokens at a time (kernels/prefill_attention.py), from a block table
         # per bucket that each call fills; its idle rows launch programs that do nothing.

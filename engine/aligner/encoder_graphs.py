@@ -59,7 +59,7 @@ class CapturedEncoder:
     def __init__(self, tower: AudioEncoder, device: torch.device, dtype: torch.dtype,
                  max_chunks: int = MAX_CHUNKS, chunk_buckets: tuple[int, ...] | None = None,
                  window_buckets: tuple[int, ...] | None = None, rows: tuple[int, ...] | None = None,
-                 steps: int = GRAPH_STEPS, capture_stream: torch.cuda.Stream | None = None) -> None:
+                 steps: int = GRAPH_STEPS) -> None:
         cfg = tower.cfg
         self.tower = tower
         self.share = True  # windows share rows (windows.py); False: a window a row, only to measure against
@@ -78,7 +78,7 @@ class CapturedEncoder:
         # each slot's keys ([W, S, S] of a bucket, flat); all true for the warm-ups: no slot all masked
         self.mask = torch.ones(most_rows * self.rows[-1], dtype=torch.bool, device=device)
         self.positions = sinusoids(FRAMES, cfg.d_model).to(device, dtype)
-        self.graphs: GraphSet[tuple[str, int] | tuple[str, int, int]] = GraphSet(device, capture_stream=capture_stream)
+        self.graphs: GraphSet[tuple[str, int] | tuple[str, int, int]] = GraphSet(device)
 
     def capture(self, progress: bool = True) -> None:
         keys = [("convs", c) for c in self.chunk_buckets]

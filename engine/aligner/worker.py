@@ -23,7 +23,6 @@ import torch
 from prometheus_client import CollectorRegistry
 
 from ..metrics import AlignerMetrics
-from ..sm_stream import sm_limited_stream
 from ..words import WordTime
 from .align import INPUT_RATE, Aligner
 from .call_profile import CallProfile, ProfileWindow
@@ -69,7 +68,7 @@ class AlignerWorker:
                  graphs: bool = False, encoder_graphs: bool = False, graph_clips: int = MAX_CLIPS,
                  graph_chunks: int = MAX_CHUNKS, graph_steps: int = GRAPH_STEPS,
                  prefill_attention: bool = False, priority: str = "normal", profile: str | None = None,
-                 spectrum: str = "fft", sms: int = 0) -> None:
+                 spectrum: str = "fft") -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.aligner = aligner
@@ -87,10 +86,6 @@ class AlignerWorker:
         if priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
         self.priority = priority  # of the worker's CUDA stream (PRIORITIES)
-        if sms < 0 or (sms and priority != "normal"):
-            raise ValueError(f"sms must be >= 0 and, when set, the priority normal (got {sms}, {priority!r})")
-        self.sms = sms  # > 0: the worker's stream runs its kernels on this many SMs only (engine/sm_stream.py)
-        self._green: Any = None  # the green context that owns an SM-limited stream, kept alive with it
         if spectrum not in SPECTRA:
             raise ValueError(f"spectrum must be one of {', '.join(SPECTRA)}, not {spectrum!r}")
         aligner.spectrum = spectrum  # its calls' features (features.power_spectrum)
@@ -174,19 +169,14 @@ class AlignerWorker:
         side = None
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the weights, copied on the default stream, are in place
-            if self.sms:
-                side, self._green = sm_limited_stream(device, self.sms)
-                self.stream = side
-            else:
-                side = self.stream = torch.cuda.Stream(device, priority=PRIORITIES[self.priority])
+            side = self.stream = torch.cuda.Stream(device, priority=PRIORITIES[self.priority])
         if self.warmup:
             try:
                 with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
                     if (self.graphs or self.encoder_graphs) and device.type == "cuda":
                         self.aligner.capture(decoder_graphs=self.graphs, encoder_graphs=self.encoder_graphs,
                                              max_clips=self.graph_clips, max_chunks=self.graph_chunks,
-                                             steps=self.graph_steps,
-                                             capture_stream=self._green.Stream() if self._green else None)
+                                             steps=self.graph_steps)
                     self.aligner.align_batch([np.zeros(INPUT_RATE, np.float32)], ["Warm up."])
             except Exception:  # the streams' own calls will report it
                 log.exception("aligner warm-up failed")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# 2026-12-07 eighteenth session: the codec on some of the GPU's SMs (engine option codec_sms, a CUDA green context)
+# 2026-12-07 eighteenth session (ran at b4f3627, graphs then captured on a plain stream; the aligner test it names was
+# removed with aligner_sms): the codec on some of the GPU's SMs (engine option codec_sms, a CUDA green context)
 # against the defaults, through the gateway, on one machine, from the repo root:
 #   run(command="bash docs/benchmarks/h200-step-profile/codec-sms-1207r/call.sh", carry=[".whl", ".gpu_shared", ".tcache"])
 # 1. the green contexts' GPU tests: a limited stream's results (eager, a graph replayed there), the codec's audio

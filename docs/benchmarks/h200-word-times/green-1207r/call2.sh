@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# 2026-12-07 eighteenth session, the last device call: both SM-limited streams, their graphs captured in their green
+# 2026-12-07 eighteenth session, the last device call (ran at 4dcf6de; the engine option aligner_sms was removed
+# after it, so part 1 runs only on that commit): both SM-limited streams, their graphs captured in their green
 # contexts (probe2.py), one machine, from the repo root:
 #   run(command="bash docs/benchmarks/h200-word-times/green-1207r/call2.sh", carry=[".whl", ".gpu_shared", ".tcache"])
 # 1. issue 28: a server with aligner_sms = 32: sentence SLO capacity with word times not held (270 / 300 / 330
