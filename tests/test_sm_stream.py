@@ -11,9 +11,28 @@ def test_codec_sms_reaches_the_runner_and_below_zero_is_refused() -> None:
     from voxgate.engine.qwen3tts.runner_config import RunnerConfig
 
     assert Qwen3TTSOptions().runner_options()["codec_sms"] == 0
-    assert RunnerConfig(**Qwen3TTSOptions(codec_sms=24).runner_options()).codec_sms == 24
-    with pytest.raises(ValueError, match="codec_sms must be >= 0"):
-        Qwen3TTSOptions(codec_sms=-1)
+    config = RunnerConfig(**Qwen3TTSOptions(codec_sms=24, codec_sms_rows=8).runner_options())
+    assert (config.codec_sms, config.codec_sms_rows) == (24, 8)
+    for bad in ({"codec_sms": -1}, {"codec_sms_rows": -1}):
+        with pytest.raises(ValueError, match="codec_sms and codec_sms_rows must be >= 0"):
+            Qwen3TTSOptions(**bad)
+
+
+def test_codec_calls_up_to_codec_sms_rows_take_the_limited_lane() -> None:
+    """ChunkDecoder.lane: with a limited lane, calls of at most sms_rows rows run there (all of them with 0), wider
+    ones on the plain stream; without one (no codec_sms, or no CUDA) every call is plain."""
+    from voxgate.engine.graphs import GraphSet
+    from voxgate.engine.qwen3tts.chunk_decoder import ChunkDecoder
+
+    buckets = [(1, 4), (8, 4), (16, 4), (64, 4)]
+    decoder = ChunkDecoder(None, torch.zeros(2, 8, 16, dtype=torch.int64), buckets, torch.device("cpu"),
+                           progress=False, sms=32, sms_rows=8)
+    assert decoder.limited_graphs is None  # no CUDA: no green context, every call plain
+    assert all(decoder.lane(b)[1] is decoder.graphs for b in buckets)
+    decoder.limited_graphs = GraphSet("cpu")  # as a CUDA device with codec_sms would have it
+    assert [decoder.lane(b)[1] is decoder.limited_graphs for b in buckets] == [True, True, False, False]
+    decoder.limited_rows = 0
+    assert all(decoder.lane(b)[1] is decoder.limited_graphs for b in buckets)
 
 
 def test_an_sm_limited_stream_needs_a_cuda_device() -> None:

@@ -32,21 +32,25 @@ Bucket = tuple[int, int]  # (rows, frames per row)
 
 class ChunkDecoder:
     def __init__(self, codec: Any, ring: torch.Tensor, buckets: Sequence[Bucket], device: torch.device,
-                 enforce_eager: bool = False, progress: bool = True, sms: int = 0) -> None:
+                 enforce_eager: bool = False, progress: bool = True, sms: int = 0, sms_rows: int = 0) -> None:
         self.codec = codec  # FusedCodecStream or CodecStream: .step, .pool, .warm, .samples_per_frame
         self.ring = ring  # [slots, RING, Q] int64
         self.buckets = sorted(set(buckets), key=lambda b: (b[0] * b[1], b))
         self.device = device
         self.progress = progress
-        self.stream: torch.cuda.Stream | None = None
-        self._green: Any = None  # the green context of an SM-limited stream (engine option codec_sms), kept alive
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.graphs: GraphSet[Bucket] = GraphSet(device, enforce_eager)
+        # Engine options codec_sms / codec_sms_rows: calls of at most `sms_rows` rows (0: every call) run on a stream
+        # limited to `sms` SMs, their graphs captured in its green context (a graph keeps the SMs of the stream it
+        # was captured on), so a narrow step's kernels find SMs free while wide calls keep every SM. One call is in
+        # flight at a time and `collect` waits for it, so calls on the two streams never overlap.
+        self.limited: torch.cuda.Stream | None = None
+        self.limited_graphs: GraphSet[Bucket] | None = None
+        self.limited_rows = sms_rows
+        self._green: Any = None  # the limited stream's green context, kept alive with it
         if device.type == "cuda" and sms:
-            self.stream, self._green = sm_limited_stream(device, sms)
-        elif device.type == "cuda":
-            self.stream = torch.cuda.Stream(device)
-        # on an SM-limited stream the graphs are captured in its green context too, so their replays keep to its SMs
-        capture = self._green.Stream() if self._green is not None else None
-        self.graphs: GraphSet[Bucket] = GraphSet(device, enforce_eager, capture_stream=capture)
+            self.limited, self._green = sm_limited_stream(device, sms)
+            self.limited_graphs = GraphSet(device, enforce_eager, capture_stream=self._green.Stream())
         self._io: dict[Bucket, tuple[PackedBuffer, HostCopy]] = {}
         self._in_flight: tuple[Sequence[tuple[Request, int]], np.ndarray, torch.cuda.Event | None] | None = None
         self.after: torch.cuda.Event | None = None  # the last step read (its frames are in the ring); CUDA only
@@ -62,15 +66,30 @@ class ChunkDecoder:
     def max_width(self) -> int:
         return max(w for _, w in self.buckets)
 
+    def lane(self, key: Bucket) -> tuple[torch.cuda.Stream | None, GraphSet[Bucket]]:
+        """The stream a call of bucket `key` runs on and the graph set that holds it."""
+        if self.limited_graphs is not None and (not self.limited_rows or key[0] <= self.limited_rows):
+            return self.limited, self.limited_graphs
+        return self.stream, self.graphs
+
+    @property
+    def capture_s(self) -> dict[Bucket, float]:
+        return {key: self.lane(key)[1].capture_s[key] for key in self.buckets if key in self.lane(key)[1].capture_s}
+
     def capture(self) -> None:
-        self.graphs.capture(self.buckets, self._make, size=lambda b: b[0] * b[1],
-                            desc="codec graphs (compile, tune, capture)", progress=self.progress)
+        for graphs, desc in ((self.graphs, "codec graphs (compile, tune, capture)"),
+                             (self.limited_graphs, "codec graphs on its SMs (compile, tune, capture)")):
+            keys = [key for key in self.buckets if self.lane(key)[1] is graphs]
+            if graphs is not None and keys:
+                graphs.capture(keys, self._make, size=lambda b: b[0] * b[1], desc=desc, progress=self.progress)
         if self.graphs.use_graphs:  # what each call costs, for the engine's choice of pieces (engine/chunks.py)
-            assert self.stream is not None  # graphs run on CUDA only
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(self.stream):  # on the codec's own stream, as the loop runs them (its SMs)
-                self.costs = {key: median_ms(lambda key=key: self.graphs(key), reps=5, warmup=1)
-                              for key in self.buckets}
+            self.costs = {}
+            for key in self.buckets:  # on the call's own stream, as the loop runs it (its SMs)
+                stream, graphs = self.lane(key)
+                assert stream is not None  # graphs run on CUDA only
+                stream.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(stream):
+                    self.costs[key] = median_ms(lambda key=key, graphs=graphs: graphs(key), reps=5, warmup=1)
             if self.progress:
                 print("codec calls, GPU ms: " + ", ".join(f"{r}x{w} {ms:.2f}" for (r, w), ms in self.costs.items()),
                       flush=True)
@@ -119,26 +138,27 @@ class ChunkDecoder:
                     h["reset"][i] = r.slot
                 else:
                     clones.append(r)
-        with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
-            if self.stream is not None:  # after the step that stored these frames, not after later ones in flight
+        stream, graphs = self.lane(key)
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if stream is not None:  # after the step that stored these frames, not after later ones in flight
                 if self.after is not None:
-                    self.stream.wait_event(self.after)
+                    stream.wait_event(self.after)
                 else:
-                    self.stream.wait_stream(torch.cuda.current_stream(self.device))
+                    stream.wait_stream(torch.cuda.current_stream(self.device))
             for r in clones:
                 self._warm(r)
             timeline = self.timeline if self.timeline is not None and self.timeline.active else None
             if timeline is not None:
-                timeline.begin("codec", self.stream)
+                timeline.begin("codec", stream)
             io.upload()
-            pcm = self.graphs(key)
+            pcm = graphs(key)
             pcm_host.tensor[:num].copy_(pcm[:num], non_blocking=True)
             if timeline is not None:
-                timeline.end("codec", "x".join(map(str, key)), self.stream)
+                timeline.end("codec", "x".join(map(str, key)), stream)
             event = None
-            if self.stream is not None:
+            if stream is not None:
                 event = torch.cuda.Event()
-                event.record(self.stream)
+                event.record(stream)
         self._in_flight = (chunks, pcm_host.array[:num], event)
 
     def collect(self) -> list[tuple[Request, np.ndarray]]:

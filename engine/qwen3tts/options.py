@@ -35,6 +35,9 @@ class Qwen3TTSOptions(EngineConfig):
                                "engine/sm_stream.py), so that the steps' small kernels do not wait behind its blocks: "
                                "32 made c = 8 2.7 % faster on an H100, its wide calls ~3x slower; 0: every SM "
                                "(default; c = 1 and c = 128 not measured with it)")
+    codec_sms_rows: int = option(0, "with codec_sms: only codec calls of at most this many rows run on its SMs, "
+                                    "wider ones on every SM (their graphs captured on both; 0: every call, as "
+                                    "measured)")
     ref_audio: str | None = option(None, "Base: a 16-bit WAV whose x-vector is the `clone` voice")
     greedy: bool = option(False, "true: greedy decoding (no sampling)")
     warmup: bool = option(True, "false: skip the warm-up stream at start")
@@ -165,8 +168,8 @@ class Qwen3TTSOptions(EngineConfig):
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:
             raise ValueError("max_frames and chunk_frames must be positive")
-        if self.codec_sms < 0:
-            raise ValueError("codec_sms must be >= 0")
+        if self.codec_sms < 0 or self.codec_sms_rows < 0:
+            raise ValueError("codec_sms and codec_sms_rows must be >= 0")
         if not 1 <= self.codec_width <= 32:
             raise ValueError("codec_width must be 1 to 32 frames")
         if not self.rows:
@@ -222,7 +225,7 @@ class Qwen3TTSOptions(EngineConfig):
                     gemv_swiglu=self.gemv_swiglu, codec_gemm=self.codec_gemm, pdl=self.pdl, fold_norms=self.fold_norms,
                     fuse_attention=self.fuse_attention,
                     codec=self.codec, codec_width=self.codec_width, codec_buckets=self.codec_buckets,
-                    codec_sms=self.codec_sms)
+                    codec_sms=self.codec_sms, codec_sms_rows=self.codec_sms_rows)
 
 
 OPTIONS = option_help(Qwen3TTSOptions)  # name -> help, in field order

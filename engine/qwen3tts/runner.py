@@ -127,7 +127,7 @@ class ModelRunner:
         self._launches = 0
         self.steps: GraphSet[tuple[int, int]] = GraphSet(self.device, c.enforce_eager)
         self.chunks = ChunkDecoder(self.codec, self.state.ring, c.codec_buckets, self.device, c.enforce_eager,
-                                   c.progress, sms=c.codec_sms)
+                                   c.progress, sms=c.codec_sms, sms_rows=c.codec_sms_rows)
         self._io: dict[tuple[int, int], _StepIO] = {}
         self.last_fill_s, self.last_bucket = 0.0, ""
         self.timeline: GpuTimeline | None = None  # engine option gpu_timeline: set with `watch`

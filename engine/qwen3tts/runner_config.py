@@ -43,6 +43,7 @@ class RunnerConfig:
     codec_width: int = DEFAULTS.codec_width
     codec_buckets: tuple[tuple[int, int], ...] | None = DEFAULTS.codec_buckets  # default: codec_buckets(width)
     codec_sms: int = DEFAULTS.codec_sms  # > 0: the codec's stream on this many SMs only (engine/sm_stream.py)
+    codec_sms_rows: int = DEFAULTS.codec_sms_rows  # with codec_sms: calls of at most these rows there (0: all)
     attention: str = DEFAULTS.attention  # the fused step's kernels: triton | torch | auto (Triton on CUDA)
     # the depth loop's passes 1..14: "layers" as the Talker's, "fused" in five launches a layer (depth_fused.py,
     # measured no faster on the H200), or "persistent" in one launch a pass at <= 16 rows (kernels/depth_pass.py;

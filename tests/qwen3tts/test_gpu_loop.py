@@ -143,21 +143,25 @@ def test_free_running_bf16_against_each_stream_alone(ckpt17: Path, fold_norms: b
 
 
 def test_a_codec_on_some_sms_makes_the_audio_of_a_codec_on_all(ckpt17: Path) -> None:
-    """engine option codec_sms: the codec's calls replay on an SM-limited stream (engine/sm_stream.py); greedy
-    streams through two runners that differ only in it get the same codes and the same audio."""
+    """engine options codec_sms / codec_sms_rows: the codec's calls (all, or those of at most 4 rows) replay on an
+    SM-limited stream (engine/sm_stream.py) from graphs captured there; greedy streams through runners that differ
+    only in them get the same codes and the same audio."""
     from voxgate.engine.qwen3tts.model.generate import Qwen3TTS
 
     tts = Qwen3TTS.from_pretrained(ckpt17, device="cuda", dtype="bf16", progress=False)
     made = []
-    for sms in (0, 16):
+    for sms, rows in ((0, 0), (16, 0), (16, 4)):
         streams = _streams()
-        runner = make_runner(tts, num_slots=8, codec_sms=sms, **REAL)
-        assert (runner.chunks._green is not None) == bool(sms)
+        runner = make_runner(tts, num_slots=8, codec_sms=sms, codec_sms_rows=rows, **REAL)
+        chunks = runner.chunks
+        limited = [chunks.lane(b)[1] is chunks.limited_graphs for b in chunks.buckets]
+        assert limited == [bool(sms) and (not rows or b[0] <= rows) for b in chunks.buckets]
         recorder = drive(tts, runner, streams, greedy=True, max_rows=8)
         made.append([(np.stack(recorder.codes[s.codes_id]), np.concatenate(s.audio)) for s in streams])
-    for (codes, audio), (codes_sms, audio_sms) in zip(*made, strict=True):
-        np.testing.assert_array_equal(codes, codes_sms)
-        np.testing.assert_array_equal(audio, audio_sms)
+    for arm in made[1:]:
+        for (codes, audio), (codes_sms, audio_sms) in zip(made[0], arm, strict=True):
+            np.testing.assert_array_equal(codes, codes_sms)
+            np.testing.assert_array_equal(audio, audio_sms)
 
 
 def test_the_gpu_timeline_times_a_window_of_real_steps(ckpt17: Path, tmp_path: Path) -> None:

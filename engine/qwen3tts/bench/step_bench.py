@@ -82,7 +82,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     runner.capture()
     t2 = time.perf_counter()
     cold = {"load_s": t1 - t0, "capture_s": t2 - t1,
-            "codec_capture_s": dict(map(lambda kv: (str(kv[0]), kv[1]), runner.chunks.graphs.capture_s.items())),
+            "codec_capture_s": dict(map(lambda kv: (str(kv[0]), kv[1]), runner.chunks.capture_s.items())),
             "step_capture_s": dict(map(lambda kv: (str(kv[0]), kv[1]), runner.steps.capture_s.items()))}
     row = param_row(gen)
     max_rows = max(config.row_buckets)
@@ -129,14 +129,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         steps.append({"rows": rows, "prefill_tokens": tokens, "gpu_ms": gpu, "run_ms": wall,
                       "host_ms": max(0.0, wall - gpu), "ceiling_audio_s_per_s": rows * FRAME_S / (wall / 1000)})
     codec = []
-    for key in sorted(runner.chunks.graphs.keys()):
+    for key in sorted(runner.chunks.buckets):
         rows, width = key
         io, _ = runner.chunks._io[key]
         io.clear()
         io.host["slot"][:] = slots[:rows] if rows <= len(slots) else (slots * rows)[:rows]
         io.host["count"][:] = width
         io.upload()
-        ms = median_ms(lambda key=key: runner.chunks.graphs(key), args.reps)
+        ms = median_ms(lambda key=key: runner.chunks.lane(key)[1](key), args.reps)
         codec.append({"rows": rows, "frames": width, "gpu_ms": ms, "ms_per_frame": ms / (rows * width)})
     depth = depth_loop_times(runner, row, args.reps, args.depth_variants)
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)"
