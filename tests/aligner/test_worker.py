@@ -282,4 +282,3 @@ def test_a_high_priority_worker_runs_on_the_devices_highest_priority_stream(alig
             assert worker.stream.priority == expected
         finally:
             worker.close()
-
