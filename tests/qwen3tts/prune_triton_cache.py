@@ -7,6 +7,10 @@ old one stays forever. Each entry's `.source` (its TTIR) names where every funct
 map to the repository root), is no longer a `def`: the file changed above or at it. An edit that keeps every
 function's first line where it was is not seen; such an entry stays, unused, until a later edit moves a line.
 
+The kept entries also lose their LLVM IR (`.llir`, over half the cache's bytes): nothing reads it once the kernel
+is built, and a cache hit takes only the files of an entry's group that exist (Triton 3.6, runtime/cache.py
+`get_group`; the PTX, TTGIR and `.source` that tests and kernels/gemv.py read, and this script, stay).
+
     python tests/qwen3tts/prune_triton_cache.py CACHE_DIR [--prefix /tmp/vx/voxgate/] [--repo .]
 """
 
@@ -37,7 +41,7 @@ def stale(entry: Path, prefix: str, repo: Path, lines: dict[str, list[str]]) -> 
 
 
 def prune(cache: Path, prefix: str, repo: Path) -> tuple[int, int]:
-    """Remove the stale entries under `cache` -> (kept, removed)."""
+    """Remove the stale entries under `cache` and the kept ones' LLVM IR -> (kept, removed)."""
     lines: dict[str, list[str]] = {}
     kept = removed = 0
     for entry in sorted(p for p in cache.iterdir() if p.is_dir()):
@@ -45,6 +49,8 @@ def prune(cache: Path, prefix: str, repo: Path) -> tuple[int, int]:
             shutil.rmtree(entry)
             removed += 1
         else:
+            for ir in entry.glob("*.llir"):
+                ir.unlink()
             kept += 1
     return kept, removed
 

@@ -1,5 +1,6 @@
 """tests/qwen3tts/prune_triton_cache.py on a made-up cache: an entry stays while every function start it names is
-still a `def` line of this tree, and goes once one is not (the file changed above it, or is gone)."""
+still a `def` line of this tree, and goes once one is not (the file changed above it, or is gone); a kept entry
+loses its LLVM IR only."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ def _entry(cache: Path, name: str, locs: list[tuple[str, int]]) -> Path:
     body = "\n".join(f'#loc{i} = loc("{path}":{line}:0)' for i, (path, line) in enumerate(locs))
     (entry / "_k.source").write_text(body + '\n#loc9 = loc("/x/triton/language/standard.py":262:0)\n')
     (entry / "_k.cubin").write_bytes(b"\0")
+    (entry / "_k.llir").write_text("; LLVM IR")
+    (entry / "_k.ptx").write_text("// PTX")
     return entry
 
 
@@ -33,6 +36,8 @@ def test_only_entries_of_older_sources_go(tmp_path: Path, capsys) -> None:
     (tuned / "_k.autotune.json").write_text("{}")  # no source: an autotuner's choice, kept
     assert prune(cache, PREFIX, repo) == (2, 3)
     assert current.is_dir() and tuned.is_dir()
+    # a kept entry loses only its LLVM IR: the binary, the PTX and the source stay
+    assert sorted(p.name for p in current.iterdir()) == ["_k.cubin", "_k.ptx", "_k.source"]
     assert not moved.exists() and not gone.exists() and not past_the_end.exists()
     assert main([str(cache), "--repo", str(repo)]) == 0
     assert "kept 2 entries, removed 0" in capsys.readouterr().out
