@@ -34,7 +34,7 @@ class Qwen3TTSOptions(EngineConfig):
     codec_sms: int = option(0, "the codec's calls run on this many of the GPU's SMs only (a CUDA green context, "
                                "engine/sm_stream.py), so that the steps' small kernels do not wait behind its blocks: "
                                "32 made c = 8 2.7 % faster on an H100, its wide calls ~3x slower; 0: every SM "
-                               "(default; c = 1 and c = 128 not measured with it)")
+                               "(default; c = 1 and c = 128 not measured with it; ignored off CUDA)")
     codec_sms_rows: int = option(0, "with codec_sms: only codec calls of at most this many rows run on its SMs, "
                                     "wider ones on every SM (their graphs captured on both; 0: every call, as "
                                     "measured)")
