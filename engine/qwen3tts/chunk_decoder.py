@@ -74,7 +74,8 @@ class ChunkDecoder:
 
     @property
     def capture_s(self) -> dict[Bucket, float]:
-        return {key: self.lane(key)[1].capture_s[key] for key in self.buckets if key in self.lane(key)[1].capture_s}
+        """Seconds each bucket's graph took to build and capture, from whichever lane holds it."""
+        return {**self.graphs.capture_s, **(self.limited_graphs.capture_s if self.limited_graphs else {})}
 
     def capture(self) -> None:
         for graphs, desc in ((self.graphs, "codec graphs (compile, tune, capture)"),
