@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import soxr
@@ -32,6 +33,9 @@ from .model import Thinker
 from .prompt import AlignerPrompt
 from .timestamps import unit_times
 from .units import Unit, split_units
+
+if TYPE_CHECKING:
+    from ..gpu_turns import GpuTurns
 
 INPUT_RATE = 24_000  # the TTS codec's rate, and WordTime's samples
 
@@ -132,6 +136,13 @@ class Aligner:
                                    prefill=self.prefill, steps=steps)
         captured.capture(progress)
         self.captured = captured  # only once every bucket is captured: until then calls run eagerly
+
+    def use_turns(self, turns: GpuTurns | None) -> None:
+        """The captured encoder's and decoder's replays queued by the engine loop's thread between its steps
+        (engine/gpu_turns.py), or, with None, from the calling thread again."""
+        for captured in (self.encoder, self.captured):
+            if captured is not None:
+                captured.graphs.turns = turns
 
     @classmethod
     def from_pretrained(cls, path_or_id: str | Path, device: str | torch.device = "cpu",

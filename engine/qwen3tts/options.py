@@ -159,6 +159,11 @@ class Qwen3TTSOptions(EngineConfig):
                                           "matmul (one GEMM with the window-folded DFT, no plan; "
                                           "engine/aligner/features.py). Default fft: matmul is not measured in the "
                                           "loop yet")
+    aligner_turns: bool = option(False, "word times: the aligner's graph replays queued by the loop's thread "
+                                        "between two steps, ordered after the one and before the next, instead of "
+                                        "beside the steps from the aligner's thread, whose big kernels make each "
+                                        "of a step's small ones wait for SMs (engine/gpu_turns.py; CUDA; default "
+                                        "false: not measured in the loop yet)")
     aligner_profile: str | None = option(None, "PATH:FIRST:COUNT: torch's profiler around COUNT aligner calls from "
                                                "call FIRST, their operations' CPU time by thread and the "
                                                "allocators' counters written to PATH: what a call's host time goes "
