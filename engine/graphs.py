@@ -23,12 +23,9 @@ import statistics
 import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
-
-if TYPE_CHECKING:
-    from .gpu_turns import GpuTurns
 
 K = TypeVar("K", bound=Hashable)
 StepFn = Callable[[], Any]
@@ -58,9 +55,6 @@ class GraphSet(Generic[K]):
         self.warmup = warmup
         self.entries: dict[K, _Entry] = {}
         self.capture_s: dict[K, float] = {}
-        # Set after capture, the replays (or eager runs) are queued by the engine loop's thread between its steps
-        # (engine/gpu_turns.py), not beside them from the caller's thread.
-        self.turns: GpuTurns | None = None
 
     def capture(self, buckets: Iterable[K], make: Callable[[K], StepFn], size: Callable[[K], float],
                 desc: str = "capture", progress: bool = True) -> None:
@@ -94,9 +88,10 @@ class GraphSet(Generic[K]):
 
     def __call__(self, key: K) -> Any:
         entry = self.entries[key]
-        run = entry.fn if entry.graph is None else entry.graph.replay
-        out = run() if self.turns is None else self.turns.take(run)
-        return out if entry.graph is None else entry.out
+        if entry.graph is None:
+            return entry.fn()
+        entry.graph.replay()
+        return entry.out
 
     def keys(self) -> list[K]:
         return list(self.entries)

@@ -21,7 +21,6 @@ import numpy as np
 from .admission import Forecast, Held, LoopForecaster
 from .base import AudioStream, EngineError, SynthesisRequest
 from .core import EngineCore, StepOutput
-from .gpu_turns import GpuTurns
 from .request import Request, Status
 
 log = logging.getLogger("voxgate.engine.loop")
@@ -90,8 +89,7 @@ class EngineLoop:
 
     def __init__(self, core: EngineCore, name: str = "engine",
                  on_step: Callable[[StepOutput, float], None] | None = None,
-                 gil_switch_s: float | None = 0.0005, forecaster: LoopForecaster | None = None,
-                 turns: GpuTurns | None = None) -> None:
+                 gil_switch_s: float | None = 0.0005, forecaster: LoopForecaster | None = None) -> None:
         self.core = core
         core.hand_over_early = self._hand_over_early  # (first and last chunks, as soon as decoded: core.py)
         self.forecaster = forecaster
@@ -102,10 +100,6 @@ class EngineLoop:
         self.on_step = on_step
         self._inbox: deque[tuple[str, Request]] = deque()
         self._wake = threading.Event()
-        # Other threads' GPU work queued by this loop's thread between two steps (gpu_turns.py): the aligner's
-        self.turns = turns
-        if turns is not None:
-            turns.wake = self._wake.set
         self._stop = False
         self._thread: threading.Thread | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
@@ -164,19 +158,8 @@ class EngineLoop:
 
     # -- worker side ------------------------------------------------------------------------------------------------
     def _run(self) -> None:
-        if self.turns is not None:
-            self.turns.open()
-        try:
-            self._steps()
-        finally:
-            if self.turns is not None:
-                self.turns.close()  # a side thread waiting for its turn runs its work itself
-
-    def _steps(self) -> None:
         last_end: float | None = None  # the previous step's end, while steps follow each other without a wait
         while not self._stop:
-            if self.turns is not None:
-                self.turns.run_pending()
             self._drain_inbox()
             if not self.core.has_work:
                 self._publish()

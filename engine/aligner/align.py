@@ -14,7 +14,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import soxr
@@ -33,9 +32,6 @@ from .model import Thinker
 from .prompt import AlignerPrompt
 from .timestamps import unit_times
 from .units import Unit, split_units
-
-if TYPE_CHECKING:
-    from ..gpu_turns import GpuTurns
 
 INPUT_RATE = 24_000  # the TTS codec's rate, and WordTime's samples
 
@@ -104,7 +100,6 @@ class Aligner:
         self.encoder: CapturedEncoder | None = None  # `capture(encoder_graphs=True)`: the encoder from CUDA graphs
         self.last_parts: dict[str, float] = {}  # the last align_batch's seconds by part (CALL_PARTS)
         self.last_host_cpu = 0.0  # ... and its thread's CPU seconds in the host's parts (HOST_PARTS)
-        self.spectrum = "fft"  # how a call's features take their spectrum (features.power_spectrum; aligner_spectrum)
 
     def use_prefill_attention(self, on: bool = True) -> None:
         """The packed decoder's attention from kernels/prefill_attention.py (before `capture`; CUDA, or Triton's
@@ -136,13 +131,6 @@ class Aligner:
                                    prefill=self.prefill, steps=steps)
         captured.capture(progress)
         self.captured = captured  # only once every bucket is captured: until then calls run eagerly
-
-    def use_turns(self, turns: GpuTurns | None) -> None:
-        """The captured encoder's and decoder's replays queued by the engine loop's thread between its steps
-        (engine/gpu_turns.py), or, with None, from the calling thread again."""
-        for captured in (self.encoder, self.captured):
-            if captured is not None:
-                captured.graphs.turns = turns
 
     @classmethod
     def from_pretrained(cls, path_or_id: str | Path, device: str | torch.device = "cpu",
@@ -178,7 +166,7 @@ class Aligner:
         packed; either way a clip's tokens in order, clip after clip, where the padding is left out. `marks` gets
         the moment the features were queued and the prompts built."""
         device = self.thinker.lm_head.weight.device
-        mel, frames = log_mel_batch(clips_on_device(clips_16k, device), self.cfg.audio.num_mel_bins, self.spectrum)
+        mel, frames = log_mel_batch(clips_on_device(clips_16k, device), self.cfg.audio.num_mel_bins)
         prompts = [self.prompt.ids(u, encoder_frames(t)) for u, t in zip(units, frames, strict=True)]
         if marks is not None:
             marks.append(mark())

@@ -58,7 +58,7 @@ def _stats(device: torch.device) -> dict[str, float]:
     host = getattr(torch.cuda, "host_memory_stats", None)
     if host is not None:
         stats |= {f"pinned {k}": float(v) for k, v in host().items() if k in HOST_STATS}
-    # cuFFT plans cached: each new shape of the features' frames makes one (aligner_spectrum = fft)
+    # cuFFT plans cached: each new shape of the features' frames makes one (torch.stft)
     stats["cufft plans cached"] = float(torch.backends.cuda.cufft_plan_cache[device.index or 0].size)
     return stats
 

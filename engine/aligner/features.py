@@ -69,46 +69,14 @@ def clips_on_device(clips_16k: list[np.ndarray], device: torch.device) -> list[t
     return list(torch.split(to_device(torch.from_numpy(np.concatenate(host)), device), [len(c) for c in host]))
 
 
-SPECTRA = ("fft", "matmul")  # the engine option aligner_spectrum
-
-
-@functools.lru_cache(maxsize=8)
-def _dft_basis(device: torch.device) -> torch.Tensor:
-    """[N_FFT, 2 (N_FFT // 2 + 1)]: the periodic Hann window times the real DFT's cosines, then its negated sines
-    (a frame @ this = the real and imaginary parts of its one-sided spectrum), made in float64 once per device."""
-    n = torch.arange(N_FFT, dtype=torch.float64)
-    k = torch.arange(N_FFT // 2 + 1, dtype=torch.float64)
-    angle = 2 * torch.pi * torch.outer(n, k) / N_FFT
-    window = torch.hann_window(N_FFT, dtype=torch.float64)[:, None]
-    return torch.cat([window * torch.cos(angle), -window * torch.sin(angle)], 1).to(device, torch.float32)
-
-
-def power_spectrum(padded: torch.Tensor, frames: int, spectrum: str = "fft") -> torch.Tensor:
-    """padded [B, S] (each row a clip with its padding) -> |STFT|^2 [B, N_FFT // 2 + 1, frames]: the periodic-Hann
-    400-point frames every 160 samples from sample 0, the first `frames` of them. fft: torch.stft (cuFFT on a GPU,
-    whose plan is made anew for every new batch of frames: an aligner call's clips rarely repeat the last call's
-    shape); matmul: the frames times the window-folded DFT's basis, one GEMM with no plan (the same sums in another
-    order: within float32 rounding of fft)."""
-    if spectrum == "fft":
-        window = torch.hann_window(N_FFT, device=padded.device)
-        spec = torch.stft(padded, N_FFT, HOP, window=window, center=False, return_complex=True)[..., :frames]
-        return spec.abs() ** 2
-    if spectrum != "matmul":
-        raise ValueError(f"spectrum must be one of {', '.join(SPECTRA)}, not {spectrum!r}")
-    parts = padded.unfold(1, N_FFT, HOP)[:, :frames] @ _dft_basis(padded.device)  # [B, frames, 2 (N_FFT // 2 + 1)]
-    real, imag = parts.chunk(2, dim=-1)
-    return (real.square() + imag.square()).transpose(1, 2)
-
-
-def log_mel_batch(clips: list[torch.Tensor], n_mels: int = 128,
-                  spectrum: str = "fft") -> tuple[torch.Tensor, list[int]]:
+def log_mel_batch(clips: list[torch.Tensor], n_mels: int = 128) -> tuple[torch.Tensor, list[int]]:
     """B clips [N_b] at 16 kHz (one device) -> (features [B, n_mels, max frames], N_b // 160 frames per clip).
 
     Each clip's features are log_mel's (its own reflect padding and its own max), zeros past its frames: the clips
     are reflect-padded by one gather from their concatenation, right-padded with zeros to the longest, and go
-    through one STFT (`spectrum`: power_spectrum's); a frame never reaches past its clip's padding, and the max is
-    taken over the clip's frames. The gather's index and the masks are computed on the clips' device (a [B, samples]
-    index built on the host and copied over cost more than the rest of the features together at 128 clips).
+    through one STFT; a frame never reaches past its clip's padding, and the max is taken over the clip's frames.
+    The gather's index and the masks are computed on the clips' device (a [B, samples] index built on the host
+    and copied over cost more than the rest of the features together at 128 clips).
     """
     pad = N_FFT // 2
     lengths = [int(c.numel()) for c in clips]
@@ -123,9 +91,10 @@ def log_mel_batch(clips: list[torch.Tensor], n_mels: int = 128,
     start = torch.cumsum(n, 0) - n
     index = torch.where(at < n + pad, start + mirrored, flat.numel() - 1)  # past a clip: the trailing zero
     padded = flat[index]
+    window = torch.hann_window(N_FFT, device=device)
     frames = [length // HOP for length in lengths]
-    power = power_spectrum(padded, max(frames), spectrum)
-    logmel = torch.clamp(_mel_basis(n_mels, device) @ power, min=1e-10).log10()  # [B, n_mels, T]
+    spec = torch.stft(padded, N_FFT, HOP, window=window, center=False, return_complex=True)[..., : max(frames)]
+    logmel = torch.clamp(_mel_basis(n_mels, device) @ (spec.abs() ** 2), min=1e-10).log10()  # [B, n_mels, T]
     valid = (torch.arange(max(frames), device=device) < n // HOP)[:, None, :]
     peak = logmel.masked_fill(~valid, -torch.inf).amax(dim=(1, 2), keepdim=True)
     logmel = torch.maximum(logmel, peak - 8.0)

@@ -4,9 +4,7 @@ Streams submit `AlignJob`s (a segment's complete audio and its text) from the ev
 job waiting (up to MAX_BATCH), drops the cancelled ones and measures the rest with one `Aligner.align_batch` call,
 then hands each job its words (or the error) through its `deliver` callback, on the worker thread. The TTS step
 loop never waits for it: the aligner has its own thread and, on CUDA, its own CUDA stream, so its kernels queue
-beside the steps' instead of behind them on the default stream. With `turns` (engine option aligner_turns) its
-graphs' replays are queued by the loop's thread between two steps instead (engine/gpu_turns.py): the loop then waits
-for the aligner's GPU work, never for its thread.
+beside the steps' instead of behind them on the default stream.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ import numpy as np
 import torch
 from prometheus_client import CollectorRegistry
 
-from ..gpu_turns import GpuTurns
 from ..metrics import AlignerMetrics
 from ..words import WordTime
 from .align import INPUT_RATE, Aligner
@@ -32,7 +29,7 @@ from .call_profile import CallProfile, ProfileWindow
 from .config import CHUNK_FRAMES
 from .decoder_graphs import GRAPH_STEPS, MAX_CLIPS
 from .encoder_graphs import MAX_CHUNKS
-from .features import HOP, SAMPLE_RATE, SPECTRA
+from .features import HOP, SAMPLE_RATE
 
 log = logging.getLogger("voxgate.engine.aligner")
 
@@ -70,8 +67,7 @@ class AlignerWorker:
     def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False,
                  graphs: bool = False, encoder_graphs: bool = False, graph_clips: int = MAX_CLIPS,
                  graph_chunks: int = MAX_CHUNKS, graph_steps: int = GRAPH_STEPS,
-                 prefill_attention: bool = False, priority: str = "normal", profile: str | None = None,
-                 spectrum: str = "fft", turns: GpuTurns | None = None) -> None:
+                 prefill_attention: bool = False, priority: str = "normal", profile: str | None = None) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.aligner = aligner
@@ -89,15 +85,10 @@ class AlignerWorker:
         if priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
         self.priority = priority  # of the worker's CUDA stream (PRIORITIES)
-        if spectrum not in SPECTRA:
-            raise ValueError(f"spectrum must be one of {', '.join(SPECTRA)}, not {spectrum!r}")
-        aligner.spectrum = spectrum  # its calls' features (features.power_spectrum)
         window = ProfileWindow.parse(profile)  # engine option aligner_profile (call_profile.py)
         self.profile = CallProfile(window, aligner.thinker.lm_head.weight.device) if window else None
         self.stream: torch.cuda.Stream | None = None  # the worker's CUDA stream, once its thread has made it
         self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
-        # After the warm-up, the graphs' replays queued by the engine loop's thread between its steps (gpu_turns.py)
-        self.turns = turns
         self.batches = 0  # align_batch calls made
         self.metrics: AlignerMetrics | None = None  # observed after every call, on the worker thread
         self._warmed = threading.Event()
@@ -185,8 +176,6 @@ class AlignerWorker:
                     self.aligner.align_batch([np.zeros(INPUT_RATE, np.float32)], ["Warm up."])
             except Exception:  # the streams' own calls will report it
                 log.exception("aligner warm-up failed")
-        if self.turns is not None:
-            self.aligner.use_turns(self.turns)
         self._warmed.set()
         while (batch := self._take()) is not None:
             if not batch:

@@ -18,7 +18,6 @@ from ..admission import Forecast, LoopForecaster
 from ..base import SAMPLE_RATE, AudioStream, Engine, EngineError, SynthesisRequest, VoiceInfo
 from ..core import EngineCore, StepOutput
 from ..gpu_timeline import GpuTimeline
-from ..gpu_turns import GpuTurns
 from ..loop import EngineLoop, LoopStream
 from ..request import FRAME_S, Request
 from ..scheduler import SchedulerConfig
@@ -49,7 +48,6 @@ class Qwen3TTSEngine(Engine):
         self.aligner_path = o.aligner or None
         self.timeline: GpuTimeline | None = None  # engine option gpu_timeline
         self.word_aligner: Any = None  # an AlignerWorker (engine/aligner/worker.py) when `aligner` is set
-        self.turns: GpuTurns | None = None  # the aligner's GPU turns between the loop's steps (aligner_turns)
         self.supports_word_times = self.aligner_path is not None  # measured by it (engine/aligner/stream.py)
         self.tts: Any = None
         self.runner: Any = None
@@ -91,10 +89,8 @@ class Qwen3TTSEngine(Engine):
         if self.aligner_path:  # on the Talker's device and dtype, its own thread beside the loop
             from ..aligner.worker import AlignerWorker
 
-            # aligner_turns: its graphs replayed by the loop's thread between steps (engine/gpu_turns.py)
-            self.turns = GpuTurns(tts.device) if self.options.aligner_turns else None
             self.word_aligner = AlignerWorker.load(self.aligner_path, tts.device, next(tts.talker.parameters()).dtype,
-                                                   self._registry, turns=self.turns, **self.options.aligner_worker)
+                                                   self._registry, **self.options.aligner_worker)
         if device == "cpu":
             torch.set_num_threads(1)  # tiny CPU steps: OpenMP threads only fight the event loop for the cores
         t1 = time.perf_counter()
@@ -117,7 +113,7 @@ class Qwen3TTSEngine(Engine):
                           o.pipeline_min_rows, o.codec_fill, o.early_end)
         forecaster = LoopForecaster(o.rows, o.max_prefills, self.chunk_schedule[0], runner.kv.max_streams, o.pipeline,
                                     pipeline_min_rows=o.pipeline_min_rows)
-        self.loop = EngineLoop(core, "qwen3tts", self._on_step, self.gil_switch_s, forecaster, self.turns)
+        self.loop = EngineLoop(core, "qwen3tts", self._on_step, self.gil_switch_s, forecaster)
         self.timings = {"load_s": t1 - t0, "capture_s": t2 - t1}
 
     def _on_step(self, out: StepOutput, seconds: float) -> None:

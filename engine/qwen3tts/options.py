@@ -8,7 +8,6 @@ import dataclasses
 from typing import Any
 
 from ..aligner.call_profile import ProfileWindow
-from ..aligner.features import SPECTRA
 from ..config import EngineConfig, option, option_help, parse_options
 from ..gpu_timeline import GpuTimeline
 
@@ -153,22 +152,12 @@ class Qwen3TTSOptions(EngineConfig):
     aligner_priority: str = option("normal", "word times: the aligner's CUDA stream at normal priority (the "
                                              "loop's) or high (the device's highest: its kernels' blocks start "
                                              "before the loop's; engine/aligner/worker.py; default normal)")
-    aligner_spectrum: str = option("fft", "word times: how an aligner call's features take their spectrum: fft "
-                                          "(torch.stft; on a GPU cuFFT makes a plan for every new batch of frames: "
-                                          "5.9 ms of the aligner thread's CPU a call at c = 128 on an H100) | "
-                                          "matmul (one GEMM with the window-folded DFT, no plan; "
-                                          "engine/aligner/features.py). Default fft: matmul is not measured in the "
-                                          "loop yet")
-    aligner_turns: bool = option(False, "word times: the aligner's graph replays queued by the loop's thread "
-                                        "between two steps, ordered after the one and before the next, instead of "
-                                        "beside the steps from the aligner's thread, whose big kernels make each "
-                                        "of a step's small ones wait for SMs (engine/gpu_turns.py; CUDA; default "
-                                        "false: not measured in the loop yet)")
     aligner_profile: str | None = option(None, "PATH:FIRST:COUNT: torch's profiler around COUNT aligner calls from "
                                                "call FIRST, their operations' CPU time by thread and the "
                                                "allocators' counters written to PATH: what a call's host time goes "
                                                "to in the loop (engine/aligner/call_profile.py; the loop slows "
-                                               "while it runs; default off)")
+                                               "while it runs, and in one open-loop run at 270 req/s it stayed "
+                                               "broken after: a diagnostic server, restarted after; default off)")
 
     def __post_init__(self) -> None:
         if self.max_frames <= 0 or not self.chunk_frames or min(self.chunk_frames) <= 0:
@@ -193,8 +182,6 @@ class Qwen3TTSOptions(EngineConfig):
             raise ValueError("text_min_tokens must be at least 1")
         GpuTimeline.parse(self.gpu_timeline)  # a bad window is refused here, not after the model has loaded
         ProfileWindow.parse(self.aligner_profile)
-        if self.aligner_spectrum not in SPECTRA:
-            raise ValueError(f"aligner_spectrum must be one of {', '.join(SPECTRA)}, not {self.aligner_spectrum!r}")
         if self.max_slots != "auto" and not (self.max_slots.isdigit() and int(self.max_slots) >= 2):
             raise ValueError(f"max_slots must be auto or a number >= 2 (one slot is the padding sink), not "
                              f"{self.max_slots!r}")
@@ -206,7 +193,7 @@ class Qwen3TTSOptions(EngineConfig):
                     max_batch=self.aligner_max_batch, graph_clips=self.aligner_graph_clips,
                     graph_chunks=self.aligner_graph_chunks, graph_steps=self.aligner_graph_steps,
                     prefill_attention=self.aligner_prefill_attention, priority=self.aligner_priority,
-                    profile=self.aligner_profile, spectrum=self.aligner_spectrum)
+                    profile=self.aligner_profile)
 
     @property
     def slots(self) -> int | None:

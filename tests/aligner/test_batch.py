@@ -12,14 +12,7 @@ import torch
 from voxgate.engine.aligner.align import CALL_PARTS, HOST_PARTS, Aligner
 from voxgate.engine.aligner.audio_encoder import encoder_frames
 from voxgate.engine.aligner.batch import encode_batch
-from voxgate.engine.aligner.features import (
-    SPECTRA,
-    clips_on_device,
-    log_mel,
-    log_mel_batch,
-    peak_limited,
-    power_spectrum,
-)
+from voxgate.engine.aligner.features import clips_on_device, log_mel, log_mel_batch, peak_limited
 from voxgate.engine.aligner.units import split_units
 
 from .clips import clip
@@ -27,11 +20,6 @@ from .test_parity import TEXTS, assert_close
 
 WORDS = ["Hello,", "world!", "It's", "a", "test.", "你好", "世界！", "天气很好。", "混合", "text", "123", "(really?)",
          "naïve", "rock'n'roll", "--", "$4.50"]
-
-
-# log_mel's features (torch.stft) against log_mel_batch's: the same STFT, or the DFT as a GEMM (its sums in another
-# order: a quiet bin's power a few 1e-4 off relatively, ~2e-5 once in log10 / 4)
-TOLERANCE = {"fft": 1e-5, "matmul": 1e-4}
 
 
 def random_batch(seed: int, rate: int = 16_000) -> tuple[list[np.ndarray], list[str]]:
@@ -60,45 +48,28 @@ def test_the_batch_covers_every_regime(ours):
     assert len({t for t in frames if t < 100}) == 2  # two short chunks of different widths
 
 
-@pytest.mark.parametrize("spectrum", SPECTRA)
 @pytest.mark.parametrize("seed", range(3))
-def test_features_match_one_clip_at_a_time(seed, spectrum):
+def test_features_match_one_clip_at_a_time(seed):
     clips = [torch.from_numpy(peak_limited(c)) for c in random_batch(seed)[0]]
-    mel, frames = log_mel_batch(clips, spectrum=spectrum)
+    mel, frames = log_mel_batch(clips)
     for b, c in enumerate(clips):
         alone = log_mel(c)
         assert frames[b] == alone.shape[1]
-        assert_close(mel[b, :, : frames[b]], alone, rtol=1e-5, atol=TOLERANCE[spectrum])
+        assert_close(mel[b, :, : frames[b]], alone, rtol=1e-5, atol=1e-5)
         assert not mel[b, :, frames[b]:].any()
 
 
-@pytest.mark.parametrize("spectrum", SPECTRA)
-def test_features_of_the_shortest_clips_match_one_clip_at_a_time(spectrum):
+def test_features_of_the_shortest_clips_match_one_clip_at_a_time():
     # 201 samples is the least a clip may have (the reflect padding is 200 on each side); around one hop and one
     # window, and a long one beside them, so the short ones are right-padded far
     rng = np.random.default_rng(7)
     lengths = (201, 202, 399, 400, 401, 16_321)
     clips = [torch.from_numpy(rng.standard_normal(n).astype(np.float32) * 0.3) for n in lengths]
-    mel, frames = log_mel_batch(clips, spectrum=spectrum)
+    mel, frames = log_mel_batch(clips)
     for b, c in enumerate(clips):
         assert frames[b] == len(c) // 160
-        assert_close(mel[b, :, : frames[b]], log_mel(c), rtol=1e-5, atol=TOLERANCE[spectrum])
+        assert_close(mel[b, :, : frames[b]], log_mel(c), rtol=1e-5, atol=1e-5)
         assert not mel[b, :, frames[b]:].any()
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_the_matmul_spectrum_matches_the_stft(seed):
-    """power_spectrum's matmul (the window-folded DFT, one GEMM) against torch.stft's on fresh random rows of random
-    length and loudness: within float32 rounding of the largest bin. A name that is not a spectrum is refused."""
-    rng = np.random.default_rng(seed)
-    rows, samples = int(rng.integers(1, 9)), int(rng.integers(400, 20_000))
-    padded = torch.from_numpy(rng.standard_normal((rows, samples)).astype(np.float32) * float(rng.uniform(0.01, 2)))
-    frames = int(rng.integers(1, (samples - 400) // 160 + 2))
-    want, got = power_spectrum(padded, frames, "fft"), power_spectrum(padded, frames, "matmul")
-    assert got.shape == want.shape == (rows, 201, frames)
-    torch.testing.assert_close(got, want, rtol=0, atol=2e-6 * float(want.abs().max()))
-    with pytest.raises(ValueError, match="spectrum must be one of fft, matmul"):
-        power_spectrum(padded, frames, "dft")
 
 
 def test_clips_go_over_peak_limited_and_whole():

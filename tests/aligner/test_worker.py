@@ -245,24 +245,6 @@ def test_behind_when_the_waiting_jobs_fill_the_next_call(aligner: Aligner, kwarg
         worker.close()
 
 
-def test_the_spectrum_is_the_aligners_and_a_name_that_is_not_one_is_refused(aligner: Aligner) -> None:
-    """aligner_spectrum: the worker sets its aligner's (features.power_spectrum); the engine options refuse any
-    other name before anything loads, as the worker does."""
-    from voxgate.engine.qwen3tts.options import Qwen3TTSOptions
-
-    worker = AlignerWorker(aligner, spectrum="matmul")
-    try:
-        assert aligner.spectrum == "matmul"
-    finally:
-        worker.close()
-        aligner.spectrum = "fft"
-    with pytest.raises(ValueError, match="spectrum must be one of fft, matmul"):
-        AlignerWorker(aligner, spectrum="dft")
-    with pytest.raises(ValueError, match="aligner_spectrum must be one of fft, matmul"):
-        Qwen3TTSOptions(aligner_spectrum="dft")
-    assert Qwen3TTSOptions().aligner_worker["spectrum"] == "fft"
-
-
 def test_a_priority_that_is_not_one_is_refused(aligner: Aligner) -> None:
     with pytest.raises(ValueError, match="priority must be one of normal, high"):
         AlignerWorker(aligner, priority="urgent")

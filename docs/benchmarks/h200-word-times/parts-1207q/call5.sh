@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran in the nineteenth session at 3ba0bfc (ELAPSED_CAP=330): torch's profiler window broke that server (h200-word-times README); aligner_spectrum was removed after it.
 # Prepared in the seventeenth session (2026-12-07), not yet run (no device time left): aligner_spectrum = matmul (the
 # features' spectrum as one GEMM, no cuFFT plan) against the defaults (fft), word times not held, on one machine:
 #   run(command="bash docs/benchmarks/h200-word-times/parts-1207q/call5.sh", carry=[".whl", ".gpu_shared", ".tcache"])

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 2026-12-07 (nineteenth session): engine option aligner_turns (the aligner's graph replays queued by the loop's
+# 2026-12-07 (nineteenth session), ran at 3ba0bfc (aligner_turns was removed after it): engine option aligner_turns (the aligner's graph replays queued by the loop's
 # thread between two steps, engine/gpu_turns.py) in the loop, word times not held, one device call:
 #   run(command="bash docs/benchmarks/h200-word-times/turns-1207s/call.sh", carry=[".whl", ".gpu_shared", ".tcache"])
 # 1. the turns' `gpu` tests (CUDA order around a turn; the aligner's graphs in turns against without)
