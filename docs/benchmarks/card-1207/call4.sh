@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# 2026-12-07 nineteenth session: one device call that does what its card allows, from the repo root:
+# 2026-12-07 nineteenth session (ran once, on an H100: the turns arm, whose option was removed after it): one device
+# call that does what its card allows, from the repo root:
 #   run(command="bash docs/benchmarks/card-1207/call4.sh", carry=[".whl", ".gpu_shared", ".tcache"])
 # on an H200: issue 27's card on the defaults (call1b.sh, with the default's teacher-forced fp32 test first), never
 # run on an H200 yet; elsewhere: issue 28's aligner_turns in the loop (h200-word-times/turns-1207s/call.sh).
