@@ -84,7 +84,8 @@ def log_mel_batch(clips: list[torch.Tensor], n_mels: int = 128) -> tuple[torch.T
         shapes = [tuple(c.shape) for c in clips]
         raise ValueError(f"log_mel_batch takes 1-D clips of at least {pad + 1} samples, got {shapes}")
     device = clips[0].device
-    flat = torch.cat([*(c.to(torch.float32) for c in clips), clips[0].new_zeros(1, dtype=torch.float32)])
+    # one cast of the whole (cat promotes mixed dtypes), not a dispatch a clip under the GIL
+    flat = torch.cat([*clips, clips[0].new_zeros(1, dtype=torch.float32)]).to(torch.float32)
     n = to_device(torch.tensor(lengths), device)[:, None]  # [B, 1]
     at = torch.arange(-pad, max(lengths) + pad, device=device)[None, :]  # [1, S]: sample positions, padding included
     mirrored = torch.where(at.abs() >= n, 2 * (n - 1) - at.abs(), at.abs())  # reflect padding at both ends
