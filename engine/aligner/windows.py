@@ -64,8 +64,8 @@ class WindowLayout:
         for w in windows:
             first.append(first[-1] + w)
         slot_of_frame = [0] * first[-1]
-        # numpy, not torch, for the per-window writes: a torch slice assignment is ~4 us of dispatch under the GIL,
-        # ~90 of them a call of the loop's (docs/aligner.md, the host's part)
+        # numpy, not torch, for the per-window writes (~90 a call of the loop's): each torch operation gives the GIL
+        # up and waits to take it back, ~50 us apiece beside a busy Python thread (aligner-host/dispatches.py)
         window_of_slot = np.full((len(packed), capacity), PADDING, dtype=np.int64)
         for r, members in enumerate(packed):
             column = 0
