@@ -65,7 +65,8 @@ class WindowLayout:
             first.append(first[-1] + w)
         slot_of_frame = [0] * first[-1]
         # numpy, not torch, for the per-window writes (~90 a call of the loop's): each torch operation gives the GIL
-        # up and waits to take it back, ~50 us apiece beside a busy Python thread (aligner-host/dispatches.py)
+        # up and waits to take it back, 30-55 us a window's write beside a busy Python thread
+        # (docs/benchmarks/aligner-host/dispatches.py)
         window_of_slot = np.full((len(packed), capacity), PADDING, dtype=np.int64)
         for r, members in enumerate(packed):
             column = 0

@@ -13,7 +13,6 @@ Run from the repo root (it writes the tiny checkpoint with tests/aligner/checkpo
 
 from __future__ import annotations
 
-import collections
 import sys
 import tempfile
 import threading
@@ -22,54 +21,32 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from voxgate.engine.aligner.align import Aligner
 from voxgate.engine.aligner.windows import PADDING, WindowLayout, pack
 from voxgate.engine.graphs import GraphSet
+from voxgate.engine.qwen3tts.bench.launch_count import LaunchCounter
 
 sys.path.insert(0, "tests")
 from aligner.checkpoint import write_sharp_aligner
-
-COUNTING = [False]
-
-
-class Count(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: collections.Counter[str] = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        if COUNTING[0]:
-            self.ops[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
-def uncounted(call):  # type: ignore[no-untyped-def]
-    def run(self, key):  # type: ignore[no-untyped-def]
-        COUNTING[0] = False
-        try:
-            return call(self, key)
-        finally:
-            COUNTING[0] = True
-    return run
 
 
 def main() -> None:
     aligner = Aligner.from_pretrained(write_sharp_aligner(Path(tempfile.mkdtemp())), decoder="packed")
     aligner.capture(progress=False, encoder_graphs=True)
-    GraphSet.__call__ = uncounted(GraphSet.__call__)  # type: ignore[method-assign]  (a replay on CUDA)
+    counter = LaunchCounter(every_op=True)  # a graph set's call counts once, as "triton:graph set" (a replay on CUDA)
+    GraphSet.__call__ = counter.kernel("graph set", GraphSet.__call__)  # type: ignore[method-assign]
     rng = np.random.default_rng(0)
     words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "birds", "sing",
              "softly"]
     clips = [0.1 * rng.standard_normal(int(16_000 * rng.uniform(0.5, 3.5))).astype(np.float32) for _ in range(56)]
     texts = [" ".join(rng.choice(words, size=int(rng.integers(2, 9)))) for _ in clips]
     aligner.unit_times_batch(clips, texts)
-    with Count() as count:
-        COUNTING[0] = True
+    with counter:
         aligner.unit_times_batch(clips, texts)
-        COUNTING[0] = False
-    print(f"operations outside the graphs, a call of {len(clips)} clips: {sum(count.ops.values())}")
-    print(", ".join(f"{op} {n}" for op, n in count.ops.most_common(8)))
+    replays = counter.ops.pop("triton:graph set", 0)
+    print(f"operations outside the graphs, a call of {len(clips)} clips: {sum(counter.ops.values())} "
+          f"(and {replays} graph calls)")
+    print(", ".join(f"{op} {n}" for op, n in counter.ops.most_common(8)))
     windows = [int(w) for w in rng.integers(7, 47, size=89)]
     print(f"windows' layout, 89 windows, alone: {layouts(windows)}")
     sys.setswitchinterval(0.0005)  # as EngineLoop.start sets it

@@ -47,15 +47,17 @@ NO_LAUNCH = {_aten.empty, _aten.empty_like, _aten.empty_strided, _aten.detach, _
 
 class LaunchCounter(TorchDispatchMode):
     """Counts the aten ops dispatched while active, by name; `kernel(name, fn)` wraps a reference so that a call
-    counts once, as `triton:<name>`, whatever it runs inside."""
+    counts once, as `triton:<name>`, whatever it runs inside. `every_op`: views and bare allocations too (each is
+    still a dispatch from Python, which gives the GIL up and takes it back: docs/benchmarks/aligner-host)."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_op: bool = False) -> None:
         super().__init__()
         self.ops: Counter[str] = Counter()
+        self.every_op = every_op
         self._inside = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if not self._inside and not func.is_view and func.overloadpacket not in NO_LAUNCH:
+        if not self._inside and (self.every_op or (not func.is_view and func.overloadpacket not in NO_LAUNCH)):
             self.ops[str(func.overloadpacket)] += 1
         return func(*args, **(kwargs or {}))
 
