@@ -59,6 +59,17 @@ def test_features_match_one_clip_at_a_time(seed):
         assert not mel[b, :, frames[b]:].any()
 
 
+def test_features_of_clips_in_other_dtypes_are_those_of_their_float32_values():
+    """log_mel_batch casts the clips once after joining them: clips of mixed dtypes give exactly the features of
+    their float32 values."""
+    clips = [torch.from_numpy(peak_limited(c)) for c in random_batch(1)[0]]
+    mixed = [c.to(dtype) for c, dtype in zip(clips, [torch.float64, torch.bfloat16, torch.float16] * 2, strict=True)]
+    want, frames = log_mel_batch([c.float() for c in mixed])
+    got, got_frames = log_mel_batch(mixed)
+    assert got.dtype == torch.float32 and got_frames == frames
+    assert torch.equal(got, want)
+
+
 def test_features_of_the_shortest_clips_match_one_clip_at_a_time():
     # 201 samples is the least a clip may have (the reflect padding is 200 on each side); around one hop and one
     # window, and a long one beside them, so the short ones are right-padded far
