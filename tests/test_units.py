@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import numpy as np
 import pytest
@@ -10,7 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from voxgate.client.player import SimulatedPlayer
 from voxgate.engine.fake import FakeEngine
-from voxgate.gateway.audio.frames import AudioFormat, make_encoder, mulaw_decode, mulaw_encode
+from voxgate.gateway.audio.frames import (
+    OPUS_SWITCH_INTERVAL_S,
+    AudioFormat,
+    configure_opus_pool,
+    make_encoder,
+    mulaw_decode,
+    mulaw_encode,
+)
 from voxgate.gateway.config import GatewayConfig, load_config
 from voxgate.gateway.protocol import FLAG_FIRST, FLAG_LAST, FrameHeader, ProtocolError
 from voxgate.gateway.session.context import Context
@@ -79,6 +87,19 @@ def test_audio_negotiation_refuses_clearly(audio, error):
     with pytest.raises(ProtocolError, match=error) as exc:
         AudioFormat.negotiate(audio)
     assert exc.value.code == "unsupported"
+
+
+@pytest.mark.parametrize("before_ms", [5.0, 0.1])
+def test_opus_pool_shortens_the_switch_interval_and_never_lengthens_it(before_ms):
+    """The engine loop starts before the pool is configured: a shorter interval it set (gil_switch_ms) stays."""
+    saved = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(before_ms / 1000)
+        configure_opus_pool(1)
+        assert sys.getswitchinterval() == pytest.approx(min(before_ms / 1000, OPUS_SWITCH_INTERVAL_S))
+    finally:
+        configure_opus_pool(0)
+        sys.setswitchinterval(saved)
 
 
 def test_mulaw_round_trip_within_quantization():

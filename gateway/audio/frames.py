@@ -146,12 +146,13 @@ def configure_opus_pool(threads: int) -> None:
     """Encode Opus on `threads` worker threads (0: on the event loop's thread). Process-wide; set at app start.
 
     Each packet's encode releases the GIL and takes it back; with CPython's 5 ms switch interval a worker can wait
-    that long for a busy event loop to let go, so with a pool the interval is shortened (0.5 ms)."""
+    that long for a busy event loop to let go, so with a pool the interval is shortened to 0.5 ms (never lengthened:
+    an engine loop started first may have set a shorter one, its option `gil_switch_ms`)."""
     global _opus_pool
     if _opus_pool is not None:
         _opus_pool.shutdown(wait=False)
     _opus_pool = ThreadPoolExecutor(threads, thread_name_prefix="opus") if threads > 0 else None
-    if threads > 0:
+    if threads > 0 and sys.getswitchinterval() > OPUS_SWITCH_INTERVAL_S:
         sys.setswitchinterval(OPUS_SWITCH_INTERVAL_S)
 
 
