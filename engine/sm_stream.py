@@ -3,10 +3,16 @@ steps: the loop's latency-bound kernels keep the other SMs, whatever that work q
 
 torch's green-context API changed between releases (a `create` factory with a `Stream()` method in 2.9-2.13, a
 constructor later); both forms are taken, and a build without it is refused with one clear line.
+
+A green context is never destroyed while its process runs: pinned host memory that a copy on its stream used records
+an event on that stream when it is freed, and after the context is gone that record aborts the process ("CUDA
+error: context is destroyed", seen at a test process's exit). Its SMs go back to the GPU when the process ends; an
+engine makes one.
 """
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import torch
@@ -37,4 +43,10 @@ def sm_limited_stream(device: torch.device, num_sms: int) -> tuple[torch.cuda.St
                                                                                          device_id=index)
     if not hasattr(context, "Stream"):
         raise RuntimeError(f"torch {torch.__version__}'s green contexts make no streams of their own")
+    _keep_for_the_process(context)
     return context.Stream(), context
+
+
+def _keep_for_the_process(obj: object) -> None:
+    """One reference nothing ever gives back (module docstring: why a green context must outlive every buffer)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))

@@ -1,10 +1,15 @@
 """engine/sm_stream.py: a stream whose kernels run on only some SMs (a CUDA green context), and the option that asks
 for one (codec_sms)."""
 
+import gc
+import subprocess
+import sys
+import weakref
+
 import pytest
 import torch
 from voxgate.engine.qwen3tts.options import Qwen3TTSOptions
-from voxgate.engine.sm_stream import sm_limited_stream
+from voxgate.engine.sm_stream import _keep_for_the_process, sm_limited_stream
 
 
 def test_codec_sms_reaches_the_runner_and_below_zero_is_refused() -> None:
@@ -33,6 +38,18 @@ def test_codec_calls_up_to_codec_sms_rows_take_the_limited_lane() -> None:
     assert [decoder.lane(b)[1] is decoder.limited_graphs for b in buckets] == [True, True, False, False]
     decoder.limited_rows = 0
     assert all(decoder.lane(b)[1] is decoder.limited_graphs for b in buckets)
+
+
+def test_what_is_kept_for_the_process_outlives_its_last_reference() -> None:
+    class Context:  # a green context's stand-in: weakly referable, freed when its last reference goes
+        pass
+
+    kept, dropped = Context(), Context()
+    _keep_for_the_process(kept)
+    refs = weakref.ref(kept), weakref.ref(dropped)
+    del kept, dropped
+    gc.collect()
+    assert refs[0]() is not None and refs[1]() is None
 
 
 def test_an_sm_limited_stream_needs_a_cuda_device() -> None:
@@ -74,3 +91,29 @@ def test_work_on_an_sm_limited_stream_equals_work_on_a_plain_one() -> None:
     total = torch.cuda.get_device_properties(device).multi_processor_count
     with pytest.raises(ValueError, match="takes 1 to"):
         sm_limited_stream(device, total)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_pinned_memory_used_on_an_sm_limited_stream_is_freed_after_its_context_is_dropped() -> None:
+    """The abort a test process met at exit: pinned host memory a copy on the limited stream used, freed after the
+    stream and its green context were dropped (its free records an event on that stream). A process of its own, so
+    an abort fails this test instead of ending the run."""
+    code = """if True:
+        import gc
+        import torch
+        from voxgate.engine.sm_stream import sm_limited_stream
+        device = torch.device("cuda")
+        stream, context = sm_limited_stream(device, 16)
+        host = torch.empty(4096, dtype=torch.int16, pin_memory=True)
+        with torch.cuda.stream(stream):
+            host.copy_(torch.ones(4096, dtype=torch.int16, device=device), non_blocking=True)
+        stream.synchronize()
+        del stream, context
+        gc.collect()
+        del host
+        torch.cuda.synchronize()
+        print("freed")
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and "freed" in done.stdout, done.stderr[-2000:]

@@ -47,7 +47,7 @@ class ChunkDecoder:
         self.limited: torch.cuda.Stream | None = None
         self.limited_graphs: GraphSet[Bucket] | None = None
         self.limited_rows = sms_rows
-        self._green: Any = None  # the limited stream's green context, kept alive with it
+        self._green: Any = None  # the limited stream's green context (engine/sm_stream.py keeps it for the process)
         if device.type == "cuda" and sms:
             self.limited, self._green = sm_limited_stream(device, sms)
             self.limited_graphs = GraphSet(device, enforce_eager, capture_stream=self._green.Stream())
