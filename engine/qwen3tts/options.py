@@ -32,11 +32,11 @@ class Qwen3TTSOptions(EngineConfig):
                                                  "1,8,16,32,64 x codec_width)")
     codec_sms: int = option(0, "the codec's calls run on this many of the GPU's SMs only (a CUDA green context, "
                                "engine/sm_stream.py), so that the steps' small kernels do not wait behind its blocks: "
-                               "32 made c = 8 2.7 % faster on an H100, its wide calls ~3x slower; 0: every SM "
-                               "(default; c = 1 and c = 128 not measured with it; ignored off CUDA)")
+                               "32 made c = 8 2-3 % faster on an H100 and c = 128 38 % slower (its wide calls "
+                               "~3x slower there); 0: every SM (default; ignored off CUDA)")
     codec_sms_rows: int = option(0, "with codec_sms: only codec calls of at most this many rows run on its SMs, "
-                                    "wider ones on every SM (their graphs captured on both; 0: every call, as "
-                                    "measured)")
+                                    "wider ones on every SM (their graphs captured on both; 0: every call); 8 "
+                                    "kept c = 8's gain and c = 1's and c = 128's speed on an H100")
     ref_audio: str | None = option(None, "Base: a 16-bit WAV whose x-vector is the `clone` voice")
     greedy: bool = option(False, "true: greedy decoding (no sampling)")
     warmup: bool = option(True, "false: skip the warm-up stream at start")
