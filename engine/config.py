@@ -56,7 +56,8 @@ class EngineConfig:
                                     "least 3/4 full, and one with pieces that cannot wait takes as many more as make "
                                     "its cost per piece least (default true; false: every due piece every step)")
     gil_switch_ms: float = option(0.5, "CPython's thread switch interval while the loop runs (default 0.5; 0 leaves "
-                                       "it)")
+                                       "it); 0.1 made loaded steps with word times a fifth shorter on an H100, the "
+                                       "same capacity, streams past it paused")
 
 
 def option_help(cls: type) -> dict[str, str]:
