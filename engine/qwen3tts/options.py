@@ -123,7 +123,9 @@ class Qwen3TTSOptions(EngineConfig):
                                          "one more call each time this much more audio is made (while the "
                                          "listener is less than two groups ahead), and released up to the last "
                                          "word measured (engine/aligner/stream.py; default 1000; 0: aligned whole "
-                                         "once the sentence is made, its audio held until then)")
+                                         "once the sentence is made, its audio held until then; not held, whole "
+                                         "measured closed c = 128 +16-23 % but lower open-loop capacity on an "
+                                         "H100: docs/aligner.md)")
     aligner_margin_ms: int = option(240, "word times: a word timed in a piece is kept only if it ends this long "
                                          "before the piece's end, where the cut may blur the aligner's times "
                                          "(default 240; the rest wait for the next piece)")
