@@ -233,7 +233,7 @@ class AlignedStream(AudioStream):
             except RuntimeError:  # the event loop is gone: nobody waits
                 pass
 
-        self._job = AlignJob(audio, text, deliver)
+        self._job = AlignJob(audio, text, deliver, hold=self._hold)
         try:
             self._worker.submit(self._job)
         except RuntimeError as exc:

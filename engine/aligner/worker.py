@@ -1,10 +1,11 @@
 """The forced aligner beside the engine loop: one thread owns an `Aligner` and measures segments as they come.
 
 Streams submit `AlignJob`s (a segment's complete audio and its text) from the event loop; the worker takes every
-job waiting (up to MAX_BATCH), drops the cancelled ones and measures the rest with one `Aligner.align_batch` call,
-then hands each job its words (or the error) through its `deliver` callback, on the worker thread. The TTS step
-loop never waits for it: the aligner has its own thread and, on CUDA, its own CUDA stream, so its kernels queue
-beside the steps' instead of behind them on the default stream.
+job waiting (up to MAX_BATCH; jobs no listener waits on may first wait `gather_s` for more), drops the cancelled
+ones and measures the rest with one `Aligner.align_batch` call, then hands each job its words (or the error)
+through its `deliver` callback, on the worker thread. The TTS step loop never waits for it: the aligner has its
+own thread and, on CUDA, its own CUDA stream, so its kernels queue beside the steps' instead of behind them on the
+default stream.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ class AlignJob:
     deliver: Callable[[list[WordTime] | None, BaseException | None], None]
     cancelled: bool = False  # set by the stream's owner; a plain write, read when the worker takes its batch
     chunks: int = 0  # the encoder's 1-s chunks of `audio` (audio_chunks), set when submitted
+    # A listener's audio waits for the answer (a held stream): its call starts at once. Not held: its call may wait
+    # up to the worker's `gather_s` from `submitted` (time.monotonic(), set when submitted) for more jobs.
+    hold: bool = True
+    submitted: float = 0.0
 
 
 class AlignerWorker:
@@ -67,9 +72,16 @@ class AlignerWorker:
     def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False,
                  graphs: bool = False, encoder_graphs: bool = False, graph_clips: int = MAX_CLIPS,
                  graph_chunks: int = MAX_CHUNKS, graph_steps: int = GRAPH_STEPS,
-                 prefill_attention: bool = False, priority: str = "normal", profile: str | None = None) -> None:
+                 prefill_attention: bool = False, priority: str = "normal", profile: str | None = None,
+                 gather_s: float = 0.0) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
+        if gather_s < 0:
+            raise ValueError("gather_s must be >= 0")
+        # A call of jobs no listener waits on starts once the oldest has waited gather_s, the waiting jobs fill a
+        # call (behind()) or a held job comes: fewer, fuller calls, since a call's time beside a busy loop hardly
+        # follows its clips (docs/aligner.md). 0: every call starts as soon as the worker is free.
+        self.gather_s = gather_s
         self.aligner = aligner
         # CUDA graphs captured on this thread before the warm-up (CUDA only): the packed decoder's for calls of up
         # to graph_clips clips, the encoder's for up to graph_chunks 1-s chunks (larger calls run eagerly)
@@ -113,6 +125,7 @@ class AlignerWorker:
 
     def submit(self, job: AlignJob) -> None:
         job.chunks = audio_chunks(job.audio)
+        job.submitted = time.monotonic()
         with self._ready:
             if self._closed:
                 raise RuntimeError("the aligner is stopped")
@@ -143,6 +156,9 @@ class AlignerWorker:
                     self._jobs.clear()
                     self._waiting_chunks = 0
                     break
+                if self._jobs and (wait := self._gather_wait()) > 0:
+                    self._ready.wait(wait)  # or sooner: a submit (held, or filling the call) or a close
+                    continue
                 if self._jobs:
                     batch: list[AlignJob] = []
                     chunks = 0
@@ -159,6 +175,13 @@ class AlignerWorker:
         for job in stopped:
             job.deliver(None, RuntimeError("the aligner stopped"))
         return None
+
+    def _gather_wait(self) -> float:
+        """Seconds the next call still waits for more jobs (<= 0: it starts now); under `_ready`, the oldest job
+        live at the head."""
+        if self.gather_s <= 0 or self.behind() or any(j.hold and not j.cancelled for j in self._jobs):
+            return 0.0
+        return self._jobs[0].submitted + self.gather_s - time.monotonic()
 
     def _run(self) -> None:
         device = self.aligner.thinker.lm_head.weight.device

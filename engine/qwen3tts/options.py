@@ -154,6 +154,11 @@ class Qwen3TTSOptions(EngineConfig):
     aligner_priority: str = option("normal", "word times: the aligner's CUDA stream at normal priority (the "
                                              "loop's) or high (the device's highest: its kernels' blocks start "
                                              "before the loop's; engine/aligner/worker.py; default normal)")
+    aligner_gather_ms: int = option(0, "word times not held: an aligner call of such streams' clips waits up to "
+                                       "this long after its oldest clip came for more (a held stream's clip, or "
+                                       "a full call, starts it at once): fewer, fuller calls, words later "
+                                       "(engine/aligner/worker.py; default 0: a call starts as soon as the "
+                                       "aligner is free)")
     aligner_profile: str | None = option(None, "PATH:FIRST:COUNT: torch's profiler around COUNT aligner calls from "
                                                "call FIRST, their operations' CPU time by thread and the "
                                                "allocators' counters written to PATH: what a call's host time goes "
@@ -170,8 +175,8 @@ class Qwen3TTSOptions(EngineConfig):
             raise ValueError("codec_width must be 1 to 32 frames")
         if not self.rows:
             raise ValueError("max_rows must be at least the smallest row bucket")
-        if self.aligner_group_ms < 0 or self.aligner_margin_ms < 0:
-            raise ValueError("aligner_group_ms and aligner_margin_ms must be >= 0")
+        if min(self.aligner_group_ms, self.aligner_margin_ms, self.aligner_gather_ms) < 0:
+            raise ValueError("aligner_group_ms, aligner_margin_ms and aligner_gather_ms must be >= 0")
         if min(self.aligner_max_batch, self.aligner_graph_clips) < 1:
             raise ValueError("aligner_max_batch and aligner_graph_clips must be at least 1")
         if self.aligner_graph_chunks < 1 or self.aligner_graph_chunks & (self.aligner_graph_chunks - 1):
@@ -195,7 +200,7 @@ class Qwen3TTSOptions(EngineConfig):
                     max_batch=self.aligner_max_batch, graph_clips=self.aligner_graph_clips,
                     graph_chunks=self.aligner_graph_chunks, graph_steps=self.aligner_graph_steps,
                     prefill_attention=self.aligner_prefill_attention, priority=self.aligner_priority,
-                    profile=self.aligner_profile)
+                    profile=self.aligner_profile, gather_s=self.aligner_gather_ms / 1000)
 
     @property
     def slots(self) -> int | None:

@@ -397,6 +397,7 @@ async def test_while_the_aligner_is_behind_a_not_held_stream_makes_one_call(hold
     ends = [*starts[1:], len(audio)]
     assert taken == [WordTime(w.text, s, e) for w, s, e in zip(text_words(TEXT), starts, ends, strict=True)]
     assert np.array_equal(np.concatenate([p for _, p, _ in got]), audio)
+    assert {job.hold for job in worker.jobs} == {hold}  # what the worker's gather_s goes by (held: never gathered)
     if hold:
         assert len(truth.calls) > 1
     else:
