@@ -12,8 +12,8 @@
 #          .baseline/<commit>.tar.gz (`git archive <commit> engine kernels gateway web configs | gzip`) with BASE_BENCH,
 #          then this tree with NEW_BENCH (the engine's defaults), then its buckets as powers of two (--graph-steps 1)
 #   slo    sentence SLO capacity with word times not held (RATES) on a server with NEW_SERVE, then without word
-#          times (BASE_RATES) on the same server: the baseline on the card at hand; then, with DEFAULTS_ARM=1 and
-#          time left, not held on a server with the engine's defaults (DEFAULTS_RATES, none: no rates; then closed
+#          times (BASE_RATES; none: skipped) on the same server: the baseline on the card at hand; then, with
+#          DEFAULTS_ARM=1 and time left, not held on a server with the engine's defaults (DEFAULTS_RATES, none: no rates; then closed
 #          c = 128), from the baseline tree with DEFAULTS_TREE=base (BASE: its archive, default the first)
 #   report issue 28's report points: the aligner's time per second of audio at 1 and 128 clips of 3 s (bench, before
 #          any server starts) and in the loop at 1 and 128 streams (closed loop, word times not held: its busy
@@ -149,7 +149,7 @@ if has slo && room; then
   # shellcheck disable=SC2086
   if serve new $NEW_SERVE; then
     scrape slo0; eval load nohold-cap $OPEN --rates ${RATES:-270,300,330} $NOHOLD; scrape slo1; share slo0 slo1
-    eval load none-cap $OPEN --rates ${BASE_RATES:-330,360,390}
+    [ "${BASE_RATES:-}" != none ] && eval load none-cap $OPEN --rates ${BASE_RATES:-330,360,390}
     if has report && room; then report_loads; fi  # the same server: no second start (~100 s)
     stop
   fi
