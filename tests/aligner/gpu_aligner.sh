@@ -13,8 +13,8 @@
 #          then this tree with NEW_BENCH (the engine's defaults), then its buckets as powers of two (--graph-steps 1)
 #   slo    sentence SLO capacity with word times not held (RATES) on a server with NEW_SERVE, then without word
 #          times (BASE_RATES; none: skipped) on the same server: the baseline on the card at hand; then, with
-#          DEFAULTS_ARM=1 and time left, not held on a server with the engine's defaults (DEFAULTS_RATES, none: no rates; then closed
-#          c = 128), from the baseline tree with DEFAULTS_TREE=base (BASE: its archive, default the first)
+#          DEFAULTS_ARM=1 and time left, not held on a server with the engine's defaults (DEFAULTS_RATES, none: no
+#          rates; then closed c = 128), from the baseline tree with DEFAULTS_TREE=base (BASE: its archive, default the first)
 #   report issue 28's report points: the aligner's time per second of audio at 1 and 128 clips of 3 s (bench, before
 #          any server starts) and in the loop at 1 and 128 streams (closed loop, word times not held: its busy
 #          seconds over the seconds it aligned and over the speech made, from /metrics before and after), beside the
