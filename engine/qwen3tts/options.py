@@ -158,7 +158,7 @@ class Qwen3TTSOptions(EngineConfig):
                                        "this long after its oldest clip came for more (a held stream's clip, or "
                                        "a full call, starts it at once): fewer, fuller calls, words later "
                                        "(engine/aligner/worker.py; default 0: a call starts as soon as the "
-                                       "aligner is free)")
+                                       "aligner is free; not yet measured on a GPU)")
     aligner_profile: str | None = option(None, "PATH:FIRST:COUNT: torch's profiler around COUNT aligner calls from "
                                                "call FIRST, their operations' CPU time by thread and the "
                                                "allocators' counters written to PATH: what a call's host time goes "
