@@ -8,6 +8,7 @@ import time
 import pytest
 from support import no_pause_from_the_server, server_caused
 from voxgate.client.protocol_client import VoxgateClient
+from voxgate.gateway.transport.loop_lag import watch_loop_lag
 
 # Harvard sentences (IEEE 1969, public domain), list 1: a ~20 s passage at espeak's default rate.
 PASSAGE = ("The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
@@ -21,6 +22,8 @@ PASSAGE = ("The birch canoe slid on the smooth planks. Glue the sheet to the dar
 @pytest.mark.parametrize("stream_words", [None, 3])
 async def test_client_clock_keeps_the_buffer_bounded_and_never_gaps(gateway, stream_words):
     server = gateway()
+    lags: list[float] = []  # this process's own event-loop lags: while its loop is held, frames wait in the socket
+    watcher = asyncio.create_task(watch_loop_lag(lags.append, 0.005))
     async with VoxgateClient(server.ws_url, pacing="client_clock", target_buffer_ms=150,
                              max_buffer_ms=1000) as client:
         t0 = time.monotonic()
@@ -30,14 +33,17 @@ async def test_client_clock_keeps_the_buffer_bounded_and_never_gaps(gateway, str
         duration = len(result.audio) / client.rate
         elapsed = time.monotonic() - t0
         await no_pause_from_the_server(client)  # (a gap this loaded test process caused itself is the client's)
+    watcher.cancel()
     assert duration > 18, f"the passage should be ~20 s, got {duration:.1f} s"
     assert player.position() == player.received_end  # everything was played
     # The buffer stayed within [0, max_buffer]: paced to the target, not dumped.
     max_buffer = client.rate * 1.0
     assert 0 <= player.max_buffered <= max_buffer
     # target + a frame + timer slack, plus what arrived while this (loaded) test process itself stalled the player:
-    # that audio waited in the socket and lands at once when the process runs again (the server is cleared above)
-    assert player.max_buffered <= client.rate * (0.150 + 0.040 + 0.030) + player.underrun_samples
+    # that audio waited in the socket and lands at once when the process runs again (the server is cleared above).
+    # A stall shorter than the buffer leaves no underrun but still delivers its audio at once: its longest loop lag.
+    held = int(max(lags, default=0.0) * client.rate)
+    assert player.max_buffered <= client.rate * (0.150 + 0.040 + 0.030) + player.underrun_samples + held
     assert elapsed > duration - 0.5  # delivered over the playback time, not ahead of it
     # context.done counts what its stall messages said: none the server caused (a late send while the loaded
     # machine held the server's loop is excused above, with its message)
