@@ -5,6 +5,7 @@ none after a cancel. Tiny synthetic aligner, CPU, fp32; the order of events is d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 from collections.abc import Iterator
@@ -245,6 +246,18 @@ def test_behind_when_the_waiting_jobs_fill_the_next_call(aligner: Aligner, kwarg
         worker.close()
 
 
+@contextlib.contextmanager
+def _gathering(aligner: Aligner, gather_s: float, **kwargs: Any) -> Iterator[tuple[Gated, AlignerWorker]]:
+    """A worker with `gather_s` over a gate that lets every call through, closed after."""
+    gate = Gated(aligner)
+    gate.release.set()
+    worker = AlignerWorker(gate, gather_s=gather_s, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield gate, worker
+    finally:
+        worker.close()
+
+
 def _answers(n: int) -> tuple[threading.Event, Any]:
     """An event set once `n` jobs are answered, and a deliver callback counting them."""
     done, answered = threading.Event(), []
@@ -259,10 +272,7 @@ def _answers(n: int) -> tuple[threading.Event, Any]:
 def test_not_held_jobs_wait_together_until_a_call_is_full(aligner: Aligner) -> None:
     """gather_s: jobs no listener waits on (hold=False) wait for more; the job that fills a call (max_batch)
     starts it at once, long before gather_s, with all of them."""
-    gate = Gated(aligner)
-    gate.release.set()
-    worker = AlignerWorker(gate, max_batch=3, gather_s=600)  # type: ignore[arg-type]
-    try:
+    with _gathering(aligner, 600, max_batch=3) as (gate, worker):
         done, deliver = _answers(3)
         for i in range(2):
             worker.submit(AlignJob(as_float(pcm(0.4, i)), f"Clip {i}.", deliver, hold=False))
@@ -270,38 +280,26 @@ def test_not_held_jobs_wait_together_until_a_call_is_full(aligner: Aligner) -> N
         worker.submit(AlignJob(as_float(pcm(0.4, 2)), "Clip 2.", deliver, hold=False))
         assert done.wait(120)
         assert gate.calls == [["Clip 0.", "Clip 1.", "Clip 2."]]
-    finally:
-        worker.close()
 
 
 def test_a_held_job_starts_the_call_with_the_gathered_ones(aligner: Aligner) -> None:
     """A held stream's clip (a listener's audio waits on it) is never gathered: it starts the call at once, with
     the not-held clips that were waiting."""
-    gate = Gated(aligner)
-    gate.release.set()
-    worker = AlignerWorker(gate, gather_s=600)  # type: ignore[arg-type]
-    try:
+    with _gathering(aligner, 600) as (gate, worker):
         done, deliver = _answers(2)
         worker.submit(AlignJob(as_float(pcm(0.4, 0)), "Not held.", deliver, hold=False))
         assert not gate.entered.wait(0.3)
         worker.submit(AlignJob(as_float(pcm(0.4, 1)), "Held.", deliver))
         assert done.wait(120)
         assert gate.calls == [["Not held.", "Held."]]
-    finally:
-        worker.close()
 
 
 def test_a_gathered_job_goes_alone_once_its_time_is_up_and_a_close_answers_the_waiting(aligner: Aligner) -> None:
-    gate = Gated(aligner)
-    gate.release.set()
-    worker = AlignerWorker(gate, gather_s=0.05)  # type: ignore[arg-type]
-    try:
+    with _gathering(aligner, 0.05) as (gate, worker):
         done, deliver = _answers(1)
         worker.submit(AlignJob(as_float(pcm(0.4, 0)), "Alone.", deliver, hold=False))
         assert done.wait(120)
         assert gate.calls == [["Alone."]]
-    finally:
-        worker.close()
     waiting = AlignerWorker(gate, gather_s=600)  # type: ignore[arg-type]
     errors: list[BaseException | None] = []
     waiting.submit(AlignJob(as_float(pcm(0.4, 1)), "Never.", lambda w, e: errors.append(e), hold=False))
