@@ -1,7 +1,12 @@
-"""Do two processes' kernels run side by side on this GPU? Each of N processes (spawned) queues the same small
-kernels (torch.cuda._sleep: one block spinning for a number of clock cycles, so it needs almost none of the GPU)
-after a shared barrier; their walls are compared with one process alone. Time-sliced contexts (no MPS) take about
-N times as long together; under MPS, or streams of one process, about as long as one.
+"""Do two processes' kernels run side by side on this GPU? Each of N processes (spawned) queues the same kernels
+after a shared barrier: one block of 4 warps, each thread a chain of dependent multiply-adds, so a kernel needs
+almost none of the GPU and takes a fixed number of instructions; their walls are compared with one process alone.
+Time-sliced contexts (no MPS) take about N times as long together; under MPS, or streams of one process, about as
+long as one.
+
+(The first version of this probe spun `torch.cuda._sleep`, which waits for the SM's clock to pass a count: a kernel
+switched out by the time-slicer still ends on time once back, so it could not tell the two apart. Its run on an
+H100, 2026-12-07: 1.04 without the MPS daemon, 0.97 with it.)
 
     python docs/benchmarks/h200-word-times/mps-probe/overlap.py [--procs 2] [--ms 400]
 """
@@ -12,22 +17,36 @@ import argparse
 import multiprocessing as mp
 import time
 
+import triton
+import triton.language as tl
+
+KERNELS = 20  # a process's work: this many kernels of ms / KERNELS each, queued back to back
+
+
+@triton.jit
+def _spin_kernel(x_ptr, n):
+    offs = tl.arange(0, 128)
+    acc = tl.load(x_ptr + offs)
+    for _ in range(n):  # each step waits for the one before: a fixed count of instructions, no memory traffic
+        acc = acc * 0.999 + 0.001
+    tl.store(x_ptr + offs, acc)
+
 
 def spin(ms: float, barrier: object, out: object, rank: int) -> None:
     import torch
 
-    torch.cuda.init()
-    torch.cuda._sleep(1000)
+    x = torch.zeros(128, device="cuda")
+    _spin_kernel[(1,)](x, 1000)  # compiled and loaded before any timing
     torch.cuda.synchronize()
     start = time.perf_counter()
-    torch.cuda._sleep(1_000_000)  # calibrate: ~1 M cycles
+    _spin_kernel[(1,)](x, 1_000_000)  # calibrate: a million steps
     torch.cuda.synchronize()
-    per_cycle = (time.perf_counter() - start) / 1_000_000
-    cycles = int(ms / 1000 / per_cycle / 20)
+    per_step = (time.perf_counter() - start) / 1_000_000
+    steps = int(ms / 1000 / per_step / KERNELS)
     barrier.wait()  # type: ignore[attr-defined]
     start = time.perf_counter()
-    for _ in range(20):  # 20 kernels of ms / 20 each, queued back to back
-        torch.cuda._sleep(cycles)
+    for _ in range(KERNELS):
+        _spin_kernel[(1,)](x, steps)
     torch.cuda.synchronize()
     out[rank] = time.perf_counter() - start  # type: ignore[index]
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in the twenty-first session (2026-12-07), not yet run (~1-2 min of device time): can the device run
+# Prepared in the twenty-first session (2026-12-07); its first run (twenty-second session, H100) showed the daemon
+# starts, but its kernels (torch.cuda._sleep) could not tell time-slicing from overlap; overlap.py now spins a fixed
+# count of instructions instead (~1-2 min of device time): can the device run
 # NVIDIA MPS, and do two processes' kernels then run side by side? The aligner in a process of its own (its own
 # GIL, so none of its Python or its CUDA calls' waits beside the loop's threads) was measured no faster on
 # 2026-12-06 because the GPU time-sliced the two processes' contexts; under MPS they would share the SMs as two
