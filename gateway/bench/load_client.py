@@ -22,7 +22,8 @@ class ServerError(Exception):
 
 
 class Refused(ServerError):
-    """A new session refused because the engine is full (`engine_full`, or close 1013): no request was served.
+    """A new session refused for load (`engine_full` or `too_many_sessions`, or close 1013 or 4029): no request was
+    served.
     `retry_after_s`: the refusal's `retry_after_ms`, when it said one."""
 
     def __init__(self, message: str, retry_after_s: float | None = None) -> None:
@@ -31,7 +32,9 @@ class Refused(ServerError):
 
 
 REFUSAL_CODE = "engine_full"  # the gateway's answer past capacity: HTTP 503, a WebSocket error or close 1013
-WS_TRY_AGAIN_LATER = 1013
+# A new session is refused for load by either limit: the engine's (engine_full, 1013) or the gateway's session cap
+# (too_many_sessions, 4029; docs/protocol.md). Both say "retry later"; neither served a request.
+SESSION_REFUSALS = {REFUSAL_CODE: 1013, "too_many_sessions": 4029}
 
 
 @dataclass(slots=True)
@@ -128,7 +131,7 @@ class WsClient:
                     start = {}
                 msg = await ws.recv()
             except ConnectionClosed as exc:
-                if exc.rcvd is not None and exc.rcvd.code == WS_TRY_AGAIN_LATER:
+                if exc.rcvd is not None and exc.rcvd.code in SESSION_REFUSALS.values():
                     raise Refused(f"session refused: close {exc.rcvd.code} {exc.rcvd.reason}") from None
                 raise
             if isinstance(msg, bytes):
@@ -146,7 +149,7 @@ class WsClient:
             if data.get("type") == "error":
                 await ws.close()
                 message = f"session.start refused: {data.get('code')}: {data.get('message')}"
-                if data.get("code") == REFUSAL_CODE:
+                if data.get("code") in SESSION_REFUSALS:
                     raise Refused(message, _seconds(data.get("retry_after_ms"), 1e-3))
                 raise ServerError(message)
 
