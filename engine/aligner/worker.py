@@ -5,7 +5,7 @@ job waiting (up to MAX_BATCH; jobs no listener waits on may first wait `gather_s
 ones and measures the rest with one `Aligner.align_batch` call, then hands each job its words (or the error)
 through its `deliver` callback, on the worker thread. The TTS step loop never waits for it: the aligner has its
 own thread and, on CUDA, its own CUDA stream, so its kernels queue beside the steps' instead of behind them on the
-default stream. Its aligner may also live in a process of its own (`load(process=True)`, process.py).
+default stream.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,9 +31,6 @@ from .config import CHUNK_FRAMES
 from .decoder_graphs import GRAPH_STEPS, MAX_CLIPS
 from .encoder_graphs import MAX_CHUNKS
 from .features import HOP, SAMPLE_RATE
-
-if TYPE_CHECKING:
-    from .process import ChildAligner
 
 log = logging.getLogger("voxgate.engine.aligner")
 
@@ -72,7 +69,7 @@ class AlignJob:
 class AlignerWorker:
     """Measures submitted jobs on its own thread, in batches; `close()` ends it (pending jobs get an error)."""
 
-    def __init__(self, aligner: Aligner | ChildAligner, max_batch: int = MAX_BATCH, warmup: bool = False,
+    def __init__(self, aligner: Aligner, max_batch: int = MAX_BATCH, warmup: bool = False,
                  graphs: bool = False, encoder_graphs: bool = False, graph_clips: int = MAX_CLIPS,
                  graph_chunks: int = MAX_CHUNKS, graph_steps: int = GRAPH_STEPS,
                  prefill_attention: bool = False, priority: str = "normal", profile: str | None = None,
@@ -90,7 +87,7 @@ class AlignerWorker:
         # to graph_clips clips, the encoder's for up to graph_chunks 1-s chunks (larger calls run eagerly)
         self.graphs, self.encoder_graphs = graphs, encoder_graphs
         self.graph_clips, self.graph_chunks, self.graph_steps = graph_clips, graph_chunks, graph_steps
-        if prefill_attention and self._device().type == "cuda":
+        if prefill_attention and aligner.thinker.lm_head.weight.is_cuda:
             aligner.use_prefill_attention()  # the packed decoder's attention by blocks of a clip's tokens (Triton)
         # A call that fits the graphs replays them; a larger one runs eagerly, ~550 launches from this thread under
         # the GIL beside the loop's worker. So the graphs' sizes bound a batch too: graph_clips clips (decoder
@@ -101,7 +98,7 @@ class AlignerWorker:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
         self.priority = priority  # of the worker's CUDA stream (PRIORITIES)
         window = ProfileWindow.parse(profile)  # engine option aligner_profile (call_profile.py)
-        self.profile = CallProfile(window, self._device()) if window else None
+        self.profile = CallProfile(window, aligner.thinker.lm_head.weight.device) if window else None
         self.stream: torch.cuda.Stream | None = None  # the worker's CUDA stream, once its thread has made it
         self.warmup = warmup  # one untimed call on the worker's thread and stream before the first job
         self.batches = 0  # align_batch calls made
@@ -116,22 +113,12 @@ class AlignerWorker:
 
     @classmethod
     def load(cls, path: str, device: torch.device, dtype: torch.dtype,
-             registry: CollectorRegistry | None = None, process: bool = False, **options: Any) -> AlignerWorker:
+             registry: CollectorRegistry | None = None, **options: Any) -> AlignerWorker:
         """The aligner checkpoint at `path` (directory or repo id) on `device` in `dtype`, with a progress bar, its
         metrics in `registry`, warmed up on its thread before this returns (a first CUDA call pays for library
-        handles and kernel loads: no stream's words should). `options`: the constructor's (max_batch, graphs ...).
-        `process`: the aligner is loaded and run in a child process (engine/aligner/process.py) by a worker of its
-        own with these options (there each call starts at once and is profiled); this worker keeps the queue,
-        the gathering, the batches (within the same bounds) and the metrics."""
-        if process:
-            from .process import ChildAligner
-
-            child = dict(options, gather_s=0.0)
-            options.pop("profile", None)
-            aligner: Any = ChildAligner(path, device, dtype, child, cls)
-        else:
-            aligner = Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True)
-        worker = cls(aligner, warmup=True, **options)
+        handles and kernel loads: no stream's words should). `options`: the constructor's (max_batch, graphs ...)."""
+        worker = cls(Aligner.from_pretrained(path, device=device, dtype=dtype, progress=True), warmup=True,
+                     **options)
         worker.metrics = AlignerMetrics(registry)
         worker._warmed.wait()
         return worker
@@ -152,35 +139,11 @@ class AlignerWorker:
         return len(self._jobs) >= self.max_batch or (
             self.max_chunks is not None and self._waiting_chunks >= self.max_chunks)
 
-    def measure(self, audios_24k: list[np.ndarray], texts: list[str]) -> list[list[WordTime] | BaseException]:
-        """Each clip's words, or the error of the call that measured it: submitted as held jobs and waited for
-        (from a thread other than the worker's; a ChildAligner's process answers its parent with it)."""
-        answers: list[list[WordTime] | BaseException] = [[] for _ in texts]
-        left = [len(texts)]
-        done = threading.Event()
-
-        def deliver_to(i: int) -> Callable[[list[WordTime] | None, BaseException | None], None]:
-            def deliver(words: list[WordTime] | None, error: BaseException | None) -> None:
-                answers[i] = error if error is not None else words or []
-                left[0] -= 1  # one thread (the worker's) delivers them all
-                if left[0] == 0:
-                    done.set()
-            return deliver
-
-        for i, (audio, text) in enumerate(zip(audios_24k, texts, strict=True)):
-            self.submit(AlignJob(audio, text, deliver_to(i)))
-        if texts:
-            done.wait()
-        return answers
-
     def close(self, timeout_s: float = 30.0) -> None:
         with self._ready:
             self._closed = True
             self._ready.notify()
         self._thread.join(timeout_s)
-        close = getattr(self.aligner, "close", None)  # an aligner that owns a process (ChildAligner)
-        if close is not None:
-            close()
 
     def _take(self) -> list[AlignJob] | None:
         """The next batch of live jobs (waits for one); None once closed."""
@@ -220,13 +183,8 @@ class AlignerWorker:
             return 0.0
         return self._jobs[0].submitted + self.gather_s - time.monotonic()
 
-    def _device(self) -> torch.device:
-        """Where the aligner's kernels run (CUDA: on the worker's own stream); a ChildAligner's run elsewhere."""
-        thinker = getattr(self.aligner, "thinker", None)  # a ChildAligner has none: nothing runs here
-        return thinker.lm_head.weight.device if thinker is not None else torch.device("cpu")
-
     def _run(self) -> None:
-        device = self._device()
+        device = self.aligner.thinker.lm_head.weight.device
         side = None
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the weights, copied on the default stream, are in place

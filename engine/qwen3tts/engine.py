@@ -90,8 +90,7 @@ class Qwen3TTSEngine(Engine):
             from ..aligner.worker import AlignerWorker
 
             self.word_aligner = AlignerWorker.load(self.aligner_path, tts.device, next(tts.talker.parameters()).dtype,
-                                                   self._registry, process=self.options.aligner_process,
-                                                   **self.options.aligner_worker)
+                                                   self._registry, **self.options.aligner_worker)
         if device == "cpu":
             torch.set_num_threads(1)  # tiny CPU steps: OpenMP threads only fight the event loop for the cores
         t1 = time.perf_counter()

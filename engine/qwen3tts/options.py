@@ -160,11 +160,6 @@ class Qwen3TTSOptions(EngineConfig):
                                        "(engine/aligner/worker.py; default 0: a call starts as soon as the "
                                        "aligner is free; measured on an H100: calls a third fuller, the "
                                        "aligner's time per s of speech 13 % lower, no capacity shown)")
-    aligner_process: bool = option(False, "word times: the aligner runs in a child process of its own (its own "
-                                          "GIL; clips through shared memory; engine/aligner/process.py) instead "
-                                          "of a thread beside the loop; on a GPU, meant for NVIDIA MPS "
-                                          "(without it the GPU time-slices between the two processes); default "
-                                          "false; not yet measured under MPS")
     aligner_profile: str | None = option(None, "PATH:FIRST:COUNT: torch's profiler around COUNT aligner calls from "
                                                "call FIRST, their operations' CPU time by thread and the "
                                                "allocators' counters written to PATH: what a call's host time goes "

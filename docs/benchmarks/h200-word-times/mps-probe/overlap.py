@@ -6,7 +6,9 @@ long as one.
 
 (The first version of this probe spun `torch.cuda._sleep`, which waits for the SM's clock to pass a count: a kernel
 switched out by the time-slicer still ends on time once back, so it could not tell the two apart. Its run on an
-H100, 2026-12-07: 1.04 without the MPS daemon, 0.97 with it.)
+H100, 2026-12-07: 1.04 without the MPS daemon, 0.97 with it. The second, this kernel, ran once with its count
+specialized by Triton, so a calibration compiled a second kernel inside its timing: 569 / 528 ms together without
+the daemon, 252 / 252 ms under it, its "alone" times off.)
 
     python docs/benchmarks/h200-word-times/mps-probe/overlap.py [--procs 2] [--ms 400]
 """
@@ -23,7 +25,7 @@ import triton.language as tl
 KERNELS = 20  # a process's work: this many kernels of ms / KERNELS each, queued back to back
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n"])  # one compiled kernel for every count: none compiles inside a timing
 def _spin_kernel(x_ptr, n):
     offs = tl.arange(0, 128)
     acc = tl.load(x_ptr + offs)

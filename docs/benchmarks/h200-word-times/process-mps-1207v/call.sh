@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran once, at 54d6f37 (twenty-second session; README "The aligner in a process of its own, under MPS"); the option
+# aligner_process was removed again after it, so this script needs that commit.
 # Prepared in the twenty-second session (2026-12-07): the aligner in a process of its own (engine option
 # aligner_process = true) against a thread (the defaults), both servers under NVIDIA MPS, one tree, one card:
 #   run(command="bash docs/benchmarks/h200-word-times/process-mps-1207v/call.sh", carry=[".whl", ".gpu_shared", ".tcache"], timeout_s=560)
