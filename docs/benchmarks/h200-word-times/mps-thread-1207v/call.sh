@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in the twenty-second session (2026-12-07): the engine's defaults (the aligner in a thread), word times not
-# held, without and then under the NVIDIA MPS daemon, one tree, one card (~330 s; ~460 s of device time left):
+# held, without and then under the NVIDIA MPS daemon, one tree, one card (~330 s; RATES=none ~260 s):
 #   run(command="bash docs/benchmarks/h200-word-times/mps-thread-1207v/call.sh", carry=[".whl", ".gpu_shared", ".tcache"], timeout_s=450)
 # Each arm: a server on the defaults, SLO capacity not held (RATES), closed c = 128 not held. Arm 1's files come back
 # as $OUT/plain.tar.gz, arm 2's as $OUT/aligner.tar.gz.
@@ -9,8 +9,10 @@
 # (a few %), and the 689.72 a faster card.
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "device: $GPU"
 case $GPU in *H200*) R0=270,300 ;; *) R0=240,270 ;; esac
-arm() { STAGES=slo,report BENCH3S=0 RATES=${RATES:-$R0} BASE_RATES=none REPORT=nohold-c128 ELAPSED_CAP=150 \
-  bash tests/aligner/gpu_aligner.sh 2>&1 | grep -v "triton.tar.gz.part"; }
+arm() {  # RATES=none (the short form, ~260 s): closed c = 128 only
+  if [ "${RATES:-}" = none ]; then STAGES=report BENCH3S=0 REPORT=nohold-c128 bash tests/aligner/gpu_aligner.sh
+  else STAGES=slo,report BENCH3S=0 RATES=${RATES:-$R0} BASE_RATES=none REPORT=nohold-c128 ELAPSED_CAP=150 \
+    bash tests/aligner/gpu_aligner.sh; fi 2>&1 | grep -v "triton.tar.gz.part"; }
 echo "== arm 1: no MPS daemon"; arm
 mv /tmp/aligner-results /tmp/aligner-plain; mv "$OUT/aligner.tar.gz" "$OUT/plain.tar.gz"
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
