@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..protocol import WS_1013_TRY_AGAIN_LATER, WS_4029_TOO_MANY_SESSIONS
+
 FRAME_HEADER = struct.Struct("<BBHIIHHQ")  # version, codec, flags, ctx, seq, track, samples, pts (docs/protocol.md)
 HTTP_SAMPLE_RATE = 24_000  # POST /v1/audio/speech streams PCM16 mono 24 kHz
 DEFAULT_VOICE_BODY = "default"
@@ -34,7 +36,7 @@ class Refused(ServerError):
 REFUSAL_CODE = "engine_full"  # the gateway's answer past capacity: HTTP 503, a WebSocket error or close 1013
 # A new session is refused for load by either limit: the engine's (engine_full, 1013) or the gateway's session cap
 # (too_many_sessions, 4029; docs/protocol.md). Both say "retry later"; neither served a request.
-SESSION_REFUSALS = {REFUSAL_CODE: 1013, "too_many_sessions": 4029}
+SESSION_REFUSALS = {REFUSAL_CODE: WS_1013_TRY_AGAIN_LATER, "too_many_sessions": WS_4029_TOO_MANY_SESSIONS}
 
 
 @dataclass(slots=True)
