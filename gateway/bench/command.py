@@ -66,7 +66,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                       "words, those whose event came after their audio, and when each is heard against its event")
     load.add_argument("--timestamps-hold", choices=["true", "false"],
                       help="with --timestamps: session.start carries `timestamps_hold` (false: the server never holds "
-                      "audio for the aligner, so an event may come after its words' audio); default: not sent")
+                      "audio for the aligner, so an event may come after its words' audio; an engine that times words "
+                      "as it speaks answers true either way); default: not sent")
     out = p.add_argument_group("report")
     out.add_argument("--name", help="report name (default ENGINE-TRANSPORT-UTCDATE)")
     out.add_argument("--out", help="output folder (default docs/benchmarks/NAME)")

@@ -41,11 +41,13 @@ USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, ImportError
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """USER_ERRORS, and the clients' own (a WebSocket handshake refused or a bad ws URL, an HTTP request that
-    failed), imported only once a command failed."""
+    failed, a server's answer the benchmark cannot measure with), imported only once a command failed."""
     import httpx
     from websockets.exceptions import WebSocketException
 
-    return (*USER_ERRORS, WebSocketException, httpx.HTTPError)
+    from ..bench.load_client import ServerError
+
+    return (*USER_ERRORS, WebSocketException, httpx.HTTPError, ServerError)
 
 
 def main(argv: list[str] | None = None) -> int:

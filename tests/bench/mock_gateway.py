@@ -5,7 +5,7 @@ machine are not pauses), then audio comes `speed` times faster than real time. A
 `stall_ms` after the burst, so the pause rule sees a known pause (stall_ms - burst_ms) end to end.
 A session with `timestamps: "word"` gets word *i* of a text at i x 370 ms (as the fake engine's), each word's event
 right before the frame holding its first sample, or right after it when session.start says `timestamps_hold: false`
-(echoed in session.started).
+(echoed in session.started, or answered with `answer_hold` where set).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class MockConfig:
     requests: list[dict] = field(default_factory=list)  # what the clients sent, for assertions
     session_starts: list[dict] = field(default_factory=list)  # every session.start, as sent
     frames: int = 0  # exposed as a step histogram on /metrics
+    answer_hold: bool | None = None  # session.started's `timestamps_hold` whatever was asked (None: the echo)
 
 
 def _length_samples(text: str, max_audio_ms: int | None) -> int:
@@ -84,6 +85,7 @@ def build_app(cfg: MockConfig) -> Starlette:
                 "defaults": {"voice": "m", "language": "en"},
                 "timestamps": "word" if timed else "none",
                 **({"timestamps_hold": start["timestamps_hold"]} if "timestamps_hold" in start else {}),
+                **({"timestamps_hold": cfg.answer_hold} if cfg.answer_hold is not None else {}),
             }
         )
         contexts: dict[str, dict] = {}

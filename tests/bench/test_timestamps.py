@@ -69,3 +69,52 @@ def test_the_gpu_suite_serves_an_aligner_and_asks_for_timestamps() -> None:
     args = parser.parse_args([*base, "--aligner", "/al", "--timestamps"])
     assert args.aligner == "/al" and make_plan("quick", args, 0.0)[0].timestamps
     assert not make_plan("quick", parser.parse_args(base), 0.0)[0].timestamps
+
+
+def test_not_held_asked_of_an_engine_that_times_words_as_it_speaks(tmp_path: Path) -> None:
+    """The fake engine times each word as it speaks it, so its session.started says `timestamps_hold: true` even to
+    `false` (every event comes before its audio either way): the run measures it, as a run asked for not-held word
+    times on espeak does. The bench refused such a server with a traceback."""
+    texts = tmp_path / "three.txt"
+    texts.write_text("one two three\n")
+    plan = Plan(workloads=[str(texts)], concurrencies=[1], closed_warmup_s=0.0, closed_duration_s=0.3, drain_s=10,
+                timestamps=True, timestamps_hold=False)
+    with running_gateway(FakeEngine()) as server:
+        results = asyncio.run(run_plan(server.http_url, plan, log=lambda _: None))
+    samples = results["closed_loop"][0]["samples"]
+    assert samples and all(s["ok"] and s["timed_words"] == 3 and s["words_after_audio"] == 0 for s in samples)
+
+
+def test_the_cli_says_a_server_it_cannot_measure_with_in_one_line(tmp_path: Path, capsys) -> None:
+    """A server without word times, asked for them, ends `voxgate bench run` with one line and exit 1 (it raised a
+    traceback)."""
+    from voxgate.gateway.cli.main import main
+
+    with running_gateway(NoWordTimes()) as server:
+        rc = main(["bench", "run", "--url", server.http_url, "--concurrency", "1", "--closed-duration", "0.3",
+                   "--rates", "", "--timestamps", "--out", str(tmp_path / "out"), "--no-plots"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 1 and "Traceback" not in err and "no word timestamps" in lines[-1], err
+    assert lines[-1].startswith("voxgate bench: ServerError: ")
+
+
+@pytest.mark.parametrize("asked", [True, False])
+def test_a_hold_asked_must_be_answered(asked: bool) -> None:
+    """`timestamps_hold: true` answered `false` (a server that would let audio go before its words) is an error: the
+    run would measure something else than asked. `false` answered `true` is measured (the fake engine's case)."""
+    from voxgate.gateway.bench.load_client import ServerError, WsClient
+
+    from .mock_gateway import MockConfig, MockGateway
+
+    async def connect(url: str) -> None:
+        client = await WsClient.connect(url, timestamps=True, timestamps_hold=asked)
+        await client.ws.close()
+
+    with MockGateway(MockConfig(answer_hold=not asked)) as gw:
+        ws_url = gw.base_url.replace("http://", "ws://") + "/v1/tts/ws"
+        if asked:
+            with pytest.raises(ServerError, match=r"timestamps_hold true asked, session\.started says false"):
+                asyncio.run(connect(ws_url))
+        else:
+            asyncio.run(connect(ws_url))
