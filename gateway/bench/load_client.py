@@ -60,6 +60,7 @@ class Trace:
     timed_words: int | None = None  # words in `timestamps` events (sessions with word timestamps), else None
     # per timed word: (its event's arrival, its start in audio seconds, chunks received before its event)
     word_times: list[tuple[float, float, int]] = field(default_factory=list)
+    paced_s: float = 0.0  # waited before sending, to keep within the session's limits.max_messages_per_s
 
     @property
     def refused(self) -> bool:
@@ -81,8 +82,39 @@ class Client(Protocol):
     async def close(self) -> None: ...
 
 
+class MessagePacer:
+    """A session's messages kept within session.started's `limits.max_messages_per_s`: a token bucket at that rate
+    holding a second's worth, half the burst the server allows (twice the rate), so that messages bunched on the
+    way never trip `rate_limited`. Against an engine that answers in a few milliseconds (espeak) a closed loop
+    would otherwise send several hundred a second and lose every request after the first burst."""
+
+    def __init__(self, rate: float | None) -> None:
+        self.rate = rate if rate and rate > 0 else None
+        self.tokens = self.rate or 0.0
+        self.at = time.monotonic()
+
+    async def take(self, n: int = 1) -> float:
+        """Wait until `n` messages may go (all at once), take them; the seconds waited."""
+        if self.rate is None:
+            return 0.0
+        n = min(float(n), self.rate)  # never more than the bucket holds
+        waited = 0.0
+        while True:
+            now = time.monotonic()
+            self.tokens = min(self.rate, self.tokens + (now - self.at) * self.rate)
+            self.at = now
+            if self.tokens >= n:
+                self.tokens -= n
+                return waited
+            pause = (n - self.tokens) / self.rate
+            await asyncio.sleep(pause)
+            waited += pause
+
+
 class WsClient:
-    """One WebSocket session; one context at a time (a user who waits for the reply before the next)."""
+    """One WebSocket session; one context at a time (a user who waits for the reply before the next). Its messages
+    keep within the session's message limit (MessagePacer); the time that takes is each request's `paced_s`, spent
+    before its text goes, so first audio does not count it."""
 
     _ids = itertools.count(1)
 
@@ -92,6 +124,7 @@ class WsClient:
         self.rate = int(started["audio"]["sample_rate"])
         self.text_wps = text_wps  # set: the text goes word by word at this rate (an LLM's output), not at once
         self.timestamps = started.get("timestamps") == "word"  # the session's contexts get word timestamps
+        self.pacer = MessagePacer((started.get("limits") or {}).get("max_messages_per_s"))
 
     @classmethod
     async def connect(cls, url: str, frame_ms: int = 20, voice: str | None = None, deflate: bool = False,
@@ -167,6 +200,8 @@ class WsClient:
         if self.timestamps:
             trace.timed_words = 0
         try:
+            # the whole request's messages at once (open, text, end), or with the text word by word the open now
+            trace.paced_s = await self.pacer.take(1 if self.text_wps else 3)
             opened = time.perf_counter()
             await ws.send(json.dumps(opening))
             end = json.dumps({"type": "context.end", "context_id": cid})
@@ -233,7 +268,9 @@ class WsClient:
         for i, word in enumerate(words):
             await asyncio.sleep(max(0.0, start + i / self.text_wps - time.perf_counter()))
             piece = word + (" " if i + 1 < len(words) else "")
+            await self.pacer.take()
             await self.ws.send(json.dumps({"type": "text.append", "context_id": cid, "text": piece}))
+        await self.pacer.take()
         await self.ws.send(json.dumps({"type": "context.end", "context_id": cid}))
 
     async def close(self) -> None:

@@ -125,6 +125,15 @@ def build_report(
     report.setdefault("notes", [])
     if plan.skipped:
         report["notes"].append("left out for want of time: " + ", ".join(plan.skipped))
+    paced = [(f"closed c={p['params']['concurrency']}", p["summary"]) for p in results.get("closed_loop", [])]
+    paced += [(f"open r={r['rate']:g}/s", r["summary"]) for search in results.get("open_loop", [])
+              for r in search.get("rates", [])]
+    for phase, summary in paced:
+        if summary.get("requests_paced"):
+            report["notes"].append(
+                f"{phase}: {summary['requests_paced']} of {summary['requests']} requests waited "
+                f"{summary['paced_s']:.1f} s in all to keep within the session's limits.max_messages_per_s: the "
+                "phase measured that limit as much as the engine")
     for phase in results.get("closed_loop", []):
         lag = (phase.get("client_loop_lag_ms") or {}).get("p99") or 0
         if lag > 20:

@@ -107,6 +107,7 @@ async def run_plan(base_url: str, plan: Plan, log: Callable[[str], None] = print
                     f"closed {workload.name} c={c}: {phase['audio_s_per_s']:.2f} audio-s/s, TTFA p50 "
                     f"{_ms(s['ttfa_ms']['p50'])} p99 {_ms(s['ttfa_ms']['p99'])}, in SLO {_pct(s['in_slo_share'])}, "
                     f"{s['underruns']} pauses ({s['underrun_total_ms']:.0f} ms), n={s['requests']}{_words(s)}"
+                    f"{_trouble(s)}"
                 )
             if plan.rates or plan.rate_start or name in plan.rates_by_workload or plan.overload:
                 open_loop.append(await _search(base_url, target, workload, plan, log))
@@ -151,7 +152,7 @@ async def _search(base_url: str, target: Target, workload: Workload, plan: Plan,
             f"p99 {_ms(t['p99'])}, {pooled['underruns']} pauses ({pooled['underrun_total_ms']:.0f} ms), "
             f"peak in flight {entry['peak_in_flight']}, n={pooled['requests']}, goodput "
             f"{entry['goodput_rps']:.2f}/s, refused {_pct(pooled['refusal_share'])} (answered p50 {_ms(r['p50'])} "
-            f"p99 {_ms(r['p99'])}), {pooled['errors']} errors{_words(pooled)}"
+            f"p99 {_ms(r['p99'])}), {pooled['errors']} errors{_words(pooled)}{_paced(pooled)}"
         )
         return entry
 
@@ -217,6 +218,20 @@ def _words(summary: dict[str, Any]) -> str:
     s = summary
     return (f", words {s['words_timed']} timed, {s['words_after_audio']} after their audio, {s['words_late']} late, "
             f"lead p50 {_ms(s['word_lead_ms_p50'])} min {_ms(s['word_lead_ms_min'])}")
+
+
+def _trouble(summary: dict[str, Any]) -> str:
+    """Errors (with the commonest) and the message limit's waits, where a phase had any."""
+    s = summary
+    errors = f", {s['errors']} errors (most: {s['error_top']}, {s['error_top_count']})" if s.get("errors") else ""
+    return errors + _paced(s)
+
+
+def _paced(summary: dict[str, Any]) -> str:
+    s = summary
+    if not s.get("requests_paced"):
+        return ""
+    return f", {s['requests_paced']} requests held {s['paced_s']:.1f} s in all by the message limit"
 
 
 def _ms(v: float | None) -> str:

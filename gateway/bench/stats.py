@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -39,6 +40,8 @@ def to_sample(trace: Trace, t0: float, warmup: bool) -> dict[str, Any]:
         "warmup": warmup,
         "server_first_audio_ms": trace.server_first_audio_ms,
     }
+    if trace.paced_s > 0:
+        sample["paced_ms"] = trace.paced_s * 1e3
     if trace.server_stages_ms is not None:
         sample["server_stages_ms"] = trace.server_stages_ms
     if trace.server_stalls is not None:
@@ -116,7 +119,13 @@ def summarize(samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "max_pause_ms": max(pauses, default=0.0),
         "total_pause_ms_p99": percentile([s["total_pause_ms"] for s in measured], 99),
         "audio_s": sum(s["audio_s"] for s in measured),
+        # the session's message limit held requests back (MessagePacer): how many, and the seconds in all
+        "requests_paced": sum(1 for s in measured if s.get("paced_ms")),
+        "paced_s": sum(s.get("paced_ms", 0.0) for s in measured) / 1e3,
     }
+    errors = Counter(s["error"] for s in measured if s["error"] and not s.get("refused"))
+    if errors:  # the commonest, so that a phase of errors says which
+        summary["error_top"], summary["error_top_count"] = errors.most_common(1)[0]
     timed = [s for s in measured if s.get("timed_words") is not None]
     if timed:  # sessions with word timestamps; the keys are absent otherwise
         summary |= _word_summary(timed)
