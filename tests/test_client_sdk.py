@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import voxgate.client
 from voxgate.client import AudioChunk, StallReport, VoxgateError
-from voxgate.gateway.config import GatewayConfig
+from voxgate.gateway.config import GatewayConfig, Limits
 
 TEXT = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
 
@@ -213,3 +213,23 @@ def test_speak_sync_returns_the_whole_audio(gateway):
     produced = server.server.config.app.state.voxgate.engine.audio_for()
     assert speech.sample_rate == 24000 and np.array_equal(speech.pcm, produced)
     assert speech.duration_s == pytest.approx(speech.done["usage"]["audio_ms"] / 1000, abs=0.001)
+
+
+async def test_turns_of_one_session_keep_within_its_message_limit(gateway):
+    """Four LLM-fed turns of one session at once send some 200 messages a second (50 a turn, coalesced); under a
+    limit of 20 the server dropped what came past its burst (`rate_limited`), text among it. The client waits for
+    the limit instead (message_pacer.py): every turn's every character arrives and no error comes (without it a
+    turn whose context.end was dropped waited for ever)."""
+    server = gateway(limits=Limits(max_messages_per_s=20.0))
+    text = " ".join([TEXT] * 3)
+    async with voxgate.client.connect(server.ws_url) as tts:
+        assert tts.session["limits"]["max_messages_per_s"] == 20.0
+        turns = [tts.speak(llm_tokens(text, delay_s=0.004)) for _ in range(4)]
+
+        async def drain(turn):
+            return [chunk async for chunk in turn]
+
+        async with asyncio.timeout(30):  # a dropped context.end left its turn waiting for ever
+            await asyncio.gather(*(drain(t) for t in turns))
+        assert tts.errors == [], tts.errors
+    assert all(t.error is None and t.done["usage"]["chars"] == len(text) for t in turns)

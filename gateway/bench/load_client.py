@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from voxgate.client.message_pacer import MessagePacer
+
 from ..protocol import WS_1013_TRY_AGAIN_LATER, WS_4029_TOO_MANY_SESSIONS
 
 FRAME_HEADER = struct.Struct("<BBHIIHHQ")  # version, codec, flags, ctx, seq, track, samples, pts (docs/protocol.md)
@@ -80,35 +82,6 @@ class Trace:
 class Client(Protocol):
     async def speak(self, trace: Trace, text: str) -> None: ...
     async def close(self) -> None: ...
-
-
-class MessagePacer:
-    """A session's messages kept within session.started's `limits.max_messages_per_s`: a token bucket at that rate
-    holding a second's worth, half the burst the server allows (twice the rate), so that messages bunched on the
-    way never trip `rate_limited`. Against an engine that answers in a few milliseconds (espeak) a closed loop
-    would otherwise send several hundred a second and lose every request after the first burst."""
-
-    def __init__(self, rate: float | None) -> None:
-        self.rate = rate if rate and rate > 0 else None
-        self.tokens = self.rate or 0.0
-        self.at = time.monotonic()
-
-    async def take(self, n: int = 1) -> float:
-        """Wait until `n` messages may go (all at once), take them; the seconds waited."""
-        if self.rate is None:
-            return 0.0
-        n = min(float(n), self.rate)  # never more than the bucket holds
-        waited = 0.0
-        while True:
-            now = time.monotonic()
-            self.tokens = min(self.rate, self.tokens + (now - self.at) * self.rate)
-            self.at = now
-            if self.tokens >= n:
-                self.tokens -= n
-                return waited
-            pause = (n - self.tokens) / self.rate
-            await asyncio.sleep(pause)
-            waited += pause
 
 
 class WsClient:

@@ -21,6 +21,7 @@ from voxgate.gateway.audio.frames import mulaw_decode
 from voxgate.gateway.protocol import FLAG_CODEC_RESET, FLAG_PACKETS, PROTOCOL, FrameHeader
 from websockets.typing import Subprotocol
 
+from .message_pacer import MessagePacer
 from .player import SimulatedPlayer
 
 
@@ -78,6 +79,8 @@ class VoxgateClient:
         self.messages: list[dict[str, Any]] = []  # every JSON message, in arrival order
         self.errors: list[dict[str, Any]] = []
         self.player = SimulatedPlayer(24_000, 0)  # replaced once session.started gives the rate and target
+        # every message after session.start keeps within the session's limits.max_messages_per_s (message_pacer.py)
+        self.pacer = MessagePacer(None)
         self.max_buffered_reported = 0
         self._decoder: Any = None
         self._skip = 0
@@ -111,6 +114,7 @@ class VoxgateClient:
                         await self.closed.wait()
             await self.__aexit__()
             raise SessionError(self._why_closed("the server refused the session"))
+        self.pacer = MessagePacer((self.session.get("limits") or {}).get("max_messages_per_s"))
         audio = self.session["audio"]
         self.rate = audio["sample_rate"]
         preroll = int(self.session["pacing"]["target_buffer_ms"] * self.rate / 1000)
@@ -126,6 +130,8 @@ class VoxgateClient:
         await self.ws.close()
 
     async def send(self, message: dict[str, Any]) -> None:
+        """Send one message, waiting first where the session's message limit asks (MessagePacer)."""
+        await self.pacer.take()
         try:
             await self.ws.send(json.dumps(message))
         except websockets.ConnectionClosed:

@@ -1,6 +1,7 @@
-"""The bench keeps each session within session.started's `limits.max_messages_per_s` (load_client.MessagePacer):
-against an engine that answers in milliseconds, a closed loop sent hundreds of messages a second per session, lost
-every request to `rate_limited` after the first burst and reported 0 audio-s/s with no word of why."""
+"""The bench keeps each session within session.started's `limits.max_messages_per_s` (voxgate.client's
+message_pacer.py): against an engine that answers in milliseconds, a closed loop sent hundreds of messages a second
+per session, lost every request to `rate_limited` after the first burst and reported 0 audio-s/s with no word of
+why."""
 
 from __future__ import annotations
 
