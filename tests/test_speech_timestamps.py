@@ -1,7 +1,8 @@
 """Word timestamps on POST /v1/audio/speech (docs/http-api.md, `timestamps`): `speech.audio.timestamps` SSE events,
 each before the delta holding its words' audio, monotonic and complete (espeak's own word events), exact on the
-response's timeline (fake engine, several engine streams, a length budget); and the refusals: another answer shape,
-an engine that measures none, a value not known."""
+response's timeline (fake engine, several engine streams, a length budget); a whole answer (`stream: false`) as JSON
+with the file and its words; and the refusals: a raw audio stream, an engine that measures none, a value not
+known."""
 
 from __future__ import annotations
 
@@ -83,13 +84,49 @@ def test_fake_words_are_exact_on_the_response_timeline(gateway, fake_engine):
         assert {e["type"] for e in plain} == {"speech.audio.delta", "speech.audio.done"}
 
 
+def test_a_whole_answer_with_word_times_is_json_with_the_file_and_its_words(gateway, fake_engine):
+    """`stream: false` with `timestamps: "word"`: one JSON answer, the file in base64 (the same bytes as without
+    word times) beside every word, as the SSE events carry them; a length budget cuts the words too."""
+    server = gateway(engine=fake_engine(chunk_ms=100))
+    response = _post(server, response_format="wav", stream=False, timestamps="word")
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json", response.text
+    answer = response.json()
+    assert set(answer) == {"audio", "response_format", "content_type", "sample_rate", "duration_ms", "timestamps",
+                           "usage"}
+    plain = _post(server, response_format="wav", stream=False)
+    assert plain.headers["content-type"] == "audio/wav"
+    assert base64.b64decode(answer["audio"]) == plain.content
+    assert (answer["response_format"], answer["content_type"], answer["sample_rate"]) == ("wav", "audio/wav", 24000)
+    words = answer["timestamps"]
+    assert [(w["word"], w["start_ms"], w["end_ms"]) for w in words] == [
+        (word, round(i * WORD_MS, 1), round((i + 1) * WORD_MS, 1)) for i, word in enumerate(TEXT.split())]
+    assert answer["duration_ms"] == pytest.approx((len(plain.content) - 44) / 2 / 24, abs=0.1)
+    assert answer["duration_ms"] == words[-1]["end_ms"]
+    sse = _words_before_their_audio(_events(_post(server, response_format="pcm", stream_format="sse",
+                                                  timestamps="word")))
+    assert words == sse
+    cut = _post(server, response_format="pcm", stream=False, timestamps="word", max_audio_ms=1000).json()
+    assert [(w["word"], w["end_ms"]) for w in cut["timestamps"]] == [("The", 370.0), ("birch", 740.0),
+                                                                     ("canoe", 1000.0)]
+    assert len(base64.b64decode(cut["audio"])) == 1000 * 24 * 2 and cut["duration_ms"] == 1000.0
+
+
+def test_espeak_whole_answer_with_word_times_covers_the_text(gateway):
+    server = gateway()
+    answer = _post(server, response_format="mp3", stream=False, timestamps="word").json()
+    mp3 = base64.b64decode(answer["audio"])
+    assert answer["content_type"] == "audio/mpeg" and mp3[0] == 0xFF and mp3[1] & 0xE0 == 0xE0  # a frame's sync
+    words = answer["timestamps"]
+    assert " ".join(w["word"] for w in words) == TEXT and words[0]["start_ms"] == 0.0
+    check_contiguous(words, answer["duration_ms"])
+
+
 @pytest.mark.parametrize("fields,code", [
     ({"stream_format": "audio"}, "unsupported_field"),
-    ({"stream": False}, "unsupported_field"),
     ({"response_format": "wav"}, "unsupported_field"),  # streamed audio by default
     ({"stream_format": "sse", "timestamps": "chars"}, "invalid_value"),
 ])
-def test_word_times_only_as_sse_events(gateway, fake_engine, fields, code):
+def test_word_times_not_in_a_raw_audio_stream(gateway, fake_engine, fields, code):
     server = gateway(engine=fake_engine())
     response = _post(server, **{"timestamps": "word", **fields})
     error = response.json()["error"]
@@ -97,7 +134,7 @@ def test_word_times_only_as_sse_events(gateway, fake_engine, fields, code):
     assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", code, "timestamps")
     assert error["message"].startswith("timestamps: ")
     if code == "unsupported_field":
-        assert "stream_format 'sse'" in error["message"]
+        assert "stream_format 'sse'" in error["message"] and "stream: false" in error["message"]
     assert not server.server.config.app.state.voxgate.engine.produced  # refused before the engine
 
 

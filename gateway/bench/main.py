@@ -25,7 +25,8 @@ from .workload import LENGTH_RULE, Workload
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
     if args.timestamps and args.transport != "ws":
-        raise SystemExit("--timestamps needs --transport ws (HTTP word times come only as SSE events)")
+        raise SystemExit("--timestamps needs --transport ws (the bench's HTTP requests stream raw audio, with no room "
+                         "for word times)")
     if args.timestamps_hold is not None and not args.timestamps:
         raise SystemExit("--timestamps-hold needs --timestamps")
     plan = Plan(

@@ -1,5 +1,6 @@
 """One `POST /v1/audio/speech` job, spoken: PCM from the engine, encoded as it arrives, sent as raw bytes, as
-OpenAI's `speech.audio.*` Server-Sent Events (with voxgate's `speech.audio.timestamps` when asked), or whole.
+OpenAI's `speech.audio.*` Server-Sent Events (with voxgate's `speech.audio.timestamps` when asked), or whole (with
+word times asked, as JSON: the file in base64 beside its words).
 
 The first PCM piece is awaited before the response starts, so an engine that refuses the request (an unknown
 language, a text too long for a stream) answers with a status and a JSON error instead of an empty 200. Encoders
@@ -177,7 +178,25 @@ async def speak(state: GatewayState, job: SpeechJob, t_request: float,
         headers["X-Synthesis-Errors"] = "; ".join(errors)[:1000].encode("ascii", "replace").decode()
     if job.format == "wav":  # a complete file: real sizes
         data = data[:4] + struct.pack("<I", len(data) - 8) + data[8:40] + struct.pack("<I", len(data) - 44) + data[44:]
+    if job.word_times:  # the file and its words in one JSON answer (words measured after the audio included)
+        return JSONResponse(_whole_with_words(data, job, media, encoder.samples, words, errors), headers=headers)
     return Response(data, media_type=media, headers=headers)
+
+
+def _whole_with_words(data: bytes, job: SpeechJob, media: str, samples: int, words: list[WordMark],
+                      errors: list[str]) -> dict[str, Any]:
+    """A whole answer with word times (`stream: false`, `timestamps: "word"`): the audio file in base64, its
+    format, and every word with its start and end in ms on the audio's timeline, as the SSE events carry them."""
+    answer: dict[str, Any] = {
+        "audio": base64.b64encode(data).decode(), "response_format": job.format, "content_type": media,
+        "sample_rate": SAMPLE_RATE, "duration_ms": round(samples * 1000 / SAMPLE_RATE, 1),
+        "timestamps": [word for mark in words for word in mark.words], "usage": job.usage(samples),
+    }
+    if errors:  # what could be spoken, and why the rest is missing (as the header says of a file)
+        code = errors[0].partition(":")[0]
+        answer["error"] = {"message": "; ".join(errors), "type": "server_error", "code": code,
+                           "param": _PARAM.get(code)}
+    return answer
 
 
 async def _counted(pieces: AsyncIterator[bytes], metrics: Any,

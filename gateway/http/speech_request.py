@@ -55,7 +55,7 @@ class SpeechBody(msgspec.Struct, forbid_unknown_fields=True):
     x_vector_only_mode: bool | None = None
     initial_codec_chunk_frames: JsonInt | None = None
     non_streaming_mode: bool | None = None
-    timestamps: str | None = None  # voxgate's: "word" sends speech.audio.timestamps events (SSE only)
+    timestamps: str | None = None  # voxgate's: "word": speech.audio.timestamps events (SSE), or a JSON whole answer
     timestamps_hold: bool | None = None  # voxgate's: false, no audio waits for its word times (docs/http-api.md)
 
 
@@ -82,7 +82,7 @@ class SpeechJob:
     # non_streaming_mode false: the whole input through one text stream, on engines that take text while speaking
     # (Qwen3-TTS: one text token a frame, as the reference's non_streaming_mode=False); elsewhere it changes nothing
     stream_text: bool = False
-    word_times: bool = False  # `timestamps: "word"`: speech.audio.timestamps events before their audio (SSE)
+    word_times: bool = False  # `timestamps: "word"`: events before their audio (SSE), or the whole answer as JSON
     word_times_hold: bool = True  # `timestamps_hold: false`: no audio waits for its word times
 
     def usage(self, samples: int) -> dict[str, int]:
@@ -206,15 +206,16 @@ def check(body: SpeechBody, state: GatewayState, uploaded: Sequence[str] = ()) -
 
 
 def _word_times(timestamps: str | None, engine: Engine, mode: str) -> bool:
-    """`timestamps`: "none" (or omitted) or "word". Word times are measured, never estimated, and travel only as SSE
-    events: the answer's other shapes are the audio file itself, with no room for them."""
+    """`timestamps`: "none" (or omitted) or "word". Word times are measured, never estimated; they travel as SSE
+    events, or in the JSON that a whole answer (`stream: false`) becomes with them. A raw audio stream has no room
+    for them."""
     if timestamps in (None, "none"):
         return False
     if timestamps != "word":
         raise _bad("timestamps", f"must be 'none' or 'word', not {timestamps!r}", "invalid_value")
     if not engine.supports_word_times:
         raise _bad("timestamps", engine.word_times_unavailable(), "unsupported")
-    if mode != "sse":
-        raise _bad("timestamps", "word times are sent as speech.audio.timestamps events, so only with stream_format "
-                   "'sse' (the other answers are the audio file alone)")
+    if mode == "audio":
+        raise _bad("timestamps", "word times come as speech.audio.timestamps events (stream_format 'sse') or in the "
+                   "JSON of a whole answer (stream: false); a raw audio stream has no room for them")
     return True

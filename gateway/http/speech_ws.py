@@ -123,7 +123,7 @@ def _job(start: dict[str, Any], state: GatewayState, token: str | None) -> Speec
         raise Refusal("unknown_field", "input: send the text in input_text.append messages", "input")
     if fields.get("timestamps", "none") != "none":  # (check() would point at SSE, which this socket has not)
         raise Refusal("unsupported_field", "timestamps: this socket sends no word times (POST /v1/audio/speech with "
-                      "stream_format sse, or /v1/tts/ws, does)", "timestamps")
+                      "stream_format sse or stream false, or /v1/tts/ws, does)", "timestamps")
     fields.setdefault("response_format", "pcm")
     try:
         body = decode_body(json.dumps(fields).encode())

@@ -225,6 +225,17 @@ async def test_http_sse_words_come_before_their_deltas_sentence_by_sentence(serv
     assert [w["word"] for w in words] == [w.text for w in text_words(text)]
     # Two sentences, two requests of 20 frames (one stream for the whole input would be 20 frames in all).
     assert received == 2 * 20 * 1920 and words[-1]["end_ms"] == 3200
+    # Whole (`stream: false`): one JSON answer, the file and the same words, held or not.
+    for hold in (True, False):
+        async with httpx.AsyncClient(timeout=120) as http:
+            whole = await http.post(server.http_url + "/v1/audio/speech", json={
+                "input": text, "voice": "ryan", "response_format": "pcm", "stream": False, "timestamps": "word",
+                "timestamps_hold": hold})
+        assert whole.status_code == 200 and whole.headers["content-type"] == "application/json", whole.text
+        answer = whole.json()
+        assert len(base64.b64decode(answer["audio"])) == 2 * 20 * 1920 * 2 and answer["duration_ms"] == 3200
+        assert [w["word"] for w in answer["timestamps"]] == [w["word"] for w in words]
+        assert answer["timestamps"][-1]["end_ms"] == 3200 and "error" not in answer
 
 
 @pytest.mark.slow
