@@ -12,6 +12,8 @@ import json
 import httpx
 import pytest
 from test_word_timestamps import TEXT, WORD_MS, NoWordTimes, check_contiguous
+from voxgate.engine.base import EngineError
+from voxgate.engine.fake import FakeEngine
 
 
 def _post(server, **fields) -> httpx.Response:
@@ -109,6 +111,31 @@ def test_a_whole_answer_with_word_times_is_json_with_the_file_and_its_words(gate
     assert [(w["word"], w["end_ms"]) for w in cut["timestamps"]] == [("The", 370.0), ("birch", 740.0),
                                                                      ("canoe", 1000.0)]
     assert len(base64.b64decode(cut["audio"])) == 1000 * 24 * 2 and cut["duration_ms"] == 1000.0
+
+
+class _SecondSentenceFails(FakeEngine):
+    """Speaks the first sentence's stream, refuses the next: an engine that fails midway."""
+
+    def open_stream(self, request):
+        self.opened = getattr(self, "opened", 0) + 1
+        if self.opened > 1:
+            raise EngineError("synthesis_failed", "refused for the test")
+        return super().open_stream(request)
+
+
+def test_an_engine_failing_midway_says_so_beside_what_was_spoken(gateway):
+    """The first sentence spoken, the second refused: the whole JSON answer holds the first sentence's audio and
+    words and `error` names the failure, as SSE's `speech.audio.error` does in place of done."""
+    server = gateway(engine=_SecondSentenceFails())
+    first = (TEXT.split(". ")[0] + ".").split()  # "The birch canoe slid on the smooth planks."
+    answer = _post(server, response_format="pcm", stream=False, timestamps="word").json()
+    assert answer["error"]["code"] == "synthesis_failed" and answer["error"]["type"] == "server_error"
+    assert [w["word"] for w in answer["timestamps"]] == first
+    assert len(base64.b64decode(answer["audio"])) == len(first) * WORD_MS * 24 * 2
+    server = gateway(engine=_SecondSentenceFails())
+    response = _post(server, response_format="pcm", stream_format="sse", timestamps="word")
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.error" and events[-1]["error"] == answer["error"]
 
 
 def test_espeak_whole_answer_with_word_times_covers_the_text(gateway):

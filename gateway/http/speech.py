@@ -193,10 +193,15 @@ def _whole_with_words(data: bytes, job: SpeechJob, media: str, samples: int, wor
         "timestamps": [word for mark in words for word in mark.words], "usage": job.usage(samples),
     }
     if errors:  # what could be spoken, and why the rest is missing (as the header says of a file)
-        code = errors[0].partition(":")[0]
-        answer["error"] = {"message": "; ".join(errors), "type": "server_error", "code": code,
-                           "param": _PARAM.get(code)}
+        answer["error"] = _midway_error(errors)
     return answer
+
+
+def _midway_error(errors: list[str]) -> dict[str, Any]:
+    """OpenAI's error object for an engine that failed after audio went out (SSE's `speech.audio.error`, a whole
+    JSON answer's `error`): the first error's code names it."""
+    code = errors[0].partition(":")[0]
+    return {"message": "; ".join(errors), "type": "server_error", "code": code, "param": _PARAM.get(code)}
 
 
 async def _counted(pieces: AsyncIterator[bytes], metrics: Any,
@@ -230,9 +235,7 @@ async def _events(pieces: AsyncIterator[bytes], encoder: SpeechEncoder, job: Spe
     words.clear()
     if errors:
         log.warning("speech stream incomplete: %s", "; ".join(errors))
-        code = errors[0].partition(":")[0]
-        yield _sse({"type": "speech.audio.error", "error": {"message": "; ".join(errors), "type": "server_error",
-                                                             "code": code, "param": _PARAM.get(code)}})
+        yield _sse({"type": "speech.audio.error", "error": _midway_error(errors)})
     else:
         yield _sse({"type": "speech.audio.done", "usage": job.usage(encoder.samples)})
 
