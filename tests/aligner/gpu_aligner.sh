@@ -21,7 +21,7 @@
 #          same runs without word times, and idle first audio both ways; on the slo stage's server when both run
 #          (BENCH3S=0 skips the bench)
 # Stages stop starting once ELAPSED_CAP seconds have passed (default 480), so the call ends inside its limit.
-# Everything comes back as $OUT/aligner.tar.gz, rewritten after each step.
+# Everything comes back as $OUT/aligner.tar.gz, rewritten after each step, and Triton's cache at the end.
 set -o pipefail
 T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 el() { echo $(( $(date +%s) - T0 )); }
@@ -169,4 +169,10 @@ elif has report && room; then
   # shellcheck disable=SC2086
   if serve report $NEW_SERVE; then report_loads; stop; fi
 fi
-save; t end
+save
+# Triton's cache for the next call (as gpu_loop.sh writes it; its own save ran before any server tuned a kernel):
+# cat $OUT/triton.tar.gz.part-* into .tcache/triton.tar.gz
+python3 tests/qwen3tts/prune_triton_cache.py "$TRITON_CACHE_DIR" --prefix /tmp/vx/voxgate/ | tail -1
+rm -f "$OUT"/triton.tar.gz*
+tar -c -C "$TRITON_CACHE_DIR" . | gzip -9 | split -b 15M - "$OUT/triton.tar.gz.part-"
+t end
