@@ -19,11 +19,12 @@ so a stream is one sentence. Its audio is released in pieces, each once every wo
 Either way every word goes out (`take_words`) before any of its audio. Times are samples from the stream's first
 sample: a clip's times are offset by where it starts.
 
-**Not held** (`hold` False, the request's `word_times_hold`): the same clips and calls, but no audio waits for
-them: each chunk goes out as it is made, and the words of each answer as soon as it comes (an empty chunk hands
-them over: engine/words.py), often after their audio has left but, since the audio is made faster than it plays,
-before the listener hears them. The first piece then keeps whatever words it times (no cover rule: no listener
-waits on it), and the listener's lead that spaces the calls is counted from the first chunk's release.
+**Not held** (`hold` False, the request's `word_times_hold`): no audio waits for the calls: each chunk goes out as
+it is made, and the words of each answer as soon as it comes (an empty chunk hands them over: engine/words.py),
+often after their audio has left but, since the audio is made faster than it plays, before the listener hears
+them. The engine makes such streams whole by default (its option `aligner_not_held_group_ms`, 0: every second
+aligned once); in pieces, the first piece keeps whatever words it times (no cover rule: no listener waits on it),
+and the listener's lead that spaces the calls is counted from the first chunk's release.
 """
 
 from __future__ import annotations

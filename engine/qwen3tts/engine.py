@@ -331,8 +331,9 @@ class Qwen3TTSEngine(Engine):
         if request.word_times and self.word_aligner is not None:
             from ..aligner.stream import AlignedStream
 
-            o = self.options  # audio released as its words are measured, in pieces of the sentence
-            return AlignedStream(stream, self.word_aligner, group_samples=o.aligner_group_ms * SAMPLE_RATE // 1000,
+            o = self.options  # held: audio released as its words are measured, in pieces of the sentence
+            group_ms = o.aligner_group_ms if request.word_times_hold else o.aligner_not_held_group_ms
+            return AlignedStream(stream, self.word_aligner, group_samples=group_ms * SAMPLE_RATE // 1000,
                                  margin_samples=o.aligner_margin_ms * SAMPLE_RATE // 1000,
                                  hold=request.word_times_hold)
         return stream

@@ -119,13 +119,16 @@ class Qwen3TTSOptions(EngineConfig):
     aligner: str | None = option(None, "Qwen3-ForcedAligner checkpoint directory or Hugging Face repo id: measured "
                                        "word times for sessions that ask (loaded on the engine's device and dtype; "
                                        "default none: no word times)")
-    aligner_group_ms: int = option(1000, "word times: a sentence's audio is aligned in pieces while it is made, "
-                                         "one more call each time this much more audio is made (while the "
+    aligner_group_ms: int = option(1000, "word times held: a sentence's audio is aligned in pieces while it is "
+                                         "made, one more call each time this much more audio is made (while the "
                                          "listener is less than two groups ahead), and released up to the last "
                                          "word measured (engine/aligner/stream.py; default 1000; 0: aligned whole "
-                                         "once the sentence is made, its audio held until then; not held, whole "
-                                         "measured closed c = 128 +16-23 % but lower open-loop capacity on an "
-                                         "H100: docs/aligner.md)")
+                                         "once the sentence is made, its audio held until then)")
+    aligner_not_held_group_ms: int = option(0, "word times not held: the same for a stream whose audio goes out "
+                                               "as it is made (default 0: the sentence aligned whole, one call once "
+                                               "it is made; measured on an H100 with aligner_gather_ms = 120: "
+                                               "sentence capacity 300 req/s against 270 in pieces of 1000, the "
+                                               "aligner's time per s of speech 44 % lower: docs/aligner.md)")
     aligner_margin_ms: int = option(240, "word times: a word timed in a piece is kept only if it ends this long "
                                          "before the piece's end, where the cut may blur the aligner's times "
                                          "(default 240; the rest wait for the next piece)")
@@ -154,12 +157,11 @@ class Qwen3TTSOptions(EngineConfig):
     aligner_priority: str = option("normal", "word times: the aligner's CUDA stream at normal priority (the "
                                              "loop's) or high (the device's highest: its kernels' blocks start "
                                              "before the loop's; engine/aligner/worker.py; default normal)")
-    aligner_gather_ms: int = option(0, "word times not held: an aligner call of such streams' clips waits up to "
-                                       "this long after its oldest clip came for more (a held stream's clip, or "
-                                       "a full call, starts it at once): fewer, fuller calls, words later "
-                                       "(engine/aligner/worker.py; default 0: a call starts as soon as the "
-                                       "aligner is free; measured on an H100: calls a third fuller, the "
-                                       "aligner's time per s of speech 13 % lower, no capacity shown)")
+    aligner_gather_ms: int = option(120, "word times not held: an aligner call of such streams' clips waits up "
+                                         "to this long after its oldest clip came for more (a held stream's clip, "
+                                         "or a full call, starts it at once): fewer, fuller calls, words later "
+                                         "(engine/aligner/worker.py; default 120; 0: a call starts as soon as the "
+                                         "aligner is free; 240 measured no better on an H100)")
     aligner_profile: str | None = option(None, "PATH:FIRST:COUNT: torch's profiler around COUNT aligner calls from "
                                                "call FIRST, their operations' CPU time by thread and the "
                                                "allocators' counters written to PATH: what a call's host time goes "
@@ -176,8 +178,10 @@ class Qwen3TTSOptions(EngineConfig):
             raise ValueError("codec_width must be 1 to 32 frames")
         if not self.rows:
             raise ValueError("max_rows must be at least the smallest row bucket")
-        if min(self.aligner_group_ms, self.aligner_margin_ms, self.aligner_gather_ms) < 0:
-            raise ValueError("aligner_group_ms, aligner_margin_ms and aligner_gather_ms must be >= 0")
+        if min(self.aligner_group_ms, self.aligner_not_held_group_ms, self.aligner_margin_ms,
+               self.aligner_gather_ms) < 0:
+            raise ValueError("aligner_group_ms, aligner_not_held_group_ms, aligner_margin_ms and aligner_gather_ms "
+                             "must be >= 0")
         if min(self.aligner_max_batch, self.aligner_graph_clips) < 1:
             raise ValueError("aligner_max_batch and aligner_graph_clips must be at least 1")
         if self.aligner_graph_chunks < 1 or self.aligner_graph_chunks & (self.aligner_graph_chunks - 1):

@@ -88,9 +88,10 @@ def test_the_aligner_options_reach_the_aligner_worker_as_its_arguments() -> None
     assert set(given) <= set(inspect.signature(AlignerWorker).parameters)
     assert given["graph_clips"] == 48 and given["prefill_attention"] is False and given["encoder_graphs"] is False
     assert given["graph_steps"] == 2 and given["priority"] == "high" and given["gather_s"] == 0.08
-    assert parse({}).aligner_worker["gather_s"] == 0
-    with pytest.raises(ValueError, match="aligner_gather_ms must be >= 0"):
-        parse({"aligner_gather_ms": -1})
+    assert parse({}).aligner_worker["gather_s"] == 0.12
+    for name in ("aligner_gather_ms", "aligner_not_held_group_ms"):
+        with pytest.raises(ValueError, match="aligner_gather_ms must be >= 0"):
+            parse({name: -1})
     with pytest.raises(ValueError, match="aligner_priority must be normal or high"):
         parse({"aligner_priority": "urgent"})
     assert given["max_batch"] == 64 and given["graph_chunks"] == 256 and given["graphs"] is True

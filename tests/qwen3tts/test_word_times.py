@@ -280,6 +280,28 @@ async def test_with_timestamps_hold_false_the_audio_leads_and_every_word_follows
 
 
 @pytest.mark.slow
+async def test_not_held_a_sentence_is_aligned_whole_in_one_call_held_in_pieces(tiny_ckpt: Callable[[str], Path],
+                                                                              aligner_dir: Path) -> None:
+    """The defaults split by hold: a held stream's audio waits on its words, so it is aligned in pieces
+    (`aligner_group_ms`); a stream not held (its audio out as made) is aligned whole by default
+    (`aligner_not_held_group_ms` 0): one call once the sentence is made, its words those of the one-clip path."""
+    engine = await _engine(tiny_ckpt, aligner=str(aligner_dir), aligner_group_ms="400", aligner_margin_ms="160")
+    try:
+        assert engine.options.aligner_not_held_group_ms == 0 and engine.options.aligner_gather_ms == 120
+        calls = engine.word_aligner.batches
+        audio, taken = await _spoken(engine.open_stream(SynthesisRequest(TEXTS[1], "ryan", word_times=True,
+                                                                         word_times_hold=False)))
+        assert engine.word_aligner.batches == calls + 1
+        words = [w for batch in taken for w in batch]
+        assert words == Aligner.from_pretrained(aligner_dir).align(audio.astype(np.float32) / 32768.0, TEXTS[1])
+        calls = engine.word_aligner.batches
+        await _spoken(engine.open_stream(SynthesisRequest(TEXTS[1], "ryan", word_times=True)))
+        assert engine.word_aligner.batches >= calls + 2  # held: pieces while it is made, then the rest
+    finally:
+        await engine.stop()
+
+
+@pytest.mark.slow
 async def test_a_length_budget_keeps_the_last_words_held_or_not(tiny_ckpt: Callable[[str], Path],
                                                                 aligner_dir: Path) -> None:
     """`max_audio_ms` cuts the second sentence 80 ms before its end: the words that start before the cut come, the

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Ran in the twenty-fourth session at d50cdcf: README "A sentence aligned whole with fuller calls". From the commit
+# after it these are the engine's defaults for streams not held; on an H200 the comparison is h200.sh.)
 # Prepared in the twenty-third session (2026-12-07, no device lent): a sentence aligned whole (aligner_group_ms = 0)
 # and its not-held clips gathered into fuller calls (aligner_gather_ms = 120) against the defaults, one tree, one
 # card, one call, each capacity search starting below the knee:
