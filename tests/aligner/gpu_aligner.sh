@@ -171,7 +171,7 @@ elif has report && room; then
 fi
 save
 # Triton's cache for the next call (as gpu_loop.sh writes it; its own save ran before any server tuned a kernel):
-# cat $OUT/triton.tar.gz.part-* into .tcache/triton.tar.gz
+# `bash tests/gpu_carry.sh DIR` joins $OUT/triton.tar.gz.part-* into .tcache/triton.tar.gz
 python3 tests/qwen3tts/prune_triton_cache.py "$TRITON_CACHE_DIR" --prefix /tmp/vx/voxgate/ | tail -1
 rm -f "$OUT"/triton.tar.gz*
 tar -c -C "$TRITON_CACHE_DIR" . | gzip -9 | split -b 15M - "$OUT/triton.tar.gz.part-"

@@ -1,8 +1,9 @@
 """Word times on the Qwen3-TTS engine from the forced aligner (engine option `aligner`; issue 28): a word-times
 stream's words come before its audio and, aligned whole (`aligner_group_ms` 0), equal `Aligner.align` of that audio
-run on its own; aligned in pieces (the default), they still come before their audio, in order; streams without word
-times are untouched; a cancel leaves no words; the gateway says `timestamps: "word"` and sends each `timestamps`
-event before the frames it describes. Tiny TTS and aligner checkpoints on the CPU, the real loaders."""
+run on its own; aligned in pieces (the held default), they still come before their audio, in order; not held, a
+sentence is aligned whole by default; streams without word times are untouched; a cancel leaves no words; the
+gateway says `timestamps: "word"` and sends each `timestamps` event before the frames it describes. Tiny TTS and
+aligner checkpoints on the CPU, the real loaders."""
 
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ async def test_words_before_audio_equal_one_clip_alignment_and_plain_streams_unt
 @pytest.mark.slow
 async def test_aligned_in_pieces_every_word_still_comes_before_its_audio(tiny_ckpt: Callable[[str], Path],
                                                                         aligner_dir: Path) -> None:
-    """The default: a sentence aligned in pieces while it is made (engine/aligner/stream.py; which words a piece
+    """The held default: a sentence aligned in pieces while it is made (engine/aligner/stream.py; which words a piece
     keeps, and their offsets, are tested against known times in tests/aligner/test_progressive.py)."""
     engine = await _engine(tiny_ckpt, aligner=str(aligner_dir), aligner_group_ms="400", aligner_margin_ms="160")
     try:
