@@ -88,6 +88,7 @@ class AlignedStream(AudioStream):
         self._wake = asyncio.Event()
         self._released_at: float | None = None
         self._cancelled = False
+        self._expected = False  # not held: counted in the worker's expect() (making audio, no job out)
 
     # -- the inner stream's interface, passed through ------------------------------------------------------------
     def append_text(self, text: str) -> None:
@@ -131,6 +132,7 @@ class AlignedStream(AudioStream):
         answer: asyncio.Future[list[WordTime]] | None = None
         submit_at = self._group  # the next partial clip waits until this much audio is made
         clip, final = 0, False
+        self._expect(True)
         try:
             while not self._cancelled:
                 self._wake.clear()  # anything from here on (a chunk, an answer, a cancel) wakes the wait below
@@ -153,6 +155,7 @@ class AlignedStream(AudioStream):
                             return
                     if final:
                         return
+                    self._expect(True)  # a partial clip answered: more to come
                     continue
                 if reader.done():
                     reader.result()  # the inner stream's error, if it ended with one
@@ -182,8 +185,16 @@ class AlignedStream(AudioStream):
                 await self._wake.wait()
         finally:
             reader.cancel()
+            self._expect(False)
             if self._job is not None:
                 self._job.cancelled = True  # answered or abandoned: never measured again
+
+    def _expect(self, counted: bool) -> None:
+        """Not held: whether the worker counts this stream as one that may bring a clip soon (AlignerWorker.expect:
+        its not-held calls gather only while some stream may)."""
+        if not self._hold and counted != self._expected:
+            self._expected = counted
+            self._worker.expect(1 if counted else -1)
 
     def _time_ahead(self) -> float:
         """Seconds until the listener's lead, the audio timed (held: released) less the time since the first
@@ -235,6 +246,7 @@ class AlignedStream(AudioStream):
                 pass
 
         self._job = AlignJob(audio, text, deliver, hold=self._hold)
+        self._expect(False)  # before the submit wakes the worker: this stream brings nothing more until answered
         try:
             self._worker.submit(self._job)
         except RuntimeError as exc:

@@ -1,7 +1,8 @@
 """The forced aligner beside the engine loop: one thread owns an `Aligner` and measures segments as they come.
 
 Streams submit `AlignJob`s (a segment's complete audio and its text) from the event loop; the worker takes every
-job waiting (up to MAX_BATCH; jobs no listener waits on may first wait `gather_s` for more), drops the cancelled
+job waiting (up to MAX_BATCH; jobs no listener waits on may first wait `gather_s` for more, while other streams
+may still bring some: `expect`), drops the cancelled
 ones and measures the rest with one `Aligner.align_batch` call, then hands each job its words (or the error)
 through its `deliver` callback, on the worker thread. The TTS step loop never waits for it: the aligner has its
 own thread and, on CUDA, its own CUDA stream, so its kernels queue beside the steps' instead of behind them on the
@@ -106,6 +107,9 @@ class AlignerWorker:
         self._warmed = threading.Event()
         self._jobs: deque[AlignJob] = deque()
         self._waiting_chunks = 0  # the chunks of the jobs in _jobs
+        # Not-held streams making audio with no job waiting or in a call (expect()): each may bring a clip soon.
+        # With none, a call has nothing to gather for and starts at once (one stream alone: no wait for company).
+        self._expected = 0
         self._ready = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="aligner", daemon=True)
@@ -132,6 +136,13 @@ class AlignerWorker:
             self._jobs.append(job)
             self._waiting_chunks += job.chunks
             self._ready.notify()
+
+    def expect(self, streams: int) -> None:
+        """`streams` more (or, negative, fewer) not-held streams may submit a clip soon: AlignedStream counts itself
+        while it makes audio with no job out. A call of not-held clips gathers only while one may."""
+        with self._ready:
+            self._expected += streams
+            self._ready.notify()  # one fewer may end a gathering wait
 
     def behind(self) -> bool:
         """Whether the jobs waiting already fill the next call (max_batch clips, or the encoder graphs' seconds):
@@ -178,8 +189,9 @@ class AlignerWorker:
 
     def _gather_wait(self) -> float:
         """Seconds the next call still waits for more jobs (<= 0: it starts now); under `_ready`, the oldest job
-        live at the head."""
-        if self.gather_s <= 0 or self.behind() or any(j.hold and not j.cancelled for j in self._jobs):
+        live at the head. No wait when no stream may bring one (`expect`), the call is full or a listener waits."""
+        if (self.gather_s <= 0 or self._expected <= 0 or self.behind()
+                or any(j.hold and not j.cancelled for j in self._jobs)):
             return 0.0
         return self._jobs[0].submitted + self.gather_s - time.monotonic()
 

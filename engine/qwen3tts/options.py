@@ -158,8 +158,10 @@ class Qwen3TTSOptions(EngineConfig):
                                              "loop's) or high (the device's highest: its kernels' blocks start "
                                              "before the loop's; engine/aligner/worker.py; default normal)")
     aligner_gather_ms: int = option(120, "word times not held: an aligner call of such streams' clips waits up "
-                                         "to this long after its oldest clip came for more (a held stream's clip, "
-                                         "or a full call, starts it at once): fewer, fuller calls, words later "
+                                         "to this long after its oldest clip came for more while other such "
+                                         "streams are making audio (a held stream's clip, a full call, or no "
+                                         "stream left to bring one, starts it at once): fewer, fuller calls, "
+                                         "words later "
                                          "(engine/aligner/worker.py; default 120; 0: a call starts as soon as the "
                                          "aligner is free; 240 measured no better on an H100)")
     aligner_profile: str | None = option(None, "PATH:FIRST:COUNT: torch's profiler around COUNT aligner calls from "

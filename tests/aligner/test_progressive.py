@@ -65,9 +65,13 @@ class InlineWorker:
         self.jobs: list[AlignJob] = []
         self.fail: BaseException | None = None
         self.busy = False  # what behind() says
+        self.expected = 0  # the streams' expect() counts, summed
 
     def behind(self) -> bool:
         return self.busy
+
+    def expect(self, streams: int) -> None:
+        self.expected += streams
 
     def submit(self, job: AlignJob) -> None:
         self.jobs.append(job)
@@ -279,6 +283,41 @@ async def test_a_text_still_open_is_not_aligned_in_pieces() -> None:
     got = await task
     assert got[0][2] < len(inner.chunks)  # pieces once it closed
     check_order(got)
+
+
+@pytest.mark.parametrize(("hold", "group"), [(False, 0), (False, 12_000), (True, 12_000)])
+async def test_a_not_held_stream_counts_itself_while_it_may_bring_a_clip(hold: bool, group: int) -> None:
+    """AlignerWorker.expect (its not-held calls gather only while some stream may still bring a clip): a not-held
+    stream counts itself while it makes audio with no job out, never at a submit of its own, again after a partial
+    answer, and not once it ends; a held stream never counts (its clips start their calls at once)."""
+    audio, starts = truth_of(4)
+    truth = Truth(audio, starts, blur=4 * 1_920)
+    worker = InlineWorker(truth.align)
+    at_submit: list[int] = []
+    submit = worker.submit
+
+    def recording(job: AlignJob) -> None:
+        at_submit.append(worker.expected)
+        submit(job)
+
+    worker.submit = recording  # type: ignore[method-assign]
+    step = asyncio.Event()
+    inner = Chunks(TEXT, cut(audio, np.random.default_rng(24)), step)
+    stream = AlignedStream(inner, worker, group_samples=group, margin_samples=4 * 1_920,  # type: ignore[arg-type]
+                           ahead_samples=len(audio), hold=hold)
+    while_made: list[int] = []
+
+    async def settle() -> None:
+        await ticks()
+        while_made.append(worker.expected)
+
+    await run(stream, inner, step, settle)
+    assert at_submit and set(at_submit) == {0} and worker.expected == 0
+    if hold:
+        assert set(while_made) == {0}
+    else:
+        assert while_made[0] == 1 and set(while_made) <= {0, 1}
+        assert len(at_submit) == 1 if group == 0 else len(at_submit) > 1  # whole: one call, once made
 
 
 @pytest.mark.parametrize("hold", [True, False])

@@ -273,6 +273,7 @@ def test_not_held_jobs_wait_together_until_a_call_is_full(aligner: Aligner) -> N
     """gather_s: jobs no listener waits on (hold=False) wait for more; the job that fills a call (max_batch)
     starts it at once, long before gather_s, with all of them."""
     with _gathering(aligner, 600, max_batch=3) as (gate, worker):
+        worker.expect(1)  # a stream still making audio may bring one more
         done, deliver = _answers(3)
         for i in range(2):
             worker.submit(AlignJob(as_float(pcm(0.4, i)), f"Clip {i}.", deliver, hold=False))
@@ -286,6 +287,7 @@ def test_a_held_job_starts_the_call_with_the_gathered_ones(aligner: Aligner) -> 
     """A held stream's clip (a listener's audio waits on it) is never gathered: it starts the call at once, with
     the not-held clips that were waiting."""
     with _gathering(aligner, 600) as (gate, worker):
+        worker.expect(1)
         done, deliver = _answers(2)
         worker.submit(AlignJob(as_float(pcm(0.4, 0)), "Not held.", deliver, hold=False))
         assert not gate.entered.wait(0.3)
@@ -296,17 +298,36 @@ def test_a_held_job_starts_the_call_with_the_gathered_ones(aligner: Aligner) -> 
 
 def test_a_gathered_job_goes_alone_once_its_time_is_up_and_a_close_answers_the_waiting(aligner: Aligner) -> None:
     with _gathering(aligner, 0.05) as (gate, worker):
+        worker.expect(1)
         done, deliver = _answers(1)
         worker.submit(AlignJob(as_float(pcm(0.4, 0)), "Alone.", deliver, hold=False))
         assert done.wait(120)
         assert gate.calls == [["Alone."]]
     waiting = AlignerWorker(gate, gather_s=600)  # type: ignore[arg-type]
+    waiting.expect(1)
     errors: list[BaseException | None] = []
     waiting.submit(AlignJob(as_float(pcm(0.4, 1)), "Never.", lambda w, e: errors.append(e), hold=False))
     waiting.close()
     assert gate.calls == [["Alone."]] and isinstance(errors[0], RuntimeError)
     with pytest.raises(ValueError, match="gather_s must be >= 0"):
         AlignerWorker(gate, gather_s=-1)  # type: ignore[arg-type]
+
+
+def test_a_call_gathers_only_while_some_stream_may_still_bring_a_clip(aligner: Aligner) -> None:
+    """expect(): with no stream counted as making audio, a not-held clip has no company to wait for and its call
+    starts at once, however long gather_s; one counted holds it, and that stream's end (expect(-1)) starts it."""
+    with _gathering(aligner, 600) as (gate, worker):
+        done, deliver = _answers(1)
+        worker.submit(AlignJob(as_float(pcm(0.4, 0)), "Alone.", deliver, hold=False))
+        assert done.wait(120)  # long before 600 s
+        worker.expect(2)
+        done, deliver = _answers(1)
+        worker.submit(AlignJob(as_float(pcm(0.4, 1)), "Waits.", deliver, hold=False))
+        worker.expect(-1)
+        assert not done.wait(0.3) and gate.calls == [["Alone."]]  # one stream may still bring one: gathering
+        worker.expect(-1)  # the last one ended without a clip: nothing to wait for
+        assert done.wait(120)
+        assert gate.calls == [["Alone."], ["Waits."]]
 
 
 def test_a_priority_that_is_not_one_is_refused(aligner: Aligner) -> None:
