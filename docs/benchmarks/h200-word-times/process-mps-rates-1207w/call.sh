@@ -4,9 +4,10 @@
 # its two rates, 180 and 240; there the process arm's period was 9.6 against 10.3 ms and its event loop's lag p99
 # 9.8 against 19.9 ms, README "What sets sentence capacity with word times"). The engine option aligner_process was
 # removed from main (1f361ef); this call applies it to the device's copy of the tree from aligner_process.patch
-# (`git diff 1f361ef 1f361ef^ -- engine tests`, rebased in the twenty-fourth session onto 73a8414, where a not-held
+# (`git diff 1f361ef 1f361ef^ -- engine tests`, rebased in the twenty-fourth session onto ce40aae, where a not-held
 # sentence is aligned whole and its calls gathered by default, so both arms run those defaults; applied there, its
-# CPU tests tests/aligner/test_process.py, test_worker.py and tests/qwen3tts/test_word_times.py passed: 27), one
+# CPU tests tests/aligner/test_process.py, test_worker.py, test_progressive.py and tests/qwen3tts/test_word_times.py
+# passed: 51), one
 # tree, one card:
 #   run(command="bash docs/benchmarks/h200-word-times/process-mps-rates-1207w/call.sh", carry=[".whl", ".gpu_shared", ".tcache"], timeout_s=590)
 # 1. the MPS daemon; a server with aligner_process = true: SLO capacity not held (RATES), closed c = 128 not held
