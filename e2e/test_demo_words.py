@@ -44,12 +44,17 @@ def test_the_highlighted_word_follows_playback(page, gateway: str) -> None:
     assert len(indices) >= len(words) // 2, indices  # it follows word by word, not in a jump at the end
     assert page.text_content("#words .now") == words[-1]["word"]
     assert page.locator("#words .said").count() == len(words) - 1
-    # Each move puts the mark on the word being played then (within two frames), by the worklet's own clock.
+    # Each move puts the mark on the word being played then (within two frames), by the worklet's own clock; never
+    # early. Where the page's position stopped at its last report (`held`: all it had buffered played, or not
+    # playing then), what the worklet got and played since is unknown to the page until the next report: a move
+    # can be late by the clock since that report (a busy main thread delays reports; seen under `pytest -n 3`: a
+    # move 45 ms after its word's end, the page's position 89 ms behind the worklet's).
     rate, frame_ms = st["session"]["audio"]["sample_rate"], st["session"]["audio"]["frame_ms"]
     slack = 2 * frame_ms * rate // 1000
     for entry in log:
         word, pts = words[entry["index"]], played_pts_at(st["events"], entry["frame"])
-        assert word["start"] - slack <= pts < word["end"] + slack, (entry, word, pts)
+        unknown = entry["frame"] - entry["reportFrame"] if entry["held"] else 0
+        assert word["start"] - slack <= pts < word["end"] + slack + unknown, (entry, word, pts)
     assert page.errors == []
 
 

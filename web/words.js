@@ -25,7 +25,10 @@ export class WordHighlighter {
     this.words = []; // {word, start, end} in pts
     this.spans = [];
     this.index = -1; // the word marked: it only moves forward
-    this.log = []; // each move of the mark: {index, frame, pts} (for tests)
+    // each move of the mark (for tests): {index, frame, pts, reportFrame, held}; held: the position stopped at the
+    // last report's (not playing then, or carried as far as it had buffered), where audio the worklet got since
+    // that report is unknown here until the next one
+    this.log = [];
     this.report = null;
     this.running = false; // the mark follows the audio on every animation frame
     this.over = false;
@@ -82,6 +85,11 @@ export class WordHighlighter {
     return r.played_pts + Math.min(ahead, r.buffered_samples);
   }
 
+  /** Whether position(frame) stopped at what the last report knew (not playing then, or all it had buffered). */
+  #held(r, frame) {
+    return r.state !== "playing" || frame === null || frame - (r.frame + QUANTUM) > r.buffered_samples;
+  }
+
   tick() {
     const frame = this.frameNow();
     const pts = this.position(frame);
@@ -93,7 +101,7 @@ export class WordHighlighter {
     for (let k = this.index + 1; k < i; k++) this.spans[k].className = "said";
     this.spans[i].className = "now";
     this.index = i;
-    this.log.push({ index: i, frame, pts });
+    this.log.push({ index: i, frame, pts, reportFrame: this.report.frame, held: this.#held(this.report, frame) });
   }
 }
 
