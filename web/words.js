@@ -25,10 +25,7 @@ export class WordHighlighter {
     this.words = []; // {word, start, end} in pts
     this.spans = [];
     this.index = -1; // the word marked: it only moves forward
-    // each move of the mark (for tests): {index, frame, pts, reportFrame, held}; held: the position stopped at the
-    // last report's (not playing then, or carried as far as it had buffered), where audio the worklet got since
-    // that report is unknown here until the next one
-    this.log = [];
+    this.log = []; // each move of the mark (for tests): {index, frame, pts, reportFrame, held (#reach)}
     this.report = null;
     this.running = false; // the mark follows the audio on every animation frame
     this.over = false;
@@ -78,22 +75,24 @@ export class WordHighlighter {
   /** The worklet's position now: the last report's, plus the audio clock since, while it plays (at most what it
    * had buffered). */
   position(frame) {
-    const r = this.report;
-    if (!r) return null;
-    if (r.state !== "playing" || frame === null) return r.played_pts;
-    const ahead = Math.max(0, frame - (r.frame + QUANTUM));
-    return r.played_pts + Math.min(ahead, r.buffered_samples);
+    return this.#reach(frame)?.pts ?? null;
   }
 
-  /** Whether position(frame) stopped at what the last report knew (not playing then, or all it had buffered). */
-  #held(r, frame) {
-    return r.state !== "playing" || frame === null || frame - (r.frame + QUANTUM) > r.buffered_samples;
+  /** position(frame), and whether it stopped at what the last report knew (`held`: not playing then, or all it had
+   * buffered played), where audio the worklet got since is unknown here until the next report. */
+  #reach(frame) {
+    const r = this.report;
+    if (!r) return null;
+    if (r.state !== "playing" || frame === null) return { pts: r.played_pts, held: true };
+    const ahead = Math.max(0, frame - (r.frame + QUANTUM));
+    return { pts: r.played_pts + Math.min(ahead, r.buffered_samples), held: ahead > r.buffered_samples };
   }
 
   tick() {
     const frame = this.frameNow();
-    const pts = this.position(frame);
-    if (pts === null) return;
+    const reach = this.#reach(frame);
+    if (reach === null) return;
+    const { pts, held } = reach;
     let i = this.index;
     while (i + 1 < this.words.length && this.words[i + 1].start < pts) i++; // its first sample played
     if (i === this.index) return;
@@ -101,7 +100,7 @@ export class WordHighlighter {
     for (let k = this.index + 1; k < i; k++) this.spans[k].className = "said";
     this.spans[i].className = "now";
     this.index = i;
-    this.log.push({ index: i, frame, pts, reportFrame: this.report.frame, held: this.#held(this.report, frame) });
+    this.log.push({ index: i, frame, pts, reportFrame: this.report.frame, held });
   }
 }
 

@@ -170,9 +170,6 @@ elif has report && room; then
   if serve report $NEW_SERVE; then report_loads; stop; fi
 fi
 save
-# Triton's cache for the next call (as gpu_loop.sh writes it; its own save ran before any server tuned a kernel):
-# `bash tests/gpu_carry.sh DIR` joins $OUT/triton.tar.gz.part-* into .tcache/triton.tar.gz
-python3 tests/qwen3tts/prune_triton_cache.py "$TRITON_CACHE_DIR" --prefix /tmp/vx/voxgate/ | tail -1
-rm -f "$OUT"/triton.tar.gz*
-tar -c -C "$TRITON_CACHE_DIR" . | gzip -9 | split -b 15M - "$OUT/triton.tar.gz.part-"
+# Triton's cache for the next call (gpu_loop.sh's own save ran before any server tuned a kernel)
+OUT=$OUT bash tests/qwen3tts/save_triton_cache.sh | tail -1
 t end

@@ -83,9 +83,7 @@ if has stepvariants; then
   done
 fi
 save_cache() {  # only entries of this tree's sources (the carry back is limited: prune_triton_cache.py)
-  python3 tests/qwen3tts/prune_triton_cache.py "$TRITON_CACHE_DIR" --prefix /tmp/vx/voxgate/ | tee -a "$RES/gpu_loop.log"
-  rm -f "$OUT"/triton.tar.gz*
-  tar -c -C "$TRITON_CACHE_DIR" . | gzip -9 | split -b 15M - "$OUT/triton.tar.gz.part-" && log "triton cache saved"
+  OUT=$OUT bash tests/qwen3tts/save_triton_cache.sh | tee -a "$RES/gpu_loop.log" && log "triton cache saved"
 }
 save_cache; save
 if has suite; then
